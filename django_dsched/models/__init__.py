@@ -1,0 +1,8 @@
+from __future__ import annotations
+
+from .event import Event
+from .lease import SchedulerLock
+from .outbox import OutboxMessage
+from .schedule import Schedule
+
+__all__ = ["Event", "OutboxMessage", "Schedule", "SchedulerLock"]

@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+from .records import EventRecord
+
+
+class Event(EventRecord):
+    """One row per fire (and, later, per change) of a schedule; never updated."""
+
+    scheduled_ts = models.DateTimeField(
+        _("scheduled for"), null=True, help_text=_("The grid slot this fire is for.")
+    )
+    leader_epoch = models.BigIntegerField(_("leader epoch"), null=True)
+
+    class Meta:
+        db_table = "event_store_t"
+        verbose_name = _("event")
+        verbose_name_plural = _("events")
+        ordering = ["-event_ts"]
+        constraints = [
+            # The exactly-once rule: one event per (schedule, fire slot).
+            models.UniqueConstraint(
+                fields=["aggregate_id", "scheduled_ts"], name="dsched_event_one_per_slot"
+            ),
+            models.UniqueConstraint(
+                fields=["aggregate_id", "aggregate_version"], name="dsched_event_version_unique"
+            ),
+        ]
+        indexes = [models.Index(fields=["event_ts"], name="dsched_event_ts_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.event_type} @ {self.event_ts:%Y-%m-%d %H:%M:%S}"

@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+from django.db import models
+from django.db.models.functions import Now
+from django.utils.translation import gettext_lazy as _
+
+
+class SchedulerLock(models.Model):
+    """The leader's lease: one row per cluster (``DSCHED_LOCK_ID``).
+
+    Written only by :mod:`django_dsched.leader`. ``epoch`` grows by one every time the lease
+    changes hands; a fire commits only while its epoch is the row's epoch.
+    """
+
+    lock_id = models.IntegerField(_("lock id"), primary_key=True)
+    instance_id = models.CharField(_("leader instance"), max_length=255)
+    last_heartbeat = models.DateTimeField(_("last heartbeat"))
+    epoch = models.BigIntegerField(_("epoch"), default=1)
+    acquired_ts = models.DateTimeField(_("acquired"), db_default=Now())
+    holder_pid = models.IntegerField(
+        _("leader backend pid"),
+        default=0,
+        help_text=_("The PostgreSQL backend the leader last renewed from."),
+    )
+
+    class Meta:
+        db_table = "scheduler_lock_t"
+        verbose_name = _("scheduler lease")
+        verbose_name_plural = _("scheduler leases")
+
+    def __str__(self) -> str:
+        return f"{self.instance_id} (epoch {self.epoch})"

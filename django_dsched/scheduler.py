@@ -1,0 +1,271 @@
+"""The ``run_scheduler`` loop: elect a leader, fire what is due, sleep until the next due time.
+
+One :class:`Scheduler` runs per process, on the main thread, on one database connection.
+The management command only adapts its options to this class.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+
+from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
+
+from .conf import app_settings
+from .firing import Fence, fire_batch, seconds_until_next_due
+from .leader import Lease
+from .wakeup import Waker
+
+logger = logging.getLogger(__name__)
+
+
+def default_instance_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass
+class Stats:
+    fired: int = 0
+    duplicates: int = 0
+    fenced: int = 0
+    batches: int = 0
+    leaderships: int = 0
+    db_errors: int = 0
+    by_epoch: dict[int, int] = field(default_factory=dict)
+
+
+class Backoff:
+    """Exponential backoff with full jitter, for database outages."""
+
+    def __init__(self, base: float = 0.1, cap: float = 5.0) -> None:
+        self.base, self.cap, self.attempt = base, cap, 0
+
+    def next(self) -> float:
+        delay = min(self.cap, self.base * 2**self.attempt)
+        self.attempt += 1
+        return random.uniform(delay / 2, delay)
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+
+class Scheduler:
+    def __init__(
+        self,
+        *,
+        instance_id: str | None = None,
+        batch_size: int | None = None,
+        poll_interval: float | None = None,
+        using: str | None = None,
+    ) -> None:
+        self.instance_id = instance_id or default_instance_id()
+        self.batch_size = batch_size or app_settings.BATCH_SIZE
+        self.poll_interval = poll_interval or app_settings.POLL_INTERVAL
+        self.using = using or app_settings.DATABASE
+        self.heartbeat_seconds = float(app_settings.HEARTBEAT_SECONDS)
+        self.standby_interval = float(app_settings.STANDBY_INTERVAL)
+        self.lease = Lease(
+            self.using,
+            lock_id=app_settings.LOCK_ID,
+            instance_id=self.instance_id,
+            lease_seconds=app_settings.LEASE_SECONDS,
+            fast_failover=app_settings.FAST_FAILOVER,
+        )
+        self.stats = Stats()
+        self.stopping = threading.Event()
+        self.waker = Waker()
+        self._session: object | None = None
+        self._next_heartbeat = 0.0
+        self._backoff = Backoff()
+        self._standing_by = False
+
+    # -- control -------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Ask the loop to stop after the batch in hand (safe from a signal handler)."""
+        self.stopping.set()
+        self.waker.wake()
+
+    def run(self, *, max_iterations: int | None = None) -> None:
+        """Loop until :meth:`stop` (or ``max_iterations``), then give the lease up."""
+        logger.info("scheduler starting instance=%s", self.instance_id)
+        iterations = 0
+        try:
+            while not self.stopping.is_set():
+                wait = self._guarded(self.step)
+                iterations += 1
+                if max_iterations is not None and iterations >= max_iterations:
+                    break
+                if wait > 0 and not self.stopping.is_set():
+                    self.waker.wait(wait, self._pgconn())
+        finally:
+            self.shutdown()
+
+    def run_until_idle(self) -> int:
+        """Lead (if the lease is free), fire everything due now, give the lease up.
+
+        Returns how many schedules fired. Used by ``run_scheduler --once``.
+        """
+        fired_before = self.stats.fired
+        try:
+            self._guarded(self.step)
+            while self.lease.is_leader and not self.stopping.is_set():
+                if self._guarded(self.step) > 0:
+                    break
+        finally:
+            self.shutdown()
+        return self.stats.fired - fired_before
+
+    def shutdown(self) -> None:
+        if self.lease.is_leader:
+            try:
+                self.lease.release()
+                logger.info("released leadership instance=%s (graceful stop)", self.instance_id)
+            except DatabaseError:
+                logger.warning("could not release the lease; it will expire", exc_info=True)
+                self.lease.step_down()
+        connections[self.using].close()
+        self._session = None
+
+    # -- one iteration -------------------------------------------------------------------
+    def step(self) -> float:
+        """Do one round of work; return how long to sleep before the next one."""
+        self._ensure_session()
+        now = time.monotonic()
+        if not self.lease.is_leader:
+            if not self.lease.try_acquire():
+                if not self._standing_by:
+                    self._standing_by = True
+                    logger.info("standing by instance=%s: another instance leads", self.instance_id)
+                return self.standby_interval
+            self._standing_by = False
+            self.stats.leaderships += 1
+            self._next_heartbeat = now + self.heartbeat_seconds
+            logger.info("became leader instance=%s epoch=%d", self.instance_id, self.lease.epoch)
+        elif now >= self._next_heartbeat or not self.lease.is_trusted():
+            if not self.lease.renew():
+                logger.warning(
+                    "lost leadership instance=%s: another instance holds the lease",
+                    self.instance_id,
+                )
+                return 0.0
+            self._next_heartbeat = now + self.heartbeat_seconds
+        if self._fire_due():
+            return 0.0  # more may be due, or a heartbeat is due: go round at once
+        until_heartbeat = self._next_heartbeat - time.monotonic()
+        with connections[self.using].cursor() as cursor:
+            until_due = seconds_until_next_due(cursor)
+        wait = self.poll_interval if until_due is None else max(0.0, until_due)
+        return max(0.0, min(wait, self.poll_interval, until_heartbeat))
+
+    def _fire_due(self) -> bool:
+        """Fire batches while schedules are due; True when there is more to do at once."""
+        connection = connections[self.using]
+        while self.lease.is_trusted() and not self.stopping.is_set():
+            fence = Fence(
+                app_settings.LOCK_ID,
+                self.instance_id,
+                self.lease.epoch,
+                self.lease.lease_seconds,
+            )
+            with transaction.atomic(using=self.using), connection.cursor() as cursor:
+                result = fire_batch(cursor, fence, self.batch_size)
+                if result.fenced:
+                    transaction.set_rollback(True, using=self.using)
+            if result.fenced:
+                self.stats.fenced += 1
+                logger.warning(
+                    "fire refused: lease epoch %d is no longer ours instance=%s; stepping down",
+                    fence.epoch,
+                    self.instance_id,
+                )
+                self.lease.step_down()
+                return True
+            if result.claimed == 0:
+                return False
+            self.stats.batches += 1
+            self.stats.fired += result.fired
+            self.stats.duplicates += result.duplicates
+            self.stats.by_epoch[fence.epoch] = (
+                self.stats.by_epoch.get(fence.epoch, 0) + result.fired
+            )
+            logger.info(
+                "fired %d schedule(s)%s instance=%s epoch=%d",
+                result.fired,
+                f": {result.names}" if result.names else "",
+                self.instance_id,
+                fence.epoch,
+            )
+            if result.duplicates:
+                logger.warning(
+                    "skipped %d slot(s) that had already fired (refused by the database)",
+                    result.duplicates,
+                )
+            if result.claimed < self.batch_size:
+                return False
+            if time.monotonic() >= self._next_heartbeat:
+                return True
+        return not self.lease.is_trusted() and self.lease.is_leader
+
+    # -- plumbing ------------------------------------------------------------------------
+    def _guarded(self, work) -> float:
+        """Run ``work``; on a database error log it, forget leadership and back off."""
+        try:
+            wait = work()
+        except (OperationalError, InterfaceError) as exc:
+            self.stats.db_errors += 1
+            self._lost_connection()
+            delay = self._backoff.next()
+            logger.warning(
+                "database unavailable (%s); retrying in %.1fs instance=%s",
+                str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
+                delay,
+                self.instance_id,
+            )
+            return delay
+        except DatabaseError:
+            self.stats.db_errors += 1
+            self._lost_connection()
+            delay = self._backoff.next()
+            logger.exception("database error; retrying in %.1fs", delay)
+            return delay
+        self._backoff.reset()
+        return wait
+
+    def _lost_connection(self) -> None:
+        if self.lease.is_leader:
+            logger.warning("stepping down: connection lost instance=%s", self.instance_id)
+        self.lease.step_down()
+        self._session = None
+        try:
+            connections[self.using].close()
+        except DatabaseError:
+            pass
+
+    def _ensure_session(self) -> None:
+        """Connect if needed and prepare a new session (name, timeouts, LISTEN)."""
+        connection = connections[self.using]
+        connection.ensure_connection()
+        raw = connection.connection
+        if raw is self._session:
+            return
+        self.lease.step_down()  # a new session cannot carry the old one's leadership
+        idle_timeout_ms = int(self.lease.lease_seconds * 2000)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT set_config('application_name', %s, false),"
+                " set_config('idle_in_transaction_session_timeout', %s, false)",
+                [f"dsched:{self.instance_id}"[:63], str(idle_timeout_ms)],
+            )
+            cursor.execute("LISTEN dsched_schedules")
+            cursor.execute("LISTEN dsched_leader")
+        raw.add_notify_handler(self.waker.on_notify)
+        self._session = raw
+
+    def _pgconn(self):
+        raw = connections[self.using].connection
+        return None if raw is None else raw.pgconn

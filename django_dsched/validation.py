@@ -1,0 +1,109 @@
+"""Validators shared by the model, the admin form and the API."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.core.validators import RegexValidator
+from django.utils.translation import gettext_lazy as _
+
+from .conf import app_settings
+
+NAME_MAX_LENGTH = 126
+
+# Topics and event types become stream names, routing keys and task names downstream.
+identifier_validator = RegexValidator(
+    regex=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*\Z",
+    message=_("Use letters, digits and . _ : / - only, starting with a letter or digit."),
+    code="invalid_identifier",
+)
+
+
+def _depth(value: Any, limit: int) -> int:
+    """Nesting depth of a JSON value, stopping early once past ``limit``."""
+    depth = 0
+    level = [value]
+    while level:
+        containers = [v for v in level if isinstance(v, dict | list)]
+        if not containers:
+            break
+        depth += 1
+        if depth > limit:
+            break
+        level = [
+            child
+            for container in containers
+            for child in (container.values() if isinstance(container, dict) else container)
+        ]
+    return depth
+
+
+def _has_bad_text(value: Any) -> bool:
+    """NUL characters and lone surrogates: PostgreSQL's jsonb refuses both."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            return True
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+    if isinstance(value, dict):
+        return any(_has_bad_text(k) or _has_bad_text(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_bad_text(v) for v in value)
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    return False
+
+
+def validate_event_data(value: Any) -> None:
+    """``event_data`` is a JSON object of bounded size and depth.
+
+    It becomes the ``data`` of every event the schedule fires, so it must survive a
+    round trip through PostgreSQL's ``jsonb`` and any JSON consumer.
+    """
+    if not isinstance(value, dict):
+        raise ValidationError(
+            _('Event data must be a JSON object, such as {"report": "daily"}.'),
+            code="not_an_object",
+        )
+    max_depth = app_settings.EVENT_DATA_MAX_DEPTH
+    if _depth(value, max_depth) > max_depth:
+        raise ValidationError(
+            _("Event data is nested deeper than %(limit)d levels."),
+            code="too_deep",
+            params={"limit": max_depth},
+        )
+    if _has_bad_text(value):
+        raise ValidationError(
+            _(
+                "Event data contains a NUL character, an unpaired surrogate, NaN or "
+                "Infinity, which JSON in the database cannot hold."
+            ),
+            code="bad_value",
+        )
+    try:
+        size = len(json.dumps(value, separators=(",", ":"), allow_nan=False).encode())
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(
+            _("Event data is not valid JSON: %(error)s"), code="not_json", params={"error": exc}
+        ) from None
+    max_bytes = app_settings.EVENT_DATA_MAX_BYTES
+    if size > max_bytes:
+        raise ValidationError(
+            _("Event data is %(size)d bytes; the limit is %(limit)d bytes."),
+            code="too_large",
+            params={"size": size, "limit": max_bytes},
+        )
+
+
+def validate_aware(value: datetime | None) -> None:
+    if value is not None and (value.tzinfo is None or value.utcoffset() is None):
+        raise ValidationError(
+            _("Give a timezone-aware time (with an offset or a zone)."), code="naive"
+        )

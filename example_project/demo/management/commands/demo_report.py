@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand
+from django.db import connection
+
+from django_dsched.models import Event, OutboxMessage, Schedule, SchedulerLock
+
+
+class Command(BaseCommand):
+    help = "Print who leads, what fired, and the exactly-once check."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--leader", action="store_true", help="print only the leader's id")
+
+    def handle(self, *, leader: bool, **options: Any) -> None:
+        lock = SchedulerLock.objects.first()
+        if leader:
+            self.stdout.write(lock.instance_id if lock else "")
+            return
+        if lock:
+            self.stdout.write(f"leader: {lock.instance_id} (epoch {lock.epoch})")
+        for schedule in Schedule.objects.order_by("schedule_name"):
+            self.stdout.write(
+                f"  {schedule.schedule_name:<24} fired {schedule.fire_count:>4}x"
+                f"  next {schedule.next_run_ts:%H:%M:%S}"
+            )
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM (SELECT 1 FROM event_store_t"
+                " GROUP BY aggregate_id, scheduled_ts HAVING count(*) > 1) d"
+            )
+            duplicates = cursor.fetchone()[0]
+            cursor.execute("SELECT leader_epoch, count(*) FROM event_store_t GROUP BY 1 ORDER BY 1")
+            by_epoch = cursor.fetchall()
+        self.stdout.write(
+            f"events {Event.objects.count()}, outbox {OutboxMessage.objects.count()}, "
+            f"duplicate (schedule, slot) pairs: {duplicates}"
+        )
+        self.stdout.write("fires per leader epoch: " + ", ".join(f"{e}: {n}" for e, n in by_epoch))

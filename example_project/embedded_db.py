@@ -1,0 +1,45 @@
+"""An embedded PostgreSQL server for the demo and the tests, when DATABASE_URL is unset.
+
+It uses the PostgreSQL build bundled in the ``pgserver`` wheel, keeps its data in
+``.dsched-data/<name>`` at the top of the checkout (git-ignored) and listens on a Unix
+socket only. Every process of the demo calls :func:`database_url` and gets the same server.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+DATA_ROOT = Path(
+    os.environ.get("DSCHED_DATA_DIR", Path(__file__).resolve().parent.parent / ".dsched-data")
+)
+
+
+def _server(name: str):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pgserver
+
+        DATA_ROOT.mkdir(parents=True, exist_ok=True)
+        return pgserver.get_server(DATA_ROOT / name, cleanup_mode=None)
+
+
+def database_url(name: str = "pg", database: str = "dsched") -> str:
+    """Start (or reuse) the embedded server and return a URL for ``database`` on it."""
+    server = _server(name)
+    exists = server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{database}';")
+    if "(1 row)" not in exists:
+        server.psql(f'CREATE DATABASE "{database}";')
+    return server.get_uri(database)
+
+
+def stop(name: str = "pg") -> None:
+    """Stop the embedded server if it runs (a fast shutdown: sessions are ended)."""
+    path = DATA_ROOT / name
+    if not (path / "postmaster.pid").exists():
+        return
+    server = _server(name)
+    from pgserver._commands import pg_ctl
+
+    pg_ctl(["-w", "-m", "fast", "stop"], pgdata=server.pgdata, user=server.system_user)

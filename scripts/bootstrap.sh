@@ -1,0 +1,30 @@
+# Sourced by demo.sh and test.sh: make a virtualenv and install the project into it.
+# usage: bootstrap <venv dir> <python> <extra pip requirement...>
+bootstrap() {
+    local venv="$1" python="$2"
+    shift 2
+    if [ ! -x "$venv/bin/python" ]; then
+        "$python" -m venv "$venv"
+    fi
+    local stamp="$venv/.installed" want
+    want="$(cat pyproject.toml; echo "$*")"
+    if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
+        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[test]" "$@"
+        printf '%s' "$want" >"$stamp"
+    fi
+}
+
+# The first Python >= the given minor version (3.X) found on PATH or under pyenv.
+find_python() {
+    local minor="$1" candidate
+    for candidate in python3 python3.11 python3.12 python3.13 python3.14 \
+        "$HOME"/.pyenv/versions/3.1[1-9]*/bin/python; do
+        if command -v "$candidate" >/dev/null 2>&1 &&
+            "$candidate" -c "import sys; sys.exit(sys.version_info < (3, $minor))" 2>/dev/null; then
+            command -v "$candidate"
+            return 0
+        fi
+    done
+    return 1
+}

@@ -1,0 +1,49 @@
+"""Test helpers: bounded waits on real state, extra database sessions, SQL shortcuts."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from django.db import connection, connections
+
+T = TypeVar("T")
+
+
+def wait_for(predicate: Callable[[], T], *, timeout: float = 10.0, what: str = "condition") -> T:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+
+
+@contextmanager
+def other_session(alias: str = "default") -> Iterator[Any]:
+    """A second, independent database session (its own backend), closed on exit."""
+    wrapper = connections.create_connection(alias)
+    try:
+        wrapper.ensure_connection()
+        yield wrapper
+    finally:
+        wrapper.close()
+
+
+def sql(query: str, params: Any = None, using: Any = None) -> list[tuple[Any, ...]]:
+    with (using or connection).cursor() as cursor:
+        cursor.execute(query, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def backend_pid(wrapper: Any) -> int:
+    return sql("SELECT pg_backend_pid()", using=wrapper)[0][0]
+
+
+def backend_gone(pid: int) -> bool:
+    return not sql("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [pid])

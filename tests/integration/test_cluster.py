@@ -1,0 +1,147 @@
+"""Three run_scheduler processes: one leads, failover is fast, every slot fires once."""
+
+from __future__ import annotations
+
+import itertools
+import signal
+import time
+from datetime import timedelta
+
+import pytest
+
+from django_dsched.enums import FrequencyUnit
+from django_dsched.models import Event, SchedulerLock
+from tests.factories import ScheduleFactory
+from tests.helpers import sql, wait_for
+
+pytestmark = pytest.mark.integration
+
+SCHEDULES = 20
+
+
+def leader():
+    lock = SchedulerLock.objects.filter(last_heartbeat__year__gt=1970).first()
+    return (lock.instance_id, lock.epoch) if lock else None
+
+
+def check_every_slot_fired_once_in_both_tables():
+    """Every (schedule, slot) once in event_store_t and once in outbox_message_t."""
+    assert (
+        sql(
+            "SELECT aggregate_id, scheduled_ts FROM event_store_t GROUP BY 1, 2 HAVING count(*) > 1"
+        )
+        == []
+    )
+    assert (
+        sql(
+            "SELECT e.id FROM event_store_t e FULL JOIN outbox_message_t o ON o.id = e.id"
+            " WHERE e.id IS NULL OR o.id IS NULL"
+        )
+        == []
+    )
+
+
+def check_no_gaps(schedules, period):
+    """Each schedule's fired slots are consecutive on its grid (no lost fire)."""
+    for schedule in schedules:
+        slots = list(
+            Event.objects.filter(aggregate_id=schedule.schedule_id)
+            .order_by("scheduled_ts")
+            .values_list("scheduled_ts", flat=True)
+        )
+        assert slots, f"{schedule} never fired"
+        gaps = [b - a for a, b in itertools.pairwise(slots) if b - a != period]
+        assert gaps == [], f"{schedule}: slots not consecutive: {gaps}"
+
+
+def start_three(cluster):
+    for name in ("alpha", "beta", "gamma"):
+        cluster.start(name)
+    return wait_for(leader, timeout=15, what="a leader")
+
+
+def test_sigkill_of_the_leader_fails_over_fast_and_loses_nothing(cluster, db_now):
+    schedules = ScheduleFactory.create_batch(
+        SCHEDULES, frequency_unit=FrequencyUnit.SECONDS, frequency_time=1, start_ts=db_now()
+    )
+    first, epoch = start_three(cluster)
+    wait_for(lambda: Event.objects.count() >= 3 * SCHEDULES, timeout=15, what="fires")
+
+    killed_at = time.monotonic()
+    cluster.instances[first].signal(signal.SIGKILL)
+    _second, second_epoch = wait_for(
+        lambda: (current := leader()) and current[0] != first and current,
+        timeout=10,
+        what="a standby to take over",
+    )
+    failover = time.monotonic() - killed_at
+    assert second_epoch == epoch + 1
+    # The leader's session ended, so no one waited out the 2 s lease.
+    assert failover < 1.9, cluster.logs()
+    fired_before = Event.objects.filter(leader_epoch=second_epoch).count()
+    wait_for(
+        lambda: (
+            Event.objects.filter(leader_epoch=second_epoch).count() >= fired_before + 2 * SCHEDULES
+        ),
+        timeout=15,
+        what="fires by the new leader",
+    )
+    for name in ("alpha", "beta", "gamma"):
+        if name != first:
+            assert cluster.instances[name].stop() == 0, cluster.logs()
+    check_every_slot_fired_once_in_both_tables()
+    check_no_gaps(schedules, timedelta(seconds=1))
+    assert set(Event.objects.values_list("leader_epoch", flat=True)) <= {epoch, second_epoch}
+
+
+def test_sigterm_releases_the_lease_and_a_standby_takes_over_at_once(cluster, db_now):
+    ScheduleFactory.create_batch(
+        5, frequency_unit=FrequencyUnit.SECONDS, frequency_time=1, start_ts=db_now()
+    )
+    first, epoch = start_three(cluster)
+    wait_for(lambda: Event.objects.count() >= 5, timeout=10, what="fires")
+    stopped_at = time.monotonic()
+    instance = cluster.instances[first]
+    instance.signal(signal.SIGTERM)
+    assert instance.process.wait(10) == 0, instance.log()
+    assert "released leadership" in instance.log()
+    wait_for(lambda: (c := leader()) and c[1] > epoch, timeout=10, what="a new leader")
+    assert time.monotonic() - stopped_at < 1.9
+    check_every_slot_fired_once_in_both_tables()
+
+
+def test_a_paused_leader_resumes_and_cannot_commit_a_fire(cluster, db_now):
+    ScheduleFactory.create_batch(
+        10, frequency_unit=FrequencyUnit.SECONDS, frequency_time=1, start_ts=db_now()
+    )
+    first, epoch = start_three(cluster)
+    wait_for(
+        lambda: Event.objects.filter(leader_epoch=epoch).count() >= 10, timeout=10, what="fires"
+    )
+    zombie = cluster.instances[first]
+    zombie.signal(signal.SIGSTOP)
+    # Its session stays open, so the standbys wait out the lease (2 s), then take over.
+    second, second_epoch = wait_for(
+        lambda: (c := leader()) and c[0] != first and c, timeout=15, what="takeover by expiry"
+    )
+    taken_over_at = SchedulerLock.objects.get().acquired_ts
+    wait_for(
+        lambda: Event.objects.filter(leader_epoch=second_epoch).count() >= 10,
+        timeout=10,
+        what="fires by the new leader",
+    )
+    zombie.signal(signal.SIGCONT)
+    wait_for(
+        lambda: (
+            "lost leadership" in zombie.log()
+            or "fire refused" in zombie.log()
+            or "stepping down" in zombie.log()
+        ),
+        timeout=10,
+        what="the old leader to notice",
+    )
+    # Nothing committed under the old epoch after the new leader took over.
+    assert not Event.objects.filter(leader_epoch=epoch, event_ts__gte=taken_over_at).exists()
+    assert leader()[0] == second
+    assert zombie.stop() == 0
+    check_every_slot_fired_once_in_both_tables()

@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+import pytest
+
+from django_dsched.checks import check_database, check_settings
+
+
+def ids(errors):
+    return [e.id for e in errors]
+
+
+@pytest.mark.django_db
+def test_postgresql_passes():
+    assert check_database() == []
+    assert check_settings() == []
+
+
+def test_unknown_alias(settings):
+    settings.DSCHED_DATABASE = "nope"
+    assert ids(check_database()) == ["dsched.E001"]
+
+
+def test_sqlite_is_refused_clearly(settings):
+    settings.DSCHED_DATABASE = "sqlite"
+    errors = check_database()
+    assert ids(errors) == ["dsched.E002"]
+    assert "needs PostgreSQL" in errors[0].msg and "SKIP LOCKED" in errors[0].hint
+
+
+def test_use_tz_is_required(settings):
+    settings.USE_TZ = False
+    assert "dsched.E003" in ids(check_settings())
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "check_id"),
+    [
+        ("DSCHED_LEASE_SECONDS", 0.5, "dsched.E004"),
+        ("DSCHED_HEARTBEAT_SECONDS", 0, "dsched.E004"),
+        ("DSCHED_POLL_INTERVAL", -1, "dsched.E005"),
+        ("DSCHED_STANDBY_INTERVAL", "fast", "dsched.E005"),
+        ("DSCHED_BATCH_SIZE", 0, "dsched.E006"),
+        ("DSCHED_BATCH_SIZE", 50_000, "dsched.E006"),
+    ],
+)
+def test_bad_settings(settings, name, value, check_id):
+    setattr(settings, name, value)
+    assert check_id in ids(check_settings())
+
+
+@pytest.mark.django_db
+def test_check_command_fails_on_errors(settings):
+    from django.core.management import call_command
+    from django.core.management.base import SystemCheckError
+
+    settings.DSCHED_BATCH_SIZE = 0
+    with pytest.raises(SystemCheckError, match=r"dsched\.E006"):
+        call_command("check", databases=["default"])

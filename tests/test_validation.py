@@ -1,0 +1,92 @@
+from __future__ import annotations
+
+from datetime import datetime
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+
+from django_dsched.models import Schedule
+from tests.factories import ScheduleFactory
+from tests.helpers import sql
+
+pytestmark = pytest.mark.django_db
+
+VALID = {
+    "schedule_name": "nightly",
+    "frequency_unit": "DAYS",
+    "frequency_time": 1,
+    "event_topic": "reports",
+    "event_type": "report.build",
+    "event_data": {"format": "pdf"},
+}
+
+
+def errors_for(**changes):
+    schedule = Schedule(**{**VALID, **changes})
+    with pytest.raises(ValidationError) as excinfo:
+        schedule.full_clean()
+    return excinfo.value.message_dict
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "fragment"),
+    [
+        ({"frequency_time": 0}, "frequency_time", "greater than or equal to 1"),
+        ({"frequency_time": -5}, "frequency_time", "greater than or equal to 1"),
+        ({"frequency_time": 101, "frequency_unit": "YEARS"}, "frequency_time", "100 years"),
+        ({"frequency_unit": "FORTNIGHTS"}, "frequency_unit", "not a valid choice"),
+        ({"event_topic": ""}, "event_topic", "cannot be blank"),
+        ({"event_type": ""}, "event_type", "cannot be blank"),
+        ({"event_topic": "has space"}, "event_topic", "letters, digits"),
+        ({"schedule_name": "x" * 127}, "schedule_name", "at most 126"),
+        ({"event_data": [1, 2]}, "event_data", "JSON object"),
+        ({"event_data": "text"}, "event_data", "JSON object"),
+        ({"event_data": {"a": float("nan")}}, "event_data", "NaN"),
+        ({"event_data": {"a": "nul\x00"}}, "event_data", "NUL"),
+        ({"event_data": {"a": "\ud800"}}, "event_data", "surrogate"),
+        ({"event_data": {"big": "x" * 70_000}}, "event_data", "the limit is 65536"),
+        ({"start_ts": datetime(2026, 1, 1)}, "start_ts", "timezone-aware"),
+    ],
+)
+def test_model_validation_refuses_bad_values(changes, field, fragment):
+    messages = errors_for(**changes)
+    assert field in messages
+    assert fragment in " ".join(messages[field])
+
+
+def test_deep_event_data_is_refused():
+    deep: dict = {}
+    node = deep
+    for _ in range(40):
+        node["n"] = {}
+        node = node["n"]
+    assert "nested deeper than 32" in errors_for(event_data=deep)["event_data"][0]
+
+
+def test_names_are_unique_per_host():
+    ScheduleFactory(schedule_name="nightly")
+    assert "__all__" in errors_for()
+
+
+def test_a_valid_schedule_passes():
+    Schedule(**VALID).full_clean()
+
+
+@pytest.mark.parametrize(
+    ("assignment", "constraint"),
+    [
+        ("frequency_time = 0", "dsched_schedule_frequency_positive"),
+        ("frequency_unit = 'FORTNIGHTS'", "dsched_schedule_unit_valid"),
+        ("state = 'SLEEPING', active = false", "dsched_schedule_state_valid"),
+        ("active = false", "dsched_schedule_active_matches_state"),
+        ("schedule_name = ''", "dsched_schedule_name_not_empty"),
+        ("event_topic = ''", "dsched_schedule_topic_valid"),
+        ("event_type = 'a b'", "dsched_schedule_type_valid"),
+        ("event_data = '[1]'", "dsched_schedule_event_data_object"),
+    ],
+)
+def test_database_constraints_refuse_what_slips_past_validation(assignment, constraint):
+    ScheduleFactory()
+    with pytest.raises(IntegrityError, match=constraint), transaction.atomic():
+        sql(f"UPDATE schedule_t SET {assignment}")
