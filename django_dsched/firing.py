@@ -101,6 +101,8 @@ advanced AS (
     WHERE s.schedule_id = b.schedule_id
 )
 SELECT (SELECT count(*) FROM batch), (SELECT count(*) FROM events),
+       -- Relays LISTEN on dsched_outbox: one notification per batch, sent at commit.
+       (SELECT pg_notify('dsched_outbox', '') FROM fence),
        CASE WHEN %(names)s
             THEN (SELECT string_agg(schedule_name, ', ' ORDER BY schedule_name) FROM batch)
        END
@@ -179,7 +181,7 @@ def fire_batch(cursor: Any, fence: Fence, batch_size: int) -> BatchResult:
             "names": len(rows) <= NAMED_BATCH,
         },
     )
-    written, fired, names = cursor.fetchone()
+    written, fired, _notified, names = cursor.fetchone()
     if written == 0:
         return BatchResult(len(rows), 0, 0, True, rows[0][5])
     return BatchResult(len(rows), fired, written - fired, False, rows[0][5], names)

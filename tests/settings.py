@@ -57,8 +57,8 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 # Short leases so failover tests finish quickly.
-DSCHED_LEASE_SECONDS = 2.0
-DSCHED_HEARTBEAT_SECONDS = 0.4
+DSCHED_LEASE_SECONDS = 3.0
+DSCHED_HEARTBEAT_SECONDS = 0.5
 DSCHED_POLL_INTERVAL = 1.0
 DSCHED_STANDBY_INTERVAL = 0.2
 

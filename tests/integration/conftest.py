@@ -22,7 +22,11 @@ def database_url() -> str:
 
 
 class Instance:
-    def __init__(self, name: str, log_dir: Path, extra_args: list[str]) -> None:
+    """A management command (``run_scheduler`` unless told otherwise) in a subprocess."""
+
+    def __init__(
+        self, name: str, log_dir: Path, extra_args: list[str], command: str = "run_scheduler"
+    ) -> None:
         self.name = name
         self.log_path = log_dir / f"{name}.log"
         env = {**os.environ, "DATABASE_URL": database_url(), "PYTHONPATH": str(ROOT)}
@@ -31,7 +35,7 @@ class Instance:
                 sys.executable,
                 "-m",
                 "django",
-                "run_scheduler",
+                command,
                 "--settings=tests.settings",
                 f"--instance-id={name}",
                 "-v",
@@ -70,8 +74,8 @@ def cluster(tmp_path, transactional_db):
         def __init__(self) -> None:
             self.instances: dict[str, Instance] = {}
 
-        def start(self, name: str, *extra_args: str) -> Instance:
-            instance = Instance(name, tmp_path, list(extra_args))
+        def start(self, name: str, *extra_args: str, command: str = "run_scheduler") -> Instance:
+            instance = Instance(name, tmp_path, list(extra_args), command)
             self.instances[name] = instance
             return instance
 

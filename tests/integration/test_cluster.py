@@ -76,8 +76,8 @@ def test_sigkill_of_the_leader_fails_over_fast_and_loses_nothing(cluster, db_now
     )
     failover = time.monotonic() - killed_at
     assert second_epoch == epoch + 1
-    # The leader's session ended, so no one waited out the 2 s lease.
-    assert failover < 1.9, cluster.logs()
+    # The leader's session ended, so no one waited out the 3 s lease.
+    assert failover < 2.5, cluster.logs()
     fired_before = Event.objects.filter(leader_epoch=second_epoch).count()
     wait_for(
         lambda: (
@@ -106,7 +106,7 @@ def test_sigterm_releases_the_lease_and_a_standby_takes_over_at_once(cluster, db
     assert instance.process.wait(10) == 0, instance.log()
     assert "released leadership" in instance.log()
     wait_for(lambda: (c := leader()) and c[1] > epoch, timeout=10, what="a new leader")
-    assert time.monotonic() - stopped_at < 1.9
+    assert time.monotonic() - stopped_at < 2.5
     check_every_slot_fired_once_in_both_tables()
 
 
@@ -120,7 +120,7 @@ def test_a_paused_leader_resumes_and_cannot_commit_a_fire(cluster, db_now):
     )
     zombie = cluster.instances[first]
     zombie.signal(signal.SIGSTOP)
-    # Its session stays open, so the standbys wait out the lease (2 s), then take over.
+    # Its session stays open, so the standbys wait out the lease (3 s), then take over.
     second, second_epoch = wait_for(
         lambda: (c := leader()) and c[0] != first and c, timeout=15, what="takeover by expiry"
     )

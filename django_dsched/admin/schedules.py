@@ -1,19 +1,17 @@
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest
-from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from . import services
-from .enums import FrequencyUnit
-from .models import Event, OutboxMessage, Schedule, SchedulerLock
+from .. import services
+from ..enums import FrequencyUnit
+from ..models import Schedule
 
 
 def describe_frequency(schedule: Schedule) -> str:
@@ -123,46 +121,3 @@ class ScheduleAdmin(admin.ModelAdmin):
     @admin.action(description=_("Cancel selected schedules"), permissions=["cancel"])
     def cancel_selected(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
         self._report(request, services.cancel(queryset), _("cancelled"))
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """History is written by the scheduler only."""
-
-    show_full_result_count = False
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    @admin.display(description=_("payload"))
-    def payload_pretty(self, obj: Event | OutboxMessage) -> str:
-        return format_html("<pre>{}</pre>", json.dumps(obj.payload, indent=2, sort_keys=True))
-
-
-@admin.register(Event)
-class EventAdmin(ReadOnlyAdmin):
-    list_display = ["event_type", "aggregate_id", "aggregate_version", "scheduled_ts", "event_ts"]
-    list_filter = ["event_type", "aggregate_type"]
-    search_fields = ["=aggregate_id", "event_type"]
-    date_hierarchy = None
-    exclude = ["payload"]
-    readonly_fields = ["payload_pretty"]
-
-
-@admin.register(OutboxMessage)
-class OutboxMessageAdmin(ReadOnlyAdmin):
-    list_display = ["topic", "event_type", "status", "aggregate_id", "event_ts"]
-    list_filter = ["status", "topic"]
-    search_fields = ["=id", "=aggregate_id", "topic", "event_type"]
-    exclude = ["payload"]
-    readonly_fields = ["payload_pretty"]
-
-
-@admin.register(SchedulerLock)
-class SchedulerLockAdmin(ReadOnlyAdmin):
-    list_display = ["lock_id", "instance_id", "epoch", "last_heartbeat", "acquired_ts"]

@@ -1,0 +1,7 @@
+"""Admin registrations, one module per area."""
+
+from __future__ import annotations
+
+from . import history, outbox, schedules
+
+__all__ = ["history", "outbox", "schedules"]
