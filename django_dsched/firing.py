@@ -7,9 +7,10 @@ This is the product's hot loop, so it is set-based SQL on the raw connection. Pe
 2. Python computes each schedule's fire slot and next run with :mod:`.recurrence`, the same
    code the admin and the API use.
 3. ``write``: one statement checks the fence (this instance still holds the unexpired lease
-   at its epoch, taken ``FOR SHARE`` so nobody can take the lease until we commit), inserts
-   every event and outbox row, and advances every schedule. The payload is built in SQL
-   from the locked rows, so event data never round-trips through Python.
+   at its epoch, taken ``FOR SHARE`` so nobody can take the lease until we commit), advances
+   every schedule (``UPDATE ... RETURNING`` the columns the event needs), and inserts every
+   event and outbox row from what the update returned. The payload is built in SQL from the
+   locked rows, so event data never round-trips through Python.
 
 If the fence fails the statement writes nothing and the caller rolls back and steps down.
 A second event for the same (schedule, slot) is refused by the database
@@ -24,12 +25,17 @@ from datetime import datetime
 from typing import Any
 
 from .enums import DeliveryStatus, ScheduleState
-from .recurrence import Grid, due_slot
+from .recurrence import due_slot_us, from_microseconds
 
 logger = logging.getLogger(__name__)
 
+# Times travel as microseconds since the epoch: parsing and formatting thousands of
+# timestamps per batch costs more than the batch's SQL.
 CLAIM = """
-SELECT schedule_id, frequency_unit, frequency_time, start_ts, next_run_ts, statement_timestamp()
+SELECT schedule_id::text, frequency_unit, frequency_time,
+       (extract(epoch FROM start_ts) * 1000000)::bigint,
+       (extract(epoch FROM next_run_ts) * 1000000)::bigint,
+       (extract(epoch FROM statement_timestamp()) * 1000000)::bigint
 FROM schedule_t
 WHERE active AND next_run_ts <= statement_timestamp()
 ORDER BY next_run_ts
@@ -46,14 +52,27 @@ WITH fence AS MATERIALIZED (
     FOR SHARE
 ),
 batch AS MATERIALIZED (
-    SELECT s.schedule_id, s.host_id, s.schedule_name, s.event_topic, s.event_type,
-           s.event_data, s.aggregate_version + 1 AS version,
-           b.slot_ts, b.next_ts, b.next_state,
-           gen_random_uuid() AS event_id, statement_timestamp() AS fired_ts
-    FROM unnest(%(ids)s::uuid[], %(slots)s::timestamptz[], %(nexts)s::timestamptz[],
-                %(states)s::text[]) AS b(schedule_id, slot_ts, next_ts, next_state)
-    JOIN schedule_t s ON s.schedule_id = b.schedule_id
-    WHERE EXISTS (SELECT FROM fence)
+    UPDATE schedule_t s
+    SET next_run_ts = b.next_ts,
+        aggregate_version = s.aggregate_version + 1,
+        fire_count = s.fire_count + 1,
+        last_fired_ts = statement_timestamp(),
+        state = b.next_state,
+        active = (b.next_state = %(active)s)
+    FROM (
+        SELECT id::uuid AS schedule_id,
+               'epoch'::timestamptz + slot * interval '1 microsecond' AS slot_ts,
+               'epoch'::timestamptz + next * interval '1 microsecond' AS next_ts,
+               next_state
+        FROM unnest(%(ids)s::text[], %(slots)s::bigint[], %(nexts)s::bigint[],
+                    %(states)s::text[]) AS u(id, slot, next, next_state)
+    ) AS b
+    -- ANY() lets the planner probe the primary key instead of scanning the table.
+    WHERE s.schedule_id = b.schedule_id AND s.schedule_id = ANY(%(ids)s::uuid[])
+      AND EXISTS (SELECT FROM fence)
+    RETURNING s.schedule_id, s.host_id, s.schedule_name, s.event_topic, s.event_type,
+              s.event_data, s.aggregate_version AS version, b.slot_ts,
+              gen_random_uuid() AS event_id, statement_timestamp() AS fired_ts
 ),
 events AS (
     INSERT INTO event_store_t (id, host_id, aggregate_id, aggregate_type, aggregate_version,
@@ -88,17 +107,6 @@ outbox AS (
     SELECT e.id, e.host_id, e.aggregate_id, 'Schedule', e.aggregate_version, e.event_type,
            e.event_ts, e.payload, e.metadata, b.event_topic, %(pending)s
     FROM events e JOIN batch b ON b.event_id = e.id
-),
-advanced AS (
-    UPDATE schedule_t s
-    SET next_run_ts = b.next_ts,
-        aggregate_version = b.version,
-        fire_count = s.fire_count + 1,
-        last_fired_ts = b.fired_ts,
-        state = b.next_state,
-        active = (b.next_state = %(active)s)
-    FROM batch b
-    WHERE s.schedule_id = b.schedule_id
 )
 SELECT (SELECT count(*) FROM batch), (SELECT count(*) FROM events),
        -- Relays LISTEN on dsched_outbox: one notification per batch, sent at commit.
@@ -132,17 +140,15 @@ class BatchResult:
     names: str | None = None
 
 
-def plan(
-    rows: list[tuple[Any, ...]],
-) -> tuple[list[Any], list[datetime], list[datetime], list[str]]:
-    """Slot and next run for each claimed row, from the rows' own grids and db now."""
-    ids: list[Any] = []
-    slots: list[datetime] = []
-    nexts: list[datetime] = []
+def plan(rows: list[tuple[Any, ...]]) -> tuple[list[str], list[int], list[int], list[str]]:
+    """Slot and next run (microseconds) for each claimed row, from its grid and db now."""
+    ids: list[str] = []
+    slots: list[int] = []
+    nexts: list[int] = []
     states: list[str] = []
     active, completed = ScheduleState.ACTIVE.value, ScheduleState.COMPLETED.value
     for schedule_id, unit, every, start, next_run, now in rows:
-        slot, following = due_slot(Grid(unit, every, start), next_run, now)
+        slot, following = due_slot_us(unit, every, start, next_run, now)
         state = active
         if following is None:
             # The grid runs past the calendar's end: fire this last slot and complete.
@@ -183,8 +189,10 @@ def fire_batch(cursor: Any, fence: Fence, batch_size: int) -> BatchResult:
     )
     written, fired, _notified, names = cursor.fetchone()
     if written == 0:
-        return BatchResult(len(rows), 0, 0, True, rows[0][5])
-    return BatchResult(len(rows), fired, written - fired, False, rows[0][5], names)
+        return BatchResult(len(rows), 0, 0, True, from_microseconds(rows[0][5]))
+    return BatchResult(
+        len(rows), fired, written - fired, False, from_microseconds(rows[0][5]), names
+    )
 
 
 NEXT_DUE = """

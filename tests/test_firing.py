@@ -132,7 +132,7 @@ def test_concurrent_claims_get_disjoint_sets(db_now):
         s2.rollback()
     assert len(first) == 6 and len(second) == 4
     assert first.isdisjoint(second)
-    assert first | second == {s.schedule_id for s in schedules}
+    assert first | second == {str(s.schedule_id) for s in schedules}
 
 
 def test_an_error_mid_batch_leaves_nothing(fence, db_now):

@@ -139,3 +139,25 @@ def test_grid_refuses_bad_definitions():
         Grid(FrequencyUnit.DAYS, 0, utc(2026, 1, 1))
     with pytest.raises(ValueError, match="aware"):
         Grid(FrequencyUnit.DAYS, 1, datetime(2026, 1, 1))
+
+
+class TestMicrosecondFastPath:
+    @given(
+        start=st.datetimes(min_value=datetime(1970, 1, 1), max_value=datetime(2200, 1, 1)),
+        unit=st.sampled_from(list(FrequencyUnit)),
+        every=st.integers(1, 500),
+        behind=st.timedeltas(min_value=timedelta(0), max_value=timedelta(days=5000)),
+        extra=st.timedeltas(min_value=timedelta(0), max_value=timedelta(days=3)),
+    )
+    def test_equals_the_datetime_path(self, start, unit, every, behind, extra):
+        from django_dsched.recurrence import due_slot_us, from_microseconds, to_microseconds
+
+        start = start.replace(tzinfo=UTC)
+        grid = Grid(unit, every, start)
+        next_run = grid.slot_at_or_after(start + behind)
+        now = next_run + extra
+        expected = due_slot(grid, next_run, now)
+        slot, following = due_slot_us(
+            unit, every, to_microseconds(start), to_microseconds(next_run), to_microseconds(now)
+        )
+        assert (from_microseconds(slot), following and from_microseconds(following)) == expected

@@ -112,7 +112,6 @@ class Schedule(models.Model):
                 condition=models.Q(active=True),
                 name="dsched_schedule_due_idx",
             ),
-            models.Index(fields=["host_id", "schedule_name"], name="dsched_schedule_host_idx"),
         ]
         constraints = [
             models.UniqueConstraint(
