@@ -65,11 +65,11 @@ def insert_schedules(count: int, unit: str, every: int, start_sql: str) -> None:
         sql(
             f"""
             INSERT INTO schedule_t (schedule_id, host_id, schedule_name, frequency_unit,
-                frequency_time, start_ts, next_run_ts, event_topic, event_type, event_data,
-                aggregate_version, active, state, fire_count, created_ts, updated_ts)
+                frequency_time, start_ts, next_run_ts, next_slot_ts, event_topic, event_type,
+                event_data)
             SELECT gen_random_uuid(), '00000000-0000-0000-0000-000000000000',
-                   'bench-' || (i + %s), %s, %s, {start_sql}, {start_sql}, 'bench', 'bench.tick',
-                   jsonb_build_object('n', i), 1, true, 'ACTIVE', 0, now(), now()
+                   'bench-' || (i + %s), %s, %s, {start_sql}, {start_sql}, {start_sql},
+                   'bench', 'bench.tick', jsonb_build_object('n', i)
             FROM generate_series(1, %s) AS i
             """,
             [offset, unit, every, size],

@@ -36,6 +36,41 @@ DEFAULTS: dict[str, Any] = {
     "EVENT_DATA_MAX_BYTES": 64 * 1024,
     # Deepest nesting of event_data accepted.
     "EVENT_DATA_MAX_DEPTH": 32,
+    # Grace of schedules with the SKIP misfire policy and no grace of their own, in seconds.
+    "MISFIRE_GRACE_SECONDS": 60,
+    # Schedules declared in settings, synced by `manage.py dsched sync` and after migrate:
+    # {name: {"cron": ..., "time_zone": ...} or {"every": n, "unit": ...} or {"at": ...},
+    #  plus "topic", "event_type" and optional "data", "host_id", "priority", ...}.
+    "SCHEDULES": {},
+    # -- delivery (the outbox relay, docs/delivery.md) -------------------------------------
+    # Where each topic's messages go: {topic or glob pattern: {"BACKEND": ..., "OPTIONS": {...}}}.
+    # BACKEND is an alias ("handlers", "tasks", "redis", "rabbitmq", "webhook") or the dotted
+    # path of a Transport subclass. "*" is the fallback for topics no other key matches.
+    "TRANSPORTS": {"*": {"BACKEND": "handlers"}},
+    # Modules to import when a relay starts, so their @handler registrations exist (besides
+    # every installed app's dsched_handlers module, imported automatically).
+    "HANDLER_MODULES": [],
+    # Messages one relay claims per round trip.
+    "RELAY_BATCH_SIZE": 100,
+    # Longest sleep of an idle relay, in seconds (it also wakes on NOTIFY from each fire).
+    "RELAY_POLL_INTERVAL": 2.0,
+    # Attempts before a message is dead-lettered (DELIVERY_FAILED).
+    "RELAY_MAX_ATTEMPTS": 10,
+    # Seconds a claim lasts; a relay that dies holding messages frees them after this.
+    "RELAY_VISIBILITY_TIMEOUT": 60.0,
+    # Retry delay after failed attempt n: min(RETRY_MAX, RETRY_BASE * 2**(n-1)), jittered
+    # uniformly down to half of it.
+    "RELAY_RETRY_BASE": 2.0,
+    "RELAY_RETRY_MAX": 600.0,
+    # Hosts webhooks may be sent (or redirected) to: "host", "host:port" or ".domain".
+    "WEBHOOK_ALLOWED_HOSTS": [],
+    # -- retention ---------------------------------------------------------------------------
+    # Delivered outbox messages and events older than this many days are deleted (None: never).
+    "RETENTION_DAYS": 45,
+    # Rows deleted per transaction by retention.
+    "RETENTION_BATCH_SIZE": 1000,
+    # Seconds between two retention passes of the leader.
+    "RETENTION_INTERVAL": 3600.0,
 }
 
 

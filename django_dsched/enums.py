@@ -14,11 +14,32 @@ class FrequencyUnit(models.TextChoices):
     YEARS = "YEARS", _("years")
 
 
+class ScheduleKind(models.TextChoices):
+    INTERVAL = "INTERVAL", _("interval")
+    CRON = "CRON", _("cron")
+    ONCE = "ONCE", _("one-shot")
+
+
+class MisfirePolicy(models.TextChoices):
+    # Fire once, for the latest missed slot (the default).
+    COALESCE = "COALESCE", _("fire once (coalesce)")
+    # Fire every missed slot, oldest first, at most catch_up_limit of them.
+    CATCH_UP = "CATCH_UP", _("fire every missed slot (catch up)")
+    # Fire no missed slot; go on from the next future one.
+    SKIP = "SKIP", _("skip missed slots")
+
+
+class ScheduleOrigin(models.TextChoices):
+    ADMIN = "ADMIN", _("admin")
+    API = "API", _("Python API")
+    CODE = "CODE", _("declared in code")
+
+
 class ScheduleState(models.TextChoices):
     ACTIVE = "ACTIVE", _("active")
     PAUSED = "PAUSED", _("paused")
     CANCELLED = "CANCELLED", _("cancelled")
-    # No further slot exists (the grid ran past the calendar's end).
+    # Fired its last slot: a one-shot, an end time or a fire limit reached.
     COMPLETED = "COMPLETED", _("completed")
 
 

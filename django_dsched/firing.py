@@ -20,25 +20,28 @@ A second event for the same (schedule, slot) is refused by the database
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from .enums import DeliveryStatus, ScheduleState
-from .recurrence import due_slot_us, from_microseconds
+from .enums import DeliveryStatus, MisfirePolicy, ScheduleKind, ScheduleState
+from .recurrence import due_slot_us, from_microseconds, to_microseconds
+from .timing import Rules, decide, jitter, timetable_for
 
 logger = logging.getLogger(__name__)
 
 # Times travel as microseconds since the epoch: parsing and formatting thousands of
 # timestamps per batch costs more than the batch's SQL.
 CLAIM = """
-SELECT schedule_id::text, frequency_unit, frequency_time,
+SELECT schedule_id::text, schedule_kind, frequency_unit, frequency_time,
        (extract(epoch FROM start_ts) * 1000000)::bigint,
-       (extract(epoch FROM next_run_ts) * 1000000)::bigint,
-       (extract(epoch FROM statement_timestamp()) * 1000000)::bigint
+       (extract(epoch FROM next_slot_ts) * 1000000)::bigint,
+       (extract(epoch FROM statement_timestamp()) * 1000000)::bigint,
+       cron_expression, time_zone, misfire_policy, misfire_grace_seconds, catch_up_limit,
+       (extract(epoch FROM end_ts) * 1000000)::bigint, max_fires, fire_count, jitter_seconds
 FROM schedule_t
 WHERE active AND next_run_ts <= statement_timestamp()
-ORDER BY next_run_ts
+ORDER BY next_run_ts, priority DESC
 LIMIT %s
 FOR UPDATE SKIP LOCKED
 """
@@ -53,25 +56,30 @@ WITH fence AS MATERIALIZED (
 ),
 batch AS MATERIALIZED (
     UPDATE schedule_t s
-    SET next_run_ts = b.next_ts,
-        aggregate_version = s.aggregate_version + 1,
-        fire_count = s.fire_count + 1,
-        last_fired_ts = statement_timestamp(),
+    SET next_slot_ts = b.next_slot_ts,
+        next_run_ts = b.next_run_ts,
+        aggregate_version = s.aggregate_version + (b.slot_ts IS NOT NULL)::int,
+        fire_count = s.fire_count + (b.slot_ts IS NOT NULL)::int,
+        misfire_count = s.misfire_count + b.missed::int,
+        last_fired_ts = CASE WHEN b.slot_ts IS NULL THEN s.last_fired_ts
+                             ELSE statement_timestamp() END,
         state = b.next_state,
         active = (b.next_state = %(active)s)
     FROM (
         SELECT id::uuid AS schedule_id,
                'epoch'::timestamptz + slot * interval '1 microsecond' AS slot_ts,
-               'epoch'::timestamptz + next * interval '1 microsecond' AS next_ts,
-               next_state
-        FROM unnest(%(ids)s::text[], %(slots)s::bigint[], %(nexts)s::bigint[],
-                    %(states)s::text[]) AS u(id, slot, next, next_state)
+               'epoch'::timestamptz + next_slot * interval '1 microsecond' AS next_slot_ts,
+               'epoch'::timestamptz + next_run * interval '1 microsecond' AS next_run_ts,
+               next_state, missed
+        FROM unnest(%(ids)s::text[], %(slots)s::bigint[], %(next_slots)s::bigint[],
+                    %(next_runs)s::bigint[], %(states)s::text[], %(missed)s::boolean[])
+             AS u(id, slot, next_slot, next_run, next_state, missed)
     ) AS b
     -- ANY() lets the planner probe the primary key instead of scanning the table.
     WHERE s.schedule_id = b.schedule_id AND s.schedule_id = ANY(%(ids)s::uuid[])
       AND EXISTS (SELECT FROM fence)
     RETURNING s.schedule_id, s.host_id, s.schedule_name, s.event_topic, s.event_type,
-              s.event_data, s.aggregate_version AS version, b.slot_ts,
+              s.event_data, s.priority, s.aggregate_version AS version, b.slot_ts,
               gen_random_uuid() AS event_id, statement_timestamp() AS fired_ts
 ),
 events AS (
@@ -93,9 +101,11 @@ events AS (
            jsonb_build_object(
                'instance_id', %(instance)s::text,
                'leader_epoch', %(epoch)s::bigint,
-               'schedule_name', schedule_name),
+               'schedule_name', schedule_name,
+               'trigger', 'schedule'),
            slot_ts, %(epoch)s
     FROM batch
+    WHERE slot_ts IS NOT NULL
     ON CONFLICT DO NOTHING
     RETURNING id, host_id, aggregate_id, aggregate_version, event_type, event_ts, payload,
               metadata
@@ -103,16 +113,18 @@ events AS (
 outbox AS (
     INSERT INTO outbox_message_t (id, host_id, aggregate_id, aggregate_type,
                                   aggregate_version, event_type, event_ts, payload,
-                                  metadata, topic, status)
+                                  metadata, topic, status, priority)
     SELECT e.id, e.host_id, e.aggregate_id, 'Schedule', e.aggregate_version, e.event_type,
-           e.event_ts, e.payload, e.metadata, b.event_topic, %(pending)s
+           e.event_ts, e.payload, e.metadata, b.event_topic, %(pending)s, b.priority
     FROM events e JOIN batch b ON b.event_id = e.id
 )
 SELECT (SELECT count(*) FROM batch), (SELECT count(*) FROM events),
+       (SELECT count(*) FROM batch WHERE slot_ts IS NOT NULL),
        -- Relays LISTEN on dsched_outbox: one notification per batch, sent at commit.
        (SELECT pg_notify('dsched_outbox', '') FROM fence),
        CASE WHEN %(names)s
-            THEN (SELECT string_agg(schedule_name, ', ' ORDER BY schedule_name) FROM batch)
+            THEN (SELECT string_agg(schedule_name, ', ' ORDER BY schedule_name)
+                  FROM batch WHERE slot_ts IS NOT NULL)
        END
 """
 
@@ -140,24 +152,89 @@ class BatchResult:
     names: str | None = None
 
 
-def plan(rows: list[tuple[Any, ...]]) -> tuple[list[str], list[int], list[int], list[str]]:
-    """Slot and next run (microseconds) for each claimed row, from its grid and db now."""
-    ids: list[str] = []
-    slots: list[int] = []
-    nexts: list[int] = []
-    states: list[str] = []
-    active, completed = ScheduleState.ACTIVE.value, ScheduleState.COMPLETED.value
-    for schedule_id, unit, every, start, next_run, now in rows:
-        slot, following = due_slot_us(unit, every, start, next_run, now)
-        state = active
-        if following is None:
-            # The grid runs past the calendar's end: fire this last slot and complete.
-            following, state = slot, completed
-        ids.append(schedule_id)
-        slots.append(slot)
-        nexts.append(following)
-        states.append(state)
-    return ids, slots, nexts, states
+@dataclass(slots=True)
+class Plan:
+    """Per claimed row: the slot to fire (or None), the next slot and run, the new state."""
+
+    ids: list[str] = field(default_factory=list)
+    slots: list[int | None] = field(default_factory=list)
+    next_slots: list[int] = field(default_factory=list)
+    next_runs: list[int] = field(default_factory=list)
+    states: list[str] = field(default_factory=list)
+    missed: list[bool] = field(default_factory=list)
+
+    def add(
+        self,
+        schedule_id: str,
+        slot: int | None,
+        next_slot: int | None,
+        next_run: int | None,
+        missed: bool,
+    ) -> None:
+        self.ids.append(schedule_id)
+        self.slots.append(slot)
+        if next_slot is None or next_run is None:
+            # Nothing comes after: the schedule completes (its next run stays put).
+            last = slot if slot is not None else 0
+            self.next_slots.append(last)
+            self.next_runs.append(last)
+            self.states.append(COMPLETED)
+        else:
+            self.next_slots.append(next_slot)
+            self.next_runs.append(next_run)
+            self.states.append(ACTIVE)
+        self.missed.append(missed)
+
+
+ACTIVE, COMPLETED = ScheduleState.ACTIVE.value, ScheduleState.COMPLETED.value
+INTERVAL, COALESCE = ScheduleKind.INTERVAL.value, MisfirePolicy.COALESCE.value
+
+
+def plan(rows: list[tuple[Any, ...]]) -> Plan:
+    """Decide, for each claimed row, what to fire and when it runs next (microseconds)."""
+    result = Plan()
+    for row in rows:
+        (schedule_id, kind, unit, every, start, next_slot, now, cron, zone, policy, grace,
+         limit, end, max_fires, fires, jitter_s) = row  # fmt: skip
+        if (
+            kind == INTERVAL
+            and policy == COALESCE
+            and grace is None
+            and end is None
+            and max_fires is None
+            and not jitter_s
+        ):
+            # The common case: plain integer arithmetic on the grid.
+            slot, following = due_slot_us(unit, every, start, next_slot, now)
+            result.add(schedule_id, slot, following, following, slot > next_slot)
+            continue
+        table = timetable_for(
+            kind,
+            start=from_microseconds(start),
+            unit=unit,
+            every=every,
+            cron=cron,
+            time_zone=zone,
+        )
+        rules = Rules(
+            policy=policy,
+            grace_seconds=grace,
+            catch_up_limit=limit,
+            end=None if end is None else from_microseconds(end),
+            max_fires=max_fires,
+        )
+        decision = decide(table, rules, from_microseconds(next_slot), from_microseconds(now), fires)
+        after = decision.next_slot
+        result.add(
+            schedule_id,
+            None if decision.slot is None else to_microseconds(decision.slot),
+            None if after is None else to_microseconds(after),
+            None
+            if after is None
+            else to_microseconds(after + jitter(schedule_id, after, jitter_s)),
+            decision.missed,
+        )
+    return result
 
 
 def fire_batch(cursor: Any, fence: Fence, batch_size: int) -> BatchResult:
@@ -170,7 +247,7 @@ def fire_batch(cursor: Any, fence: Fence, batch_size: int) -> BatchResult:
     rows = cursor.fetchall()
     if not rows:
         return BatchResult(0, 0, 0, False, None)
-    ids, slots, nexts, states = plan(rows)
+    decided = plan(rows)
     cursor.execute(
         WRITE,
         {
@@ -178,20 +255,22 @@ def fire_batch(cursor: Any, fence: Fence, batch_size: int) -> BatchResult:
             "instance": fence.instance_id,
             "epoch": fence.epoch,
             "lease": fence.lease_seconds,
-            "ids": ids,
-            "slots": slots,
-            "nexts": nexts,
-            "states": states,
+            "ids": decided.ids,
+            "slots": decided.slots,
+            "next_slots": decided.next_slots,
+            "next_runs": decided.next_runs,
+            "states": decided.states,
+            "missed": decided.missed,
             "pending": DeliveryStatus.PENDING.value,
-            "active": ScheduleState.ACTIVE.value,
+            "active": ACTIVE,
             "names": len(rows) <= NAMED_BATCH,
         },
     )
-    written, fired, _notified, names = cursor.fetchone()
+    written, fired, due_fires, _notified, names = cursor.fetchone()
     if written == 0:
-        return BatchResult(len(rows), 0, 0, True, from_microseconds(rows[0][5]))
+        return BatchResult(len(rows), 0, 0, True, from_microseconds(rows[0][6]))
     return BatchResult(
-        len(rows), fired, written - fired, False, from_microseconds(rows[0][5]), names
+        len(rows), fired, due_fires - fired, False, from_microseconds(rows[0][6]), names
     )
 
 

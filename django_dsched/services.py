@@ -11,11 +11,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import connections, transaction
+from django.db import transaction
 from django.db.models import F, QuerySet
 from django.db.models.functions import Now
 from django.utils.translation import gettext as _
 
+from .clock import database_now
 from .conf import app_settings
 from .enums import ScheduleState
 from .models import Schedule
@@ -28,13 +29,6 @@ class Outcome:
 
     changed: int
     skipped: int
-
-
-def database_now() -> Any:
-    """The database's clock (never the process's)."""
-    with connections[app_settings.DATABASE].cursor() as cursor:
-        cursor.execute("SELECT clock_timestamp()")
-        return cursor.fetchone()[0]
 
 
 def _transition(
@@ -97,8 +91,8 @@ def save_schedule(schedule: Schedule, changed_fields: list[str] | None = None) -
         if not fields:
             return schedule
         if any(f in GRID_FIELDS for f in fields):
-            schedule.next_run_ts = schedule.grid.slot_at_or_after(database_now())
-            fields.append("next_run_ts")
+            schedule.place(database_now())
+            fields += ["next_run_ts", "next_slot_ts", "state", "active"]
         schedule.aggregate_version = current.aggregate_version + 1
         schedule.updated_ts = Now()
         schedule.save(update_fields=[*fields, "aggregate_version", "updated_ts"])

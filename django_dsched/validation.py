@@ -107,3 +107,27 @@ def validate_aware(value: datetime | None) -> None:
         raise ValidationError(
             _("Give a timezone-aware time (with an offset or a zone)."), code="naive"
         )
+
+
+def validate_time_zone(value: str) -> None:
+    from .cron import CronError, zone
+
+    try:
+        zone(value)
+    except CronError:
+        raise ValidationError(
+            _("%(zone)s is not a known IANA time zone (such as Europe/Brussels)."),
+            code="unknown_time_zone",
+            params={"zone": value},
+        ) from None
+
+
+def validate_cron_expression(value: str) -> None:
+    from .cron import CronError, check_expression
+
+    try:
+        check_expression(value)
+    except CronError as exc:
+        raise ValidationError(
+            _("Invalid cron expression: %(error)s."), code="invalid_cron", params={"error": exc}
+        ) from None

@@ -13,6 +13,6 @@ for name in list(os.environ):
 
 @pytest.fixture
 def db_now():
-    from django_dsched.services import database_now
+    from django_dsched.clock import database_now
 
     return database_now

@@ -180,7 +180,9 @@ def test_a_slot_that_already_fired_is_skipped_not_fired_again(fence, db_now):
     schedule = make_due(db_now)
     fire(fence)
     # Put the schedule back on the slot it already fired (as a bad restore would).
-    Schedule.objects.filter(pk=schedule.pk).update(next_run_ts=schedule.start_ts)
+    Schedule.objects.filter(pk=schedule.pk).update(
+        next_run_ts=schedule.start_ts, next_slot_ts=schedule.start_ts
+    )
     result = fire(fence)
     assert (result.claimed, result.fired, result.duplicates) == (1, 0, 1)
     assert Event.objects.count() == OutboxMessage.objects.count() == 1

@@ -110,10 +110,9 @@ def test_a_sleeping_leader_wakes_when_a_schedule_is_created(db_now):
         with other_session() as s2:
             sql(
                 "INSERT INTO schedule_t (schedule_id, host_id, schedule_name, frequency_unit,"
-                " frequency_time, start_ts, next_run_ts, event_topic, event_type, event_data,"
-                " aggregate_version, active, state, fire_count, created_ts, updated_ts)"
-                " VALUES (gen_random_uuid(), gen_random_uuid(), 'n', 'MINUTES', 1, now(), now(),"
-                " 't', 'x', '{}', 1, true, 'ACTIVE', 0, now(), now())",
+                " frequency_time, start_ts, next_run_ts, next_slot_ts, event_topic, event_type,"
+                " event_data) VALUES (gen_random_uuid(), gen_random_uuid(), 'n', 'MINUTES', 1,"
+                " now(), now(), now(), 't', 'x', '{}')",
                 using=s2,
             )
         assert woke.wait(5), "the leader did not wake on NOTIFY"

@@ -86,7 +86,13 @@ def test_invalid_schedules_are_not_written():
 def test_a_new_schedule_without_start_fires_first_at_database_now(db_now):
     before = db_now()
     schedule = services.save_schedule(
-        Schedule(schedule_name="now", frequency_time=5, event_topic="t", event_type="x")
+        Schedule(
+            schedule_name="now",
+            frequency_unit="MINUTES",
+            frequency_time=5,
+            event_topic="t",
+            event_type="x",
+        )
     )
     assert schedule.start_ts == schedule.next_run_ts
     assert before <= schedule.start_ts <= db_now()

@@ -8,7 +8,13 @@ from .records import EventRecord
 
 
 class OutboxMessage(EventRecord):
-    """A fired event waiting to be delivered; its id is the event's id."""
+    """A fired event waiting to be delivered; its id is the event's id.
+
+    The fire statement inserts the row (PENDING); from then on only the relay
+    (:mod:`django_dsched.relay`) and the dead-letter actions (:mod:`django_dsched.dead_letters`)
+    write it. The delivery columns have database defaults because the fire statement does
+    not name them.
+    """
 
     topic = models.CharField(_("topic"), max_length=126)
     status = models.CharField(
@@ -17,23 +23,80 @@ class OutboxMessage(EventRecord):
         choices=DeliveryStatus.choices,
         default=DeliveryStatus.PENDING,
     )
+    priority = models.SmallIntegerField(
+        _("priority"),
+        db_default=0,
+        help_text=_("Higher values are delivered first; equal values oldest first."),
+    )
+    attempts = models.IntegerField(
+        _("attempts"),
+        db_default=0,
+        help_text=_("Delivery attempts started (each claim by a relay counts one)."),
+    )
+    next_attempt_ts = models.DateTimeField(
+        _("next attempt"),
+        null=True,
+        blank=True,
+        help_text=_("Not claimable before this time (set after a failed attempt)."),
+    )
+    last_error = models.TextField(_("last error"), blank=True, db_default="")
+    delivered_ts = models.DateTimeField(_("delivered"), null=True, blank=True)
+    claimed_by = models.CharField(
+        _("claimed by"),
+        max_length=255,
+        blank=True,
+        db_default="",
+        help_text=_("The relay delivering the message now; empty when nobody is."),
+    )
+    claimed_until = models.DateTimeField(
+        _("claimed until"),
+        null=True,
+        blank=True,
+        help_text=_("Visibility timeout: after this another relay may claim the message."),
+    )
 
     class Meta:
         db_table = "outbox_message_t"
         verbose_name = _("outbox message")
         verbose_name_plural = _("outbox messages")
         ordering = ["-event_ts"]
+        permissions = [
+            ("retry_outboxmessage", _("Can retry dead-lettered outbox messages")),
+            ("discard_outboxmessage", _("Can discard dead-lettered outbox messages")),
+        ]
         constraints = [
             models.CheckConstraint(
                 condition=models.Q(status__in=DeliveryStatus.values),
                 name="dsched_outbox_status_valid",
             ),
+            models.CheckConstraint(
+                condition=models.Q(attempts__gte=0), name="dsched_outbox_attempts_nonnegative"
+            ),
+            models.CheckConstraint(
+                condition=~models.Q(status=DeliveryStatus.DELIVERED)
+                | models.Q(delivered_ts__isnull=False),
+                name="dsched_outbox_delivered_has_time",
+            ),
         ]
         indexes = [
+            # Serves the relays' claim: pending rows in (priority desc, event_ts) order.
             models.Index(
-                fields=["event_ts"],
+                models.F("priority").desc(),
+                "event_ts",
                 condition=models.Q(status=DeliveryStatus.PENDING),
-                name="dsched_outbox_pending_idx",
+                name="dsched_outbox_claim_idx",
+            ),
+            # Serves retention: delivered rows by delivery time.
+            models.Index(
+                fields=["delivered_ts"],
+                condition=models.Q(status=DeliveryStatus.DELIVERED),
+                name="dsched_outbox_delivered_idx",
+            ),
+            # Dead letters are few and looked at by operators; keep them cheap to list.
+            models.Index(
+                fields=["topic", "event_ts"],
+                condition=models.Q(status=DeliveryStatus.DELIVERY_FAILED),
+                name="dsched_outbox_dead_idx",
             ),
         ]
 

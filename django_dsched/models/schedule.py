@@ -1,29 +1,50 @@
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Func, Value
-from django.db.models.expressions import DatabaseDefault
 from django.db.models.functions import Now
 from django.db.models.lookups import Exact
 from django.utils.translation import gettext_lazy as _
 
+from ..clock import database_now
 from ..conf import app_settings
-from ..enums import FrequencyUnit, ScheduleState, max_length_of
-from ..recurrence import Grid, period_is_acceptable
+from ..cron import CronError
+from ..enums import (
+    FrequencyUnit,
+    MisfirePolicy,
+    ScheduleKind,
+    ScheduleOrigin,
+    ScheduleState,
+    max_length_of,
+)
+from ..recurrence import period_is_acceptable
+from ..timing import Rules, Timetable, first_slot, jitter, timetable_for
 from ..validation import (
     NAME_MAX_LENGTH,
     identifier_validator,
     validate_aware,
+    validate_cron_expression,
     validate_event_data,
+    validate_time_zone,
 )
 
-# The fields that place a schedule on its grid; changing one moves next_run_ts.
-GRID_FIELDS = ("frequency_unit", "frequency_time", "start_ts")
+# The fields that place a schedule's slots; changing one moves next_run_ts.
+GRID_FIELDS = (
+    "schedule_kind",
+    "frequency_unit",
+    "frequency_time",
+    "cron_expression",
+    "time_zone",
+    "start_ts",
+    "jitter_seconds",
+)
+IDENTIFIER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$"
 
 
 def default_host_id() -> uuid.UUID:
@@ -48,25 +69,115 @@ class Schedule(models.Model):
         _("host id"), default=default_host_id, help_text=_("The tenant that owns the schedule.")
     )
     schedule_name = models.CharField(_("name"), max_length=NAME_MAX_LENGTH)
+    schedule_kind = models.CharField(
+        _("kind"),
+        max_length=max_length_of(ScheduleKind),
+        choices=ScheduleKind.choices,
+        default=ScheduleKind.INTERVAL,
+        db_default=ScheduleKind.INTERVAL,
+    )
     frequency_unit = models.CharField(
         _("frequency unit"),
         max_length=16,
         choices=FrequencyUnit.choices,
-        default=FrequencyUnit.MINUTES,
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_("Interval schedules: the unit of the interval."),
     )
     frequency_time = models.IntegerField(
         _("every"),
+        null=True,
+        blank=True,
         validators=[MinValueValidator(1), MaxValueValidator(2**31 - 1)],
-        help_text=_("How many frequency units lie between two fires."),
+        help_text=_("Interval schedules: how many units lie between two fires."),
+    )
+    cron_expression = models.CharField(
+        _("cron expression"),
+        max_length=128,
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_(
+            "Cron schedules: minute hour day-of-month month day-of-week, optionally a sixth "
+            "field for seconds."
+        ),
+    )
+    time_zone = models.CharField(
+        _("time zone"),
+        max_length=64,
+        default="UTC",
+        db_default="UTC",
+        validators=[validate_time_zone],
+        help_text=_("IANA zone whose wall clock a cron expression follows."),
     )
     start_ts = models.DateTimeField(
         _("start"),
-        db_default=Now(),
         blank=True,
         validators=[validate_aware],
-        help_text=_("Anchor of the schedule's grid and its first fire. Empty means now."),
+        help_text=_(
+            "Interval: the grid's anchor and first fire. One-shot: when it fires. Cron: no fire "
+            "before this. Empty means now."
+        ),
     )
-    next_run_ts = models.DateTimeField(_("next run"), db_default=Now(), editable=False)
+    end_ts = models.DateTimeField(
+        _("end"),
+        null=True,
+        blank=True,
+        validators=[validate_aware],
+        help_text=_("No fire after this time; the schedule completes."),
+    )
+    max_fires = models.IntegerField(
+        _("fire limit"),
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text=_("The schedule completes after this many fires."),
+    )
+    next_run_ts = models.DateTimeField(_("next run"), editable=False)
+    next_slot_ts = models.DateTimeField(
+        _("next slot"),
+        editable=False,
+        help_text=_("The slot the next fire is for (next run minus jitter)."),
+    )
+    misfire_policy = models.CharField(
+        _("misfire policy"),
+        max_length=max_length_of(MisfirePolicy),
+        choices=MisfirePolicy.choices,
+        default=MisfirePolicy.COALESCE,
+        db_default=MisfirePolicy.COALESCE,
+    )
+    misfire_grace_seconds = models.IntegerField(
+        _("misfire grace (s)"),
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0)],
+        help_text=_(
+            "A slot later than this counts as missed. Empty: no limit for fire-once and "
+            "catch-up, DSCHED_MISFIRE_GRACE_SECONDS for skip."
+        ),
+    )
+    catch_up_limit = models.IntegerField(
+        _("catch-up limit"),
+        default=100,
+        db_default=100,
+        validators=[MinValueValidator(1), MaxValueValidator(10_000)],
+        help_text=_("Catch-up: the most missed slots fired; older ones are skipped."),
+    )
+    jitter_seconds = models.IntegerField(
+        _("jitter (s)"),
+        default=0,
+        db_default=0,
+        validators=[MinValueValidator(0), MaxValueValidator(86_400)],
+        help_text=_("Each fire happens up to this much after its slot (a fixed spread)."),
+    )
+    priority = models.SmallIntegerField(
+        _("priority"),
+        default=0,
+        db_default=0,
+        validators=[MinValueValidator(-1000), MaxValueValidator(1000)],
+        help_text=_("Among schedules due at the same moment, higher fires first."),
+    )
     event_topic = models.CharField(
         _("topic"), max_length=NAME_MAX_LENGTH, validators=[identifier_validator]
     )
@@ -80,16 +191,38 @@ class Schedule(models.Model):
         validators=[validate_event_data],
         help_text=_("A JSON object carried as the data of every event this schedule fires."),
     )
-    aggregate_version = models.BigIntegerField(_("version"), default=1, editable=False)
-    active = models.BooleanField(_("active"), default=True, editable=False)
+    aggregate_version = models.BigIntegerField(
+        _("version"), default=1, db_default=1, editable=False
+    )
+    active = models.BooleanField(_("active"), default=True, db_default=True, editable=False)
     state = models.CharField(
         _("state"),
         max_length=max_length_of(ScheduleState),
         choices=ScheduleState.choices,
         default=ScheduleState.ACTIVE,
+        db_default=ScheduleState.ACTIVE,
         editable=False,
     )
-    fire_count = models.BigIntegerField(_("fires"), default=0, editable=False)
+    paused_reason = models.CharField(
+        _("pause reason"), max_length=255, blank=True, default="", db_default=""
+    )
+    paused_until = models.DateTimeField(_("paused until"), null=True, blank=True, editable=False)
+    origin = models.CharField(
+        _("origin"),
+        max_length=max_length_of(ScheduleOrigin),
+        choices=ScheduleOrigin.choices,
+        default=ScheduleOrigin.ADMIN,
+        db_default=ScheduleOrigin.ADMIN,
+        editable=False,
+    )
+    fire_count = models.BigIntegerField(_("fires"), default=0, db_default=0, editable=False)
+    misfire_count = models.BigIntegerField(
+        _("misfires"),
+        default=0,
+        db_default=0,
+        editable=False,
+        help_text=_("Times missed slots were skipped or coalesced."),
+    )
     last_fired_ts = models.DateTimeField(_("last fired"), null=True, editable=False)
     created_ts = models.DateTimeField(_("created"), db_default=Now(), editable=False)
     updated_ts = models.DateTimeField(_("updated"), db_default=Now(), editable=False)
@@ -112,6 +245,12 @@ class Schedule(models.Model):
                 condition=models.Q(active=True),
                 name="dsched_schedule_due_idx",
             ),
+            # Serves the auto-resume of schedules paused until a time.
+            models.Index(
+                fields=["paused_until"],
+                condition=models.Q(state=ScheduleState.PAUSED, paused_until__isnull=False),
+                name="dsched_schedule_paused_idx",
+            ),
         ]
         constraints = [
             models.UniqueConstraint(
@@ -121,8 +260,47 @@ class Schedule(models.Model):
                 condition=models.Q(frequency_time__gt=0), name="dsched_schedule_frequency_positive"
             ),
             models.CheckConstraint(
-                condition=models.Q(frequency_unit__in=FrequencyUnit.values),
+                condition=models.Q(frequency_unit__in=[*FrequencyUnit.values, ""]),
                 name="dsched_schedule_unit_valid",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(schedule_kind__in=ScheduleKind.values),
+                name="dsched_schedule_kind_valid",
+            ),
+            models.CheckConstraint(
+                condition=~models.Q(schedule_kind=ScheduleKind.INTERVAL)
+                | (models.Q(frequency_time__isnull=False) & ~models.Q(frequency_unit="")),
+                name="dsched_schedule_interval_complete",
+            ),
+            models.CheckConstraint(
+                condition=~models.Q(schedule_kind=ScheduleKind.CRON)
+                | ~models.Q(cron_expression=""),
+                name="dsched_schedule_cron_complete",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(misfire_policy__in=MisfirePolicy.values),
+                name="dsched_schedule_misfire_policy_valid",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(origin__in=ScheduleOrigin.values),
+                name="dsched_schedule_origin_valid",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(end_ts__isnull=True) | models.Q(end_ts__gt=models.F("start_ts")),
+                name="dsched_schedule_end_after_start",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(max_fires__isnull=True) | models.Q(max_fires__gte=1),
+                name="dsched_schedule_max_fires_positive",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(catch_up_limit__gte=1, catch_up_limit__lte=10_000)
+                & models.Q(jitter_seconds__gte=0, jitter_seconds__lte=86_400)
+                & (
+                    models.Q(misfire_grace_seconds__isnull=True)
+                    | models.Q(misfire_grace_seconds__gte=0)
+                ),
+                name="dsched_schedule_timing_bounds",
             ),
             models.CheckConstraint(
                 condition=models.Q(state__in=ScheduleState.values),
@@ -137,11 +315,11 @@ class Schedule(models.Model):
                 condition=~models.Q(schedule_name=""), name="dsched_schedule_name_not_empty"
             ),
             models.CheckConstraint(
-                condition=models.Q(event_topic__regex=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$"),
+                condition=models.Q(event_topic__regex=IDENTIFIER_PATTERN),
                 name="dsched_schedule_topic_valid",
             ),
             models.CheckConstraint(
-                condition=models.Q(event_type__regex=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$"),
+                condition=models.Q(event_type__regex=IDENTIFIER_PATTERN),
                 name="dsched_schedule_type_valid",
             ),
             models.CheckConstraint(
@@ -158,29 +336,115 @@ class Schedule(models.Model):
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         self.active = self.state == ScheduleState.ACTIVE
-        adding = self._state.adding
-        if adding:
+        if self.schedule_kind != ScheduleKind.INTERVAL:
+            self.frequency_unit, self.frequency_time = "", None
+        if self._state.adding and self.next_run_ts is None:
             if self.start_ts is None:
-                self.start_ts = DatabaseDefault()
-            if self.next_run_ts is None or isinstance(self.next_run_ts, DatabaseDefault):
-                # The first fire is at the anchor; a database default reads the same now().
-                self.next_run_ts = self.start_ts
+                self.start_ts = database_now()
+            self.place(self.start_ts)
         super().save(*args, **kwargs)
-        if adding and isinstance(self.start_ts, DatabaseDefault | Now):
-            self.refresh_from_db(fields=["start_ts", "next_run_ts", "created_ts", "updated_ts"])
 
     def clean(self) -> None:
         super().clean()
-        if (
-            self.frequency_unit in FrequencyUnit.values
-            and isinstance(self.frequency_time, int)
-            and self.frequency_time > 0
-        ) and not period_is_acceptable(self.frequency_unit, self.frequency_time):
+        errors: dict[str, str] = {}
+        if self.schedule_kind == ScheduleKind.INTERVAL:
+            if not self.frequency_unit:
+                errors["frequency_unit"] = _("An interval schedule needs a frequency unit.")
+            if self.frequency_time is None:
+                errors["frequency_time"] = _("An interval schedule needs a frequency.")
+            elif (
+                self.frequency_unit in FrequencyUnit.values
+                and self.frequency_time > 0
+                and not period_is_acceptable(self.frequency_unit, self.frequency_time)
+            ):
+                errors["frequency_time"] = _("A schedule must fire at least once every 100 years.")
+        elif self.schedule_kind == ScheduleKind.CRON:
+            if not self.cron_expression.strip():
+                errors["cron_expression"] = _("A cron schedule needs a cron expression.")
+            else:
+                try:
+                    validate_cron_expression(self.cron_expression)
+                except ValidationError as exc:
+                    errors["cron_expression"] = exc.messages[0]
+        if self.start_ts and self.end_ts and self.end_ts <= self.start_ts:
+            errors["end_ts"] = _("The end must be after the start.")
+        if errors:
+            raise ValidationError(errors)
+        self._check_it_fires()
+
+    def _check_it_fires(self) -> None:
+        """A schedule whose timetable has no slot within its bounds is refused."""
+        if self.start_ts is not None and getattr(self.start_ts, "tzinfo", None) is None:
+            return  # reported by the field's own validator
+        if self.schedule_kind == ScheduleKind.ONCE:
+            return
+        try:
+            table = self.timetable(self.start_ts or database_now())
+            slot = first_slot(table, self.rules(), self.start_ts or database_now())
+        except (CronError, ValueError):
+            return  # reported above
+        if slot is None:
             raise ValidationError(
-                {"frequency_time": _("A schedule must fire at least once every 100 years.")},
-                code="period_too_long",
+                _("This schedule would never fire (no slot between its start and its end)."),
+                code="never_fires",
             )
 
-    @property
-    def grid(self) -> Grid:
-        return Grid(self.frequency_unit, self.frequency_time, self.start_ts)
+    # -- timing ---------------------------------------------------------------------------
+    def timetable(self, start: datetime | None = None) -> Timetable:
+        return timetable_for(
+            self.schedule_kind,
+            start=start or self.start_ts,
+            unit=self.frequency_unit,
+            every=self.frequency_time,
+            cron=self.cron_expression,
+            time_zone=self.time_zone,
+        )
+
+    def rules(self) -> Rules:
+        return Rules(
+            policy=self.misfire_policy,
+            grace_seconds=self.misfire_grace_seconds,
+            catch_up_limit=self.catch_up_limit,
+            start=self.start_ts,
+            end=self.end_ts,
+            max_fires=self.max_fires,
+        )
+
+    def place(self, not_before: datetime) -> None:
+        """Put the next fire on the first slot at or after ``not_before``.
+
+        With no such slot (a one-shot in the past is still due; a bounded schedule past its
+        end is not) the schedule completes.
+        """
+        table = self.timetable()
+        if self.schedule_kind == ScheduleKind.ONCE:
+            slot: datetime | None = self.start_ts
+        else:
+            slot = first_slot(table, self.rules(), not_before)
+        if slot is None:
+            self.state, self.active = ScheduleState.COMPLETED, False
+            slot = self.next_slot_ts or self.start_ts
+        self.next_slot_ts = slot
+        self.next_run_ts = slot + jitter(self.schedule_id, slot, self.jitter_seconds)
+
+    def upcoming(self, count: int, after: datetime | None = None) -> list[datetime]:
+        """The next ``count`` fire times (slot plus jitter) from the next run on.
+
+        Computed by the same code that fires the schedule; bounds and fire limits apply.
+        """
+        table = self.timetable()
+        rules = self.rules()
+        slot: datetime | None = (
+            self.next_slot_ts if after is None else first_slot(table, rules, after)
+        )
+        times: list[datetime] = []
+        fires = self.fire_count
+        while slot is not None and len(times) < count:
+            if rules.end is not None and slot > rules.end:
+                break
+            if rules.max_fires is not None and fires >= rules.max_fires:
+                break
+            times.append(slot + jitter(self.schedule_id, slot, self.jitter_seconds))
+            fires += 1
+            slot = table.slot_after(slot)
+        return times

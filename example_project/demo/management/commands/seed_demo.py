@@ -7,6 +7,7 @@ from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand
 
 from django_dsched import services
+from django_dsched.clock import database_now
 from django_dsched.enums import FrequencyUnit
 from django_dsched.models import Schedule
 
@@ -25,7 +26,7 @@ class Command(BaseCommand):
         parser.add_argument("--password", default="admin")
 
     def handle(self, *, password: str, **options: Any) -> None:
-        now = services.database_now()
+        now = database_now()
         for name, unit, every, topic, event_type, data in DEMO_SCHEDULES:
             if Schedule.objects.filter(schedule_name=name).exists():
                 continue

@@ -1,0 +1,15 @@
+"""The database's clock: the only "now" the scheduler trusts."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import connections
+
+from .conf import app_settings
+
+
+def database_now() -> datetime:
+    with connections[app_settings.DATABASE].cursor() as cursor:
+        cursor.execute("SELECT clock_timestamp()")
+        return cursor.fetchone()[0]

@@ -1,0 +1,99 @@
+"""Cron timetables in an IANA time zone, with a written-down DST rule.
+
+Cron expressions are evaluated on the zone's wall clock (croniter does the matching), and
+each matching wall time becomes one instant:
+
+* **Gap** (spring forward): a wall time that does not exist fires once, at the instant the
+  same wall time would have had with the offset in force before the gap (02:30 on the day
+  clocks jump 02:00 -> 03:00 fires at 03:30 new time). An instant that a real wall time
+  also maps to fires once, not twice.
+* **Fold** (fall back): a wall time that occurs twice fires once, at its first occurrence;
+  the repeated hour's second pass fires nothing.
+
+So every fire is a distinct instant, fires are strictly increasing, and each local slot
+fires at most once.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from functools import lru_cache
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import CroniterBadDateError, croniter
+
+# Matches scanned before a search gives up (a fold can hide up to an hour of matches of a
+# every-second expression, which is 3,600).
+MAX_STEPS = 10_000
+SECOND = timedelta(seconds=1)
+
+
+class CronError(ValueError):
+    """An expression or zone that cannot drive a schedule."""
+
+
+@lru_cache(maxsize=1024)
+def zone(name: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise CronError(f"unknown time zone {name!r}") from exc
+
+
+def check_expression(expression: str) -> None:
+    """Raise :class:`CronError` unless ``expression`` is five or six valid fields."""
+    fields = expression.split()
+    if len(fields) not in (5, 6):
+        raise CronError(
+            "a cron expression has five fields (minute hour day month weekday), "
+            "or six with seconds last"
+        )
+    if not croniter.is_valid(expression):
+        raise CronError(f"{expression!r} is not a valid cron expression")
+
+
+class CronTimetable:
+    """The instants a cron expression matches in a time zone."""
+
+    def __init__(self, expression: str, time_zone: str = "UTC") -> None:
+        check_expression(expression)
+        self.expression = expression
+        self.zone = zone(time_zone)
+
+    def _wall(self, when: datetime) -> datetime:
+        return when.astimezone(self.zone).replace(tzinfo=None)
+
+    def _instant(self, wall: datetime) -> datetime:
+        # fold=0: a repeated wall time means its first occurrence, and a missing one is
+        # read with the offset before the gap, which lands just after it.
+        return wall.replace(tzinfo=self.zone, fold=0).astimezone(UTC)
+
+    def slot_after(self, when: datetime) -> datetime | None:
+        """The first fire strictly after ``when``; None if it never fires again."""
+        matches = croniter(self.expression, self._wall(when))
+        try:
+            for _ in range(MAX_STEPS):
+                instant = self._instant(matches.get_next(datetime))
+                if instant > when:
+                    return instant
+        except (CroniterBadDateError, OverflowError, ValueError):
+            return None
+        raise CronError(f"{self.expression!r}: no fire found after {when}")
+
+    def slot_at_or_before(self, when: datetime) -> datetime | None:
+        """The latest fire at or before ``when``; None if there is none."""
+        matches = croniter(self.expression, self._wall(when) + timedelta(microseconds=1))
+        try:
+            for _ in range(MAX_STEPS):
+                instant = self._instant(matches.get_prev(datetime))
+                if instant <= when:
+                    return instant
+        except (CroniterBadDateError, OverflowError, ValueError):
+            return None
+        raise CronError(f"{self.expression!r}: no fire found before {when}")
+
+    def slot_at_or_after(self, when: datetime) -> datetime | None:
+        latest = self.slot_at_or_before(when)
+        if latest is not None and latest == when:
+            return latest
+        return self.slot_after(when)
