@@ -11,4 +11,9 @@ class DschedConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from django.db.models.signals import post_migrate
+
         from . import checks  # noqa: F401  (registers the system checks)
+        from .declared import sync_after_migrate
+
+        post_migrate.connect(sync_after_migrate, sender=self)

@@ -67,3 +67,90 @@ def check_settings(**kwargs: Any) -> list[Error]:
             Error("DSCHED_BATCH_SIZE must be a whole number from 1 to 10000.", id="dsched.E006")
         )
     return errors
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+@register(Tags.compatibility)
+def check_delivery_settings(**kwargs: Any) -> list[Error]:
+    """The relay's and retention's settings (dsched.E007 to E013)."""
+    from .transports.registry import config_problems
+
+    errors = [
+        Error(f"DSCHED_TRANSPORTS: {problem}.", id="dsched.E007")
+        for problem in config_problems(app_settings.TRANSPORTS)
+    ]
+    batch, attempts = app_settings.RELAY_BATCH_SIZE, app_settings.RELAY_MAX_ATTEMPTS
+    if not (isinstance(batch, int) and 1 <= batch <= 10_000):
+        errors.append(
+            Error(
+                "DSCHED_RELAY_BATCH_SIZE must be a whole number from 1 to 10000.", id="dsched.E008"
+            )
+        )
+    if not (isinstance(attempts, int) and 1 <= attempts <= 1000):
+        errors.append(
+            Error(
+                "DSCHED_RELAY_MAX_ATTEMPTS must be a whole number from 1 to 1000.", id="dsched.E009"
+            )
+        )
+    timings = {
+        name: getattr(app_settings, name)
+        for name in (
+            "RELAY_POLL_INTERVAL",
+            "RELAY_VISIBILITY_TIMEOUT",
+            "RELAY_RETRY_BASE",
+            "RELAY_RETRY_MAX",
+        )
+    }
+    bad = [name for name, value in timings.items() if not (_is_number(value) and value > 0)]
+    errors.extend(
+        Error(f"DSCHED_{name} must be a positive number of seconds.", id="dsched.E010")
+        for name in bad
+    )
+    if not bad and timings["RELAY_RETRY_BASE"] > timings["RELAY_RETRY_MAX"]:
+        errors.append(
+            Error(
+                "DSCHED_RELAY_RETRY_BASE must not exceed DSCHED_RELAY_RETRY_MAX.",
+                id="dsched.E010",
+            )
+        )
+    days, rows = app_settings.RETENTION_DAYS, app_settings.RETENTION_BATCH_SIZE
+    interval = app_settings.RETENTION_INTERVAL
+    if days is not None and not (_is_number(days) and days > 0):
+        errors.append(
+            Error(
+                "DSCHED_RETENTION_DAYS must be a positive number of days, or None to keep "
+                "history forever.",
+                id="dsched.E011",
+            )
+        )
+    if not (isinstance(rows, int) and 1 <= rows <= 100_000):
+        errors.append(
+            Error(
+                "DSCHED_RETENTION_BATCH_SIZE must be a whole number from 1 to 100000.",
+                id="dsched.E011",
+            )
+        )
+    if not (_is_number(interval) and interval > 0):
+        errors.append(
+            Error(
+                "DSCHED_RETENTION_INTERVAL must be a positive number of seconds.", id="dsched.E011"
+            )
+        )
+    allowed = app_settings.WEBHOOK_ALLOWED_HOSTS
+    if isinstance(allowed, str) or not all(isinstance(h, str) and h for h in allowed):
+        errors.append(
+            Error(
+                "DSCHED_WEBHOOK_ALLOWED_HOSTS must be a list of host names.",
+                hint='For example ["hooks.example.com", ".internal.example.com:8443"].',
+                id="dsched.E012",
+            )
+        )
+    modules = app_settings.HANDLER_MODULES
+    if isinstance(modules, str) or not all(isinstance(m, str) for m in modules):
+        errors.append(
+            Error("DSCHED_HANDLER_MODULES must be a list of module names.", id="dsched.E013")
+        )
+    return errors

@@ -42,6 +42,8 @@ DEFAULTS: dict[str, Any] = {
     # {name: {"cron": ..., "time_zone": ...} or {"every": n, "unit": ...} or {"at": ...},
     #  plus "topic", "event_type" and optional "data", "host_id", "priority", ...}.
     "SCHEDULES": {},
+    # Sync declared schedules at the end of every `migrate` (on deploy).
+    "SYNC_ON_MIGRATE": True,
     # -- delivery (the outbox relay, docs/delivery.md) -------------------------------------
     # Where each topic's messages go: {topic or glob pattern: {"BACKEND": ..., "OPTIONS": {...}}}.
     # BACKEND is an alias ("handlers", "tasks", "redis", "rabbitmq", "webhook") or the dotted

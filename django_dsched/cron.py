@@ -68,28 +68,60 @@ class CronTimetable:
         # read with the offset before the gap, which lands just after it.
         return wall.replace(tzinfo=self.zone, fold=0).astimezone(UTC)
 
+    def _shifts(self, when: datetime) -> tuple[timedelta, timedelta]:
+        """How far clocks jumped forward and back in the two days before ``when``."""
+        now = (
+            when.utcoffset() if when.tzinfo is self.zone else when.astimezone(self.zone).utcoffset()
+        )
+        forward = back = timedelta(0)
+        for days in (1, 2):
+            then = (when - timedelta(days=days)).astimezone(self.zone).utcoffset()
+            assert now is not None and then is not None
+            forward, back = max(forward, now - then), max(back, then - now)
+        return forward, back
+
     def slot_after(self, when: datetime) -> datetime | None:
-        """The first fire strictly after ``when``; None if it never fires again."""
-        matches = croniter(self.expression, self._wall(when))
+        """The first fire strictly after ``when``; None if it never fires again.
+
+        A wall time in a recent gap maps to an instant after the gap, so the search starts
+        that far back on the wall clock and keeps the earliest instant after ``when``.
+        """
+        wall = self._wall(when)
+        forward, _ = self._shifts(when)
+        matches = croniter(self.expression, wall - forward)
+        best: datetime | None = None
         try:
             for _ in range(MAX_STEPS):
-                instant = self._instant(matches.get_next(datetime))
-                if instant > when:
-                    return instant
+                naive = matches.get_next(datetime)
+                if best is not None and naive > wall + forward:
+                    return best
+                instant = self._instant(naive)
+                if instant > when and (best is None or instant < best):
+                    best = instant
         except (CroniterBadDateError, OverflowError, ValueError):
-            return None
+            return best
         raise CronError(f"{self.expression!r}: no fire found after {when}")
 
     def slot_at_or_before(self, when: datetime) -> datetime | None:
-        """The latest fire at or before ``when``; None if there is none."""
-        matches = croniter(self.expression, self._wall(when) + timedelta(microseconds=1))
+        """The latest fire at or before ``when``; None if there is none.
+
+        In the second pass of a repeated hour, wall times ahead of the clock already fired
+        (at their first occurrence), so the search starts that far ahead.
+        """
+        wall = self._wall(when)
+        forward, back = self._shifts(when)
+        matches = croniter(self.expression, wall + back + timedelta(microseconds=1))
+        best: datetime | None = None
         try:
             for _ in range(MAX_STEPS):
-                instant = self._instant(matches.get_prev(datetime))
-                if instant <= when:
-                    return instant
+                naive = matches.get_prev(datetime)
+                if best is not None and naive < wall - forward:
+                    return best
+                instant = self._instant(naive)
+                if instant <= when and (best is None or instant > best):
+                    best = instant
         except (CroniterBadDateError, OverflowError, ValueError):
-            return None
+            return best
         raise CronError(f"{self.expression!r}: no fire found before {when}")
 
     def slot_at_or_after(self, when: datetime) -> datetime | None:

@@ -30,6 +30,23 @@ from .timing import Rules, decide, jitter, timetable_for
 
 logger = logging.getLogger(__name__)
 
+# The CloudEvents 1.0 envelope of a fire, built in SQL from the fired schedule's columns.
+ENVELOPE = """jsonb_build_object(
+               'specversion', '1.0',
+               'id', event_id,
+               'source', '/django-dsched/' || host_id,
+               'subject', schedule_id,
+               'type', event_type,
+               'time', fired_ts,
+               'datacontenttype', 'application/json',
+               'topic', event_topic,
+               'scheduledtime', slot_ts,
+               'data', event_data)"""
+
+OUTBOX_COLUMNS = """(id, host_id, aggregate_id, aggregate_type, aggregate_version,
+                                  event_type, event_ts, payload, metadata, topic, status,
+                                  priority)"""
+
 # Times travel as microseconds since the epoch: parsing and formatting thousands of
 # timestamps per batch costs more than the batch's SQL.
 CLAIM = """
@@ -46,7 +63,7 @@ LIMIT %s
 FOR UPDATE SKIP LOCKED
 """
 
-WRITE = """
+WRITE = f"""
 WITH fence AS MATERIALIZED (
     SELECT epoch, set_config('dsched.firing', 'on', true)
     FROM scheduler_lock_t
@@ -87,17 +104,7 @@ events AS (
                                event_type, event_ts, payload, metadata, scheduled_ts,
                                leader_epoch)
     SELECT event_id, host_id, schedule_id, 'Schedule', version, event_type, fired_ts,
-           jsonb_build_object(
-               'specversion', '1.0',
-               'id', event_id,
-               'source', '/django-dsched/' || host_id,
-               'subject', schedule_id,
-               'type', event_type,
-               'time', fired_ts,
-               'datacontenttype', 'application/json',
-               'topic', event_topic,
-               'scheduledtime', slot_ts,
-               'data', event_data),
+           {ENVELOPE},
            jsonb_build_object(
                'instance_id', %(instance)s::text,
                'leader_epoch', %(epoch)s::bigint,
@@ -111,9 +118,7 @@ events AS (
               metadata
 ),
 outbox AS (
-    INSERT INTO outbox_message_t (id, host_id, aggregate_id, aggregate_type,
-                                  aggregate_version, event_type, event_ts, payload,
-                                  metadata, topic, status, priority)
+    INSERT INTO outbox_message_t {OUTBOX_COLUMNS}
     SELECT e.id, e.host_id, e.aggregate_id, 'Schedule', e.aggregate_version, e.event_type,
            e.event_ts, e.payload, e.metadata, b.event_topic, %(pending)s, b.priority
     FROM events e JOIN batch b ON b.event_id = e.id
@@ -285,3 +290,75 @@ def seconds_until_next_due(cursor: Any) -> float | None:
     cursor.execute(NEXT_DUE)
     (delay,) = cursor.fetchone()
     return None if delay is None else float(delay)
+
+
+# Fires given slots of one schedule outside the leader's loop: "run now" and backfills.
+# The schedule row is locked, so it serializes with the leader's fires; the database
+# refuses a slot that already fired (ON CONFLICT DO NOTHING skips it).
+FIRE_SLOTS = f"""
+WITH target AS MATERIALIZED (
+    SELECT * FROM schedule_t WHERE schedule_id = %(id)s FOR UPDATE
+),
+slots AS (
+    SELECT 'epoch'::timestamptz + slot * interval '1 microsecond' AS slot_ts, ord
+    FROM unnest(%(slots)s::bigint[]) WITH ORDINALITY AS u(slot, ord)
+),
+fired AS MATERIALIZED (
+    SELECT t.*, s.slot_ts, t.aggregate_version + s.ord AS version,
+           gen_random_uuid() AS event_id, statement_timestamp() AS fired_ts
+    FROM target t CROSS JOIN slots s
+),
+events AS (
+    INSERT INTO event_store_t (id, host_id, aggregate_id, aggregate_type, aggregate_version,
+                               event_type, event_ts, payload, metadata, scheduled_ts)
+    SELECT event_id, host_id, schedule_id, 'Schedule', version, event_type, fired_ts,
+           {ENVELOPE},
+           jsonb_build_object(
+               'schedule_name', schedule_name,
+               'trigger', %(trigger)s::text,
+               'actor', %(actor)s::text),
+           slot_ts
+    FROM fired
+    ON CONFLICT DO NOTHING
+    RETURNING id, host_id, aggregate_id, aggregate_version, event_type, event_ts, payload,
+              metadata
+),
+outbox AS (
+    INSERT INTO outbox_message_t {OUTBOX_COLUMNS}
+    SELECT e.id, e.host_id, e.aggregate_id, 'Schedule', e.aggregate_version, e.event_type,
+           e.event_ts, e.payload, e.metadata, f.event_topic, %(pending)s, f.priority
+    FROM events e JOIN fired f ON f.event_id = e.id
+),
+advanced AS (
+    UPDATE schedule_t s
+    SET aggregate_version = s.aggregate_version + (SELECT count(*) FROM slots),
+        fire_count = s.fire_count + (SELECT count(*) FROM events),
+        last_fired_ts = CASE WHEN EXISTS (SELECT FROM events) THEN statement_timestamp()
+                             ELSE s.last_fired_ts END
+    FROM target t
+    WHERE s.schedule_id = t.schedule_id
+)
+SELECT (SELECT count(*) FROM target), (SELECT count(*) FROM events),
+       (SELECT pg_notify('dsched_outbox', '') FROM target)
+"""
+
+
+def fire_slots(
+    cursor: Any, schedule_id: Any, slots: list[datetime], *, trigger: str, actor: str
+) -> int:
+    """Fire ``slots`` of one schedule now (in the caller's transaction); return how many
+    fired (slots that had already fired are skipped by the database)."""
+    cursor.execute(
+        FIRE_SLOTS,
+        {
+            "id": schedule_id,
+            "slots": [to_microseconds(slot) for slot in slots],
+            "trigger": trigger,
+            "actor": actor,
+            "pending": DeliveryStatus.PENDING.value,
+        },
+    )
+    found, fired, _notified = cursor.fetchone()
+    if not found:
+        raise LookupError(f"no schedule {schedule_id}")
+    return int(fired)

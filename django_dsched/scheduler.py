@@ -7,25 +7,23 @@ The management command only adapts its options to this class.
 from __future__ import annotations
 
 import logging
-import os
-import random
-import socket
 import threading
 import time
 from dataclasses import dataclass, field
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
 
+from . import presence
 from .conf import app_settings
 from .firing import Fence, fire_batch, seconds_until_next_due
 from .leader import Lease
+from .loops import Backoff, default_instance_id
 from .wakeup import Waker
 
 logger = logging.getLogger(__name__)
 
-
-def default_instance_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+# Retention batches a leader runs per heartbeat at most (each a short transaction).
+RETENTION_BATCHES_PER_BEAT = 5
 
 
 @dataclass
@@ -37,21 +35,6 @@ class Stats:
     leaderships: int = 0
     db_errors: int = 0
     by_epoch: dict[int, int] = field(default_factory=dict)
-
-
-class Backoff:
-    """Exponential backoff with full jitter, for database outages."""
-
-    def __init__(self, base: float = 0.1, cap: float = 5.0) -> None:
-        self.base, self.cap, self.attempt = base, cap, 0
-
-    def next(self) -> float:
-        delay = min(self.cap, self.base * 2**self.attempt)
-        self.attempt += 1
-        return random.uniform(delay / 2, delay)
-
-    def reset(self) -> None:
-        self.attempt = 0
 
 
 class Scheduler:
@@ -83,6 +66,8 @@ class Scheduler:
         self._next_heartbeat = 0.0
         self._backoff = Backoff()
         self._standing_by = False
+        self._next_presence = 0.0
+        self._next_retention = 0.0
 
     # -- control -------------------------------------------------------------------------
     def stop(self) -> None:
@@ -128,6 +113,11 @@ class Scheduler:
             except DatabaseError:
                 logger.warning("could not release the lease; it will expire", exc_info=True)
                 self.lease.step_down()
+        try:
+            with connections[self.using].cursor() as cursor:
+                presence.forget(cursor, self.instance_id)
+        except DatabaseError:
+            pass  # the row ages out of the cluster page
         connections[self.using].close()
         self._session = None
 
@@ -136,6 +126,8 @@ class Scheduler:
         """Do one round of work; return how long to sleep before the next one."""
         self._ensure_session()
         now = time.monotonic()
+        if now >= self._next_presence:
+            self._report_presence(now)
         if not self.lease.is_leader:
             if not self.lease.try_acquire():
                 if not self._standing_by:
@@ -146,6 +138,7 @@ class Scheduler:
             self.stats.leaderships += 1
             self._next_heartbeat = now + self.heartbeat_seconds
             logger.info("became leader instance=%s epoch=%d", self.instance_id, self.lease.epoch)
+            self._report_presence(now)
         elif now >= self._next_heartbeat or not self.lease.is_trusted():
             if not self.lease.renew():
                 logger.warning(
@@ -154,6 +147,7 @@ class Scheduler:
                 )
                 return 0.0
             self._next_heartbeat = now + self.heartbeat_seconds
+            self._housekeeping()
         if self._fire_due():
             return 0.0  # more may be due, or a heartbeat is due: go round at once
         until_heartbeat = self._next_heartbeat - time.monotonic()
@@ -210,6 +204,31 @@ class Scheduler:
             if time.monotonic() >= self._next_heartbeat:
                 return True
         return not self.lease.is_trusted() and self.lease.is_leader
+
+    def _report_presence(self, now: float) -> None:
+        """Tell the cluster page this instance lives (leaders every heartbeat, others less)."""
+        role = "leader" if self.lease.is_leader else "standby"
+        with connections[self.using].cursor() as cursor:
+            presence.report(cursor, self.instance_id, role, self.lease.epoch)
+        period = self.heartbeat_seconds if self.lease.is_leader else self.lease.lease_seconds
+        self._next_presence = now + period
+
+    def _housekeeping(self) -> None:
+        """Leader chores, once per heartbeat: resume schedules whose pause ended, and every
+        DSCHED_RETENTION_INTERVAL delete expired history (a few short batches at a time)."""
+        from .retention import purge_expired
+        from .services import resume_expired_pauses
+
+        resumed = resume_expired_pauses()
+        if resumed:
+            logger.info("resumed %d schedule(s) whose pause ended", resumed)
+        now = time.monotonic()
+        if now >= self._next_retention:
+            purged = purge_expired(max_batches=RETENTION_BATCHES_PER_BEAT)
+            # Left-over rows are taken on the next heartbeat, not in one long stretch.
+            self._next_retention = (
+                now if purged.more else now + float(app_settings.RETENTION_INTERVAL)
+            )
 
     # -- plumbing ------------------------------------------------------------------------
     def _guarded(self, work) -> float:

@@ -10,6 +10,22 @@ python311="$(find_python 11)" || { echo "Python 3.11 or newer is needed." >&2; e
 bootstrap .venv "$python311" "django>=5.2,<6" "ruff>=0.6"
 trap '.venv/bin/python -c "from example_project.embedded_db import stop; stop(\"pg-test\")" || true' EXIT
 
+# Redis and RabbitMQ for the transport tests, from Debian packages when missing (the tests
+# start their own servers on free localhost ports; they skip loudly without them, but fail
+# under CI=true).
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+[ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || missing+=(rabbitmq-server)
+if [ "${#missing[@]}" -gt 0 ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "== installing ${missing[*]}"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    else
+        echo "!! cannot install ${missing[*]} (needs root and apt-get): their tests will skip" >&2
+    fi
+fi
+
 echo "== ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .

@@ -30,6 +30,22 @@ def staff_client(client, *perms):
     return client
 
 
+FORM_DEFAULTS = {
+    "host_id": "00000000-0000-0000-0000-000000000000",
+    "schedule_kind": "INTERVAL",
+    "time_zone": "UTC",
+    "jitter_seconds": "0",
+    "priority": "0",
+    "misfire_policy": "COALESCE",
+    "catch_up_limit": "100",
+    "event_data": "{}",
+}
+
+
+def form_data(**values):
+    return {**FORM_DEFAULTS, **values}
+
+
 def run_action(client, action, schedules):
     return client.post(
         reverse(CHANGELIST),
@@ -52,17 +68,16 @@ def test_changelist_shows_schedules(superuser_client):
 def test_add_form_creates_a_valid_schedule(superuser_client):
     response = superuser_client.post(
         reverse("admin:dsched_schedule_add"),
-        {
-            "schedule_name": "hourly",
-            "host_id": "00000000-0000-0000-0000-000000000000",
-            "frequency_time": "1",
-            "frequency_unit": "HOURS",
-            "start_ts_0": "2026-01-01",
-            "start_ts_1": "00:00:00",
-            "event_topic": "reports",
-            "event_type": "report.build",
-            "event_data": '{"a": 1}',
-        },
+        form_data(
+            schedule_name="hourly",
+            frequency_time="1",
+            frequency_unit="HOURS",
+            start_ts_0="2026-01-01",
+            start_ts_1="00:00:00",
+            event_topic="reports",
+            event_type="report.build",
+            event_data='{"a": 1}',
+        ),
     )
     assert response.status_code == 302, response.content.decode()[:2000]
     schedule = Schedule.objects.get()
@@ -73,15 +88,14 @@ def test_add_form_creates_a_valid_schedule(superuser_client):
 def test_add_form_shows_clear_errors_and_writes_nothing(superuser_client):
     response = superuser_client.post(
         reverse("admin:dsched_schedule_add"),
-        {
-            "schedule_name": "bad",
-            "host_id": "00000000-0000-0000-0000-000000000000",
-            "frequency_time": "0",
-            "frequency_unit": "HOURS",
-            "event_topic": "bad topic",
-            "event_type": "x",
-            "event_data": "[1, 2]",
-        },
+        form_data(
+            schedule_name="bad",
+            frequency_time="0",
+            frequency_unit="HOURS",
+            event_topic="bad topic",
+            event_type="x",
+            event_data="[1, 2]",
+        ),
     )
     assert response.status_code == 200
     errors = response.context["adminform"].form.errors
@@ -96,17 +110,17 @@ def test_change_form_saves_only_what_changed(superuser_client):
     url = reverse("admin:dsched_schedule_change", args=[schedule.pk])
     response = superuser_client.get(url)
     assert response.status_code == 200
-    data = {
-        "schedule_name": "new",
-        "host_id": str(schedule.host_id),
-        "frequency_time": "1",
-        "frequency_unit": "MINUTES",
-        "start_ts_0": schedule.start_ts.strftime("%Y-%m-%d"),
-        "start_ts_1": schedule.start_ts.strftime("%H:%M:%S.%f"),
-        "event_topic": "reports",
-        "event_type": "report.build",
-        "event_data": '{"format": "pdf"}',
-    }
+    data = form_data(
+        schedule_name="new",
+        frequency_time="1",
+        frequency_unit="MINUTES",
+        start_ts_0=schedule.start_ts.strftime("%Y-%m-%d"),
+        start_ts_1=schedule.start_ts.strftime("%H:%M:%S.%f"),
+        event_topic="reports",
+        event_type="report.build",
+        event_data='{"format": "pdf"}',
+        seen_version=str(schedule.aggregate_version),
+    )
     Schedule.objects.filter(pk=schedule.pk).update(fire_count=9)
     response = superuser_client.post(url, data)
     assert response.status_code == 302
@@ -183,3 +197,49 @@ def test_event_and_outbox_pages_show_the_payload(superuser_client, db_now):
         assert response.status_code == 200
         content = response.content.decode()
         assert "&lt;b&gt;x&lt;/b&gt;" in content  # escaped, never rendered
+
+
+def test_a_form_saved_over_a_newer_version_is_refused(superuser_client):
+    schedule = ScheduleFactory(schedule_name="old")
+    url = reverse("admin:dsched_schedule_change", args=[schedule.pk])
+    data = form_data(
+        schedule_name="mine",
+        frequency_time="1",
+        frequency_unit="MINUTES",
+        start_ts_0=schedule.start_ts.strftime("%Y-%m-%d"),
+        start_ts_1=schedule.start_ts.strftime("%H:%M:%S.%f"),
+        event_topic="reports",
+        event_type="report.build",
+        seen_version=str(schedule.aggregate_version),
+    )
+    # The schedule fired (or was edited) after the form was opened.
+    Schedule.objects.filter(pk=schedule.pk).update(aggregate_version=schedule.aggregate_version + 1)
+    response = superuser_client.post(url, data)
+    assert response.status_code == 200
+    assert "changed since you opened it" in response.content.decode()
+    assert Schedule.objects.get().schedule_name == "old"
+
+
+def test_edits_leave_an_audit_event_with_who_and_what(superuser_client):
+    from django_dsched import services
+
+    schedule = services.save_schedule(
+        Schedule(
+            schedule_name="audited",
+            frequency_unit="MINUTES",
+            frequency_time=5,
+            event_topic="reports",
+            event_type="report.build",
+        ),
+        actor="api-user",
+    )
+    run_action(superuser_client, "pause_selected", [schedule])
+    history = list(
+        Event.objects.filter(aggregate_id=schedule.pk)
+        .order_by("aggregate_version")
+        .values_list("aggregate_version", "event_type", "metadata__actor")
+    )
+    assert history == [
+        (1, "dsched.schedule.created", "api-user"),
+        (2, "dsched.schedule.paused", "root"),
+    ]

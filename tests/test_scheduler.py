@@ -135,3 +135,36 @@ def test_stop_interrupts_the_sleep_and_releases_the_lease():
     assert not thread.is_alive()
     assert time.monotonic() - started < 5
     assert SchedulerLock.objects.get().last_heartbeat.year == 1970
+
+
+def test_instances_report_themselves_and_leave_when_stopped():
+    from django_dsched.models import SchedulerInstance
+
+    leader = Scheduler(instance_id="one")
+    leader._guarded(leader.step)
+    rows = dict(SchedulerInstance.objects.values_list("instance_id", "role"))
+    assert rows == {"one": "leader"}
+    assert SchedulerInstance.objects.get().epoch == leader.lease.epoch
+    leader.shutdown()
+    assert not SchedulerInstance.objects.exists()
+
+
+def test_the_leader_deletes_expired_history(settings):
+    from tests.outbox_helpers import make_messages
+
+    settings.DSCHED_RETENTION_DAYS = 1
+    old = make_messages(3, status="DELIVERED", age=2 * 86400)
+    fresh = make_messages(2, status="DELIVERED")
+    dead = make_messages(1, status="DELIVERY_FAILED", age=2 * 86400)
+    sql(
+        "UPDATE outbox_message_t SET delivered_ts = event_ts WHERE id = ANY(%s)",
+        [[str(i) for i in old]],
+    )
+    scheduler = Scheduler(instance_id="janitor")
+    scheduler._guarded(scheduler.step)  # leads
+    scheduler._next_heartbeat = 0  # the next round is a heartbeat
+    scheduler._guarded(scheduler.step)
+    remaining = set(OutboxMessage.objects.values_list("id", flat=True))
+    assert remaining == {*fresh, *dead}
+    assert not remaining & set(old)
+    scheduler.shutdown()

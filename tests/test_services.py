@@ -61,16 +61,17 @@ def test_editing_the_grid_moves_next_run_to_the_first_future_slot(db_now):
 
 def test_editing_other_fields_keeps_the_runtime_state_a_fire_wrote():
     schedule = ScheduleFactory()
+    advanced = schedule.next_run_ts + timedelta(minutes=5)
     # A fire advanced the row after this instance was loaded.
     Schedule.objects.filter(pk=schedule.pk).update(
-        next_run_ts=schedule.next_run_ts + timedelta(minutes=5), fire_count=5, aggregate_version=6
+        next_run_ts=advanced, fire_count=5, aggregate_version=6
     )
     schedule.schedule_name = "renamed"
     services.save_schedule(schedule, ["schedule_name"])
     fresh = Schedule.objects.get()
     assert fresh.schedule_name == "renamed"
     assert fresh.fire_count == 5
-    assert fresh.next_run_ts == schedule.next_run_ts + timedelta(minutes=5)
+    assert fresh.next_run_ts == advanced
     assert fresh.aggregate_version == 7
 
 

@@ -1,15 +1,90 @@
 from __future__ import annotations
 
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils.html import format_html
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
 
+from .. import dead_letters
 from ..models import OutboxMessage
+from ..services import Outcome
 from .base import ReadOnlyAdmin
 
 
 @admin.register(OutboxMessage)
 class OutboxMessageAdmin(ReadOnlyAdmin):
-    list_display = ["topic", "event_type", "status", "aggregate_id", "event_ts"]
+    list_display = [
+        "topic",
+        "event_type",
+        "status",
+        "attempts",
+        "next_attempt_ts",
+        "delivered_ts",
+        "event_ts",
+    ]
     list_filter = ["status", "topic"]
     search_fields = ["=id", "=aggregate_id", "topic", "event_type"]
-    exclude = ["payload"]
-    readonly_fields = ["payload_pretty"]
+    fields = [
+        "id",
+        "topic",
+        "event_type",
+        "status",
+        "priority",
+        "attempts",
+        "next_attempt_ts",
+        "delivered_ts",
+        "last_error_pretty",
+        "claimed_by",
+        "claimed_until",
+        "aggregate_id",
+        "aggregate_version",
+        "host_id",
+        "event_ts",
+        "payload_pretty",
+    ]
+    readonly_fields = fields
+    actions = ["retry_selected", "discard_selected"]
+
+    @admin.display(description=_("last error"))
+    def last_error_pretty(self, obj: OutboxMessage) -> str:
+        return format_html("<pre>{}</pre>", obj.last_error) if obj.last_error else "-"
+
+    # -- permissions for the actions ------------------------------------------------------
+    def has_retry_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("dsched.retry_outboxmessage")
+
+    def has_discard_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("dsched.discard_outboxmessage")
+
+    def _report(self, request: HttpRequest, outcome: Outcome, done: str) -> None:
+        self.message_user(
+            request,
+            ngettext(
+                "%(count)d dead letter %(done)s.",
+                "%(count)d dead letters %(done)s.",
+                outcome.changed,
+            )
+            % {"count": outcome.changed, "done": done},
+            messages.SUCCESS if outcome.changed else messages.INFO,
+        )
+        if outcome.skipped:
+            self.message_user(
+                request,
+                ngettext(
+                    "%(count)d message was skipped: it is not a dead letter.",
+                    "%(count)d messages were skipped: they are not dead letters.",
+                    outcome.skipped,
+                )
+                % {"count": outcome.skipped},
+                messages.WARNING,
+            )
+
+    @admin.action(description=_("Retry selected dead letters"), permissions=["retry"])
+    def retry_selected(self, request: HttpRequest, queryset: QuerySet[OutboxMessage]) -> None:
+        self._report(request, dead_letters.retry(queryset), _("queued for delivery again"))
+
+    @admin.action(description=_("Discard selected dead letters"), permissions=["discard"])
+    def discard_selected(self, request: HttpRequest, queryset: QuerySet[OutboxMessage]) -> None:
+        self._report(request, dead_letters.discard(queryset), _("discarded"))

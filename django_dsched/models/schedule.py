@@ -51,6 +51,12 @@ def default_host_id() -> uuid.UUID:
     return app_settings.DEFAULT_HOST_ID
 
 
+def resolve_host(host_id: uuid.UUID | str | None) -> uuid.UUID:
+    """``host_id`` as a UUID; None means DSCHED_DEFAULT_HOST_ID."""
+    value = default_host_id() if host_id is None else host_id
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+
+
 class ScheduleQuerySet(models.QuerySet["Schedule"]):
     def for_host(self, host_id: uuid.UUID | str) -> ScheduleQuerySet:
         return self.filter(host_id=host_id)

@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 
 from django_dsched.enums import FrequencyUnit
-from django_dsched.models import Event, SchedulerLock
+from django_dsched.models import Event, SchedulerInstance, SchedulerLock
 from tests.factories import ScheduleFactory
 from tests.helpers import sql, wait_for
 
@@ -57,7 +57,18 @@ def check_no_gaps(schedules, period):
 def start_three(cluster):
     for name in ("alpha", "beta", "gamma"):
         cluster.start(name)
-    return wait_for(leader, timeout=15, what="a leader")
+    current = wait_for(leader, timeout=15, what="a leader")
+    roles = wait_for(
+        lambda: (
+            (r := sorted(SchedulerInstance.objects.values_list("role", flat=True)))
+            == ["leader", "standby", "standby"]
+            and r
+        ),
+        timeout=15,
+        what="three instances on the cluster page",
+    )
+    assert roles
+    return current
 
 
 def test_sigkill_of_the_leader_fails_over_fast_and_loses_nothing(cluster, db_now):

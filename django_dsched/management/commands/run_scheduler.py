@@ -3,6 +3,7 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from django_dsched.conf import app_settings
+from django_dsched.relay import Relay
 from django_dsched.scheduler import Scheduler
 
 VERBOSITY_LEVELS = {0: logging.ERROR, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
@@ -97,6 +99,14 @@ class Command(BaseCommand):
             type=positive_int,
             help="Stop after this many rounds of the loop (for tests and operators).",
         )
+        parser.add_argument(
+            "--with-relay",
+            action="store_true",
+            help=(
+                "Also run an outbox relay in this process, on its own thread and database "
+                "connection (one command for small deployments; off by default)."
+            ),
+        )
 
     def handle(
         self,
@@ -107,6 +117,7 @@ class Command(BaseCommand):
         poll_interval: float | None,
         once: bool,
         max_iterations: int | None,
+        with_relay: bool = False,
         **options: Any,
     ) -> None:
         if once and max_iterations:
@@ -115,13 +126,40 @@ class Command(BaseCommand):
         scheduler = Scheduler(
             instance_id=instance_id, batch_size=batch_size, poll_interval=poll_interval
         )
+        relay = Relay(instance_id=f"{scheduler.instance_id}/relay") if with_relay else None
         with stop_on_signals(scheduler):
             if once:
                 fired = scheduler.run_until_idle()
                 if verbosity:
                     self.stdout.write(f"Fired {fired} schedule(s).")
-            else:
+                if relay is not None:
+                    delivered = relay.run_until_idle()
+                    if verbosity:
+                        self.stdout.write(f"Delivered {delivered} message(s).")
+            elif relay is None:
                 scheduler.run(max_iterations=max_iterations)
+            else:
+                with relay_thread(relay):
+                    scheduler.run(max_iterations=max_iterations)
+
+
+@contextmanager
+def relay_thread(relay: Relay) -> Iterator[None]:
+    """Run ``relay`` on a thread (its own database connection) while the block runs."""
+
+    def run() -> None:
+        try:
+            relay.run()
+        except Exception:
+            logging.getLogger("django_dsched.relay").exception("the in-process relay crashed")
+
+    thread = threading.Thread(target=run, name="dsched-relay", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        relay.stop()
+        thread.join(app_settings.RELAY_VISIBILITY_TIMEOUT)
 
 
 def configure_logging(verbosity: int) -> None:

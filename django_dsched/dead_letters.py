@@ -1,0 +1,49 @@
+"""Handling dead letters (DELIVERY_FAILED outbox messages): retry them or discard them.
+
+The admin actions call these; so can operators' own code. Only dead letters are touched:
+other rows in the queryset are counted as skipped.
+"""
+
+from __future__ import annotations
+
+from django.db import connections, transaction
+from django.db.models import QuerySet
+
+from .conf import app_settings
+from .enums import DeliveryStatus
+from .models import OutboxMessage
+from .services import Outcome
+
+
+def retry(messages: QuerySet[OutboxMessage]) -> Outcome:
+    """Make dead letters PENDING again with a fresh set of attempts; relays wake at once.
+
+    ``last_error`` is kept until the next attempt replaces it.
+    """
+    using = app_settings.DATABASE
+    with transaction.atomic(using=using):
+        total = messages.count()
+        changed = (
+            messages.using(using)
+            .filter(status=DeliveryStatus.DELIVERY_FAILED)
+            .update(
+                status=DeliveryStatus.PENDING,
+                attempts=0,
+                next_attempt_ts=None,
+                claimed_by="",
+                claimed_until=None,
+            )
+        )
+        if changed:
+            with connections[using].cursor() as cursor:
+                cursor.execute("SELECT pg_notify('dsched_outbox', '')")  # sent at commit
+    return Outcome(changed, total - changed)
+
+
+def discard(messages: QuerySet[OutboxMessage]) -> Outcome:
+    """Delete dead letters (their events stay, and age out with retention)."""
+    using = app_settings.DATABASE
+    with transaction.atomic(using=using):
+        total = messages.count()
+        changed, _ = messages.using(using).filter(status=DeliveryStatus.DELIVERY_FAILED).delete()
+    return Outcome(changed, total - changed)

@@ -1,0 +1,205 @@
+"""Schedules declared in code, and their sync to the database.
+
+Declare them in settings::
+
+    DSCHED_SCHEDULES = {
+        "nightly-report": {"cron": "0 2 * * *", "time_zone": "Europe/Brussels",
+                           "topic": "reports", "event_type": "report.build"},
+        "heartbeat": {"every": 30, "unit": "SECONDS", "topic": "ops", "event_type": "ping"},
+    }
+
+or next to the code they trigger, in an app's ``dsched_schedules`` module (imported by the
+sync) or any module imported at start-up::
+
+    from django_dsched.declared import periodic
+
+    @periodic("nightly-report", cron="0 2 * * *", topic="reports")
+    def build_report(event): ...   # also registered as the in-process handler
+
+``manage.py dsched sync`` (and, unless ``DSCHED_SYNC_ON_MIGRATE = False``, every
+``migrate``) makes the database match: declared schedules that are new are created;
+changed ones are updated without losing their place (the next run moves only when the
+timing changed); ones no longer declared are paused with the reason ``removed from code``
+(and resumed if declared again). Schedules created in the admin or the API are never
+touched, even when a declaration has the same name (a warning says so).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils.module_loading import autodiscover_modules
+
+from . import services
+from .conf import app_settings
+from .enums import ScheduleKind, ScheduleOrigin, ScheduleState
+from .models import Schedule
+from .models.schedule import resolve_host
+
+logger = logging.getLogger(__name__)
+
+MODULE_NAME = "dsched_schedules"
+REMOVED = "removed from code"
+ACTOR = "code"
+
+# Keys of a declaration and the Schedule field each one sets.
+FIELD_OF = {
+    "every": "frequency_time",
+    "unit": "frequency_unit",
+    "cron": "cron_expression",
+    "time_zone": "time_zone",
+    "start": "start_ts",
+    "at": "start_ts",
+    "end": "end_ts",
+    "max_fires": "max_fires",
+    "topic": "event_topic",
+    "event_type": "event_type",
+    "data": "event_data",
+    "priority": "priority",
+    "misfire_policy": "misfire_policy",
+    "misfire_grace_seconds": "misfire_grace_seconds",
+    "catch_up_limit": "catch_up_limit",
+    "jitter_seconds": "jitter_seconds",
+}
+
+_registry: dict[str, dict[str, Any]] = {}
+
+
+def declare(name: str, **spec: Any) -> None:
+    """Declare a schedule in code (what ``@periodic`` and ``DSCHED_SCHEDULES`` do)."""
+    unknown = set(spec) - set(FIELD_OF) - {"host_id"}
+    if unknown:
+        raise TypeError(f"schedule {name!r}: unknown keys {sorted(unknown)}")
+    _registry[name] = spec
+
+
+def periodic(name: str, *, topic: str, event_type: str | None = None, **spec: Any):
+    """Declare a schedule whose events are handled by the decorated function."""
+
+    def decorator(func: Any) -> Any:
+        from .handlers import handler
+
+        kind = event_type or f"{func.__module__}.{func.__qualname__}"
+        declare(name, topic=topic, event_type=kind, **spec)
+        handler(event_type=kind)(func)
+        return func
+
+    return decorator
+
+
+def declarations() -> dict[str, dict[str, Any]]:
+    """All declarations: settings first, then those registered in code."""
+    autodiscover_modules(MODULE_NAME)
+    return {**app_settings.SCHEDULES, **_registry}
+
+
+def kind_of(spec: dict[str, Any]) -> str:
+    present = [key for key in ("cron", "every", "at") if key in spec]
+    if len(present) != 1:
+        raise ValidationError("give exactly one of cron=, every= or at=")
+    return {"cron": ScheduleKind.CRON, "every": ScheduleKind.INTERVAL, "at": ScheduleKind.ONCE}[
+        present[0]
+    ]
+
+
+def fields_of(spec: dict[str, Any]) -> dict[str, Any]:
+    values = {FIELD_OF[key]: value for key, value in spec.items() if key in FIELD_OF}
+    values["schedule_kind"] = kind_of(spec)
+    values.setdefault("event_data", {})
+    return values
+
+
+@dataclass
+class SyncReport:
+    created: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    deactivated: list[str] = field(default_factory=list)
+    reactivated: list[str] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
+
+
+def sync(specs: dict[str, dict[str, Any]] | None = None) -> SyncReport:
+    """Make the database's code-declared schedules match the declarations (idempotent)."""
+    specs = declarations() if specs is None else specs
+    report = SyncReport()
+    with transaction.atomic(using=app_settings.DATABASE):
+        declared_keys = set()
+        for name, spec in sorted(specs.items()):
+            host = resolve_host(spec.get("host_id"))
+            declared_keys.add((host, name))
+            try:
+                _sync_one(name, host, spec, report)
+            except ValidationError as exc:
+                message = f"declared schedule {name!r}: {'; '.join(exc.messages)}"
+                raise ValidationError(message) from None
+        for schedule in Schedule.objects.filter(origin=ScheduleOrigin.CODE).exclude(
+            state__in=(ScheduleState.CANCELLED, ScheduleState.COMPLETED)
+        ):
+            if (schedule.host_id, schedule.schedule_name) in declared_keys:
+                continue
+            if schedule.state == ScheduleState.ACTIVE:
+                services.pause(Schedule.objects.filter(pk=schedule.pk), actor=ACTOR, reason=REMOVED)
+                report.deactivated.append(schedule.schedule_name)
+    for bucket in ("created", "updated", "deactivated", "reactivated", "conflicts"):
+        for name in getattr(report, bucket):
+            logger.info("sync: %s %s", bucket, name)
+    return report
+
+
+def _sync_one(name: str, host: Any, spec: dict[str, Any], report: SyncReport) -> None:
+    values = fields_of(spec)
+    existing = Schedule.objects.select_for_update().filter(host_id=host, schedule_name=name).first()
+    if existing is None:
+        schedule = Schedule(schedule_name=name, host_id=host, origin=ScheduleOrigin.CODE, **values)
+        services.save_schedule(schedule, actor=ACTOR)
+        report.created.append(name)
+        return
+    if existing.origin != ScheduleOrigin.CODE:
+        logger.warning(
+            "sync: %r exists and was not declared in code (origin %s); left alone",
+            name,
+            existing.origin,
+        )
+        report.conflicts.append(name)
+        return
+    if existing.state in (ScheduleState.CANCELLED, ScheduleState.COMPLETED):
+        report.unchanged.append(name)
+        return
+    changed = []
+    for field_name, value in values.items():
+        current = getattr(existing, field_name)
+        if isinstance(value, datetime) and isinstance(current, datetime):
+            same = value == current
+        else:
+            same = current == value
+        if not same:
+            setattr(existing, field_name, value)
+            changed.append(field_name)
+    if changed:
+        services.save_schedule(existing, changed, actor=ACTOR)
+        report.updated.append(name)
+    else:
+        report.unchanged.append(name)
+    if existing.state == ScheduleState.PAUSED and existing.paused_reason == REMOVED:
+        services.resume(Schedule.objects.filter(pk=existing.pk), actor=ACTOR)
+        report.reactivated.append(name)
+
+
+def sync_after_migrate(sender: Any, **kwargs: Any) -> None:
+    """post_migrate receiver: sync when the app's tables exist and syncing is on."""
+    if not app_settings.SYNC_ON_MIGRATE or kwargs.get("using", "default") != app_settings.DATABASE:
+        return
+    if not declarations():
+        return
+    report = sync()
+    if kwargs.get("verbosity", 1) >= 1 and (report.created or report.updated or report.deactivated):
+        print(
+            f"  django-dsched: {len(report.created)} created, {len(report.updated)} updated, "
+            f"{len(report.deactivated)} deactivated declared schedule(s)"
+        )

@@ -1,0 +1,51 @@
+"""Human-readable timing of a schedule: "every 15 minutes", "At 09:00, Monday through
+Friday (Europe/Brussels)", "once at 2026-12-01 09:00 UTC"."""
+
+from __future__ import annotations
+
+from cron_descriptor import CasingTypeEnum, FormatException, Options, get_description
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
+
+from .enums import FrequencyUnit, ScheduleKind
+from .models import Schedule
+
+
+def describe_interval(unit: str, n: int) -> str:
+    phrases = {
+        FrequencyUnit.SECONDS: ngettext("every second", "every %(n)d seconds", n),
+        FrequencyUnit.MINUTES: ngettext("every minute", "every %(n)d minutes", n),
+        FrequencyUnit.HOURS: ngettext("every hour", "every %(n)d hours", n),
+        FrequencyUnit.DAYS: ngettext("every day", "every %(n)d days", n),
+        FrequencyUnit.WEEKS: ngettext("every week", "every %(n)d weeks", n),
+        FrequencyUnit.MONTHS: ngettext("every month", "every %(n)d months", n),
+        FrequencyUnit.YEARS: ngettext("every year", "every %(n)d years", n),
+    }
+    return phrases[FrequencyUnit(unit)] % {"n": n}
+
+
+def describe_cron(expression: str) -> str:
+    fields = expression.split()
+    if len(fields) == 6:
+        # croniter puts seconds last; cron-descriptor expects them first.
+        fields = [fields[5], *fields[:5]]
+    options = Options()
+    options.use_24hour_time_format = True
+    options.casing_type = CasingTypeEnum.Sentence
+    try:
+        return get_description(" ".join(fields), options)
+    except (FormatException, ValueError, IndexError):
+        return expression
+
+
+def describe(schedule: Schedule) -> str:
+    if schedule.schedule_kind == ScheduleKind.CRON:
+        return _("%(cron)s (%(zone)s)") % {
+            "cron": describe_cron(schedule.cron_expression),
+            "zone": schedule.time_zone,
+        }
+    if schedule.schedule_kind == ScheduleKind.ONCE:
+        return _("once at %(when)s") % {"when": f"{schedule.start_ts:%Y-%m-%d %H:%M:%S %Z}"}
+    if not schedule.frequency_unit or not schedule.frequency_time:
+        return ""
+    return describe_interval(schedule.frequency_unit, schedule.frequency_time)

@@ -1,0 +1,145 @@
+from __future__ import annotations
+
+import argparse
+from datetime import datetime
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError
+
+from django_dsched import api
+from django_dsched.declared import sync
+from django_dsched.describe import describe
+from django_dsched.models import Schedule
+
+
+def aware_datetime(value: str) -> datetime:
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an ISO 8601 time") from None
+    if parsed.tzinfo is None:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} has no offset; write it like 2026-12-01T09:00:00+01:00"
+        )
+    return parsed
+
+
+class Command(BaseCommand):
+    help = "Operate schedules: list, show, preview, pause, resume, cancel, trigger, backfill, sync."
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--host", help="Tenant (host_id); default DSCHED_DEFAULT_HOST_ID.")
+        actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+        listing = actions.add_parser("list", help="Schedules with their next fire times.")
+        listing.add_argument("--state", choices=["ACTIVE", "PAUSED", "CANCELLED", "COMPLETED"])
+        for name, text in (
+            ("show", "One schedule's definition and status."),
+            ("resume", "Resume a paused schedule."),
+            ("cancel", "Cancel a schedule for good."),
+            ("trigger", "Fire a schedule once now."),
+            ("preview", "The next fire times."),
+            ("pause", "Pause a schedule."),
+            ("backfill", "Fire the past slots of a range once each."),
+        ):
+            sub = actions.add_parser(name, help=text)
+            sub.add_argument("schedule", help="Name or id.")
+            if name == "pause":
+                sub.add_argument("--reason", default="")
+                sub.add_argument("--until", type=aware_datetime, help="Resume by itself then.")
+            elif name == "resume":
+                sub.add_argument(
+                    "--catch-up",
+                    action="store_true",
+                    help="Fire missed slots per the misfire policy (default: go on from now).",
+                )
+            elif name == "preview":
+                sub.add_argument("-n", "--count", type=int, default=10)
+            elif name == "backfill":
+                sub.add_argument("--start", type=aware_datetime, required=True)
+                sub.add_argument("--end", type=aware_datetime, required=True)
+        actions.add_parser("sync", help="Sync schedules declared in code to the database.")
+
+    def handle(self, *, action: str, host: str | None, **options: Any) -> None:
+        try:
+            getattr(self, f"do_{action}")(host=host, **options)
+        except Schedule.DoesNotExist:
+            raise CommandError(f"No schedule {options.get('schedule')!r} on this host.") from None
+        except ValidationError as exc:
+            raise CommandError("; ".join(exc.messages)) from None
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+
+    def do_list(self, *, host: str | None, state: str | None, **options: Any) -> None:
+        rows = api.schedules(host_id=host, state=state)
+        for schedule in rows:
+            self.stdout.write(
+                f"{schedule.schedule_name:<32} {schedule.state:<9} "
+                f"next {schedule.next_run_ts:%Y-%m-%d %H:%M:%S%z}  {describe(schedule)}"
+            )
+
+    def do_show(self, *, host: str | None, schedule: str, **options: Any) -> None:
+        status = api.status(schedule, host_id=host)
+        found = api.get(schedule, host_id=host)
+        self.stdout.write(f"{found.schedule_name} ({found.schedule_id})")
+        self.stdout.write(f"  timing   {describe(found)}")
+        self.stdout.write(f"  topic    {found.event_topic}  type {found.event_type}")
+        for label, value in (
+            ("state", status.state),
+            ("next", status.next_fire),
+            ("last", status.last_fired),
+            ("delivery", status.last_delivery),
+            ("fires", status.fire_count),
+            ("misfires", status.misfire_count),
+            ("version", status.version),
+        ):
+            self.stdout.write(f"  {label:<8} {value}")
+        if status.paused_reason or status.paused_until:
+            self.stdout.write(f"  paused   {status.paused_reason} until {status.paused_until}")
+
+    def do_preview(self, *, host: str | None, schedule: str, count: int, **options: Any) -> None:
+        for when in api.preview(schedule, count, host_id=host):
+            self.stdout.write(when.isoformat())
+
+    def _report(self, done: bool, yes: str, no: str) -> None:
+        if not done:
+            raise CommandError(no)
+        self.stdout.write(yes)
+
+    def do_pause(
+        self,
+        *,
+        host: str | None,
+        schedule: str,
+        reason: str,
+        until: datetime | None,
+        **options: Any,
+    ) -> None:
+        done = api.pause(schedule, reason=reason, until=until, host_id=host, actor="manage.py")
+        self._report(done, f"Paused {schedule}.", f"{schedule} is not active; nothing done.")
+
+    def do_resume(self, *, host: str | None, schedule: str, catch_up: bool, **options: Any) -> None:
+        done = api.resume(schedule, catch_up=catch_up, host_id=host, actor="manage.py")
+        self._report(done, f"Resumed {schedule}.", f"{schedule} is not paused; nothing done.")
+
+    def do_cancel(self, *, host: str | None, schedule: str, **options: Any) -> None:
+        done = api.cancel(schedule, host_id=host, actor="manage.py")
+        self._report(done, f"Cancelled {schedule}.", f"{schedule} cannot be cancelled now.")
+
+    def do_trigger(self, *, host: str | None, schedule: str, **options: Any) -> None:
+        api.trigger(schedule, host_id=host, actor="manage.py")
+        self.stdout.write(f"Fired {schedule} once.")
+
+    def do_backfill(
+        self, *, host: str | None, schedule: str, start: datetime, end: datetime, **options: Any
+    ) -> None:
+        fired, already = api.backfill(schedule, start, end, host_id=host, actor="manage.py")
+        self.stdout.write(f"Fired {fired} slot(s); {already} had already fired.")
+
+    def do_sync(self, *, host: str | None, **options: Any) -> None:
+        report = sync()
+        self.stdout.write(
+            f"created {len(report.created)}, updated {len(report.updated)}, unchanged "
+            f"{len(report.unchanged)}, deactivated {len(report.deactivated)}, reactivated "
+            f"{len(report.reactivated)}, left alone (not from code) {len(report.conflicts)}"
+        )

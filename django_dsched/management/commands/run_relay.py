@@ -1,0 +1,102 @@
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from django_dsched.conf import app_settings
+from django_dsched.management.commands.run_scheduler import (
+    configure_logging,
+    instance_id,
+    positive_float,
+    positive_int,
+    stop_on_signals,
+)
+from django_dsched.relay import Relay
+from django_dsched.validation import identifier_validator
+
+
+def topic(value: str) -> str:
+    from django.core.exceptions import ValidationError
+
+    try:
+        identifier_validator(value)
+    except ValidationError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a valid topic") from None
+    return value
+
+
+class Command(BaseCommand):
+    help = (
+        "Run an outbox relay: deliver fired events to their transports (Django tasks, "
+        "handlers, Redis, RabbitMQ, webhooks), with retries and dead letters. Run as many as "
+        "you like, on any machines."
+    )
+    requires_migrations_checks = True
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--instance-id",
+            type=instance_id,
+            help="Name of this relay in claims and the logs (default: host:pid).",
+        )
+        parser.add_argument(
+            "--batch-size",
+            type=positive_int,
+            help=f"Messages claimed per round trip (default: {app_settings.RELAY_BATCH_SIZE}).",
+        )
+        parser.add_argument(
+            "--poll-interval",
+            type=positive_float,
+            help=(
+                "Longest sleep, in seconds, between checks for pending messages "
+                f"(default: {app_settings.RELAY_POLL_INTERVAL}); NOTIFY wakes it sooner."
+            ),
+        )
+        parser.add_argument(
+            "--topic",
+            dest="topics",
+            action="append",
+            type=topic,
+            help="Deliver only this topic (repeat for several; default: all topics).",
+        )
+        parser.add_argument(
+            "--once",
+            action="store_true",
+            help="Deliver what is claimable now, then exit (retries not yet due are left).",
+        )
+        parser.add_argument(
+            "--max-iterations",
+            type=positive_int,
+            help="Stop after this many rounds of the loop (for tests and operators).",
+        )
+
+    def handle(
+        self,
+        *,
+        verbosity: int,
+        instance_id: str | None,
+        batch_size: int | None,
+        poll_interval: float | None,
+        topics: list[str] | None,
+        once: bool,
+        max_iterations: int | None,
+        **options: Any,
+    ) -> None:
+        if once and max_iterations:
+            raise CommandError("Use --once or --max-iterations, not both.")
+        configure_logging(verbosity)
+        relay = Relay(
+            instance_id=instance_id,
+            batch_size=batch_size,
+            poll_interval=poll_interval,
+            topics=topics,
+        )
+        with stop_on_signals(relay):  # type: ignore[arg-type]
+            if once:
+                delivered = relay.run_until_idle()
+                if verbosity:
+                    self.stdout.write(f"Delivered {delivered} message(s).")
+            else:
+                relay.run(max_iterations=max_iterations)

@@ -1,0 +1,365 @@
+"""The ``run_relay`` loop: claim pending outbox messages, deliver them, record the outcome.
+
+Any number of relays run at once, anywhere. Each round, a relay claims a batch (oldest first,
+higher priority first) with ``SKIP LOCKED`` and a visibility timeout (:mod:`.delivery`), sends
+each message with the transport its topic is configured for (:mod:`.transports`), then records
+every outcome in one statement: DELIVERED, a retry after a jittered exponential delay, or
+DELIVERY_FAILED (a dead letter) once the attempts are used up.
+
+Delivery is at least once: a relay that dies after sending and before recording leaves the
+message claimed until its visibility timeout, then another relay sends it again, with the same
+id (the idempotency key consumers dedupe on).
+
+An idle relay sleeps until the next retry is due or the poll interval passes; the fire
+statement's NOTIFY on ``dsched_outbox`` wakes it at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from itertools import groupby
+
+from django.db import DatabaseError, InterfaceError, OperationalError, connections
+
+from .conf import app_settings
+from .delivery import Claimer, Message, Outcome, claim, extend, release, seconds_until_claimable
+from .delivery import settle as settle_outcomes
+from .enums import DeliveryStatus
+from .handlers import autodiscover
+from .loops import Backoff, default_instance_id, first_line, retry_delay
+from .transports import PermanentDeliveryError, Transport, Transports
+from .wakeup import Waker
+
+logger = logging.getLogger(__name__)
+
+# Renew claims once this share of the visibility timeout has passed since the last renewal.
+RENEW_AFTER = 0.5
+
+
+@dataclass
+class RelayStats:
+    claimed: int = 0
+    delivered: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    lost_claims: int = 0
+    released: int = 0
+    batches: int = 0
+    db_errors: int = 0
+
+
+class Relay:
+    def __init__(
+        self,
+        *,
+        instance_id: str | None = None,
+        batch_size: int | None = None,
+        poll_interval: float | None = None,
+        topics: Sequence[str] | None = None,
+        transports: Transports | None = None,
+        using: str | None = None,
+    ) -> None:
+        self.instance_id = instance_id or default_instance_id()
+        self.batch_size = batch_size or app_settings.RELAY_BATCH_SIZE
+        self.poll_interval = poll_interval or app_settings.RELAY_POLL_INTERVAL
+        self.using = using or app_settings.DATABASE
+        self.topics = list(topics) if topics else None
+        self.claimer = Claimer(
+            relay_id=self.instance_id,
+            visibility_timeout=float(app_settings.RELAY_VISIBILITY_TIMEOUT),
+            max_attempts=int(app_settings.RELAY_MAX_ATTEMPTS),
+            topics=self.topics,
+        )
+        self.retry_base = float(app_settings.RELAY_RETRY_BASE)
+        self.retry_max = float(app_settings.RELAY_RETRY_MAX)
+        self.transports = transports if transports is not None else Transports()
+        self.stats = RelayStats()
+        self.stopping = threading.Event()
+        self.waker = Waker()
+        self._session: object | None = None
+        self._backoff = Backoff()
+        self._claimed_last = 0
+        autodiscover()
+
+    # -- control -------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Ask the loop to stop after the message in hand (safe from a signal handler)."""
+        self.stopping.set()
+        self.waker.wake()
+
+    def run(self, *, max_iterations: int | None = None) -> None:
+        """Loop until :meth:`stop` (or ``max_iterations``)."""
+        logger.info("relay starting relay=%s", self.instance_id)
+        iterations = 0
+        try:
+            while not self.stopping.is_set():
+                wait = self._guarded(self.step)
+                iterations += 1
+                if max_iterations is not None and iterations >= max_iterations:
+                    break
+                if wait > 0 and not self.stopping.is_set():
+                    self.waker.wait(wait, self._pgconn())
+        finally:
+            self.shutdown()
+
+    def run_until_idle(self) -> int:
+        """Deliver every message claimable now (not retries that are not due); return how many
+        were delivered. Used by ``run_relay --once``."""
+        delivered_before = self.stats.delivered
+        errors_before = self.stats.db_errors
+        try:
+            while not self.stopping.is_set():
+                self._guarded(self.step)
+                if self._claimed_last == 0 or self.stats.db_errors > errors_before:
+                    break
+        finally:
+            self.shutdown()
+        return self.stats.delivered - delivered_before
+
+    def shutdown(self) -> None:
+        self.transports.close()
+        connections[self.using].close()
+        self._session = None
+        logger.info(
+            "relay stopped relay=%s delivered=%d retried=%d dead_lettered=%d",
+            self.instance_id,
+            self.stats.delivered,
+            self.stats.retried,
+            self.stats.dead_lettered,
+        )
+
+    # -- one iteration -------------------------------------------------------------------
+    def step(self) -> float:
+        """Claim and deliver one batch; return how long to sleep before the next round."""
+        self._ensure_session()
+        connection = connections[self.using]
+        with connection.cursor() as cursor:
+            live, dead = claim(cursor, self.claimer, self.batch_size)
+        self._claimed_last = len(live) + len(dead)
+        for message in dead:
+            self.stats.dead_lettered += 1
+            logger.error(
+                "dead-lettered id=%s topic=%s type=%s after %d attempts with no recorded "
+                "outcome (relays died or hung while delivering it)",
+                message.id,
+                message.topic,
+                message.event_type,
+                message.attempt,
+            )
+        if self._claimed_last:
+            self.stats.batches += 1
+            self.stats.claimed += len(live)
+            self.deliver(live)
+            return 0.0
+        with connection.cursor() as cursor:
+            until = seconds_until_claimable(cursor, self.topics)
+        wait = self.poll_interval if until is None else max(0.0, until)
+        return min(wait, self.poll_interval)
+
+    def deliver(self, messages: Sequence[Message]) -> None:
+        """Send claimed messages in order, renewing the claim as needed, then record outcomes."""
+        messages = list(messages)
+        renew_at = time.monotonic() + self.claimer.visibility_timeout * RENEW_AFTER
+        outcomes: list[Outcome] = []
+        lost: set = set()  # claims another relay took over while this batch ran
+        sent = 0  # messages[:sent] were attempted
+        for chunk, send in self._chunks(messages):
+            if self.stopping.is_set():
+                break
+            if time.monotonic() >= renew_at:
+                self._settle(outcomes)
+                outcomes = []
+                unsent = [m for m in messages[sent:] if m.id not in lost]
+                lost |= {m.id for m in unsent} - self._renew(unsent)
+                renew_at = time.monotonic() + self.claimer.visibility_timeout * RENEW_AFTER
+            sent += len(chunk)
+            if lost:
+                chunk = [m for m in chunk if m.id not in lost]
+                if not chunk:
+                    continue
+            try:
+                results = send(chunk)
+            except Exception as exc:  # a transport bug must not kill the relay
+                logger.exception("transport failed unexpectedly relay=%s", self.instance_id)
+                results = [exc] * len(chunk)
+            outcomes.extend(self._outcome(m, exc) for m, exc in zip(chunk, results, strict=True))
+        self._settle(outcomes)
+        unsent = [m for m in messages[sent:] if m.id not in lost]
+        if unsent:
+            self._release(unsent)
+
+    # -- delivery ------------------------------------------------------------------------
+    def _chunks(
+        self, messages: list[Message]
+    ) -> list[tuple[list[Message], Callable[[Sequence[Message]], list[BaseException | None]]]]:
+        """Runs of messages that share a transport, cut to the transport's batch size."""
+        chunks = []
+        for _, group in groupby(messages, key=lambda m: m.topic):
+            run = list(group)
+            try:
+                transport: Transport | None = self.transports.for_topic(run[0].topic)
+            except Exception as exc:
+                transport, error = None, exc
+            if transport is None:
+                chunks.append((run, self._failing(error)))
+                continue
+            size = max(1, transport.batch_size)
+            for start in range(0, len(run), size):
+                chunks.append((run[start : start + size], transport.send_many))
+        return chunks
+
+    @staticmethod
+    def _failing(
+        error: BaseException,
+    ) -> Callable[[Sequence[Message]], list[BaseException | None]]:
+        def send(messages: Sequence[Message]) -> list[BaseException | None]:
+            return [error] * len(messages)
+
+        return send
+
+    def _outcome(self, message: Message, exc: BaseException | None) -> Outcome:
+        if exc is None:
+            return Outcome(message)
+        error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        return Outcome(
+            message,
+            error=error,
+            permanent=isinstance(exc, PermanentDeliveryError),
+            delay=retry_delay(message.attempt, self.retry_base, self.retry_max),
+        )
+
+    def _settle(self, outcomes: list[Outcome]) -> None:
+        if not outcomes:
+            return
+        with connections[self.using].cursor() as cursor:
+            settled = settle_outcomes(cursor, self.claimer, outcomes)
+        by_id = {s.id: s for s in settled}
+        delivered = 0
+        for outcome in outcomes:
+            message = outcome.message
+            result = by_id.get(message.id)
+            if result is None:
+                self.stats.lost_claims += 1
+                logger.warning(
+                    "outcome of id=%s topic=%s not recorded: its claim expired and another "
+                    "relay took it over relay=%s",
+                    message.id,
+                    message.topic,
+                    self.instance_id,
+                )
+            elif outcome.delivered:
+                delivered += 1
+                logger.debug(
+                    "delivered id=%s topic=%s type=%s attempt=%d",
+                    message.id,
+                    message.topic,
+                    message.event_type,
+                    message.attempt,
+                )
+            elif result.status == DeliveryStatus.DELIVERY_FAILED:
+                self.stats.dead_lettered += 1
+                logger.error(
+                    "dead-lettered id=%s topic=%s type=%s after %d attempt(s)%s: %s",
+                    message.id,
+                    message.topic,
+                    message.event_type,
+                    message.attempt,
+                    " (permanent failure)" if outcome.permanent else "",
+                    outcome.error,
+                )
+            else:
+                self.stats.retried += 1
+                logger.warning(
+                    "delivery failed id=%s topic=%s type=%s attempt=%d/%d; retry in %.1fs: %s",
+                    message.id,
+                    message.topic,
+                    message.event_type,
+                    message.attempt,
+                    self.claimer.max_attempts,
+                    outcome.delay,
+                    outcome.error,
+                )
+        if delivered:
+            self.stats.delivered += delivered
+            logger.info("delivered %d message(s) relay=%s", delivered, self.instance_id)
+
+    def _renew(self, messages: list[Message]) -> set:
+        with connections[self.using].cursor() as cursor:
+            held = extend(cursor, self.claimer, messages)
+        lost = len(messages) - len(held)
+        if lost:
+            self.stats.lost_claims += lost
+            logger.warning(
+                "%d claim(s) expired before renewal and were taken over relay=%s",
+                lost,
+                self.instance_id,
+            )
+        return held
+
+    def _release(self, messages: list[Message]) -> None:
+        with connections[self.using].cursor() as cursor:
+            released = release(cursor, self.claimer, messages)
+        self.stats.released += released
+        logger.info(
+            "stopping: gave back %d claimed message(s) relay=%s", released, self.instance_id
+        )
+
+    # -- plumbing ------------------------------------------------------------------------
+    def _guarded(self, work: Callable[[], float]) -> float:
+        """Run ``work``; on a database error log it, reconnect later and back off.
+
+        Messages claimed when the error struck stay claimed until their visibility timeout
+        and are then delivered again (by this relay or another).
+        """
+        try:
+            wait = work()
+        except (OperationalError, InterfaceError) as exc:
+            self.stats.db_errors += 1
+            self._lost_connection()
+            delay = self._backoff.next()
+            logger.warning(
+                "database unavailable (%s); retrying in %.1fs relay=%s",
+                first_line(exc),
+                delay,
+                self.instance_id,
+            )
+            return delay
+        except DatabaseError:
+            self.stats.db_errors += 1
+            self._lost_connection()
+            delay = self._backoff.next()
+            logger.exception("database error; retrying in %.1fs relay=%s", delay, self.instance_id)
+            return delay
+        self._backoff.reset()
+        return wait
+
+    def _lost_connection(self) -> None:
+        self._session = None
+        try:
+            connections[self.using].close()
+        except DatabaseError:
+            pass
+
+    def _ensure_session(self) -> None:
+        """Connect if needed and prepare a new session (name, LISTEN)."""
+        connection = connections[self.using]
+        connection.ensure_connection()
+        raw = connection.connection
+        if raw is self._session:
+            return
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT set_config('application_name', %s, false)",
+                [f"dsched-relay:{self.instance_id}"[:63]],
+            )
+            cursor.execute("LISTEN dsched_outbox")
+        raw.add_notify_handler(self.waker.on_notify)
+        self._session = raw
+
+    def _pgconn(self):
+        raw = connections[self.using].connection
+        return None if raw is None else raw.pgconn

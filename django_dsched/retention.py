@@ -1,0 +1,139 @@
+"""Retention: delete delivered outbox messages and old events in small batches.
+
+``DSCHED_RETENTION_DAYS`` (default 45): a DELIVERED message goes once it was delivered that
+long ago; an event goes once it fired that long ago, unless its outbox message is still
+pending or dead-lettered (dead letters and their events stay until an operator handles them).
+
+Each batch is its own short transaction that deletes at most ``DSCHED_RETENTION_BATCH_SIZE``
+rows picked with ``FOR UPDATE SKIP LOCKED``, so it never waits on, or holds up, a relay or a
+fire. Used by ``manage.py purge_history`` and by the leader (:func:`purge_expired`).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from django.db import connections, transaction
+
+from .conf import app_settings
+from .enums import DeliveryStatus
+
+logger = logging.getLogger(__name__)
+
+PURGE_OUTBOX = """
+DELETE FROM outbox_message_t
+WHERE id IN (
+    SELECT id FROM outbox_message_t
+    WHERE status = %(delivered)s
+      AND delivered_ts < statement_timestamp() - make_interval(secs => %(seconds)s)
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+"""
+
+PURGE_EVENTS = """
+DELETE FROM event_store_t
+WHERE id IN (
+    SELECT e.id FROM event_store_t e
+    WHERE e.event_ts < statement_timestamp() - make_interval(secs => %(seconds)s)
+      AND NOT EXISTS (
+          SELECT FROM outbox_message_t o WHERE o.id = e.id AND o.status <> %(delivered)s
+      )
+    LIMIT %(limit)s
+    FOR UPDATE OF e SKIP LOCKED
+)
+"""
+
+COUNT_OUTBOX = """
+SELECT count(*) FROM outbox_message_t
+WHERE status = %(delivered)s
+  AND delivered_ts < statement_timestamp() - make_interval(secs => %(seconds)s)
+"""
+
+COUNT_EVENTS = """
+SELECT count(*) FROM event_store_t e
+WHERE e.event_ts < statement_timestamp() - make_interval(secs => %(seconds)s)
+  AND NOT EXISTS (
+      SELECT FROM outbox_message_t o WHERE o.id = e.id AND o.status <> %(delivered)s
+  )
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Purged:
+    outbox: int = 0
+    events: int = 0
+    # True when a limit stopped the purge with expired rows left (call again later).
+    more: bool = False
+
+
+def _params(days: float, limit: int = 0) -> dict[str, object]:
+    return {
+        "delivered": DeliveryStatus.DELIVERED.value,
+        "seconds": float(days) * 86400,
+        "limit": limit,
+    }
+
+
+def _purge(
+    sql: str, params: dict[str, object], using: str, max_batches: int | None
+) -> tuple[int, bool]:
+    total, batches = 0, 0
+    limit = int(params["limit"])  # type: ignore[call-overload]
+    while max_batches is None or batches < max_batches:
+        with transaction.atomic(using=using), connections[using].cursor() as cursor:
+            cursor.execute(sql, params)
+            deleted = cursor.rowcount
+        total += deleted
+        batches += 1
+        if deleted < limit:
+            return total, False
+    return total, True
+
+
+def purge_expired(
+    *,
+    days: float | None = None,
+    batch_size: int | None = None,
+    max_batches: int | None = None,
+    using: str | None = None,
+) -> Purged:
+    """Delete what retention allows, ``batch_size`` rows per transaction.
+
+    ``days`` defaults to ``DSCHED_RETENTION_DAYS`` (None there: nothing is deleted).
+    ``max_batches`` bounds the work per table for callers with a time budget, such as the
+    leader; ``Purged.more`` then says whether rows were left for the next call.
+    """
+    days = app_settings.RETENTION_DAYS if days is None else days
+    if days is None:
+        return Purged()
+    using = using or app_settings.DATABASE
+    params = _params(days, batch_size or app_settings.RETENTION_BATCH_SIZE)
+    outbox, more_outbox = _purge(PURGE_OUTBOX, params, using, max_batches)
+    events, more_events = _purge(PURGE_EVENTS, params, using, max_batches)
+    purged = Purged(outbox, events, more_outbox or more_events)
+    if outbox or events:
+        logger.info(
+            "retention: deleted %d delivered outbox message(s) and %d event(s) older than "
+            "%g day(s)%s",
+            outbox,
+            events,
+            days,
+            "; more left for the next pass" if purged.more else "",
+        )
+    return purged
+
+
+def count_expired(*, days: float | None = None, using: str | None = None) -> Purged:
+    """What :func:`purge_expired` would delete now (for ``purge_history --dry-run``)."""
+    days = app_settings.RETENTION_DAYS if days is None else days
+    if days is None:
+        return Purged()
+    params = _params(days)
+    with connections[using or app_settings.DATABASE].cursor() as cursor:
+        cursor.execute(COUNT_OUTBOX, params)
+        (outbox,) = cursor.fetchone()
+        cursor.execute(COUNT_EVENTS, params)
+        (events,) = cursor.fetchone()
+    return Purged(outbox, events)

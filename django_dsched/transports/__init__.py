@@ -1,0 +1,15 @@
+"""Transports: where the relay sends outbox messages, chosen per topic in DSCHED_TRANSPORTS."""
+
+from __future__ import annotations
+
+from .base import DeliveryError, PermanentDeliveryError, Transport
+from .registry import ALIASES, TransportConfigError, Transports
+
+__all__ = [
+    "ALIASES",
+    "DeliveryError",
+    "PermanentDeliveryError",
+    "Transport",
+    "TransportConfigError",
+    "Transports",
+]

@@ -1,0 +1,16 @@
+"""A handler for relay subprocesses: appends "pid id start_ns end_ns" to $RELAY_TEST_LOG."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from django_dsched.handlers import handler
+
+
+@handler(topic="reports")
+def record(event: dict) -> None:
+    start = time.monotonic_ns()
+    time.sleep(float(os.environ.get("RELAY_TEST_DELAY", "0.02")))  # a sink that takes a while
+    with open(os.environ["RELAY_TEST_LOG"], "a") as log:
+        log.write(f"{os.getpid()} {event['id']} {start} {time.monotonic_ns()}\n")

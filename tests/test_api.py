@@ -1,0 +1,234 @@
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from django_dsched import api, services
+from django_dsched.enums import MisfirePolicy, ScheduleState
+from django_dsched.models import Event, OutboxMessage, Schedule
+from django_dsched.scheduler import Scheduler
+from tests.helpers import sql
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+COMMON = {"topic": "reports", "event_type": "report.build"}
+
+
+def fire_all() -> int:
+    return Scheduler(instance_id="test").run_until_idle()
+
+
+def history(schedule) -> list[tuple[int, str]]:
+    return list(
+        Event.objects.filter(aggregate_id=schedule.pk)
+        .order_by("aggregate_version")
+        .values_list("aggregate_version", "event_type")
+    )
+
+
+def test_a_schedule_created_in_a_rolled_back_transaction_never_exists():
+    with pytest.raises(RuntimeError), transaction.atomic():
+        api.create_interval("ghost", every=1, **COMMON)
+        raise RuntimeError("the caller's work failed")
+    assert not Schedule.objects.exists()
+    assert not Event.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("create", "kwargs", "fragment"),
+    [
+        (api.create_cron, {"cron": "61 * * * *"}, "Invalid cron"),
+        (api.create_cron, {"cron": "0 0 * * *", "time_zone": "Mars/Base"}, "IANA"),
+        (api.create_cron, {"cron": "0 0 30 2 *"}, "never fire"),
+        (api.create_interval, {"every": 0}, "greater than or equal to 1"),
+        (api.create_interval, {"every": -3}, "greater than or equal to 1"),
+        (api.create_interval, {"every": 5, "unit": "FORTNIGHTS"}, "not a valid choice"),
+        (api.create_interval, {"every": 1, "start": datetime(2026, 1, 1)}, "timezone-aware"),
+        (
+            api.create_interval,
+            {
+                "every": 1,
+                "start": datetime(2026, 1, 2, tzinfo=UTC),
+                "end_ts": datetime(2026, 1, 1, tzinfo=UTC),
+            },
+            "end must be after",
+        ),
+        (api.create_interval, {"every": 1, "max_fires": 0}, "greater than or equal to 1"),
+        (api.create_interval, {"every": 1, "data": {"x": "y" * 70_000}}, "limit is 65536"),
+        (api.create_interval, {"every": 1, "data": ["not", "an", "object"]}, "JSON object"),
+        (api.create_interval, {"every": 1, "jitter_seconds": -1}, "greater than or equal to 0"),
+        (api.create_once, {"at": datetime(2026, 1, 1)}, "timezone-aware"),
+        (api.create_once, {}, "either at= or delay="),
+        (api.create_once, {"delay": timedelta(seconds=-1)}, "must not be negative"),
+    ],
+)
+def test_bad_input_is_refused_with_nothing_written(create, kwargs, fragment):
+    with pytest.raises(ValidationError) as excinfo:
+        create("bad", **COMMON, **kwargs)
+    assert fragment in " ".join(excinfo.value.messages)
+    assert not Schedule.objects.exists()
+    assert not Event.objects.exists()
+
+
+def test_pause_with_reason_until_a_time_then_resumes_by_itself(db_now):
+    schedule = api.create_interval("p", every=1, **COMMON)
+    until = db_now() + timedelta(hours=1)
+    assert api.pause(schedule, reason="maintenance", until=until, actor="ops")
+    status = api.status("p")
+    assert (status.state, status.paused_reason, status.paused_until) == (
+        ScheduleState.PAUSED,
+        "maintenance",
+        until,
+    )
+    assert services.resume_expired_pauses() == 0
+    sql("UPDATE schedule_t SET paused_until = now() - interval '1 second'")
+    assert services.resume_expired_pauses() == 1
+    assert api.status("p").state == ScheduleState.ACTIVE
+    assert [kind for _, kind in history(schedule)] == [
+        "dsched.schedule.created",
+        "dsched.schedule.paused",
+        "dsched.schedule.resumed",
+    ]
+
+
+def test_pause_refuses_bad_input(db_now):
+    api.create_interval("p", every=1, **COMMON)
+    with pytest.raises(ValidationError, match="future"):
+        api.pause("p", until=db_now() - timedelta(minutes=1))
+    with pytest.raises(ValidationError, match="timezone-aware"):
+        api.pause("p", until=datetime(2030, 1, 1))
+    assert api.status("p").state == ScheduleState.ACTIVE
+
+
+def test_resume_goes_on_from_now_by_default():
+    schedule = api.create_interval("r", every=1, **COMMON)
+    api.pause(schedule)
+    sql(
+        "UPDATE schedule_t SET start_ts = start_ts - interval '1 hour',"
+        " next_slot_ts = next_slot_ts - interval '1 hour',"
+        " next_run_ts = next_run_ts - interval '1 hour'"
+    )
+    api.resume("r")
+    assert fire_all() == 0
+
+
+def test_resume_with_catch_up_applies_the_misfire_policy():
+    schedule = api.create_interval("r", every=1, misfire_policy=MisfirePolicy.CATCH_UP, **COMMON)
+    api.pause(schedule)
+    sql(
+        "UPDATE schedule_t SET start_ts = start_ts - interval '5 minutes',"
+        " next_slot_ts = next_slot_ts - interval '5 minutes',"
+        " next_run_ts = next_run_ts - interval '5 minutes'"
+    )
+    api.resume("r", catch_up=True)
+    assert fire_all() == 6
+
+
+def test_trigger_fires_once_now_through_the_outbox():
+    schedule = api.create_interval("t", every=1, unit="HOURS", **COMMON)
+    sql("UPDATE schedule_t SET next_run_ts = now() + interval '1 hour'")
+    assert api.trigger("t", actor="alice") == 1
+    event = Event.objects.get(scheduled_ts__isnull=False)
+    assert event.metadata["trigger"] == "manual"
+    assert event.metadata["actor"] == "alice"
+    assert OutboxMessage.objects.get().id == event.id
+    schedule.refresh_from_db()
+    assert schedule.fire_count == 1
+    assert [v for v, _ in history(schedule)] == [1, 2]
+
+
+def test_trigger_refuses_a_cancelled_schedule():
+    api.create_interval("c", every=1, **COMMON)
+    api.cancel("c")
+    with pytest.raises(ValidationError, match="Only active or paused"):
+        api.trigger("c")
+    assert not OutboxMessage.objects.exists()
+
+
+def test_backfill_fires_each_past_slot_once(db_now):
+    start = db_now() - timedelta(hours=5)
+    schedule = api.create_interval("b", every=1, unit="HOURS", start=start, **COMMON)
+    fire_all()  # the latest missed slot fires now (coalesce)
+    # The latest slot (start + 5 h) already fired; the backfill fires the five before it.
+    fired, already = api.backfill("b", start, start + timedelta(hours=5))
+    assert (fired, already) == (5, 1)
+    assert api.backfill("b", start, start + timedelta(hours=5)) == (0, 6)
+    scheduled = list(
+        Event.objects.filter(aggregate_id=schedule.pk, scheduled_ts__isnull=False)
+        .order_by("scheduled_ts")
+        .values_list("scheduled_ts", flat=True)
+    )
+    assert scheduled == [start + timedelta(hours=k) for k in range(6)]
+    versions = [v for v, _ in history(schedule)]
+    assert len(versions) == len(set(versions))
+
+
+def test_backfill_refuses_the_future_and_huge_ranges(db_now):
+    now = db_now()
+    api.create_interval("b", every=1, unit="SECONDS", start=now - timedelta(days=3), **COMMON)
+    with pytest.raises(ValidationError, match="past only"):
+        api.backfill("b", now - timedelta(hours=1), now + timedelta(hours=1))
+    with pytest.raises(ValidationError, match="in parts"):
+        api.backfill("b", now - timedelta(days=2), now - timedelta(days=1))
+
+
+def test_preview_is_what_fires():
+    schedule = api.create_interval("v", every=1, misfire_policy=MisfirePolicy.CATCH_UP, **COMMON)
+    expected = api.preview("v", 3)
+    assert expected == [schedule.next_run_ts + timedelta(minutes=k) for k in range(3)]
+    sql(
+        "UPDATE schedule_t SET start_ts = start_ts - interval '2 minutes 1 second',"
+        " next_slot_ts = next_slot_ts - interval '2 minutes 1 second',"
+        " next_run_ts = next_run_ts - interval '2 minutes 1 second'"
+    )
+    fire_all()
+    fired = list(
+        Event.objects.filter(scheduled_ts__isnull=False)
+        .order_by("scheduled_ts")
+        .values_list("scheduled_ts", flat=True)
+    )
+    assert [f - fired[0] for f in fired] == [e - expected[0] for e in expected]
+
+
+def test_dry_run_lists_what_would_fire_and_writes_nothing(db_now):
+    now = db_now()
+    api.create_interval("a", every=20, **COMMON)
+    api.create_cron("b", cron="*/30 * * * *", **COMMON)
+    fires = api.dry_run(now, now + timedelta(hours=1))
+    names = [name for name, _ in fires]
+    assert names.count("a") in (3, 4)
+    assert names.count("b") == 2
+    assert [when for _, when in fires] == sorted(when for _, when in fires)
+    assert not OutboxMessage.objects.exists()
+
+
+def test_status_reports_the_last_delivery():
+    api.create_interval("s", every=1, **COMMON)
+    fire_all()
+    status = api.status("s")
+    assert status.fire_count == 1
+    assert status.last_delivery == "PENDING"
+    assert status.next_fire is not None
+
+
+def test_hosts_are_separate():
+    other = uuid.uuid4()
+    api.create_interval("shared-name", every=1, **COMMON)
+    api.create_interval("shared-name", every=2, host_id=other, **COMMON)
+    assert api.get("shared-name", host_id=other).frequency_time == 2
+    assert [s.frequency_time for s in api.schedules()] == [1]
+    assert [s.frequency_time for s in api.schedules(host_id=other)] == [2]
+    with pytest.raises(Schedule.DoesNotExist):
+        api.get("shared-name", host_id=uuid.uuid4())
+
+
+def test_backfill_cannot_reach_past_the_retention(settings, db_now):
+    settings.DSCHED_RETENTION_DAYS = 2
+    now = db_now()
+    api.create_interval("b", every=1, unit="HOURS", start=now - timedelta(days=5), **COMMON)
+    with pytest.raises(ValidationError, match="retention"):
+        api.backfill("b", now - timedelta(days=3), now - timedelta(days=1))

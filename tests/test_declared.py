@@ -1,0 +1,102 @@
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.core.management import call_command
+
+from django_dsched import api, declared
+from django_dsched.enums import ScheduleOrigin, ScheduleState
+from django_dsched.models import Event, Schedule
+from tests.helpers import sql
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+NIGHTLY = {
+    "cron": "0 2 * * *",
+    "time_zone": "Europe/Brussels",
+    "topic": "reports",
+    "event_type": "report.build",
+}
+HEARTBEAT = {"every": 30, "unit": "SECONDS", "topic": "ops", "event_type": "ping"}
+
+
+def test_new_declarations_are_created_once():
+    report = declared.sync({"nightly": NIGHTLY, "heartbeat": HEARTBEAT})
+    assert sorted(report.created) == ["heartbeat", "nightly"]
+    again = declared.sync({"nightly": NIGHTLY, "heartbeat": HEARTBEAT})
+    assert again.created == [] and sorted(again.unchanged) == ["heartbeat", "nightly"]
+    assert Schedule.objects.filter(origin=ScheduleOrigin.CODE).count() == 2
+    assert Event.objects.filter(event_type="dsched.schedule.created").count() == 2
+
+
+def test_a_changed_declaration_updates_without_losing_its_place():
+    declared.sync({"heartbeat": HEARTBEAT})
+    sql("UPDATE schedule_t SET fire_count = 7")
+    before = Schedule.objects.get()
+    declared.sync({"heartbeat": {**HEARTBEAT, "topic": "ops2"}})
+    after = Schedule.objects.get()
+    assert after.event_topic == "ops2"
+    assert (after.next_run_ts, after.fire_count) == (before.next_run_ts, 7)
+    declared.sync({"heartbeat": {**HEARTBEAT, "every": 60}})
+    moved = Schedule.objects.get()
+    assert moved.frequency_time == 60
+    assert (moved.next_slot_ts - moved.start_ts) % timedelta(seconds=60) == timedelta(0)
+
+
+def test_removed_declarations_are_deactivated_and_come_back():
+    declared.sync({"nightly": NIGHTLY, "heartbeat": HEARTBEAT})
+    report = declared.sync({"nightly": NIGHTLY})
+    assert report.deactivated == ["heartbeat"]
+    heartbeat = Schedule.objects.get(schedule_name="heartbeat")
+    assert (heartbeat.state, heartbeat.paused_reason) == (ScheduleState.PAUSED, declared.REMOVED)
+    report = declared.sync({"nightly": NIGHTLY, "heartbeat": HEARTBEAT})
+    assert report.reactivated == ["heartbeat"]
+    assert Schedule.objects.get(schedule_name="heartbeat").state == ScheduleState.ACTIVE
+
+
+def test_schedules_made_by_staff_are_left_alone():
+    api.create_interval("heartbeat", every=5, topic="mine", event_type="mine")
+    report = declared.sync({"heartbeat": HEARTBEAT})
+    assert report.conflicts == ["heartbeat"]
+    mine = Schedule.objects.get()
+    assert (mine.event_topic, mine.origin) == ("mine", ScheduleOrigin.API)
+    declared.sync({})
+    assert Schedule.objects.get().state == ScheduleState.ACTIVE
+
+
+def test_a_bad_declaration_is_refused_by_name_and_nothing_is_written():
+    with pytest.raises(ValidationError, match="'broken'"):
+        declared.sync({"ok": HEARTBEAT, "broken": {**NIGHTLY, "cron": "99 * * * *"}})
+    assert not Schedule.objects.exists()
+    with pytest.raises(TypeError, match="unknown keys"):
+        declared.declare("typo", evry=5, topic="t", event_type="x")
+
+
+def test_settings_and_decorators_are_synced_by_the_command(settings):
+    from django_dsched.handlers import registry
+
+    settings.DSCHED_SCHEDULES = {"nightly": NIGHTLY}
+
+    @declared.periodic("from-code", every=1, unit="HOURS", topic="code", event_type="code.tick")
+    def handle(event):
+        return event
+
+    try:
+        call_command("dsched", "sync", verbosity=0)
+        assert set(Schedule.objects.values_list("schedule_name", "event_type")) == {
+            ("nightly", "report.build"),
+            ("from-code", "code.tick"),
+        }
+        # The decorated function is the in-process handler of its schedule's events.
+        assert handle in registry.for_message("code", "code.tick")
+    finally:
+        declared._registry.pop("from-code", None)
+        registry.unregister(handle, event_type="code.tick")
+
+
+def test_migrate_syncs_on_deploy(settings):
+    settings.DSCHED_SCHEDULES = {"nightly": NIGHTLY}
+    call_command("migrate", verbosity=0)
+    assert Schedule.objects.filter(schedule_name="nightly", origin=ScheduleOrigin.CODE).exists()

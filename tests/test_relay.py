@@ -1,0 +1,345 @@
+"""The relay loop on a real database, delivering to in-process handlers."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+
+from django_dsched.delivery import Claimer, Outcome, claim, settle
+from django_dsched.enums import DeliveryStatus
+from django_dsched.handlers import registry
+from django_dsched.models import OutboxMessage
+from django_dsched.relay import Relay
+from django_dsched.scheduler import Scheduler
+from django_dsched.transports import PermanentDeliveryError
+from tests.factories import ScheduleFactory
+from tests.helpers import other_session, sql, wait_for
+from tests.outbox_helpers import make_messages, statuses
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def handle():
+    """``handle(func, topic=...)`` registers a handler for the test only."""
+    registered = []
+
+    def register(func, **key):
+        registry.register(func, **key)
+        registered.append((func, key))
+        return func
+
+    yield register
+    for func, key in registered:
+        registry.unregister(func, **key)
+
+
+@pytest.fixture
+def relay_settings(settings):
+    settings.DSCHED_TRANSPORTS = {"*": {"BACKEND": "handlers"}}
+    settings.DSCHED_RELAY_RETRY_BASE = 1.0
+    settings.DSCHED_RELAY_RETRY_MAX = 4.0
+    settings.DSCHED_RELAY_MAX_ATTEMPTS = 3
+    settings.DSCHED_RELAY_VISIBILITY_TIMEOUT = 30.0
+    return settings
+
+
+def db_now():
+    return sql("SELECT clock_timestamp()")[0][0]
+
+
+def test_delivers_every_message_once_oldest_first(relay_settings, handle):
+    seen = []
+    handle(lambda event: seen.append(event["id"]), topic="reports")
+    ids = make_messages(7)
+
+    assert Relay(instance_id="r1", batch_size=3).run_until_idle() == 7
+
+    assert seen == [str(i) for i in ids]
+    assert statuses() == {DeliveryStatus.DELIVERED: 7}
+    row = OutboxMessage.objects.get(id=ids[0])
+    assert row.attempts == 1 and row.delivered_ts >= row.event_ts
+    assert row.claimed_by == "" and row.claimed_until is None
+
+
+def test_higher_priority_first(relay_settings, handle):
+    seen = []
+    handle(lambda event: seen.append(event["id"]), topic="reports")
+    low = make_messages(2, age=60)
+    high = make_messages(2, priority=5)
+
+    Relay(instance_id="r1").run_until_idle()
+
+    assert seen == [str(i) for i in high + low]
+
+
+def test_event_type_and_topic_handlers_both_run(relay_settings, handle):
+    calls = []
+    handle(lambda event: calls.append("type"), event_type="report.build")
+    handle(lambda event: calls.append("topic"), topic="reports")
+    make_messages(1)
+
+    Relay(instance_id="r1").run_until_idle()
+
+    assert calls == ["type", "topic"]
+
+
+def test_failures_back_off_then_dead_letter(relay_settings, handle):
+    def fail(event):
+        raise RuntimeError("sink is down")
+
+    handle(fail, topic="reports")
+    (message_id,) = make_messages(1)
+    relay = Relay(instance_id="r1")
+
+    # Attempt n waits between half and all of min(4, 1 * 2**(n-1)) seconds before the next.
+    for attempt, step in ((1, 1.0), (2, 2.0)):
+        before = db_now()
+        assert relay.run_until_idle() == 0
+        after = db_now()
+        row = OutboxMessage.objects.get(id=message_id)
+        assert (row.status, row.attempts) == (DeliveryStatus.PENDING, attempt)
+        assert row.last_error == "RuntimeError: sink is down"
+        assert before + timedelta(seconds=step / 2) <= row.next_attempt_ts
+        assert row.next_attempt_ts <= after + timedelta(seconds=step)
+        # Not due yet: a relay claims nothing.
+        assert Relay(instance_id="r2").run_until_idle() == 0
+        assert OutboxMessage.objects.get(id=message_id).attempts == attempt
+        OutboxMessage.objects.filter(id=message_id).update(
+            next_attempt_ts=row.next_attempt_ts - timedelta(seconds=10)
+        )
+
+    relay.run_until_idle()
+    row = OutboxMessage.objects.get(id=message_id)
+    assert (row.status, row.attempts) == (DeliveryStatus.DELIVERY_FAILED, 3)
+    assert row.next_attempt_ts is None and row.claimed_by == ""
+    assert relay.stats.retried == 2 and relay.stats.dead_lettered == 1
+
+
+def test_permanent_failure_dead_letters_at_once(relay_settings, handle):
+    def refuse(event):
+        raise PermanentDeliveryError("malformed for this sink")
+
+    handle(refuse, topic="reports")
+    (message_id,) = make_messages(1)
+
+    Relay(instance_id="r1").run_until_idle()
+
+    row = OutboxMessage.objects.get(id=message_id)
+    assert (row.status, row.attempts) == (DeliveryStatus.DELIVERY_FAILED, 1)
+    assert "malformed" in row.last_error
+
+
+def test_no_handler_is_a_retryable_failure(relay_settings):
+    (message_id,) = make_messages(1, topic="nobody-listens")
+
+    Relay(instance_id="r1").run_until_idle()
+
+    row = OutboxMessage.objects.get(id=message_id)
+    assert row.status == DeliveryStatus.PENDING and row.attempts == 1
+    assert "no handler is registered for topic 'nobody-listens'" in row.last_error
+
+
+def test_topic_without_transport_is_a_retryable_failure(relay_settings):
+    relay_settings.DSCHED_TRANSPORTS = {"reports": {"BACKEND": "handlers"}}
+    (message_id,) = make_messages(1, topic="elsewhere")
+
+    Relay(instance_id="r1").run_until_idle()
+
+    row = OutboxMessage.objects.get(id=message_id)
+    assert row.status == DeliveryStatus.PENDING
+    assert "no transport is configured for topic 'elsewhere'" in row.last_error
+
+
+def test_relay_only_claims_its_topics(relay_settings, handle):
+    handle(lambda event: None, topic="a")
+    handle(lambda event: None, topic="b")
+    make_messages(2, topic="a")
+    make_messages(3, topic="b")
+
+    assert Relay(instance_id="r1", topics=["b"]).run_until_idle() == 3
+    assert OutboxMessage.objects.filter(topic="a", status=DeliveryStatus.PENDING).count() == 2
+
+
+def test_a_claimed_message_is_invisible_to_other_relays(relay_settings):
+    make_messages(3)
+    first = Claimer("r1", visibility_timeout=30, max_attempts=3)
+    second = Claimer("r2", visibility_timeout=30, max_attempts=3)
+    with other_session() as session, session.cursor() as cursor:
+        live, _ = claim(cursor, first, 2)
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        others, _ = claim(cursor, second, 10)
+    assert len(live) == 2 and len(others) == 1
+    assert {m.id for m in live}.isdisjoint({m.id for m in others})
+
+
+def test_expired_claim_is_taken_over_and_the_stale_outcome_is_ignored(relay_settings):
+    from django.db import connection
+
+    (message_id,) = make_messages(1)
+    slow = Claimer("slow", visibility_timeout=30, max_attempts=5)
+    fast = Claimer("fast", visibility_timeout=30, max_attempts=5)
+    with connection.cursor() as cursor:
+        (stale,), _ = claim(cursor, slow, 1)
+        # The slow relay hangs past its visibility timeout.
+        cursor.execute(
+            "UPDATE outbox_message_t SET claimed_until = clock_timestamp() - interval '1s'"
+        )
+        (fresh,), _ = claim(cursor, fast, 1)
+        assert fresh.id == stale.id and fresh.attempt == stale.attempt + 1
+        assert [s.status for s in settle(cursor, fast, [Outcome(fresh)])] == ["DELIVERED"]
+        # The slow relay wakes up and reports a failure: nothing is written.
+        assert settle(cursor, slow, [Outcome(stale, error="late", delay=1)]) == []
+    row = OutboxMessage.objects.get(id=message_id)
+    assert (row.status, row.attempts, row.last_error) == (DeliveryStatus.DELIVERED, 2, "")
+
+
+def test_message_claimed_too_often_without_outcome_is_dead_lettered(relay_settings):
+    from django.db import connection
+
+    (message_id,) = make_messages(1)
+    claimer = Claimer("crashy", visibility_timeout=30, max_attempts=3)
+    with connection.cursor() as cursor:
+        for _ in range(3):  # three relays claim it and die before recording anything
+            claim(cursor, claimer, 1)
+            cursor.execute(
+                "UPDATE outbox_message_t SET claimed_until = clock_timestamp() - interval '1s'"
+            )
+        live, dead = claim(cursor, claimer, 1)
+    assert live == [] and [m.id for m in dead] == [message_id]
+    row = OutboxMessage.objects.get(id=message_id)
+    assert (row.status, row.attempts) == (DeliveryStatus.DELIVERY_FAILED, 3)
+    assert "claimed 3 times without a recorded outcome" in row.last_error
+
+
+def test_stopping_gives_unsent_claims_back(relay_settings, handle):
+    relay = Relay(instance_id="r1", batch_size=10)
+    handle(lambda event: relay.stop(), topic="reports")
+    make_messages(4)
+
+    relay.run()
+
+    assert relay.stats.delivered == 1 and relay.stats.released == 3
+    rest = OutboxMessage.objects.filter(status=DeliveryStatus.PENDING)
+    assert rest.count() == 3
+    assert all(m.attempts == 0 and m.claimed_until is None for m in rest)
+
+
+def test_long_batch_renews_its_claim(relay_settings, handle):
+    relay_settings.DSCHED_RELAY_VISIBILITY_TIMEOUT = 1.0
+    stolen = []
+
+    def slow(event):
+        time.sleep(0.1)  # a slow sink: the batch outlasts the visibility timeout
+        with other_session() as session, session.cursor() as cursor:
+            live, _ = claim(cursor, Claimer("thief", 30, 5), 10)
+            stolen.extend(live)
+
+    handle(slow, topic="reports")
+    make_messages(15)
+    relay = Relay(instance_id="r1", batch_size=15)
+
+    assert relay.run_until_idle() == 15
+    assert stolen == [] and relay.stats.lost_claims == 0
+
+
+def test_two_relays_never_hold_the_same_message(relay_settings, handle):
+    log = []
+    lock = threading.Lock()
+
+    def record(event):
+        start = time.monotonic()
+        time.sleep(0.001)
+        with lock:
+            log.append((threading.current_thread().name, event["id"], start, time.monotonic()))
+
+    handle(record, topic="reports")
+    ids = make_messages(200)
+    relays = [Relay(instance_id=f"r{n}", batch_size=7) for n in (1, 2)]
+    threads = [threading.Thread(target=r.run_until_idle, name=r.instance_id) for r in relays]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+
+    delivered = [entry[1] for entry in log]
+    assert sorted(delivered) == sorted(str(i) for i in ids)  # each exactly once
+    assert {entry[0] for entry in log} == {"r1", "r2"}
+    assert statuses() == {DeliveryStatus.DELIVERED: 200}
+
+
+def test_a_fire_wakes_an_idle_relay_at_once(relay_settings, handle):
+    delivered = threading.Event()
+    handle(lambda event: delivered.set(), topic="reports")
+    relay = Relay(instance_id="r1", poll_interval=60)
+    thread = threading.Thread(target=relay.run)
+    thread.start()
+    try:
+        wait_for(lambda: relay.stats.batches == 0 and relay._session, what="relay idle")
+        ScheduleFactory(event_topic="reports")
+        fired_at = time.monotonic()
+        assert Scheduler(instance_id="leader").run_until_idle() == 1
+        assert delivered.wait(5), "the relay did not wake up on the fire's NOTIFY"
+        assert time.monotonic() - fired_at < 5
+    finally:
+        relay.stop()
+        thread.join(10)
+    message = OutboxMessage.objects.get()
+    assert message.status == DeliveryStatus.DELIVERED
+
+
+def test_run_relay_once(relay_settings, handle, capsys):
+    handle(lambda event: None, topic="reports")
+    make_messages(3)
+
+    call_command("run_relay", once=True, verbosity=1)
+
+    assert "Delivered 3 message(s)." in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("atomic", "rows_left"), [(True, 0), (False, 1)])
+def test_atomic_handlers_leave_no_writes_behind(relay_settings, handle, atomic, rows_left):
+    relay_settings.DSCHED_TRANSPORTS = {"*": {"BACKEND": "handlers", "OPTIONS": {"ATOMIC": atomic}}}
+    sql("CREATE TABLE relay_test_writes (id text)")
+    try:
+
+        def write_then_fail(event):
+            sql("INSERT INTO relay_test_writes VALUES (%s)", [event["id"]])
+            raise RuntimeError("after writing")
+
+        handle(write_then_fail, topic="reports")
+        make_messages(1)
+        Relay(instance_id="r1").run_until_idle()
+        assert sql("SELECT count(*) FROM relay_test_writes")[0][0] == rows_left
+    finally:
+        sql("DROP TABLE relay_test_writes")
+
+
+def test_claim_walks_the_claim_index_in_order(relay_settings):
+    from django.db import connection, transaction
+
+    from django_dsched.delivery import CLAIM
+
+    make_messages(50)
+    params = {
+        "pending": "PENDING",
+        "dead": "DELIVERY_FAILED",
+        "relay": "r1",
+        "visibility": 30.0,
+        "max_attempts": 3,
+        "topics": None,
+        "limit": 10,
+    }
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("EXPLAIN " + CLAIM, params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+        transaction.set_rollback(True)
+    assert "dsched_outbox_claim_idx" in plan, plan
+    assert "Sort" not in plan, plan

@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+import pytest
+
+from django_dsched.checks import check_delivery_settings
+
+
+def ids(errors):
+    return [e.id for e in errors]
+
+
+def test_defaults_pass():
+    assert check_delivery_settings() == []
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "check_id"),
+    [
+        ("DSCHED_TRANSPORTS", {}, "dsched.E007"),
+        ("DSCHED_TRANSPORTS", {"*": {"BACKEND": "nope"}}, "dsched.E007"),
+        ("DSCHED_TRANSPORTS", {"*": {"BACKEND": "webhook", "OPTIONS": {"URL": "http://x/"}}},
+         "dsched.E007"),
+        ("DSCHED_RELAY_BATCH_SIZE", 0, "dsched.E008"),
+        ("DSCHED_RELAY_BATCH_SIZE", "10", "dsched.E008"),
+        ("DSCHED_RELAY_MAX_ATTEMPTS", 0, "dsched.E009"),
+        ("DSCHED_RELAY_VISIBILITY_TIMEOUT", 0, "dsched.E010"),
+        ("DSCHED_RELAY_POLL_INTERVAL", "soon", "dsched.E010"),
+        ("DSCHED_RELAY_RETRY_BASE", 1000.0, "dsched.E010"),
+        ("DSCHED_RETENTION_DAYS", 0, "dsched.E011"),
+        ("DSCHED_RETENTION_BATCH_SIZE", 0, "dsched.E011"),
+        ("DSCHED_RETENTION_INTERVAL", -1, "dsched.E011"),
+        ("DSCHED_WEBHOOK_ALLOWED_HOSTS", "hooks.example.com", "dsched.E012"),
+        ("DSCHED_HANDLER_MODULES", "myapp.handlers", "dsched.E013"),
+    ],
+)  # fmt: skip
+def test_bad_delivery_settings(settings, name, value, check_id):
+    setattr(settings, name, value)
+    assert check_id in ids(check_delivery_settings())
+
+
+def test_retention_can_be_turned_off(settings):
+    settings.DSCHED_RETENTION_DAYS = None
+    assert check_delivery_settings() == []
+
+
+def test_webhook_timeout_must_fit_in_the_visibility_timeout(settings):
+    settings.DSCHED_WEBHOOK_ALLOWED_HOSTS = ["hooks.example.com"]
+    settings.DSCHED_RELAY_VISIBILITY_TIMEOUT = 10
+    settings.DSCHED_TRANSPORTS = {
+        "*": {
+            "BACKEND": "webhook",
+            "OPTIONS": {"URL": "https://hooks.example.com/in", "TIMEOUT": 6},
+        }
+    }
+    (error,) = check_delivery_settings()
+    assert error.id == "dsched.E007" and "half of DSCHED_RELAY_VISIBILITY_TIMEOUT" in error.msg

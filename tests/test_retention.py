@@ -1,0 +1,113 @@
+"""Retention deletes exactly the delivered history older than the retention."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+
+from django_dsched.enums import DeliveryStatus
+from django_dsched.models import Event, OutboxMessage
+from django_dsched.retention import count_expired, purge_expired
+from tests.helpers import other_session, sql
+from tests.outbox_helpers import make_messages
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+DAY = 86400
+
+
+def history(count: int, *, age_days: float, status: str, delivered_days: float | None = None):
+    """Messages (with their events) that fired ``age_days`` ago, in ``status``."""
+    ids = make_messages(count, age=age_days * DAY, status=status)
+    if status == DeliveryStatus.DELIVERED:
+        ago = timedelta(days=age_days if delivered_days is None else delivered_days)
+        sql(
+            "UPDATE outbox_message_t SET delivered_ts = statement_timestamp() - %s"
+            " WHERE id = ANY(%s)",
+            [ago, ids],
+        )
+    sql(
+        """
+        INSERT INTO event_store_t (id, host_id, aggregate_id, aggregate_type, aggregate_version,
+                                   event_type, event_ts, payload, metadata, scheduled_ts)
+        SELECT id, host_id, aggregate_id, aggregate_type, aggregate_version, event_type,
+               event_ts, payload, metadata, event_ts
+        FROM outbox_message_t WHERE id = ANY(%s)
+        """,
+        [ids],
+    )
+    return ids
+
+
+def remaining(ids):
+    return (
+        OutboxMessage.objects.filter(id__in=ids).count(),
+        Event.objects.filter(id__in=ids).count(),
+    )
+
+
+@pytest.fixture
+def mixed_history(settings):
+    settings.DSCHED_RETENTION_DAYS = 45
+    return {
+        "old_delivered": history(5, age_days=50, status=DeliveryStatus.DELIVERED),
+        "recent_delivered": history(2, age_days=10, status=DeliveryStatus.DELIVERED),
+        # Fired long ago but delivered yesterday (a dead letter an operator retried).
+        "late_delivered": history(
+            1, age_days=60, status=DeliveryStatus.DELIVERED, delivered_days=1
+        ),
+        "old_dead": history(2, age_days=90, status=DeliveryStatus.DELIVERY_FAILED),
+        "old_pending": history(1, age_days=46, status=DeliveryStatus.PENDING),
+    }
+
+
+def test_purge_deletes_exactly_the_expired_history(mixed_history):
+    assert count_expired() == count_expired(days=45)
+    found = count_expired()
+    assert (found.outbox, found.events) == (5, 6)
+
+    purged = purge_expired(batch_size=2)
+
+    assert (purged.outbox, purged.events, purged.more) == (5, 6, False)
+    assert remaining(mixed_history["old_delivered"]) == (0, 0)
+    assert remaining(mixed_history["recent_delivered"]) == (2, 2)
+    # Its message was delivered yesterday: kept; its 60-day-old event goes.
+    assert remaining(mixed_history["late_delivered"]) == (1, 0)
+    assert remaining(mixed_history["old_dead"]) == (2, 2)  # dead letters stay until handled
+    assert remaining(mixed_history["old_pending"]) == (1, 1)
+    assert purge_expired() == purge_expired().__class__(0, 0, False)
+
+
+def test_purge_is_bounded_per_call(mixed_history):
+    purged = purge_expired(batch_size=2, max_batches=1)
+    assert (purged.outbox, purged.events, purged.more) == (2, 2, True)
+    purged = purge_expired(batch_size=100)
+    assert (purged.outbox, purged.events, purged.more) == (3, 4, False)
+
+
+def test_purge_skips_rows_locked_by_others(mixed_history):
+    locked = mixed_history["old_delivered"][0]
+    with other_session() as session, session.cursor() as cursor:
+        cursor.execute("BEGIN")
+        cursor.execute("SELECT 1 FROM outbox_message_t WHERE id = %s FOR UPDATE", [locked])
+        purged = purge_expired()  # does not wait for the lock
+        cursor.execute("ROLLBACK")
+    assert purged.outbox == 4
+    assert OutboxMessage.objects.filter(id=locked).exists()
+
+
+def test_retention_off_deletes_nothing(mixed_history, settings):
+    settings.DSCHED_RETENTION_DAYS = None
+    assert purge_expired() == purge_expired().__class__()
+    assert OutboxMessage.objects.count() == 11
+
+
+def test_purge_history_command(mixed_history, capsys):
+    call_command("purge_history", dry_run=True)
+    assert "Would delete 5 outbox message(s) and 6 event(s)." in capsys.readouterr().out
+    assert OutboxMessage.objects.count() == 11
+
+    call_command("purge_history", days=5, batch_size=3)
+    assert "Deleted 7 outbox message(s) and 8 event(s)." in capsys.readouterr().out

@@ -1,0 +1,316 @@
+"""Transport routing, the webhook transport (real local HTTP server) and Django tasks."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from django_dsched.delivery import Message
+from django_dsched.enums import DeliveryStatus
+from django_dsched.models import OutboxMessage
+from django_dsched.relay import Relay
+from django_dsched.transports import (
+    DeliveryError,
+    PermanentDeliveryError,
+    TransportConfigError,
+    Transports,
+)
+from django_dsched.transports.in_process import HandlerTransport
+from django_dsched.transports.registry import config_problems
+from django_dsched.transports.webhook import WebhookTransport, host_allowed
+from tests.outbox_helpers import make_messages, statuses
+
+try:
+    from django.tasks import task
+except ImportError:
+    from django_tasks import task
+
+TASK_CALLS: list[dict] = []
+
+
+@task()
+def record_event(event: dict) -> None:
+    TASK_CALLS.append(event)
+
+
+def message(topic: str = "reports", event_type: str = "report.build") -> Message:
+    id_ = uuid.uuid4()
+    return Message(id_, topic, event_type, {"id": str(id_), "type": event_type}, 1)
+
+
+# -- routing ---------------------------------------------------------------------------------
+def test_router_prefers_exact_then_longest_pattern_then_star():
+    transports = Transports(
+        {
+            "*": {"BACKEND": "handlers"},
+            "billing.*": {"BACKEND": "handlers", "OPTIONS": {"ATOMIC": False}},
+            "billing.eu.*": {"BACKEND": "handlers"},
+            "reports": {"BACKEND": "handlers"},
+        }
+    )
+    assert transports.key_for("reports") == "reports"
+    assert transports.key_for("billing.us") == "billing.*"
+    assert transports.key_for("billing.eu.de") == "billing.eu.*"
+    assert transports.key_for("other") == "*"
+    assert transports.for_topic("billing.us") is transports.for_topic("billing.ca")
+    assert isinstance(transports.for_topic("other"), HandlerTransport)
+
+
+def test_router_without_star_refuses_unknown_topics():
+    with pytest.raises(TransportConfigError, match="no transport is configured"):
+        Transports({"reports": {"BACKEND": "handlers"}}).for_topic("billing")
+
+
+@pytest.mark.parametrize(
+    ("config", "problem"),
+    [
+        ({}, "non-empty dict"),
+        ({"*": {"OPTIONS": {}}}, "needs a BACKEND"),
+        ({"*": {"BACKEND": "carrier-pigeon"}}, "BACKEND 'carrier-pigeon'"),
+        ({"*": {"BACKEND": "django_dsched.conf.AppSettings"}}, "not a django_dsched Transport"),
+        ({"*": {"BACKEND": "redis", "OPTIONS": {"HOST": "x"}}}, "unknown option(s) HOST"),
+        ({"*": {"BACKEND": "redis", "OPTIONS": {"MAXLEN": -1}}}, "MAXLEN"),
+        ({"*": {"BACKEND": "handlers", "QUEUE": 1}}, "unknown key(s) QUEUE"),
+        ({"*": {"BACKEND": "tasks", "OPTIONS": {"TASKS": {"a": "os.path.join"}}}}, "not a task"),
+        ({"*": {"BACKEND": "webhook", "OPTIONS": {"URL": "ftp://x"}}}, "http:// or https://"),
+        ({"*": {"BACKEND": "webhook", "OPTIONS": {"URL": "https://evil.test/"}}}, "not in DSCHED"),
+    ],
+)
+def test_config_problems(config, problem):
+    assert any(problem in p for p in config_problems(config)), config_problems(config)
+
+
+def test_good_config_has_no_problems(settings):
+    settings.DSCHED_WEBHOOK_ALLOWED_HOSTS = ["hooks.example.com"]
+    config = {
+        "*": {"BACKEND": "handlers"},
+        "r": {"BACKEND": "redis", "OPTIONS": {"URL": "redis://x:1/0", "MAXLEN": 5}},
+        "q": {"BACKEND": "rabbitmq", "OPTIONS": {"URL": "amqp://u:p@x:1/%2F"}},
+        "w": {"BACKEND": "webhook", "OPTIONS": {"URL": "https://hooks.example.com/{topic}"}},
+        "t": {
+            "BACKEND": "tasks",
+            "OPTIONS": {"TASKS": {"report.build": "tests.test_transports.record_event"}},
+        },
+    }
+    assert config_problems(config) == []
+
+
+# -- Django tasks ----------------------------------------------------------------------------
+@pytest.mark.django_db(transaction=True)
+def test_relay_enqueues_the_mapped_task(settings):
+    settings.TASKS = {"default": {"BACKEND": immediate_backend()}}
+    settings.DSCHED_TRANSPORTS = {
+        "*": {
+            "BACKEND": "tasks",
+            "OPTIONS": {"TASKS": {"report.build": "tests.test_transports.record_event"}},
+        }
+    }
+    TASK_CALLS.clear()
+    ids = make_messages(3)
+    (other,) = make_messages(1, event_type="unmapped.type")
+
+    assert Relay(instance_id="r1").run_until_idle() == 3
+
+    assert [call["id"] for call in TASK_CALLS] == [str(i) for i in ids]
+    assert TASK_CALLS[0]["data"] == {"n": 1}
+    row = OutboxMessage.objects.get(id=other)
+    assert row.status == DeliveryStatus.PENDING
+    assert "no task is mapped to event type 'unmapped.type'" in row.last_error
+
+
+def immediate_backend() -> str:
+    try:
+        import django.tasks  # noqa: F401
+
+        return "django.tasks.backends.immediate.ImmediateBackend"
+    except ImportError:
+        return "django_tasks.backends.immediate.ImmediateBackend"
+
+
+# -- webhooks --------------------------------------------------------------------------------
+class Sink(BaseHTTPRequestHandler):
+    """A local HTTP endpoint whose behaviour is chosen by the request path."""
+
+    requests: list[tuple[str, dict, bytes]] = []
+    server_version = "sink"
+
+    def log_message(self, *args):  # keep test output quiet
+        pass
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        Sink.requests.append((self.path, dict(self.headers), body))
+        path = self.path.split("?")[0]
+        if path.startswith("/ok"):
+            self._reply(204)
+        elif path == "/fail":
+            self._reply(503, b"try later")
+        elif path == "/gone":
+            self._reply(410, b"no such hook")
+        elif path == "/throttled":
+            self._reply(429)
+        elif path == "/slow":
+            time.sleep(2)
+            self._reply(200)
+        elif path == "/redirect-in":
+            self._reply(307, location="/ok/after-redirect")
+        elif path == "/redirect-out":
+            self._reply(307, location="http://unlisted.invalid/steal")
+        elif path == "/redirect-get":
+            self._reply(302, location="/ok")
+        elif path == "/huge-error":
+            self.send_response(500)
+            self.send_header("Content-Length", str(50 * 1024 * 1024))
+            self.end_headers()
+            try:
+                for _ in range(50 * 1024):
+                    self.wfile.write(b"x" * 1024)
+            except OSError:  # the client stopped reading, as it should
+                pass
+        else:
+            self._reply(404)
+
+    def _reply(self, status, body=b"", location=None):
+        try:
+            self.send_response(status)
+            if location:
+                self.send_header("Location", location)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        except OSError:  # the client gave up (a timeout test)
+            pass
+
+
+@pytest.fixture
+def sink():
+    Sink.requests = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def hook(settings, sink):
+    settings.DSCHED_WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]
+
+    def make(path: str, **options) -> WebhookTransport:
+        return WebhookTransport(URL=sink + path, **{"TIMEOUT": 1.0, **options})
+
+    return make
+
+
+@pytest.mark.django_db(transaction=True)
+def test_relay_posts_cloudevents_to_a_webhook(settings, sink):
+    settings.DSCHED_WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]
+    settings.DSCHED_TRANSPORTS = {
+        "*": {
+            "BACKEND": "webhook",
+            "OPTIONS": {"URL": sink + "/ok/{topic}", "SECRET": "s3cret", "TIMEOUT": 2},
+        }
+    }
+    ids = make_messages(3)
+
+    assert Relay(instance_id="r1").run_until_idle() == 3
+
+    assert [path for path, _, _ in Sink.requests] == ["/ok/reports"] * 3
+    _, headers, body = Sink.requests[0]
+    event = json.loads(body)
+    assert event["id"] == str(ids[0]) and event["specversion"] == "1.0"
+    assert headers["Content-Type"] == "application/cloudevents+json; charset=utf-8"
+    assert headers["Idempotency-Key"] == str(ids[0])
+    expected = hmac.new(b"s3cret", body, hashlib.sha256).hexdigest()
+    assert headers["X-Dsched-Signature"] == f"sha256={expected}"
+    assert statuses() == {DeliveryStatus.DELIVERED: 3}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_webhook_5xx_is_retried_and_4xx_dead_letters(settings, sink):
+    settings.DSCHED_WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]
+    settings.DSCHED_TRANSPORTS = {
+        "flaky": {"BACKEND": "webhook", "OPTIONS": {"URL": sink + "/fail", "TIMEOUT": 2}},
+        "gone": {"BACKEND": "webhook", "OPTIONS": {"URL": sink + "/gone", "TIMEOUT": 2}},
+    }
+    (flaky,) = make_messages(1, topic="flaky")
+    (gone,) = make_messages(1, topic="gone")
+
+    Relay(instance_id="r1").run_until_idle()
+
+    flaky_row, gone_row = OutboxMessage.objects.get(id=flaky), OutboxMessage.objects.get(id=gone)
+    assert flaky_row.status == DeliveryStatus.PENDING and flaky_row.next_attempt_ts
+    assert "HTTP 503" in flaky_row.last_error and "try later" in flaky_row.last_error
+    assert gone_row.status == DeliveryStatus.DELIVERY_FAILED and gone_row.attempts == 1
+    assert "HTTP 410" in gone_row.last_error
+
+
+def test_webhook_follows_307_only_within_the_allowlist(hook):
+    hook("/redirect-in").send(message())
+    assert [p for p, _, _ in Sink.requests] == ["/redirect-in", "/ok/after-redirect"]
+    assert Sink.requests[1][2] == Sink.requests[0][2]  # same body after the redirect
+
+    with pytest.raises(PermanentDeliveryError, match="not in DSCHED_WEBHOOK_ALLOWED_HOSTS"):
+        hook("/redirect-out").send(message())
+    with pytest.raises(PermanentDeliveryError, match="HTTP 302 redirect not followed"):
+        hook("/redirect-get").send(message())
+    assert not any(p == "/ok" for p, _, _ in Sink.requests)
+
+
+def test_webhook_refuses_unlisted_hosts_before_connecting(settings, sink):
+    settings.DSCHED_WEBHOOK_ALLOWED_HOSTS = ["hooks.example.com"]
+    with pytest.raises(PermanentDeliveryError, match="not in DSCHED_WEBHOOK_ALLOWED_HOSTS"):
+        WebhookTransport(URL=sink + "/ok").send(message())
+    assert Sink.requests == []
+
+
+def test_webhook_times_out(hook):
+    started = time.monotonic()
+    with pytest.raises(DeliveryError, match="timed out") as failure:
+        hook("/slow", TIMEOUT=0.3).send(message())
+    assert not isinstance(failure.value, PermanentDeliveryError)
+    assert time.monotonic() - started < 1.5
+
+
+def test_webhook_429_is_retryable(hook):
+    with pytest.raises(DeliveryError) as failure:
+        hook("/throttled").send(message())
+    assert not isinstance(failure.value, PermanentDeliveryError)
+
+
+def test_webhook_reads_no_more_than_its_cap(hook):
+    started = time.monotonic()
+    with pytest.raises(DeliveryError, match="HTTP 500") as failure:
+        hook("/huge-error", MAX_RESPONSE_BYTES=4096, TIMEOUT=5).send(message())
+    assert len(str(failure.value)) < 700
+    assert time.monotonic() - started < 3  # did not read 50 MiB
+
+
+@pytest.mark.parametrize(
+    ("url", "allowed", "ok"),
+    [
+        ("https://hooks.example.com/x", ["hooks.example.com"], True),
+        ("https://HOOKS.example.com./x", ["hooks.example.com"], True),
+        ("https://hooks.example.com:8443/x", ["hooks.example.com:443"], False),
+        ("https://hooks.example.com/x", ["hooks.example.com:443"], True),
+        ("http://a.example.com/x", [".example.com"], True),
+        ("http://example.com/x", [".example.com"], True),
+        ("http://badexample.com/x", [".example.com"], False),
+        ("http://example.com.evil.test/x", ["example.com"], False),
+        ("http://user@evil.test/x", ["user"], False),
+        ("http://[::1]:8080/x", ["[::1]:8080"], True),
+        ("file:///etc/passwd", ["localhost"], False),
+        ("http://127.0.0.1:notaport/", ["127.0.0.1"], False),
+    ],
+)
+def test_host_allowlist(url, allowed, ok):
+    assert host_allowed(url, allowed) is ok

@@ -1,0 +1,151 @@
+"""Redis Streams and RabbitMQ transports against real servers, through the relay."""
+
+from __future__ import annotations
+
+import json
+import socket
+import uuid
+
+import pytest
+
+from django_dsched.delivery import Message
+from django_dsched.enums import DeliveryStatus
+from django_dsched.models import OutboxMessage
+from django_dsched.relay import Relay
+from django_dsched.transports.rabbitmq import RabbitMQTransport
+from django_dsched.transports.redis_streams import RedisStreamsTransport
+from tests.brokers import free_port, rabbitmq_url, redis_url  # noqa: F401  (fixtures)
+from tests.outbox_helpers import make_messages, statuses
+
+
+def message(topic: str = "reports") -> Message:
+    id_ = uuid.uuid4()
+    return Message(id_, topic, "report.build", {"id": str(id_), "data": {"n": 1}}, 1)
+
+
+# -- Redis Streams ---------------------------------------------------------------------------
+@pytest.fixture
+def redis_client(redis_url):  # noqa: F811
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()
+    yield client
+    client.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_relay_delivers_to_redis_streams(settings, redis_url, redis_client):  # noqa: F811
+    settings.DSCHED_TRANSPORTS = {
+        "*": {"BACKEND": "redis", "OPTIONS": {"URL": redis_url, "MAXLEN": 10_000}}
+    }
+    ids = make_messages(250, topic="reports") + make_messages(3, topic="billing")
+
+    assert Relay(instance_id="r1", batch_size=100).run_until_idle() == 253
+
+    entries = redis_client.xrange("dsched:reports")
+    assert [e[1][b"id"].decode() for e in entries] == [str(i) for i in ids[:250]]
+    fields = entries[0][1]
+    assert fields[b"topic"] == b"reports" and fields[b"type"] == b"report.build"
+    event = json.loads(fields[b"event"])
+    assert event["id"] == str(ids[0]) and event["specversion"] == "1.0"
+    assert redis_client.xlen("dsched:billing") == 3
+    assert statuses() == {DeliveryStatus.DELIVERED: 253}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_redis_down_is_a_retryable_failure(settings):
+    port = free_port()  # nothing listens there
+    settings.DSCHED_TRANSPORTS = {
+        "*": {
+            "BACKEND": "redis",
+            "OPTIONS": {"URL": f"redis://127.0.0.1:{port}/0", "SOCKET_TIMEOUT": 1},
+        }
+    }
+    make_messages(3)
+
+    assert Relay(instance_id="r1").run_until_idle() == 0
+
+    rows = OutboxMessage.objects.all()
+    assert all(r.status == DeliveryStatus.PENDING and r.attempts == 1 for r in rows)
+    assert all("ConnectionError" in r.last_error for r in rows)
+
+
+def test_redis_stream_name_template(redis_url, redis_client):  # noqa: F811
+    transport = RedisStreamsTransport(URL=redis_url, STREAM="events.{topic}.{type}")
+    try:
+        transport.send(message("billing"))
+    finally:
+        transport.close()
+    assert redis_client.xlen("events.billing.report.build") == 1
+
+
+# -- RabbitMQ --------------------------------------------------------------------------------
+@pytest.fixture
+def amqp_channel(rabbitmq_url):  # noqa: F811
+    import pika
+
+    connection = pika.BlockingConnection(pika.URLParameters(rabbitmq_url))
+    channel = connection.channel()
+    yield channel
+    connection.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_relay_delivers_to_rabbitmq_with_confirms(settings, rabbitmq_url, amqp_channel):  # noqa: F811
+    queue = f"reports-{uuid.uuid4().hex[:8]}"
+    amqp_channel.queue_declare(queue, durable=True)
+    settings.DSCHED_TRANSPORTS = {"*": {"BACKEND": "rabbitmq", "OPTIONS": {"URL": rabbitmq_url}}}
+    ids = make_messages(20, topic=queue)
+
+    assert Relay(instance_id="r1").run_until_idle() == 20
+
+    received = []
+    while True:
+        method, properties, body = amqp_channel.basic_get(queue, auto_ack=True)
+        if method is None:
+            break
+        received.append((properties, json.loads(body)))
+    assert [p.message_id for p, _ in received] == [str(i) for i in ids]
+    properties, event = received[0]
+    assert properties.type == "report.build" and properties.delivery_mode == 2
+    assert properties.content_type == "application/cloudevents+json"
+    assert event["id"] == str(ids[0])
+    assert statuses() == {DeliveryStatus.DELIVERED: 20}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_unroutable_rabbitmq_message_is_retried(settings, rabbitmq_url):  # noqa: F811
+    settings.DSCHED_TRANSPORTS = {"*": {"BACKEND": "rabbitmq", "OPTIONS": {"URL": rabbitmq_url}}}
+    (message_id,) = make_messages(1, topic=f"no-queue-{uuid.uuid4().hex[:8]}")
+
+    Relay(instance_id="r1").run_until_idle()
+
+    row = OutboxMessage.objects.get(id=message_id)
+    assert row.status == DeliveryStatus.PENDING and row.attempts == 1
+    assert "no queue is bound" in row.last_error
+
+
+def test_rabbitmq_reconnects_after_the_broker_drops_the_connection(
+    rabbitmq_url,  # noqa: F811
+    amqp_channel,
+):
+    queue = f"reconnect-{uuid.uuid4().hex[:8]}"
+    amqp_channel.queue_declare(queue)
+    transport = RabbitMQTransport(URL=rabbitmq_url)
+    try:
+        transport.send(message(queue))
+        transport._connection._impl._transport._sock.shutdown(socket.SHUT_RDWR)  # link lost
+        transport.send(message(queue))
+    finally:
+        transport.close()
+    assert amqp_channel.queue_declare(queue, passive=True).method.message_count == 2
+
+
+def test_rabbitmq_down_is_a_connection_error():
+    import pika
+
+    transport = RabbitMQTransport(URL=f"amqp://guest:guest@127.0.0.1:{free_port()}/%2F")
+    with pytest.raises(pika.exceptions.AMQPConnectionError):
+        transport.send(message())
+    assert transport._connection is None
