@@ -193,7 +193,7 @@ def main() -> None:
     parser.add_argument("--schedules", type=int)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--seconds", type=int, default=30)
-    parser.add_argument("--batch-size", type=int, default=500)
+    parser.add_argument("--batch-size", type=int, default=1000)
     options = parser.parse_args()
     call_command("migrate", verbosity=0)
     print(

@@ -24,7 +24,7 @@ DEFAULTS: dict[str, Any] = {
     # How often a standby checks whether the leader is gone, in seconds.
     "STANDBY_INTERVAL": 0.5,
     # Schedules fired in one transaction.
-    "BATCH_SIZE": 500,
+    "BATCH_SIZE": 1000,
     # Take over at once when the leader's database session ends (session advisory lock).
     # Turn off behind a transaction-mode pooler such as PgBouncer.
     "FAST_FAILOVER": True,
