@@ -68,32 +68,32 @@ class CronTimetable:
         # read with the offset before the gap, which lands just after it.
         return wall.replace(tzinfo=self.zone, fold=0).astimezone(UTC)
 
-    def _shifts(self, when: datetime) -> tuple[timedelta, timedelta]:
-        """How far clocks jumped forward and back in the two days before ``when``."""
-        now = (
-            when.utcoffset() if when.tzinfo is self.zone else when.astimezone(self.zone).utcoffset()
-        )
-        forward = back = timedelta(0)
-        for days in (1, 2):
-            then = (when - timedelta(days=days)).astimezone(self.zone).utcoffset()
-            assert now is not None and then is not None
-            forward, back = max(forward, now - then), max(back, then - now)
-        return forward, back
+    def _offsets(self, when: datetime) -> tuple[timedelta, timedelta]:
+        """The smallest and largest UTC offsets of the zone within two days of ``when``."""
+        offsets = [
+            (when + timedelta(days=days)).astimezone(self.zone).utcoffset() or timedelta(0)
+            for days in (-2, -1, 0, 1, 2)
+        ]
+        return min(offsets), max(offsets)
+
+    @staticmethod
+    def _as_utc(wall: datetime, offset: timedelta) -> datetime:
+        return wall.replace(tzinfo=UTC) - offset
 
     def slot_after(self, when: datetime) -> datetime | None:
         """The first fire strictly after ``when``; None if it never fires again.
 
-        A wall time in a recent gap maps to an instant after the gap, so the search starts
-        that far back on the wall clock and keeps the earliest instant after ``when``.
+        Wall times and instants are not in the same order around a gap (a missing wall time
+        lands after the gap), so the search starts back by the size of any nearby jump and
+        keeps the earliest instant after ``when``, until no later wall time can beat it.
         """
-        wall = self._wall(when)
-        forward, _ = self._shifts(when)
-        matches = croniter(self.expression, wall - forward)
+        low, high = self._offsets(when)
+        matches = croniter(self.expression, self._wall(when) - (high - low))
         best: datetime | None = None
         try:
             for _ in range(MAX_STEPS):
                 naive = matches.get_next(datetime)
-                if best is not None and naive > wall + forward:
+                if best is not None and self._as_utc(naive, high) > best:
                     return best
                 instant = self._instant(naive)
                 if instant > when and (best is None or instant < best):
@@ -103,19 +103,16 @@ class CronTimetable:
         raise CronError(f"{self.expression!r}: no fire found after {when}")
 
     def slot_at_or_before(self, when: datetime) -> datetime | None:
-        """The latest fire at or before ``when``; None if there is none.
-
-        In the second pass of a repeated hour, wall times ahead of the clock already fired
-        (at their first occurrence), so the search starts that far ahead.
-        """
-        wall = self._wall(when)
-        forward, back = self._shifts(when)
-        matches = croniter(self.expression, wall + back + timedelta(microseconds=1))
+        """The latest fire at or before ``when``; None if there is none (mirror of
+        :meth:`slot_after`)."""
+        low, high = self._offsets(when)
+        start = self._wall(when) + (high - low) + timedelta(microseconds=1)
+        matches = croniter(self.expression, start)
         best: datetime | None = None
         try:
             for _ in range(MAX_STEPS):
                 naive = matches.get_prev(datetime)
-                if best is not None and naive < wall - forward:
+                if best is not None and self._as_utc(naive, low) < best:
                     return best
                 instant = self._instant(naive)
                 if instant <= when and (best is None or instant > best):

@@ -62,7 +62,7 @@ def run(table: CronTimetable, start: datetime, end: datetime) -> list[datetime]:
         fires.append(instant)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(expression=expressions, case=st.sampled_from(TRANSITIONS))
 def test_matches_the_oracle_across_transitions(expression, case):
     zone_name, start = case
@@ -72,7 +72,7 @@ def test_matches_the_oracle_across_transitions(expression, case):
     assert all(a < b for a, b in itertools.pairwise(fires))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(
     expression=expressions,
     case=st.sampled_from(TRANSITIONS),
@@ -127,3 +127,12 @@ def test_bad_definitions_are_refused(expression, zone, fragment):
 def test_an_impossible_date_never_fires():
     table = CronTimetable("0 0 30 2 *", "UTC")
     assert table.slot_after(datetime(2026, 1, 1, tzinfo=UTC)) is None
+
+
+def test_a_half_hour_gap_interleaves_shifted_and_real_times():
+    # Lord Howe jumps 02:00 -> 02:30: 02:00 and 02:20 do not exist and land at 02:30 and
+    # 02:50, between the real 02:40 and 03:00.
+    table = CronTimetable("*/20 * * * *", "Australia/Lord_Howe")
+    utc = [datetime(2026, 10, 3, 15, m, tzinfo=UTC) for m in (30, 40, 50)]
+    assert run(table, datetime(2026, 10, 3, 15, 20, tzinfo=UTC), utc[-1]) == utc
+    assert table.slot_at_or_before(datetime(2026, 10, 3, 15, 55, tzinfo=UTC)) == utc[-1]
