@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import socket
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from django.db import DatabaseError, InterfaceError, OperationalError, connections
+
+from .conf import app_settings
+from .wakeup import Waker
+
+logger = logging.getLogger("django_dsched")
 
 
 def default_instance_id() -> str:
@@ -41,3 +52,122 @@ def retry_delay(attempt: int, base: float, cap: float) -> float:
     exponent = min(max(attempt, 1) - 1, 60)
     delay = min(cap, base * 2.0**exponent)
     return random.uniform(delay / 2, delay)
+
+
+class DatabaseLoop:
+    """What ``Scheduler`` and ``Relay`` share: an interruptible loop on one database session.
+
+    Subclasses set ``kind`` (for logs and ``application_name``), ``channels`` (to LISTEN on)
+    and ``stats`` (with a ``db_errors`` counter), and implement :meth:`step`, which returns
+    how long to sleep. Database errors are logged and retried with backoff; the process does
+    not die. ``stop()`` is safe from a signal handler and interrupts the sleep.
+    """
+
+    kind = "loop"
+    channels: tuple[str, ...] = ()
+
+    def __init__(self, instance_id: str | None, using: str | None) -> None:
+        self.instance_id = instance_id or default_instance_id()
+        self.using = using or app_settings.DATABASE
+        self.stopping = threading.Event()
+        self.waker = Waker()
+        self._session: object | None = None
+        self._backoff = Backoff()
+
+    # -- to implement ---------------------------------------------------------------------
+    def step(self) -> float:
+        raise NotImplementedError
+
+    def shutdown(self) -> None:
+        self._close()
+
+    def session_settings(self) -> dict[str, str]:
+        """Session settings (``set_config``) for every new connection."""
+        return {"application_name": f"dsched-{self.kind}:{self.instance_id}"[:63]}
+
+    def on_new_session(self) -> None:
+        """Called after a new session is prepared (for example to forget old locks)."""
+
+    def on_connection_lost(self) -> None:
+        """Called when the session is gone (everything it held is gone too)."""
+
+    # -- control ----------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Ask the loop to stop after the work in hand (safe from a signal handler)."""
+        self.stopping.set()
+        self.waker.wake()
+
+    def run(self, *, max_iterations: int | None = None) -> None:
+        """Loop until :meth:`stop` (or ``max_iterations``), then :meth:`shutdown`."""
+        logger.info("%s starting instance=%s", self.kind, self.instance_id)
+        iterations = 0
+        try:
+            while not self.stopping.is_set():
+                wait = self._guarded(self.step)
+                iterations += 1
+                if max_iterations is not None and iterations >= max_iterations:
+                    break
+                if wait > 0 and not self.stopping.is_set():
+                    self.waker.wait(wait, self._pgconn())
+        finally:
+            self.shutdown()
+
+    # -- plumbing ---------------------------------------------------------------------------
+    def _guarded(self, work: Callable[[], float]) -> float:
+        """Run ``work``; on a database error log it, drop the session and back off."""
+        try:
+            wait = work()
+        except (OperationalError, InterfaceError) as exc:
+            self.stats.db_errors += 1
+            self._lost_connection()
+            delay = self._backoff.next()
+            logger.warning(
+                "database unavailable (%s); retrying in %.1fs %s=%s",
+                first_line(exc),
+                delay,
+                self.kind,
+                self.instance_id,
+            )
+            return delay
+        except DatabaseError:
+            self.stats.db_errors += 1
+            self._lost_connection()
+            delay = self._backoff.next()
+            logger.exception(
+                "database error; retrying in %.1fs %s=%s", delay, self.kind, self.instance_id
+            )
+            return delay
+        self._backoff.reset()
+        return wait
+
+    def _lost_connection(self) -> None:
+        self.on_connection_lost()
+        self._session = None
+        try:
+            connections[self.using].close()
+        except DatabaseError:
+            pass
+
+    def _close(self) -> None:
+        connections[self.using].close()
+        self._session = None
+
+    def _ensure_session(self) -> None:
+        """Connect if needed and prepare a new session (settings, LISTEN)."""
+        connection = connections[self.using]
+        connection.ensure_connection()
+        raw = connection.connection
+        if raw is self._session:
+            return
+        self.on_new_session()
+        with connection.cursor() as cursor:
+            for name, value in self.session_settings().items():
+                cursor.execute("SELECT set_config(%s, %s, false)", [name, value])
+            for channel in self.channels:
+                cursor.execute(f"LISTEN {channel}")
+        raw.add_notify_handler(self.waker.on_notify)
+        self._session = raw
+
+    def _pgconn(self) -> Any:
+        raw = connections[self.using].connection
+        return None if raw is None else raw.pgconn

@@ -17,22 +17,20 @@ statement's NOTIFY on ``dsched_outbox`` wakes it at once.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import groupby
 
-from django.db import DatabaseError, InterfaceError, OperationalError, connections
+from django.db import connections
 
 from .conf import app_settings
 from .delivery import Claimer, Message, Outcome, claim, extend, release, seconds_until_claimable
 from .delivery import settle as settle_outcomes
 from .enums import DeliveryStatus
 from .handlers import autodiscover
-from .loops import Backoff, default_instance_id, first_line, retry_delay
+from .loops import DatabaseLoop, retry_delay
 from .transports import PermanentDeliveryError, Transport, Transports
-from .wakeup import Waker
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +50,10 @@ class RelayStats:
     db_errors: int = 0
 
 
-class Relay:
+class Relay(DatabaseLoop):
+    kind = "relay"
+    channels = ("dsched_outbox",)
+
     def __init__(
         self,
         *,
@@ -63,10 +64,9 @@ class Relay:
         transports: Transports | None = None,
         using: str | None = None,
     ) -> None:
-        self.instance_id = instance_id or default_instance_id()
+        super().__init__(instance_id, using)
         self.batch_size = batch_size or app_settings.RELAY_BATCH_SIZE
         self.poll_interval = poll_interval or app_settings.RELAY_POLL_INTERVAL
-        self.using = using or app_settings.DATABASE
         self.topics = list(topics) if topics else None
         self.claimer = Claimer(
             relay_id=self.instance_id,
@@ -78,34 +78,10 @@ class Relay:
         self.retry_max = float(app_settings.RELAY_RETRY_MAX)
         self.transports = transports if transports is not None else Transports()
         self.stats = RelayStats()
-        self.stopping = threading.Event()
-        self.waker = Waker()
-        self._session: object | None = None
-        self._backoff = Backoff()
         self._claimed_last = 0
         autodiscover()
 
     # -- control -------------------------------------------------------------------------
-    def stop(self) -> None:
-        """Ask the loop to stop after the message in hand (safe from a signal handler)."""
-        self.stopping.set()
-        self.waker.wake()
-
-    def run(self, *, max_iterations: int | None = None) -> None:
-        """Loop until :meth:`stop` (or ``max_iterations``)."""
-        logger.info("relay starting relay=%s", self.instance_id)
-        iterations = 0
-        try:
-            while not self.stopping.is_set():
-                wait = self._guarded(self.step)
-                iterations += 1
-                if max_iterations is not None and iterations >= max_iterations:
-                    break
-                if wait > 0 and not self.stopping.is_set():
-                    self.waker.wait(wait, self._pgconn())
-        finally:
-            self.shutdown()
-
     def run_until_idle(self) -> int:
         """Deliver every message claimable now (not retries that are not due); return how many
         were delivered. Used by ``run_relay --once``."""
@@ -122,8 +98,7 @@ class Relay:
 
     def shutdown(self) -> None:
         self.transports.close()
-        connections[self.using].close()
-        self._session = None
+        self._close()
         logger.info(
             "relay stopped relay=%s delivered=%d retried=%d dead_lettered=%d",
             self.instance_id,
@@ -309,57 +284,5 @@ class Relay:
         )
 
     # -- plumbing ------------------------------------------------------------------------
-    def _guarded(self, work: Callable[[], float]) -> float:
-        """Run ``work``; on a database error log it, reconnect later and back off.
-
-        Messages claimed when the error struck stay claimed until their visibility timeout
-        and are then delivered again (by this relay or another).
-        """
-        try:
-            wait = work()
-        except (OperationalError, InterfaceError) as exc:
-            self.stats.db_errors += 1
-            self._lost_connection()
-            delay = self._backoff.next()
-            logger.warning(
-                "database unavailable (%s); retrying in %.1fs relay=%s",
-                first_line(exc),
-                delay,
-                self.instance_id,
-            )
-            return delay
-        except DatabaseError:
-            self.stats.db_errors += 1
-            self._lost_connection()
-            delay = self._backoff.next()
-            logger.exception("database error; retrying in %.1fs relay=%s", delay, self.instance_id)
-            return delay
-        self._backoff.reset()
-        return wait
-
-    def _lost_connection(self) -> None:
-        self._session = None
-        try:
-            connections[self.using].close()
-        except DatabaseError:
-            pass
-
-    def _ensure_session(self) -> None:
-        """Connect if needed and prepare a new session (name, LISTEN)."""
-        connection = connections[self.using]
-        connection.ensure_connection()
-        raw = connection.connection
-        if raw is self._session:
-            return
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT set_config('application_name', %s, false)",
-                [f"dsched-relay:{self.instance_id}"[:63]],
-            )
-            cursor.execute("LISTEN dsched_outbox")
-        raw.add_notify_handler(self.waker.on_notify)
-        self._session = raw
-
-    def _pgconn(self):
-        raw = connections[self.using].connection
-        return None if raw is None else raw.pgconn
+    def session_settings(self) -> dict[str, str]:
+        return {"application_name": f"dsched-relay:{self.instance_id}"[:63]}

@@ -7,18 +7,16 @@ The management command only adapts its options to this class.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from dataclasses import dataclass, field
 
-from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
+from django.db import DatabaseError, connections, transaction
 
 from . import presence
 from .conf import app_settings
 from .firing import Fence, fire_batch, seconds_until_next_due
 from .leader import Lease
-from .loops import Backoff, default_instance_id
-from .wakeup import Waker
+from .loops import DatabaseLoop
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +35,10 @@ class Stats:
     by_epoch: dict[int, int] = field(default_factory=dict)
 
 
-class Scheduler:
+class Scheduler(DatabaseLoop):
+    kind = "scheduler"
+    channels = ("dsched_schedules", "dsched_leader")
+
     def __init__(
         self,
         *,
@@ -46,10 +47,9 @@ class Scheduler:
         poll_interval: float | None = None,
         using: str | None = None,
     ) -> None:
-        self.instance_id = instance_id or default_instance_id()
+        super().__init__(instance_id, using)
         self.batch_size = batch_size or app_settings.BATCH_SIZE
         self.poll_interval = poll_interval or app_settings.POLL_INTERVAL
-        self.using = using or app_settings.DATABASE
         self.heartbeat_seconds = float(app_settings.HEARTBEAT_SECONDS)
         self.standby_interval = float(app_settings.STANDBY_INTERVAL)
         self.lease = Lease(
@@ -60,36 +60,12 @@ class Scheduler:
             fast_failover=app_settings.FAST_FAILOVER,
         )
         self.stats = Stats()
-        self.stopping = threading.Event()
-        self.waker = Waker()
-        self._session: object | None = None
         self._next_heartbeat = 0.0
-        self._backoff = Backoff()
         self._standing_by = False
         self._next_presence = 0.0
         self._next_retention = 0.0
 
     # -- control -------------------------------------------------------------------------
-    def stop(self) -> None:
-        """Ask the loop to stop after the batch in hand (safe from a signal handler)."""
-        self.stopping.set()
-        self.waker.wake()
-
-    def run(self, *, max_iterations: int | None = None) -> None:
-        """Loop until :meth:`stop` (or ``max_iterations``), then give the lease up."""
-        logger.info("scheduler starting instance=%s", self.instance_id)
-        iterations = 0
-        try:
-            while not self.stopping.is_set():
-                wait = self._guarded(self.step)
-                iterations += 1
-                if max_iterations is not None and iterations >= max_iterations:
-                    break
-                if wait > 0 and not self.stopping.is_set():
-                    self.waker.wait(wait, self._pgconn())
-        finally:
-            self.shutdown()
-
     def run_until_idle(self) -> int:
         """Lead (if the lease is free), fire everything due now, give the lease up.
 
@@ -118,8 +94,7 @@ class Scheduler:
                 presence.forget(cursor, self.instance_id)
         except DatabaseError:
             pass  # the row ages out of the cluster page
-        connections[self.using].close()
-        self._session = None
+        self._close()
 
     # -- one iteration -------------------------------------------------------------------
     def step(self) -> float:
@@ -231,60 +206,18 @@ class Scheduler:
             )
 
     # -- plumbing ------------------------------------------------------------------------
-    def _guarded(self, work) -> float:
-        """Run ``work``; on a database error log it, forget leadership and back off."""
-        try:
-            wait = work()
-        except (OperationalError, InterfaceError) as exc:
-            self.stats.db_errors += 1
-            self._lost_connection()
-            delay = self._backoff.next()
-            logger.warning(
-                "database unavailable (%s); retrying in %.1fs instance=%s",
-                str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
-                delay,
-                self.instance_id,
-            )
-            return delay
-        except DatabaseError:
-            self.stats.db_errors += 1
-            self._lost_connection()
-            delay = self._backoff.next()
-            logger.exception("database error; retrying in %.1fs", delay)
-            return delay
-        self._backoff.reset()
-        return wait
+    def session_settings(self) -> dict[str, str]:
+        # A leader frozen mid-transaction (SIGSTOP, VM pause) loses its session and row locks.
+        idle_timeout_ms = int(self.lease.lease_seconds * 2000)
+        return {
+            "application_name": f"dsched:{self.instance_id}"[:63],
+            "idle_in_transaction_session_timeout": str(idle_timeout_ms),
+        }
 
-    def _lost_connection(self) -> None:
+    def on_new_session(self) -> None:
+        self.lease.step_down()  # a new session cannot carry the old one's leadership
+
+    def on_connection_lost(self) -> None:
         if self.lease.is_leader:
             logger.warning("stepping down: connection lost instance=%s", self.instance_id)
         self.lease.step_down()
-        self._session = None
-        try:
-            connections[self.using].close()
-        except DatabaseError:
-            pass
-
-    def _ensure_session(self) -> None:
-        """Connect if needed and prepare a new session (name, timeouts, LISTEN)."""
-        connection = connections[self.using]
-        connection.ensure_connection()
-        raw = connection.connection
-        if raw is self._session:
-            return
-        self.lease.step_down()  # a new session cannot carry the old one's leadership
-        idle_timeout_ms = int(self.lease.lease_seconds * 2000)
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT set_config('application_name', %s, false),"
-                " set_config('idle_in_transaction_session_timeout', %s, false)",
-                [f"dsched:{self.instance_id}"[:63], str(idle_timeout_ms)],
-            )
-            cursor.execute("LISTEN dsched_schedules")
-            cursor.execute("LISTEN dsched_leader")
-        raw.add_notify_handler(self.waker.on_notify)
-        self._session = raw
-
-    def _pgconn(self):
-        raw = connections[self.using].connection
-        return None if raw is None else raw.pgconn
