@@ -202,12 +202,14 @@ def test_a_schedule_whose_grid_runs_off_the_calendar_fires_once_and_completes(fe
 
 
 def test_the_poll_uses_the_partial_index(db_now):
-    ScheduleFactory.create_batch(50, start_ts=db_now() + timedelta(days=1))
+    ScheduleFactory.create_batch(50, start_ts=db_now().replace(microsecond=0) + timedelta(days=1))
     sql("ANALYZE schedule_t")
     with transaction.atomic():
         sql("SET LOCAL enable_seqscan = off")
         plan = "\n".join(r[0] for r in sql("EXPLAIN " + CLAIM, [500]))
     assert "dsched_schedule_due_idx" in plan
+    # Many schedules due at the same instant (an hourly cron) are read in order, not sorted.
+    assert "Sort" not in plan
 
 
 def test_state_matches_active_after_a_fire(fence, db_now):

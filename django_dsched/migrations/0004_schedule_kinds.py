@@ -177,4 +177,14 @@ class Migration(migrations.Migration):
             model_name='schedule',
             constraint=models.CheckConstraint(condition=models.Q(('catch_up_limit__gte', 1), ('catch_up_limit__lte', 10000), ('jitter_seconds__gte', 0), ('jitter_seconds__lte', 86400), models.Q(('misfire_grace_seconds__isnull', True), ('misfire_grace_seconds__gte', 0), _connector='OR')), name='dsched_schedule_timing_bounds'),
         ),
+        # The poll orders by (next_run_ts, priority DESC): index both, so that many
+        # schedules due at the same instant are read in order instead of sorted.
+        migrations.RemoveIndex(
+            model_name='schedule',
+            name='dsched_schedule_due_idx',
+        ),
+        migrations.AddIndex(
+            model_name='schedule',
+            index=models.Index(models.F('next_run_ts'), models.OrderBy(models.F('priority'), descending=True), condition=models.Q(('active', True)), name='dsched_schedule_due_idx'),
+        ),
     ]
