@@ -243,7 +243,7 @@ def status(ref: ScheduleRef, *, host_id: uuid.UUID | str | None = None) -> Statu
     schedule = get(ref, host_id=host_id)
     latest = (
         OutboxMessage.objects.filter(aggregate_id=schedule.schedule_id)
-        .order_by("-event_ts")
+        .order_by("-aggregate_version")
         .values("status", "last_error")
         .first()
     )

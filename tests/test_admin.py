@@ -49,7 +49,11 @@ def form_data(**values):
 def run_action(client, action, schedules):
     return client.post(
         reverse(CHANGELIST),
-        {"action": action, helpers.ACTION_CHECKBOX_NAME: [str(s.pk) for s in schedules]},
+        {
+            "action": action,
+            "post": "yes",
+            helpers.ACTION_CHECKBOX_NAME: [str(s.pk) for s in schedules],
+        },
         follow=True,
     )
 

@@ -1,7 +1,7 @@
-"""Admin registrations, one module per area."""
+"""Admin registrations, one module per area (see docs/admin.md)."""
 
 from __future__ import annotations
 
-from . import history, outbox, schedules
+from . import cluster, history, outbox, schedules
 
-__all__ = ["history", "outbox", "schedules"]
+__all__ = ["cluster", "history", "outbox", "schedules"]

@@ -1,3 +1,5 @@
+"""What the dsched admin pages share: read-only history admins and the shared assets."""
+
 from __future__ import annotations
 
 import json
@@ -10,11 +12,24 @@ from django.utils.translation import gettext_lazy as _
 
 from ..models import Event, OutboxMessage
 
+# The stylesheet (badges, panels, narrow screens; admin colour variables, so dark mode
+# works) and the script that shows times in the viewer's time zone.
+ASSETS = {"css": {"all": ["dsched/admin.css"]}, "js": ["dsched/localtime.js"]}
+
+
+def pretty_json(value: Any) -> str:
+    """JSON indented for reading; HTML-escaped by the caller (``format_html``)."""
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
 
 class ReadOnlyAdmin(admin.ModelAdmin):
     """History is written by the scheduler only."""
 
     show_full_result_count = False
+
+    class Media:
+        css = ASSETS["css"]
+        js = ASSETS["js"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -27,4 +42,8 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("payload"))
     def payload_pretty(self, obj: Event | OutboxMessage) -> str:
-        return format_html("<pre>{}</pre>", json.dumps(obj.payload, indent=2, sort_keys=True))
+        return format_html('<pre class="dsched-json">{}</pre>', pretty_json(obj.payload))
+
+    @admin.display(description=_("metadata"))
+    def metadata_pretty(self, obj: Event | OutboxMessage) -> str:
+        return format_html('<pre class="dsched-json">{}</pre>', pretty_json(obj.metadata))

@@ -1,91 +1,75 @@
+"""The schedule admin: the list at a glance, the form, its preview and history, actions."""
+
 from __future__ import annotations
 
 from typing import Any
 
-from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import ValidationError
-from django.db.models import QuerySet
+from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
+from django.db.models.functions import Coalesce, Now
 from django.http import HttpRequest
+from django.urls import path, reverse
+from django.utils.html import format_html
+from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import ngettext
 
 from .. import services
+from ..clock import database_now
 from ..describe import describe
-from ..models import Schedule
+from ..enums import DeliveryStatus, ScheduleOrigin, ScheduleState
+from ..models import OutboxMessage, Schedule, SchedulerInstance
+from . import schedule_panels
+from .base import ASSETS
+from .display import EMPTY, badge, moment
+from .schedule_actions import ScheduleActionsMixin
+from .schedule_form import ScheduleForm
 
 
-class ScheduleForm(forms.ModelForm):
-    """The schedule form, with the version it was read at (for the concurrent-edit check)."""
+def with_list_columns(queryset: QuerySet[Schedule]) -> QuerySet[Schedule]:
+    """The change list's computed columns, in the list's one query (no per-row queries)."""
+    failed = (
+        OutboxMessage.objects.filter(
+            aggregate_id=OuterRef("pk"), status=DeliveryStatus.DELIVERY_FAILED
+        )
+        .order_by()
+        .values("aggregate_id")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    return queryset.annotate(
+        failed_deliveries=Coalesce(Subquery(failed, output_field=IntegerField()), 0),
+        db_now=Now(),
+    )
 
-    seen_version = forms.IntegerField(widget=forms.HiddenInput, required=False)
 
-    class Meta:
-        model = Schedule
-        fields = [
-            "schedule_name",
-            "host_id",
-            "schedule_kind",
-            "frequency_time",
-            "frequency_unit",
-            "cron_expression",
-            "time_zone",
-            "start_ts",
-            "end_ts",
-            "max_fires",
-            "jitter_seconds",
-            "priority",
-            "misfire_policy",
-            "misfire_grace_seconds",
-            "catch_up_limit",
-            "event_topic",
-            "event_type",
-            "event_data",
-        ]
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        if self.instance.pk and not self.is_bound:
-            self.fields["seen_version"].initial = self.instance.aggregate_version
-
-    def clean(self) -> dict[str, Any]:
-        cleaned = super().clean()
-        seen = cleaned.get("seen_version")
-        if self.instance.pk and seen is not None:
-            current = (
-                Schedule.objects.filter(pk=self.instance.pk)
-                .values_list("aggregate_version", flat=True)
-                .first()
-            )
-            if current is not None and current != seen:
-                raise forms.ValidationError(
-                    _(
-                        "This schedule changed since you opened it (it fired or someone "
-                        "edited it): version %(seen)d is now %(current)d. Your changes were "
-                        "not saved; reload the page and apply them again."
-                    ),
-                    code="conflict",
-                    params={"seen": seen, "current": current},
-                )
-        return cleaned
+class ScheduleChangeList(ChangeList):
+    def get_queryset(self, request: HttpRequest, *args: Any, **kwargs: Any) -> QuerySet:
+        return with_list_columns(super().get_queryset(request, *args, **kwargs))
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(admin.ModelAdmin):
+class ScheduleAdmin(ScheduleActionsMixin, admin.ModelAdmin):
     form = ScheduleForm
+    change_form_template = "admin/dsched/schedule/change_form.html"
+    change_list_template = "admin/dsched/schedule/change_list.html"
+    # Most telling first: on a narrow screen the table scrolls sideways.
     list_display = [
         "schedule_name",
-        "event_topic",
-        "event_type",
+        "state_badge",
+        "next_run",
         "frequency",
-        "next_run_ts",
-        "state",
-        "aggregate_version",
+        "last_fire",
+        "failed",
+        "host",
     ]
-    list_filter = ["state", "schedule_kind", "event_topic", "event_type", "origin"]
+    list_display_links = ["schedule_name"]
+    list_filter = ["state", "event_topic", "event_type", "schedule_kind", "host_id", "origin"]
     search_fields = ["schedule_name", "event_topic", "event_type"]
     ordering = ["next_run_ts"]
     show_full_result_count = False
+    save_on_top = False
     fieldsets = [
         (None, {"fields": ["schedule_name", "host_id", "seen_version"]}),
         (
@@ -110,7 +94,7 @@ class ScheduleAdmin(admin.ModelAdmin):
             _("Status"),
             {
                 "fields": [
-                    ("state", "origin"),
+                    ("state_badge", "origin"),
                     ("paused_reason", "paused_until"),
                     ("next_run_ts", "last_fired_ts"),
                     ("fire_count", "misfire_count"),
@@ -121,7 +105,7 @@ class ScheduleAdmin(admin.ModelAdmin):
         ),
     ]
     readonly_fields = [
-        "state",
+        "state_badge",
         "origin",
         "paused_reason",
         "paused_until",
@@ -133,11 +117,117 @@ class ScheduleAdmin(admin.ModelAdmin):
         "created_ts",
         "updated_ts",
     ]
-    actions = ["pause_selected", "resume_selected", "cancel_selected"]
+
+    class Media:
+        css = ASSETS["css"]
+        js = [*ASSETS["js"], "dsched/schedule_form.js"]
+
+    # -- the change list ------------------------------------------------------------------
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return ScheduleChangeList
+
+    @admin.display(description=_("host"), ordering="host_id")
+    def host(self, obj: Schedule) -> str:
+        full = str(obj.host_id)
+        return format_html('<code title="{}">{}</code>', full, full[:8])
 
     @admin.display(description=_("frequency"))
     def frequency(self, obj: Schedule) -> str:
         return describe(obj)
+
+    @admin.display(description=_("next run"), ordering="next_run_ts")
+    def next_run(self, obj: Schedule) -> str:
+        if obj.state not in (ScheduleState.ACTIVE, ScheduleState.PAUSED):
+            return EMPTY
+        return moment(
+            obj.next_run_ts, getattr(obj, "db_now", None), quiet=obj.state != ScheduleState.ACTIVE
+        )
+
+    @admin.display(description=_("last fire"), ordering="last_fired_ts")
+    def last_fire(self, obj: Schedule) -> str:
+        return moment(obj.last_fired_ts, getattr(obj, "db_now", None))
+
+    @admin.display(description=_("state"), ordering="state")
+    def state_badge(self, obj: Schedule) -> str:
+        title = ""
+        if obj.state == ScheduleState.PAUSED:
+            title = obj.paused_reason
+            if obj.paused_until:
+                title = f"{title} (→ {obj.paused_until:%Y-%m-%d %H:%M %Z})".strip()
+        return badge(obj.state, obj.get_state_display(), title=title)
+
+    @admin.display(description=_("failed deliveries"), ordering="failed_deliveries")
+    def failed(self, obj: Schedule) -> str:
+        count = getattr(obj, "failed_deliveries", 0)
+        if not count:
+            return "0"
+        url = reverse("admin:dsched_outboxmessage_changelist")
+        query = urlencode({"aggregate_id": obj.pk, "status__exact": DeliveryStatus.DELIVERY_FAILED})
+        return format_html(
+            '<a class="dsched-badge dsched-bad" href="{}?{}">{}</a>', url, query, count
+        )
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        cluster = self.admin_site._registry.get(SchedulerInstance)
+        if cluster is not None and cluster.has_view_permission(request):
+            extra_context = {
+                **(extra_context or {}),
+                "dsched_cluster_url": reverse("admin:dsched_schedulerinstance_changelist"),
+            }
+        return super().changelist_view(request, extra_context)
+
+    # -- the page of one schedule ---------------------------------------------------------
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list:
+        fieldsets = super().get_fieldsets(request, obj)
+        if obj is None or self.has_change_permission(request, obj):
+            return fieldsets
+        # Read-only page: the version field is for saving only.
+        first_name, first = fieldsets[0]
+        fields = [f for f in first["fields"] if f != "seen_version"]
+        return [(first_name, {**first, "fields": fields}), *fieldsets[1:]]
+
+    def get_urls(self) -> list:
+        info = self.opts.app_label, self.opts.model_name
+        return [
+            path(
+                "<path:object_id>/do/<str:action>/",
+                self.admin_site.admin_view(self.object_action_view),
+                name="{}_{}_do".format(*info),
+            ),
+            *super().get_urls(),
+        ]
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # A cancelled schedule is history: it can be seen, not edited.
+        if obj is not None and obj.state == ScheduleState.CANCELLED:
+            return False
+        return super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Deleting would orphan the history; cancel instead.
+        return False
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Schedule | None = None,
+    ) -> Any:
+        if obj is not None and obj.pk and not add:
+            now = database_now()
+            context.update(
+                dsched_now=now,
+                dsched_buttons=self.buttons(request, obj),
+                dsched_preview=[moment(t, now) for t in schedule_panels.preview(obj, now)],
+                dsched_events=schedule_panels.events(request, obj, now),
+                dsched_deliveries=schedule_panels.deliveries(request, obj, now),
+                dsched_from_code=obj.origin == ScheduleOrigin.CODE,
+                dsched_frequency=describe(obj),
+            )
+        return super().render_change_form(request, context, add, change, form_url, obj)
 
     def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
         changed = [f for f in form.changed_data if f != "seen_version"] if change else None
@@ -149,45 +239,6 @@ class ScheduleAdmin(admin.ModelAdmin):
                 expected_version=form.cleaned_data.get("seen_version") if change else None,
             )
         except ValidationError as exc:
-            # The form validated; only a change in the last milliseconds can get here.
+            # The form checked the version with the row locked; only a change by code
+            # running in this same transaction could get here.
             self.message_user(request, "; ".join(exc.messages), messages.ERROR)
-
-    # -- permissions for the actions ------------------------------------------------------
-    def has_pause_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("dsched.pause_schedule")
-
-    def has_cancel_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("dsched.cancel_schedule")
-
-    def _report(self, request: HttpRequest, outcome: services.Outcome, done: str) -> None:
-        self.message_user(
-            request,
-            ngettext(
-                "%(count)d schedule %(done)s.", "%(count)d schedules %(done)s.", outcome.changed
-            )
-            % {"count": outcome.changed, "done": done},
-            messages.SUCCESS if outcome.changed else messages.INFO,
-        )
-        if outcome.skipped:
-            self.message_user(
-                request,
-                ngettext(
-                    "%(count)d schedule was skipped: its state does not allow it.",
-                    "%(count)d schedules were skipped: their state does not allow it.",
-                    outcome.skipped,
-                )
-                % {"count": outcome.skipped},
-                messages.WARNING,
-            )
-
-    @admin.action(description=_("Pause selected schedules"), permissions=["pause"])
-    def pause_selected(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
-        self._report(request, services.pause(queryset, actor=request.user), _("paused"))
-
-    @admin.action(description=_("Resume selected schedules"), permissions=["pause"])
-    def resume_selected(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
-        self._report(request, services.resume(queryset, actor=request.user), _("resumed"))
-
-    @admin.action(description=_("Cancel selected schedules"), permissions=["cancel"])
-    def cancel_selected(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
-        self._report(request, services.cancel(queryset, actor=request.user), _("cancelled"))

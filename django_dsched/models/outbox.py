@@ -79,6 +79,12 @@ class OutboxMessage(EventRecord):
             ),
         ]
         indexes = [
+            # A schedule's recent deliveries (admin, api.status), newest first.
+            models.Index(
+                "aggregate_id",
+                models.F("aggregate_version").desc(),
+                name="dsched_outbox_schedule_idx",
+            ),
             # Serves the relays' claim: pending rows in (priority desc, event_ts) order.
             models.Index(
                 models.F("priority").desc(),

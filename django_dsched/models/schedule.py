@@ -243,6 +243,7 @@ class Schedule(models.Model):
         permissions = [
             ("pause_schedule", _("Can pause and resume schedules")),
             ("cancel_schedule", _("Can cancel schedules")),
+            ("trigger_schedule", _("Can run schedules now")),
         ]
         indexes = [
             # Serves the leader's poll: active rows in (next_run_ts, priority DESC) order, so

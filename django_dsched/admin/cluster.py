@@ -1,0 +1,83 @@
+"""The cluster page: reached from the admin index as "Scheduler instances"."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest
+from django.template.response import TemplateResponse
+from django.utils.translation import gettext as _
+
+from ..models import SchedulerInstance
+from .base import ASSETS
+from .cluster_status import cluster_status
+from .display import age, badge, moment
+
+
+def role_label(role: str) -> str:
+    return {"leader": _("leader"), "standby": _("standby")}.get(role, role)
+
+
+@admin.register(SchedulerInstance)
+class ClusterAdmin(admin.ModelAdmin):
+    """Its change list is the cluster page; instances are written by the schedulers only."""
+
+    class Media:
+        css = ASSETS["css"]
+        js = ASSETS["js"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> TemplateResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        status = cluster_status()
+        now = status.now
+        leader = status.leader
+        context = {
+            **self.admin_site.each_context(request),
+            "title": _("Cluster"),
+            "subtitle": None,
+            "opts": self.opts,
+            "media": self.media,
+            "status": status,
+            "leader": leader,
+            "leader_badge": (
+                badge("leader", _("leading"))
+                if leader and leader.live
+                else badge("stale", _("no leader"))
+            ),
+            "heartbeat_age": age(leader.heartbeat_seconds)
+            if leader and not leader.released
+            else "",
+            "acquired": moment(leader.acquired, now) if leader else "",
+            "instances": [
+                {
+                    "row": item.row,
+                    "role": badge(
+                        "stale" if item.stale else item.row.role,
+                        _("stale") if item.stale else role_label(item.row.role),
+                    ),
+                    "seen": age(item.seen_seconds),
+                    "up": age(item.up_seconds),
+                }
+                for item in status.instances
+            ],
+            "recent": age(status.recent_seconds),
+            "oldest_due": moment(status.oldest_due, now) if status.oldest_due else "",
+            "oldest_pending_at": (
+                moment(status.oldest_pending.event_ts, now) if status.oldest_pending else ""
+            ),
+            "now_display": moment(now, None),
+            **(extra_context or {}),
+        }
+        return TemplateResponse(request, "admin/dsched/cluster.html", context)

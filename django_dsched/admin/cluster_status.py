@@ -1,0 +1,128 @@
+"""The cluster at a glance: the leader, the instances, the backlog, the fire and delivery
+rates. A fixed number of queries, each served by an index; ages on the database's clock."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db.models import Count, Min, Q
+
+from ..clock import database_now
+from ..conf import app_settings
+from ..enums import DeliveryStatus
+from ..models import Event, OutboxMessage, Schedule, SchedulerInstance, SchedulerLock
+
+# Instances shown: seen within this many lease periods (and at least a minute).
+RECENT_LEASES = 12
+# Most instances listed.
+INSTANCE_LIMIT = 200
+
+
+@dataclass(frozen=True)
+class Instance:
+    row: SchedulerInstance
+    seen_seconds: float
+    up_seconds: float
+    stale: bool  # has not reported for longer than it should
+
+
+@dataclass(frozen=True)
+class Leader:
+    instance_id: str
+    epoch: int
+    heartbeat_seconds: float  # age of the last heartbeat
+    acquired: datetime
+    live: bool  # the lease has not expired
+    released: bool  # given up gracefully (heartbeat set to 1970)
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    now: datetime
+    lease_seconds: float
+    leader: Leader | None
+    instances: list[Instance]
+    recent_seconds: float
+    due: int
+    oldest_due: datetime | None
+    fires_minute: int
+    fires_hour: int
+    pending: int
+    oldest_pending: OutboxMessage | None
+    dead_letters: int
+
+
+def _seconds(later: datetime, earlier: datetime) -> float:
+    return max(0.0, (later - earlier).total_seconds())
+
+
+def _leader(now: datetime, lease_seconds: float) -> Leader | None:
+    lock = SchedulerLock.objects.filter(lock_id=app_settings.LOCK_ID).first()
+    if lock is None:
+        return None
+    released = lock.last_heartbeat.year <= 1970
+    heartbeat = _seconds(now, lock.last_heartbeat)
+    return Leader(
+        instance_id=lock.instance_id,
+        epoch=lock.epoch,
+        heartbeat_seconds=heartbeat,
+        acquired=lock.acquired_ts,
+        live=not released and heartbeat <= lease_seconds,
+        released=released,
+    )
+
+
+def cluster_status() -> ClusterStatus:
+    now = database_now()
+    lease = float(app_settings.LEASE_SECONDS)
+    recent = max(60.0, RECENT_LEASES * lease)
+    rows = SchedulerInstance.objects.filter(
+        last_seen_ts__gte=now - timedelta(seconds=recent)
+    ).order_by("role", "instance_id")[:INSTANCE_LIMIT]
+    instances = [
+        Instance(
+            row=row,
+            seen_seconds=_seconds(now, row.last_seen_ts),
+            up_seconds=_seconds(now, row.started_ts),
+            # Standbys report once per lease, leaders every heartbeat: two missed reports.
+            stale=_seconds(now, row.last_seen_ts) > 2 * lease + 1,
+        )
+        for row in rows
+    ]
+    backlog = Schedule.objects.filter(active=True, next_run_ts__lte=now).aggregate(
+        n=Count("pk"), oldest=Min("next_run_ts")
+    )
+    fires = Event.objects.filter(
+        event_ts__gte=now - timedelta(hours=1), scheduled_ts__isnull=False
+    ).aggregate(
+        hour=Count("pk"), minute=Count("pk", filter=Q(event_ts__gte=now - timedelta(minutes=1)))
+    )
+    outbox = OutboxMessage.objects.filter(
+        status__in=[DeliveryStatus.PENDING, DeliveryStatus.DELIVERY_FAILED]
+    ).aggregate(
+        pending=Count("pk", filter=Q(status=DeliveryStatus.PENDING)),
+        dead=Count("pk", filter=Q(status=DeliveryStatus.DELIVERY_FAILED)),
+    )
+    oldest_pending = (
+        OutboxMessage.objects.filter(status=DeliveryStatus.PENDING)
+        .only("id", "topic", "event_type", "event_ts", "attempts", "last_error")
+        .order_by("event_ts")
+        .first()
+        if outbox["pending"]
+        else None
+    )
+    return ClusterStatus(
+        now=now,
+        lease_seconds=lease,
+        leader=_leader(now, lease),
+        instances=instances,
+        recent_seconds=recent,
+        due=backlog["n"],
+        oldest_due=backlog["oldest"],
+        fires_minute=fires["minute"],
+        fires_hour=fires["hour"],
+        pending=outbox["pending"],
+        oldest_pending=oldest_pending,
+        dead_letters=outbox["dead"],
+    )

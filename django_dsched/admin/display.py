@@ -1,0 +1,92 @@
+"""HTML snippets the admin pages share: state badges and moments (absolute + relative).
+
+Everything here escapes what it shows (``format_html``); data is never marked safe.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.utils import timezone
+from django.utils.formats import date_format
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+from django.utils.timesince import timesince, timeuntil
+from django.utils.translation import gettext as _
+
+from ..enums import ScheduleState
+
+EMPTY = "-"
+
+# Badge colours by value: the admin's own message colours, so dark mode follows.
+TONES = {
+    ScheduleState.ACTIVE: "ok",
+    ScheduleState.PAUSED: "warn",
+    ScheduleState.CANCELLED: "bad",
+    ScheduleState.COMPLETED: "quiet",
+    "PENDING": "warn",
+    "DELIVERED": "ok",
+    "DELIVERY_FAILED": "bad",
+    "leader": "ok",
+    "standby": "quiet",
+    "stale": "bad",
+}
+
+
+def badge(value: str, label: str, *, title: str = "") -> SafeString:
+    """A coloured label, e.g. the state of a schedule."""
+    tone = TONES.get(value, "quiet")
+    if title:
+        return format_html(
+            '<span class="dsched-badge dsched-{}" title="{}">{}</span>', tone, title, label
+        )
+    return format_html('<span class="dsched-badge dsched-{}">{}</span>', tone, label)
+
+
+def relative(moment: datetime, now: datetime) -> str:
+    """ "in 4 minutes", "2 hours ago" or "now", measured on ``now`` (the database's clock)."""
+    seconds = (moment - now).total_seconds()
+    if abs(seconds) < 1:
+        return _("now")
+    if abs(seconds) < 60:
+        if seconds > 0:
+            return _("in %(seconds)d s") % {"seconds": seconds}
+        return _("%(seconds)d s ago") % {"seconds": -seconds}
+    if moment > now:
+        return _("in %(delta)s") % {"delta": timeuntil(moment, now, depth=1)}
+    return _("%(delta)s ago") % {"delta": timesince(moment, now, depth=1)}
+
+
+def age(seconds: float) -> str:
+    """A duration for ages such as a heartbeat's: "0.4 s", "12 s", "3 minutes"."""
+    if seconds < 10:
+        return _("%(seconds).1f s") % {"seconds": seconds}
+    if seconds < 120:
+        return _("%(seconds)d s") % {"seconds": seconds}
+    now = timezone.now()
+    return timesince(now - timedelta(seconds=seconds), now, depth=2)
+
+
+def absolute(moment: datetime) -> SafeString:
+    """The time in the server's time zone; ``localtime.js`` rewrites it in the viewer's."""
+    local = timezone.localtime(moment)
+    return format_html(
+        '<time datetime="{}" data-dsched-local title="{}">{}</time>',
+        moment.isoformat(),
+        local.isoformat(),
+        f"{date_format(local, 'Y-m-d H:i:s')} {local:%Z}",
+    )
+
+
+def moment(value: datetime | None, now: datetime | None, *, quiet: bool = False) -> SafeString:
+    """Absolute time and, under it, how far it is from now."""
+    if value is None:
+        return format_html("{}", EMPTY)
+    if now is None:
+        return absolute(value)
+    return format_html(
+        '<span class="dsched-moment{}">{}<br><small>{}</small></span>',
+        " dsched-muted" if quiet else "",
+        absolute(value),
+        relative(value, now),
+    )

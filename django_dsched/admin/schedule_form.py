@@ -1,0 +1,89 @@
+"""The schedule form: the model's own validation, plus the concurrent-edit check."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.db import transaction
+from django.utils.translation import gettext_lazy as _
+
+from ..conf import app_settings
+from ..enums import ScheduleState
+from ..models import Schedule
+
+CONFLICT = _(
+    "This schedule changed since you opened it (it fired or someone edited it): version "
+    "%(seen)d is now %(current)d. Your changes were not saved; reload the page and apply "
+    "them again."
+)
+
+
+class ScheduleForm(forms.ModelForm):
+    """The schedule form, with the version it was read at (for the concurrent-edit check).
+
+    ``seen_version`` is the ``aggregate_version`` the page showed. Every fire and every
+    change bumps the version, so a save over a newer state is refused instead of
+    overwriting it. Inside the admin's transaction the row is locked while checking, so
+    nothing can change it between the check and the save.
+    """
+
+    seen_version = forms.IntegerField(widget=forms.HiddenInput, required=False)
+
+    class Meta:
+        model = Schedule
+        fields = [
+            "schedule_name",
+            "host_id",
+            "schedule_kind",
+            "frequency_time",
+            "frequency_unit",
+            "cron_expression",
+            "time_zone",
+            "start_ts",
+            "end_ts",
+            "max_fires",
+            "jitter_seconds",
+            "priority",
+            "misfire_policy",
+            "misfire_grace_seconds",
+            "catch_up_limit",
+            "event_topic",
+            "event_type",
+            "event_data",
+        ]
+        widgets = {"event_data": forms.Textarea(attrs={"rows": 4, "class": "vLargeTextField"})}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            # Shown in the page; when bound, only tells that the field did not change.
+            self.fields["seen_version"].initial = self.instance.aggregate_version
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        if self.instance._state.adding:
+            return cleaned
+        current = self._current()
+        if current is None:
+            return cleaned
+        version, state = current
+        seen = cleaned.get("seen_version")
+        if seen is not None and version != seen:
+            raise forms.ValidationError(
+                CONFLICT, code="conflict", params={"seen": seen, "current": version}
+            )
+        if state == ScheduleState.CANCELLED:
+            raise forms.ValidationError(
+                _("A cancelled schedule cannot be edited."), code="cancelled"
+            )
+        return cleaned
+
+    def _current(self) -> tuple[int, str] | None:
+        """The stored version and state, locked when inside a transaction."""
+        rows = Schedule.objects.filter(pk=self.instance.pk).values_list(
+            "aggregate_version", "state"
+        )
+        if transaction.get_connection(app_settings.DATABASE).in_atomic_block:
+            rows = rows.select_for_update()
+        return rows.first()

@@ -1,0 +1,286 @@
+"""The schedule's page (preview, history, the concurrent-edit rule), the change list's
+columns, the event list, and escaping of stored text (RELIABILITY S-08)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.contrib.admin.models import LogEntry
+from django.contrib.auth.models import User
+from django.urls import reverse
+
+from django_dsched import services
+from django_dsched.enums import DeliveryStatus, ScheduleState
+from django_dsched.models import Event, OutboxMessage, Schedule
+from tests.factories import ScheduleFactory
+from tests.test_admin import form_data
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def admin_client(client):
+    client.force_login(User.objects.create_superuser("root", "root@example.com", "pw"))
+    return client
+
+
+def change_url(schedule):
+    return reverse("admin:dsched_schedule_change", args=[schedule.pk])
+
+
+def edit_data(schedule, **values):
+    """The form as the page showed it (its seen_version included), with ``values`` typed in."""
+    # As a browser posts it: times to the second, hidden initials of callable defaults.
+    shown = {
+        "initial-host_id": str(schedule.host_id),
+        "initial-event_data": '{"format": "pdf"}',
+        "schedule_name": schedule.schedule_name,
+        "frequency_time": str(schedule.frequency_time),
+        "frequency_unit": schedule.frequency_unit,
+        "start_ts_0": schedule.start_ts.strftime("%Y-%m-%d"),
+        "start_ts_1": schedule.start_ts.strftime("%H:%M:%S"),
+        "event_topic": schedule.event_topic,
+        "event_type": schedule.event_type,
+        "event_data": '{"format": "pdf"}',
+        "seen_version": str(schedule.aggregate_version),
+    }
+    return form_data(**{**shown, **values})
+
+
+# -- the concurrent-edit rule -----------------------------------------------------------
+def opened(client, schedule):
+    response = client.get(change_url(schedule))
+    seen = response.context["adminform"].form.fields["seen_version"].initial
+    assert seen == schedule.aggregate_version
+    return seen
+
+
+@pytest.mark.parametrize("meanwhile", ["fired", "edited", "paused", "cancelled"])
+def test_a_form_opened_before_a_newer_state_does_not_overwrite_it(admin_client, meanwhile):
+    schedule = ScheduleFactory(schedule_name="old", frequency_time=5)
+    opened(admin_client, schedule)
+    if meanwhile == "fired":
+        services.trigger(schedule, actor="scheduler")
+    elif meanwhile == "edited":
+        other = Schedule.objects.get(pk=schedule.pk)
+        other.frequency_time = 7
+        services.save_schedule(other, ["frequency_time"], actor="bob")
+    elif meanwhile == "paused":
+        services.pause(Schedule.objects.filter(pk=schedule.pk), actor="bob")
+    else:
+        services.cancel(Schedule.objects.filter(pk=schedule.pk), actor="bob")
+    newer = Schedule.objects.get(pk=schedule.pk)
+
+    response = admin_client.post(change_url(schedule), edit_data(schedule, schedule_name="mine"))
+    if meanwhile == "cancelled":
+        assert response.status_code == 403  # a cancelled schedule is read-only now
+    else:
+        assert response.status_code == 200
+        content = response.content.decode()
+        assert "This schedule changed since you opened it" in content
+        assert f"version {schedule.aggregate_version} is now {newer.aggregate_version}" in content
+        assert "Your changes were not saved" in content
+    after = Schedule.objects.get(pk=schedule.pk)
+    assert (after.schedule_name, after.frequency_time, after.state) == (
+        "old",
+        newer.frequency_time,
+        newer.state,
+    )
+    assert after.aggregate_version == newer.aggregate_version
+    assert not LogEntry.objects.exists()
+
+
+def test_a_form_saved_over_the_version_it_showed_is_saved(admin_client):
+    schedule = ScheduleFactory(schedule_name="old")
+    opened(admin_client, schedule)
+    response = admin_client.post(change_url(schedule), edit_data(schedule, schedule_name="new"))
+    assert response.status_code == 302
+    schedule.refresh_from_db()
+    assert schedule.schedule_name == "new"
+    assert LogEntry.objects.get().get_change_message() == "Changed Name."
+    edited = Event.objects.get(event_type="dsched.schedule.edited")
+    assert edited.payload["changes"] == {"schedule_name": ["old", "new"]}
+    assert edited.metadata["actor"] == "root"
+
+
+def test_validation_errors_are_clear_and_next_to_their_fields(admin_client):
+    response = admin_client.post(
+        reverse("admin:dsched_schedule_add"),
+        form_data(
+            schedule_name="cron",
+            schedule_kind="CRON",
+            cron_expression="61 * * * *",
+            time_zone="Mars/Olympus",
+            event_topic="ops",
+            event_type="x",
+        ),
+    )
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors
+    assert set(errors) >= {"cron_expression", "time_zone"}
+    assert "Traceback" not in response.content.decode()
+    assert not Schedule.objects.exists()
+
+
+# -- preview and history ----------------------------------------------------------------
+def test_the_page_previews_the_next_fires_by_the_schedulers_code(admin_client):
+    schedule = ScheduleFactory(
+        schedule_kind="CRON", cron_expression="0 9 * * 1-5", time_zone="Europe/Brussels"
+    )
+    response = admin_client.get(change_url(schedule))
+    content = response.content.decode()
+    expected = schedule.upcoming(10)
+    assert len(response.context["dsched_preview"]) == 10
+    for moment in expected:
+        assert f'datetime="{moment.isoformat()}"' in content
+    assert "At 09:00, Monday through Friday (Europe/Brussels)" in content
+
+
+def test_a_paused_schedule_previews_from_now_and_a_cancelled_one_has_none(admin_client, db_now):
+    paused = ScheduleFactory(paused=True, start_ts=db_now() - timedelta(hours=3))
+    response = admin_client.get(change_url(paused))
+    assert len(response.context["dsched_preview"]) == 10
+    first = response.context["dsched_preview"][0]
+    assert str(db_now().year) in first
+    assert "ago" not in first
+    cancelled = ScheduleFactory(cancelled=True)
+    response = admin_client.get(change_url(cancelled))
+    assert response.context["dsched_preview"] == []
+    assert "will not fire again" in response.content.decode()
+
+
+def test_recent_events_and_deliveries_page_back_by_version(admin_client):
+    schedule = ScheduleFactory()
+    for _ in range(24):
+        services.trigger(schedule)
+    OutboxMessage.objects.filter(aggregate_id=schedule.pk, aggregate_version=3).update(
+        status=DeliveryStatus.DELIVERY_FAILED, last_error="<i>boom</i>"
+    )
+    response = admin_client.get(change_url(schedule))
+    events = response.context["dsched_events"]
+    assert [r["obj"].aggregate_version for r in events.rows] == list(range(25, 15, -1))
+    assert events.newer_url is None
+    response = admin_client.get(events.older_url)
+    events = response.context["dsched_events"]
+    assert [r["obj"].aggregate_version for r in events.rows] == list(range(15, 5, -1))
+    response = admin_client.get(events.older_url)
+    events = response.context["dsched_events"]
+    assert [r["obj"].aggregate_version for r in events.rows] == [5, 4, 3, 2]  # 1: no event
+    assert events.older_url is None
+    assert events.newer_url == change_url(schedule)
+
+    deliveries = response.context["dsched_deliveries"]  # its own pager, still on page one
+    assert [r["obj"].aggregate_version for r in deliveries.rows] == list(range(25, 15, -1))
+    response = admin_client.get(change_url(schedule) + "?deliveries_before=4")
+    deliveries = response.context["dsched_deliveries"]
+    assert [r["obj"].aggregate_version for r in deliveries.rows] == [3, 2]
+    assert "&lt;i&gt;boom&lt;/i&gt;" in response.content.decode()
+    # Bad page numbers are ignored, never an error.
+    assert admin_client.get(change_url(schedule) + "?events_before=x").status_code == 200
+
+
+def test_a_schedule_declared_in_code_warns_that_sync_puts_it_back(admin_client):
+    schedule = ScheduleFactory(origin="CODE")
+    assert "declared in code" in admin_client.get(change_url(schedule)).content.decode()
+
+
+# -- the change list --------------------------------------------------------------------
+def test_the_list_shows_state_times_frequency_and_failures(admin_client):
+    failing = ScheduleFactory(schedule_name="failing", frequency_time=15)
+    services.trigger(failing)
+    services.trigger(failing)
+    OutboxMessage.objects.update(status=DeliveryStatus.DELIVERY_FAILED)
+    ScheduleFactory(schedule_name="idle", paused=True, paused_reason="quarter close")
+    response = admin_client.get(reverse("admin:dsched_schedule_changelist"))
+    content = response.content.decode()
+    assert "every 15 minutes" in content
+    assert 'class="dsched-badge dsched-warn" title="quarter close">paused<' in content
+    failed_url = (
+        reverse("admin:dsched_outboxmessage_changelist")
+        + f"?aggregate_id={failing.pk}&amp;status__exact=DELIVERY_FAILED"
+    )
+    assert f'href="{failed_url}">2</a>' in content
+    # The link leads to the failed deliveries of that schedule.
+    followed = admin_client.get(failed_url.replace("&amp;", "&"))
+    assert followed.context["cl"].result_count == 2
+    failing.refresh_from_db()
+    assert f'datetime="{failing.next_run_ts.isoformat()}"' in content
+
+
+@pytest.mark.parametrize(
+    ("params", "names"),
+    [
+        ({"state__exact": "PAUSED"}, ["bravo"]),
+        ({"event_topic": "billing"}, ["charlie"]),
+        ({"event_type": "mail.send"}, ["bravo"]),
+        ({"schedule_kind__exact": "CRON"}, ["charlie"]),
+        ({"host_id": "00000000-0000-0000-0000-000000000001"}, ["charlie"]),
+        ({"q": "billing"}, ["charlie"]),
+        ({"q": "mail.send"}, ["bravo"]),
+        ({"q": "alph"}, ["alpha"]),
+    ],
+)
+def test_the_list_filters_and_searches(admin_client, params, names):
+    ScheduleFactory(schedule_name="alpha")
+    ScheduleFactory(schedule_name="bravo", event_type="mail.send", paused=True)
+    ScheduleFactory(
+        schedule_name="charlie",
+        event_topic="billing",
+        schedule_kind="CRON",
+        cron_expression="0 * * * *",
+        host_id="00000000-0000-0000-0000-000000000001",
+    )
+    response = admin_client.get(reverse("admin:dsched_schedule_changelist"), params)
+    assert sorted(s.schedule_name for s in response.context["cl"].result_list) == names
+
+
+def test_stored_markup_is_shown_as_text_everywhere(admin_client):
+    evil = '<script>alert(1)</script>"><img src=x onerror=alert(2)>'
+    schedule = ScheduleFactory(
+        schedule_name=evil, event_data={"x": evil}, paused=True, paused_reason=evil
+    )
+    services.trigger(schedule)
+    pages = [
+        reverse("admin:dsched_schedule_changelist"),
+        change_url(schedule),
+        reverse("admin:dsched_schedule_do", args=[schedule.pk, "cancel"]),
+        reverse("admin:dsched_event_changelist"),
+        reverse(
+            "admin:dsched_event_change",
+            args=[Event.objects.filter(scheduled_ts__isnull=False).get().pk],
+        ),
+    ]
+    for url in pages:
+        content = admin_client.get(url).content.decode()
+        assert "<script>alert(1)" not in content, url
+        assert "<img src=x" not in content, url
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in content, url
+
+
+# -- events -----------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("kind", "expected"),
+    [("fire", 2), ("manual", 2), ("backfill", 0), ("change", 1), ("", 3)],
+)
+def test_the_event_list_filters_fires_and_changes(admin_client, kind, expected):
+    schedule = ScheduleFactory()
+    services.trigger(schedule)
+    services.trigger(schedule)
+    services.pause(Schedule.objects.all())  # another change
+    params = {"kind": kind} if kind else {}
+    response = admin_client.get(reverse("admin:dsched_event_changelist"), params)
+    assert response.context["cl"].result_count == expected
+    assert (schedule.schedule_name in response.content.decode()) is bool(expected)
+
+
+def test_an_event_page_links_to_its_schedule_and_shows_payload_and_metadata(admin_client):
+    schedule = ScheduleFactory(event_data={"format": "pdf"})
+    services.trigger(schedule, actor="alice")
+    event = Event.objects.get(scheduled_ts__isnull=False)
+    content = admin_client.get(reverse("admin:dsched_event_change", args=[event.pk])).content
+    content = content.decode()
+    assert f'href="{change_url(schedule)}"' in content
+    assert "&quot;format&quot;: &quot;pdf&quot;" in content
+    assert "&quot;trigger&quot;: &quot;manual&quot;" in content
+    assert ScheduleState.ACTIVE  # the schedule itself is unchanged by viewing
