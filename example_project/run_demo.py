@@ -66,10 +66,12 @@ def main() -> None:
         f"scheduler-{i}": spawn(f"scheduler-{i}", "run_scheduler", f"--instance-id=scheduler-{i}")
         for i in (1, 2, 3)
     }
+    relay = spawn("relay-1", "run_relay", "--instance-id=relay-1")
     web = spawn("admin", "runserver", f"127.0.0.1:{options.port}", "--noreload")
     print(
         f"\n  Admin: http://127.0.0.1:{options.port}/admin/   login: admin / admin\n"
-        "  Three schedulers run; one leads. Ctrl-C stops everything.\n",
+        "  Three schedulers run (one leads); a relay delivers what fires to the demo's\n"
+        "  handlers. Ctrl-C stops everything.\n",
         flush=True,
     )
     stopping = threading.Event()
@@ -93,10 +95,10 @@ def main() -> None:
     except KeyboardInterrupt:
         pass
     finally:
-        for process in [*schedulers.values(), web]:
+        for process in [*schedulers.values(), relay, web]:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
-        for process in [*schedulers.values(), web]:
+        for process in [*schedulers.values(), relay, web]:
             try:
                 process.wait(10)
             except subprocess.TimeoutExpired:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Sets everything up and runs the demo: embedded PostgreSQL, demo schedules,
-# three run_scheduler instances (one leads; the leader is killed after 20 s to show
-# failover), and the admin at http://127.0.0.1:8000/admin/ (login admin / admin).
+# Sets everything up and runs the demo: embedded PostgreSQL, demo schedules, three
+# run_scheduler instances (one leads; the leader is killed after 20 s to show failover),
+# a relay delivering to the demo's handlers, and the admin at
+# http://127.0.0.1:8000/admin/ (login admin / admin).
 # Options: --seconds N (stop after N s), --failover-after N, --port P.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -29,13 +29,20 @@ class Command(BaseCommand):
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT count(*) FROM (SELECT 1 FROM event_store_t"
+                " WHERE scheduled_ts IS NOT NULL"
                 " GROUP BY aggregate_id, scheduled_ts HAVING count(*) > 1) d"
             )
             duplicates = cursor.fetchone()[0]
-            cursor.execute("SELECT leader_epoch, count(*) FROM event_store_t GROUP BY 1 ORDER BY 1")
+            cursor.execute(
+                "SELECT leader_epoch, count(*) FROM event_store_t"
+                " WHERE leader_epoch IS NOT NULL GROUP BY 1 ORDER BY 1"
+            )
             by_epoch = cursor.fetchall()
+        fires = Event.objects.filter(scheduled_ts__isnull=False).count()
+        delivered = OutboxMessage.objects.filter(status="DELIVERED").count()
         self.stdout.write(
-            f"events {Event.objects.count()}, outbox {OutboxMessage.objects.count()}, "
-            f"duplicate (schedule, slot) pairs: {duplicates}"
+            f"fires {fires}, outbox messages {OutboxMessage.objects.count()} ({delivered} "
+            f"delivered), audit events {Event.objects.filter(scheduled_ts__isnull=True).count()}"
+            f"; duplicate (schedule, slot) pairs: {duplicates}"
         )
         self.stdout.write("fires per leader epoch: " + ", ".join(f"{e}: {n}" for e, n in by_epoch))
