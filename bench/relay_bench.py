@@ -32,28 +32,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from setup_django import ROOT, configure
 
-def bench_url() -> str:
-    url = os.environ.get("DATABASE_URL")
-    if not url:
-        from example_project.embedded_db import database_url
-
-        return database_url(database="dsched_relay_bench")
-    return urlunsplit(urlsplit(url)._replace(path="/dsched_relay_bench"))
-
-
-URL = bench_url()
-os.environ["DATABASE_URL"] = URL
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "example_project.settings")
-
-import django  # noqa: E402
-
-django.setup()
+URL = configure("dsched_relay_bench")
 
 import logging  # noqa: E402
 

@@ -1,0 +1,32 @@
+"""Shared by the benchmarks: point Django at a benchmark database and set it up.
+
+``configure("dsched_bench")`` uses that database on the embedded PostgreSQL, or on the
+server of ``DATABASE_URL`` when it is set, with the example project's settings.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def configure(database: str) -> str:
+    """Set up Django on ``database``; return its URL (for subprocesses)."""
+    sys.path.insert(0, str(ROOT))
+    url = os.environ.get("DATABASE_URL")
+    if url:
+        url = urlunsplit(urlsplit(url)._replace(path=f"/{database}"))
+    else:
+        from example_project.embedded_db import database_url
+
+        url = database_url(database=database)
+    os.environ["DATABASE_URL"] = url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "example_project.settings")
+    import django
+
+    django.setup()
+    return url
