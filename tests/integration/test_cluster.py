@@ -157,3 +157,35 @@ def test_a_paused_leader_resumes_and_cannot_commit_a_fire(cluster, db_now):
     assert leader()[0] == second
     assert zombie.stop() == 0
     check_every_slot_fired_once_in_both_tables()
+
+
+def test_a_leader_whose_connection_is_killed_keeps_running_and_nothing_is_lost(cluster, db_now):
+    ScheduleFactory.create_batch(
+        5, frequency_unit=FrequencyUnit.SECONDS, frequency_time=1, start_ts=db_now()
+    )
+    first, epoch = start_three(cluster)
+    wait_for(
+        lambda: Event.objects.filter(leader_epoch=epoch).count() >= 5, timeout=10, what="fires"
+    )
+    # The database ends the leader's session (as a failover or an admin would).
+    sql(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+        [f"dsched:{first}"],
+    )
+    wait_for(lambda: (c := leader()) and c[1] > epoch, timeout=10, what="leadership after the kill")
+    instance = cluster.instances[first]
+    wait_for(
+        lambda: "database unavailable" in instance.log() or "stepping down" in instance.log(),
+        timeout=10,
+        what="the old leader to log the lost connection",
+    )
+    newest = leader()[1]
+    wait_for(
+        lambda: Event.objects.filter(leader_epoch=newest).count() >= 10,
+        timeout=15,
+        what="fires under the new epoch",
+    )
+    assert instance.process.poll() is None, "the process must survive a lost connection"
+    assert instance.stop() == 0
+    check_every_slot_fired_once_in_both_tables()
+    check_no_gaps(ScheduleFactory._meta.model.objects.all(), timedelta(seconds=1))
