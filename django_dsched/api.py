@@ -62,7 +62,6 @@ def _create(
     data: Any,
     host_id: uuid.UUID | str | None,
     actor: Any,
-    origin: str,
     **fields: Any,
 ) -> Schedule:
     schedule = Schedule(
@@ -72,7 +71,7 @@ def _create(
         event_topic=topic,
         event_type=event_type,
         event_data={} if data is None else data,
-        origin=origin,
+        origin=ScheduleOrigin.API,
         **fields,
     )
     return services.save_schedule(schedule, actor=actor)
@@ -104,7 +103,6 @@ def create_interval(
         data=data,
         host_id=host_id,
         actor=actor,
-        origin=ScheduleOrigin.API,
         frequency_unit=unit,
         frequency_time=every,
         start_ts=start,
@@ -134,7 +132,6 @@ def create_cron(
         data=data,
         host_id=host_id,
         actor=actor,
-        origin=ScheduleOrigin.API,
         cron_expression=cron,
         time_zone=time_zone,
         start_ts=start,
@@ -169,7 +166,6 @@ def create_once(
         data=data,
         host_id=host_id,
         actor=actor,
-        origin=ScheduleOrigin.API,
         start_ts=at,
         **options,
     )

@@ -160,7 +160,6 @@ class BatchResult:
     fired: int
     duplicates: int
     fenced: bool
-    db_now: datetime | None
     names: str | None = None
 
 
@@ -276,7 +275,7 @@ def fire_batch(cursor: Any, fence: Fence, batch_size: int) -> BatchResult:
     cursor.execute(CLAIM, [batch_size])
     rows = cursor.fetchall()
     if not rows:
-        return BatchResult(0, 0, 0, False, None)
+        return BatchResult(0, 0, 0, False)
     decided = plan(rows)
     cursor.execute(
         WRITE,
@@ -298,10 +297,8 @@ def fire_batch(cursor: Any, fence: Fence, batch_size: int) -> BatchResult:
     )
     written, fired, due_fires, _notified, names = cursor.fetchone()
     if written == 0:
-        return BatchResult(len(rows), 0, 0, True, from_microseconds(rows[0][6]))
-    return BatchResult(
-        len(rows), fired, due_fires - fired, False, from_microseconds(rows[0][6]), names
-    )
+        return BatchResult(len(rows), 0, 0, True)
+    return BatchResult(len(rows), fired, due_fires - fired, False, names)
 
 
 NEXT_DUE = """
@@ -322,7 +319,11 @@ def seconds_until_next_due(cursor: Any) -> float | None:
 # refuses a slot that already fired (ON CONFLICT DO NOTHING skips it).
 FIRE_SLOTS = f"""
 WITH target AS MATERIALIZED (
-    SELECT * FROM schedule_t WHERE schedule_id = %(id)s FOR UPDATE
+    -- The state is checked under the row lock: a schedule cancelled a moment ago
+    -- never fires, whatever its caller read before.
+    SELECT * FROM schedule_t
+    WHERE schedule_id = %(id)s AND state = ANY(%(states)s::text[])
+    FOR UPDATE
 ),
 slots AS (
     SELECT 'epoch'::timestamptz + slot * interval '1 microsecond' AS slot_ts, ord
@@ -369,14 +370,22 @@ SELECT (SELECT count(*) FROM target), (SELECT count(*) FROM events),
 
 
 def fire_slots(
-    cursor: Any, schedule_id: Any, slots: list[datetime], *, trigger: str, actor: str
-) -> int:
+    cursor: Any,
+    schedule_id: Any,
+    slots: list[datetime],
+    *,
+    states: list[str],
+    trigger: str,
+    actor: str,
+) -> int | None:
     """Fire ``slots`` of one schedule now (in the caller's transaction); return how many
-    fired (slots that had already fired are skipped by the database)."""
+    fired (slots that had already fired are skipped by the database), or None when the
+    schedule does not exist or is not in one of ``states``."""
     cursor.execute(
         FIRE_SLOTS,
         {
             "id": schedule_id,
+            "states": array_literal(states),
             "slots": [to_microseconds(slot) for slot in slots],
             "trigger": trigger,
             "actor": actor,
@@ -384,6 +393,4 @@ def fire_slots(
         },
     )
     found, fired, _notified = cursor.fetchone()
-    if not found:
-        raise LookupError(f"no schedule {schedule_id}")
-    return int(fired)
+    return int(fired) if found else None

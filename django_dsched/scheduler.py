@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from django.db import DatabaseError, connections, transaction
 
@@ -32,7 +32,6 @@ class Stats:
     batches: int = 0
     leaderships: int = 0
     db_errors: int = 0
-    by_epoch: dict[int, int] = field(default_factory=dict)
 
 
 class Scheduler(DatabaseLoop):
@@ -159,9 +158,6 @@ class Scheduler(DatabaseLoop):
             self.stats.batches += 1
             self.stats.fired += result.fired
             self.stats.duplicates += result.duplicates
-            self.stats.by_epoch[fence.epoch] = (
-                self.stats.by_epoch.get(fence.epoch, 0) + result.fired
-            )
             logger.info(
                 "fired %d schedule(s)%s instance=%s epoch=%d",
                 result.fired,

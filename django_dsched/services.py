@@ -243,22 +243,39 @@ def save_schedule(
     return schedule
 
 
+TRIGGERABLE = [ScheduleState.ACTIVE.value, ScheduleState.PAUSED.value]
+BACKFILLABLE = [*TRIGGERABLE, ScheduleState.COMPLETED.value]
+
+
+def _fire(schedule: Schedule, slots: list[datetime], *, trigger: str, actor: Any) -> int:
+    """Fire ``slots`` now if the schedule's current state allows it (checked under lock)."""
+    states = TRIGGERABLE if trigger == "manual" else BACKFILLABLE
+    with _atomic(), connections[app_settings.DATABASE].cursor() as cursor:
+        fired = fire_slots(
+            cursor,
+            schedule.schedule_id,
+            slots,
+            states=states,
+            trigger=trigger,
+            actor=audit.actor_name(actor),
+        )
+    if fired is None:
+        raise ValidationError(
+            _("This schedule is gone or was cancelled or completed meanwhile; nothing fired."),
+            code="state_changed",
+        )
+    return fired
+
+
 def trigger(schedule: Schedule, *, actor: Any = None) -> int:
     """Fire ``schedule`` once now, through the exactly-once path (returns 1)."""
-    if schedule.state not in (ScheduleState.ACTIVE, ScheduleState.PAUSED):
+    if schedule.state not in TRIGGERABLE:
         raise ValidationError(
             _("Only active or paused schedules can be run now; this one is %(state)s.")
             % {"state": schedule.get_state_display()},
             code="not_triggerable",
         )
-    with _atomic(), connections[app_settings.DATABASE].cursor() as cursor:
-        return fire_slots(
-            cursor,
-            schedule.schedule_id,
-            [database_now()],
-            trigger="manual",
-            actor=audit.actor_name(actor),
-        )
+    return _fire(schedule, [database_now()], trigger="manual", actor=actor)
 
 
 def backfill(
@@ -294,14 +311,7 @@ def backfill(
         )
     if not slots:
         return 0, 0
-    with _atomic(), connections[app_settings.DATABASE].cursor() as cursor:
-        fired = fire_slots(
-            cursor,
-            schedule.schedule_id,
-            slots,
-            trigger="backfill",
-            actor=audit.actor_name(actor),
-        )
+    fired = _fire(schedule, slots, trigger="backfill", actor=actor)
     return fired, len(slots) - fired
 
 

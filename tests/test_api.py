@@ -232,3 +232,13 @@ def test_backfill_cannot_reach_past_the_retention(settings, db_now):
     api.create_interval("b", every=1, unit="HOURS", start=now - timedelta(days=5), **COMMON)
     with pytest.raises(ValidationError, match="retention"):
         api.backfill("b", now - timedelta(days=3), now - timedelta(days=1))
+
+
+def test_run_now_with_a_stale_copy_of_a_cancelled_schedule_fires_nothing():
+    stale = api.create_interval("raced", every=1, unit="HOURS", **COMMON)
+    api.cancel("raced")  # someone else cancels after the caller read the schedule
+    assert stale.state == ScheduleState.ACTIVE
+    with pytest.raises(ValidationError, match="meanwhile"):
+        services.trigger(stale, actor="late")
+    assert not OutboxMessage.objects.exists()
+    assert not Event.objects.filter(scheduled_ts__isnull=False).exists()

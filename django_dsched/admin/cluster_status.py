@@ -90,9 +90,7 @@ def cluster_status() -> ClusterStatus:
         )
         for row in rows
     ]
-    backlog = Schedule.objects.filter(active=True, next_run_ts__lte=now).aggregate(
-        n=Count("pk"), oldest=Min("next_run_ts")
-    )
+    backlog = Schedule.objects.due().aggregate(n=Count("pk"), oldest=Min("next_run_ts"))
     fires = Event.objects.filter(
         event_ts__gte=now - timedelta(hours=1), scheduled_ts__isnull=False
     ).aggregate(

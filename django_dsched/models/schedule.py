@@ -387,9 +387,9 @@ class Schedule(models.Model):
             return  # reported by the field's own validator
         if self.schedule_kind == ScheduleKind.ONCE:
             return
+        start = self.start_ts or database_now()
         try:
-            table = self.timetable(self.start_ts or database_now())
-            slot = first_slot(table, self.rules(), self.start_ts or database_now())
+            slot = first_slot(self.timetable(start), self.rules(), start)
         except (CronError, ValueError):
             return  # reported above
         if slot is None:
