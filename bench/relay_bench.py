@@ -45,8 +45,8 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
 from django_dsched.handlers import registry  # noqa: E402
-from django_dsched.relay import Relay  # noqa: E402
-from django_dsched.transports import Transports  # noqa: E402
+from django_dsched.outbox.relay import Relay  # noqa: E402
+from django_dsched.outbox.transports import Transports  # noqa: E402
 
 logging.getLogger("django_dsched").setLevel(logging.WARNING)
 

@@ -27,11 +27,11 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 
-from . import services
-from .clock import database_now
-from .enums import DeliveryStatus, ScheduleKind, ScheduleOrigin, ScheduleState
-from .models import OutboxMessage, Schedule
-from .models.schedule import resolve_host
+from django_dsched import services
+from django_dsched.clock import database_now
+from django_dsched.enums import DeliveryStatus, ScheduleKind, ScheduleOrigin, ScheduleState
+from django_dsched.models import OutboxMessage, Schedule
+from django_dsched.models.schedule import resolve_host
 
 ScheduleRef = Schedule | uuid.UUID | str
 

@@ -13,7 +13,7 @@ class DschedConfig(AppConfig):
     def ready(self) -> None:
         from django.db.models.signals import post_migrate
 
-        from . import checks  # noqa: F401  (registers the system checks)
-        from .declared import sync_after_migrate
+        from django_dsched import checks  # noqa: F401  (registers the system checks)
+        from django_dsched.declared import sync_after_migrate
 
         post_migrate.connect(sync_after_migrate, sender=self)

@@ -13,8 +13,8 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
-from .enums import ScheduleOrigin
-from .models import Event, Schedule
+from django_dsched.enums import ScheduleOrigin
+from django_dsched.models import Event, Schedule
 
 PREFIX = "dsched.schedule."
 

@@ -8,7 +8,7 @@ from django.conf import settings
 from django.core.checks import Error, Tags, register
 from django.db import connections
 
-from .conf import app_settings
+from django_dsched.conf import app_settings
 
 
 @register(Tags.database, Tags.compatibility)
@@ -76,7 +76,7 @@ def _is_number(value: Any) -> bool:
 @register(Tags.compatibility)
 def check_delivery_settings(**kwargs: Any) -> list[Error]:
     """The relay's and retention's settings (dsched.E007 to E013)."""
-    from .transports.registry import config_problems
+    from django_dsched.outbox.transports.registry import config_problems
 
     errors = [
         Error(f"DSCHED_TRANSPORTS: {problem}.", id="dsched.E007")

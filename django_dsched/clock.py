@@ -6,7 +6,7 @@ from datetime import datetime
 
 from django.db import connections
 
-from .conf import app_settings
+from django_dsched.conf import app_settings
 
 
 def database_now() -> datetime:

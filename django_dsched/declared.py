@@ -35,11 +35,11 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils.module_loading import autodiscover_modules
 
-from . import services
-from .conf import app_settings
-from .enums import ScheduleKind, ScheduleOrigin, ScheduleState
-from .models import Schedule
-from .models.schedule import resolve_host
+from django_dsched import services
+from django_dsched.conf import app_settings
+from django_dsched.enums import ScheduleKind, ScheduleOrigin, ScheduleState
+from django_dsched.models import Schedule
+from django_dsched.models.schedule import resolve_host
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ def periodic(name: str, *, topic: str, event_type: str | None = None, **spec: An
     """Declare a schedule whose events are handled by the decorated function."""
 
     def decorator(func: Any) -> Any:
-        from .handlers import handler
+        from django_dsched.outbox.handlers import handler
 
         kind = event_type or f"{func.__module__}.{func.__qualname__}"
         declare(name, topic=topic, event_type=kind, **spec)

@@ -7,8 +7,8 @@ from cron_descriptor import CasingTypeEnum, FormatException, Options, get_descri
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
-from .enums import FrequencyUnit, ScheduleKind
-from .models import Schedule
+from django_dsched.enums import FrequencyUnit, ScheduleKind
+from django_dsched.models import Schedule
 
 
 def describe_interval(unit: str, n: int) -> str:

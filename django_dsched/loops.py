@@ -12,8 +12,8 @@ from typing import Any
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
 
-from .conf import app_settings
-from .wakeup import Waker
+from django_dsched.conf import app_settings
+from django_dsched.wakeup import Waker
 
 logger = logging.getLogger("django_dsched")
 

@@ -17,13 +17,13 @@ from django.db import connections, transaction
 from django.db.models import QuerySet
 from django.utils.translation import gettext as _
 
-from . import audit
-from .clock import database_now
-from .conf import app_settings
-from .enums import ScheduleState
-from .firing import fire_slots
-from .models import Event, Schedule
-from .models.schedule import GRID_FIELDS
+from django_dsched import audit
+from django_dsched.clock import database_now
+from django_dsched.conf import app_settings
+from django_dsched.enums import ScheduleState
+from django_dsched.models import Event, Schedule
+from django_dsched.models.schedule import GRID_FIELDS
+from django_dsched.scheduler.firing import fire_slots
 
 # Most slots one backfill may fire.
 MAX_BACKFILL = 10_000

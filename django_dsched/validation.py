@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.utils.translation import gettext_lazy as _
 
-from .conf import app_settings
+from django_dsched.conf import app_settings
 
 NAME_MAX_LENGTH = 126
 
@@ -110,7 +110,7 @@ def validate_aware(value: datetime | None) -> None:
 
 
 def validate_time_zone(value: str) -> None:
-    from .cron import CronError, zone
+    from django_dsched.timetables.cron import CronError, zone
 
     try:
         zone(value)
@@ -123,7 +123,7 @@ def validate_time_zone(value: str) -> None:
 
 
 def validate_cron_expression(value: str) -> None:
-    from .cron import CronError, check_expression
+    from django_dsched.timetables.cron import CronError, check_expression
 
     try:
         check_expression(value)

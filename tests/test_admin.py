@@ -187,8 +187,8 @@ def test_history_is_read_only(superuser_client, model):
 def test_event_and_outbox_pages_show_the_payload(superuser_client, db_now):
     from django.db import connection, transaction
 
-    from django_dsched.firing import Fence, fire_batch
-    from django_dsched.leader import Lease
+    from django_dsched.scheduler.firing import Fence, fire_batch
+    from django_dsched.scheduler.lease import Lease
 
     ScheduleFactory(event_data={"marker": "<b>x</b>"})
     lease = Lease(connection, lock_id=1, instance_id="t", lease_seconds=30, fast_failover=True)

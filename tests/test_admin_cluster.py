@@ -13,8 +13,8 @@ from django.urls import reverse
 from django_dsched import services
 from django_dsched.clock import database_now
 from django_dsched.enums import DeliveryStatus
-from django_dsched.leader import Lease
 from django_dsched.models import OutboxMessage, SchedulerInstance, SchedulerLock
+from django_dsched.scheduler.lease import Lease
 from tests.factories import ScheduleFactory
 
 pytestmark = pytest.mark.django_db

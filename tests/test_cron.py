@@ -11,7 +11,7 @@ from croniter import croniter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from django_dsched.cron import CronError, CronTimetable
+from django_dsched.timetables.cron import CronError, CronTimetable
 
 # (zone, a UTC instant a day before one of its 2026 transitions)
 TRANSITIONS = [

@@ -6,9 +6,9 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 
 from django_dsched.enums import DeliveryStatus, FrequencyUnit, ScheduleState
-from django_dsched.firing import CLAIM, Fence, fire_batch
-from django_dsched.leader import Lease
 from django_dsched.models import Event, OutboxMessage, Schedule
+from django_dsched.scheduler.firing import CLAIM, Fence, fire_batch
+from django_dsched.scheduler.lease import Lease
 from tests.factories import ScheduleFactory
 from tests.helpers import other_session, sql
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from django_dsched.leader import Lease
 from django_dsched.models import SchedulerLock
+from django_dsched.scheduler.lease import Lease
 from tests.helpers import backend_gone, backend_pid, other_session, sql, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from django_dsched.enums import FrequencyUnit
-from django_dsched.recurrence import FIXED_UNITS, Grid, NoMoreSlots, due_slot
+from django_dsched.timetables.grid import FIXED_UNITS, Grid, NoMoreSlots, due_slot
 
 
 def utc(*args: int) -> datetime:
@@ -150,7 +150,7 @@ class TestMicrosecondFastPath:
         extra=st.timedeltas(min_value=timedelta(0), max_value=timedelta(days=3)),
     )
     def test_equals_the_datetime_path(self, start, unit, every, behind, extra):
-        from django_dsched.recurrence import due_slot_us, from_microseconds, to_microseconds
+        from django_dsched.timetables.grid import due_slot_us, from_microseconds, to_microseconds
 
         start = start.replace(tzinfo=UTC)
         grid = Grid(unit, every, start)

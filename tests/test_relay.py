@@ -9,13 +9,13 @@ from datetime import timedelta
 import pytest
 from django.core.management import call_command
 
-from django_dsched.delivery import Claimer, Outcome, claim, settle
 from django_dsched.enums import DeliveryStatus
 from django_dsched.handlers import registry
 from django_dsched.models import OutboxMessage
-from django_dsched.relay import Relay
+from django_dsched.outbox.claims import Claimer, Outcome, claim, settle
+from django_dsched.outbox.relay import Relay
+from django_dsched.outbox.transports import PermanentDeliveryError
 from django_dsched.scheduler import Scheduler
-from django_dsched.transports import PermanentDeliveryError
 from tests.factories import ScheduleFactory
 from tests.helpers import other_session, sql, wait_for
 from tests.outbox_helpers import make_messages, statuses
@@ -324,7 +324,7 @@ def test_atomic_handlers_leave_no_writes_behind(relay_settings, handle, atomic, 
 def test_claim_walks_the_claim_index_in_order(relay_settings):
     from django.db import connection, transaction
 
-    from django_dsched.delivery import CLAIM
+    from django_dsched.outbox.claims import CLAIM
 
     make_messages(50)
     params = {

@@ -9,7 +9,7 @@ from django.core.management import call_command
 
 from django_dsched.enums import DeliveryStatus
 from django_dsched.models import Event, OutboxMessage
-from django_dsched.retention import count_expired, purge_expired
+from django_dsched.outbox.retention import count_expired, purge_expired
 from tests.helpers import other_session, sql
 from tests.outbox_helpers import make_messages
 

@@ -12,19 +12,19 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from django_dsched.delivery import Message
 from django_dsched.enums import DeliveryStatus
 from django_dsched.models import OutboxMessage
-from django_dsched.relay import Relay
-from django_dsched.transports import (
+from django_dsched.outbox.claims import Message
+from django_dsched.outbox.relay import Relay
+from django_dsched.outbox.transports import (
     DeliveryError,
     PermanentDeliveryError,
     TransportConfigError,
     Transports,
 )
-from django_dsched.transports.in_process import HandlerTransport
-from django_dsched.transports.registry import config_problems
-from django_dsched.transports.webhook import WebhookTransport, host_allowed
+from django_dsched.outbox.transports.in_process import HandlerTransport
+from django_dsched.outbox.transports.registry import config_problems
+from django_dsched.outbox.transports.webhook import WebhookTransport, host_allowed
 from tests.outbox_helpers import make_messages, statuses
 
 try:

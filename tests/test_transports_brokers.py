@@ -8,12 +8,12 @@ import uuid
 
 import pytest
 
-from django_dsched.delivery import Message
 from django_dsched.enums import DeliveryStatus
 from django_dsched.models import OutboxMessage
-from django_dsched.relay import Relay
-from django_dsched.transports.rabbitmq import RabbitMQTransport
-from django_dsched.transports.redis_streams import RedisStreamsTransport
+from django_dsched.outbox.claims import Message
+from django_dsched.outbox.relay import Relay
+from django_dsched.outbox.transports.rabbitmq import RabbitMQTransport
+from django_dsched.outbox.transports.redis_streams import RedisStreamsTransport
 from tests.brokers import free_port, rabbitmq_url, redis_url  # noqa: F401  (fixtures)
 from tests.outbox_helpers import make_messages, statuses
 

@@ -10,7 +10,7 @@ from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
-from ..models import Event, OutboxMessage
+from django_dsched.models import Event, OutboxMessage
 
 # The stylesheet (badges, panels, narrow screens; admin colour variables, so dark mode
 # works) and the script that shows times in the viewer's time zone.

@@ -10,10 +10,10 @@ from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.utils.translation import gettext as _
 
-from ..models import SchedulerInstance
-from .base import ASSETS
-from .cluster_status import cluster_status
-from .display import age, badge, moment
+from django_dsched.admin.base import ASSETS
+from django_dsched.admin.cluster_status import cluster_status
+from django_dsched.admin.display import age, badge, moment
+from django_dsched.models import SchedulerInstance
 
 
 def role_label(role: str) -> str:

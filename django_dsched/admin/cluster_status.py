@@ -8,10 +8,10 @@ from datetime import datetime, timedelta
 
 from django.db.models import Count, Min, Q
 
-from ..clock import database_now
-from ..conf import app_settings
-from ..enums import DeliveryStatus
-from ..models import Event, OutboxMessage, Schedule, SchedulerInstance, SchedulerLock
+from django_dsched.clock import database_now
+from django_dsched.conf import app_settings
+from django_dsched.enums import DeliveryStatus
+from django_dsched.models import Event, OutboxMessage, Schedule, SchedulerInstance, SchedulerLock
 
 # Instances shown: seen within this many lease periods (and at least a minute).
 RECENT_LEASES = 12

@@ -14,7 +14,7 @@ from django.utils.safestring import SafeString
 from django.utils.timesince import timesince, timeuntil
 from django.utils.translation import gettext as _
 
-from ..enums import ScheduleState
+from django_dsched.enums import ScheduleState
 
 EMPTY = "-"
 

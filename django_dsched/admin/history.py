@@ -9,10 +9,10 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
-from ..audit import PREFIX
-from ..models import Event, SchedulerLock
-from .base import ReadOnlyAdmin
-from .display import EMPTY
+from django_dsched.admin.base import ReadOnlyAdmin
+from django_dsched.admin.display import EMPTY
+from django_dsched.audit import PREFIX
+from django_dsched.models import Event, SchedulerLock
 
 
 class EventKindFilter(admin.SimpleListFilter):

@@ -7,10 +7,10 @@ from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from .. import dead_letters
-from ..models import OutboxMessage
-from ..services import Outcome
-from .base import ReadOnlyAdmin
+from django_dsched.admin.base import ReadOnlyAdmin
+from django_dsched.models import OutboxMessage
+from django_dsched.outbox import dead_letters
+from django_dsched.services import Outcome
 
 
 @admin.register(OutboxMessage)

@@ -28,13 +28,13 @@ from django.utils.functional import Promise
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
-from .. import services
-from ..conf import app_settings
-from ..enums import ScheduleOrigin, ScheduleState
-from ..models import Schedule
-from ..validation import NAME_MAX_LENGTH
-from .action_forms import NoOptions, PauseOptions
-from .schedule_form import ScheduleForm
+from django_dsched import services
+from django_dsched.admin.action_forms import NoOptions, PauseOptions
+from django_dsched.admin.schedule_form import ScheduleForm
+from django_dsched.conf import app_settings
+from django_dsched.enums import ScheduleOrigin, ScheduleState
+from django_dsched.models import Schedule
+from django_dsched.validation import NAME_MAX_LENGTH
 
 # Schedules listed by name on a confirmation page; more are counted.
 LISTED = 50

@@ -8,9 +8,9 @@ from django import forms
 from django.db import transaction
 from django.utils.translation import gettext_lazy as _
 
-from ..conf import app_settings
-from ..enums import ScheduleState
-from ..models import Schedule
+from django_dsched.conf import app_settings
+from django_dsched.enums import ScheduleState
+from django_dsched.models import Schedule
 
 CONFLICT = _(
     "This schedule changed since you opened it (it fired or someone edited it): version "

@@ -13,9 +13,9 @@ from typing import Any
 
 from django.http import HttpRequest, QueryDict
 
-from ..enums import ScheduleState
-from ..models import Event, OutboxMessage, Schedule
-from .display import moment
+from django_dsched.admin.display import moment
+from django_dsched.enums import ScheduleState
+from django_dsched.models import Event, OutboxMessage, Schedule
 
 PREVIEW_COUNT = 10
 PAGE_SIZE = 10

@@ -15,16 +15,16 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy as _
 
-from .. import services
-from ..clock import database_now
-from ..describe import describe
-from ..enums import DeliveryStatus, ScheduleOrigin, ScheduleState
-from ..models import OutboxMessage, Schedule, SchedulerInstance
-from . import schedule_panels
-from .base import ASSETS
-from .display import EMPTY, badge, moment
-from .schedule_actions import ScheduleActionsMixin
-from .schedule_form import ScheduleForm
+from django_dsched import services
+from django_dsched.admin import schedule_panels
+from django_dsched.admin.base import ASSETS
+from django_dsched.admin.display import EMPTY, badge, moment
+from django_dsched.admin.schedule_actions import ScheduleActionsMixin
+from django_dsched.admin.schedule_form import ScheduleForm
+from django_dsched.clock import database_now
+from django_dsched.describe import describe
+from django_dsched.enums import DeliveryStatus, ScheduleOrigin, ScheduleState
+from django_dsched.models import OutboxMessage, Schedule, SchedulerInstance
 
 
 def with_list_columns(queryset: QuerySet[Schedule]) -> QuerySet[Schedule]:

@@ -1,9 +1,9 @@
 from __future__ import annotations
 
-from .event import Event
-from .instance import SchedulerInstance
-from .lease import SchedulerLock
-from .outbox import OutboxMessage
-from .schedule import Schedule
+from django_dsched.models.event import Event
+from django_dsched.models.instance import SchedulerInstance
+from django_dsched.models.lease import SchedulerLock
+from django_dsched.models.outbox import OutboxMessage
+from django_dsched.models.schedule import Schedule
 
 __all__ = ["Event", "OutboxMessage", "Schedule", "SchedulerInstance", "SchedulerLock"]

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
-from .records import EventRecord
+from django_dsched.models.records import EventRecord
 
 
 class Event(EventRecord):

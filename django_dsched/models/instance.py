@@ -7,7 +7,7 @@ from django.utils.translation import gettext_lazy as _
 class SchedulerInstance(models.Model):
     """A running ``run_scheduler`` (or relay) process, as it last reported itself.
 
-    Written only by :mod:`django_dsched.presence`; the admin's cluster page reads it. Rows
+    Written only by :mod:`django_dsched.scheduler.presence`; the admin's cluster page reads it. Rows
     of processes that stopped gracefully are deleted; others age out of the page.
     """
 

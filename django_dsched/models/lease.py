@@ -8,8 +8,8 @@ from django.utils.translation import gettext_lazy as _
 class SchedulerLock(models.Model):
     """The leader's lease: one row per cluster (``DSCHED_LOCK_ID``).
 
-    Written only by :mod:`django_dsched.leader`. ``epoch`` grows by one every time the lease
-    changes hands; a fire commits only while its epoch is the row's epoch.
+    Written only by :mod:`django_dsched.scheduler.lease`. ``epoch`` grows by one every time
+    the lease changes hands; a fire commits only while its epoch is the row's epoch.
     """
 
     lock_id = models.IntegerField(_("lock id"), primary_key=True)

@@ -3,17 +3,17 @@ from __future__ import annotations
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
-from ..enums import DeliveryStatus, max_length_of
-from .records import EventRecord
+from django_dsched.enums import DeliveryStatus, max_length_of
+from django_dsched.models.records import EventRecord
 
 
 class OutboxMessage(EventRecord):
     """A fired event waiting to be delivered; its id is the event's id.
 
     The fire statement inserts the row (PENDING); from then on only the relay
-    (:mod:`django_dsched.relay`) and the dead-letter actions (:mod:`django_dsched.dead_letters`)
-    write it. The delivery columns have database defaults because the fire statement does
-    not name them.
+    (:mod:`django_dsched.outbox.relay`) and the dead-letter actions
+    (:mod:`django_dsched.outbox.dead_letters`) write it. The delivery columns have database
+    defaults because the fire statement does not name them.
     """
 
     topic = models.CharField(_("topic"), max_length=126)

@@ -12,10 +12,9 @@ from django.db.models.functions import Now
 from django.db.models.lookups import Exact
 from django.utils.translation import gettext_lazy as _
 
-from ..clock import database_now
-from ..conf import app_settings
-from ..cron import CronError
-from ..enums import (
+from django_dsched.clock import database_now
+from django_dsched.conf import app_settings
+from django_dsched.enums import (
     FrequencyUnit,
     MisfirePolicy,
     ScheduleKind,
@@ -23,9 +22,10 @@ from ..enums import (
     ScheduleState,
     max_length_of,
 )
-from ..recurrence import period_is_acceptable
-from ..timing import Rules, Timetable, first_slot, jitter, timetable_for
-from ..validation import (
+from django_dsched.timetables import Rules, Timetable, first_slot, jitter, timetable_for
+from django_dsched.timetables.cron import CronError
+from django_dsched.timetables.grid import period_is_acceptable
+from django_dsched.validation import (
     NAME_MAX_LENGTH,
     identifier_validator,
     validate_aware,

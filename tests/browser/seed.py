@@ -9,9 +9,9 @@ from django.db import connection, transaction
 from django_dsched import api, services
 from django_dsched.clock import database_now
 from django_dsched.enums import DeliveryStatus
-from django_dsched.firing import Fence, fire_batch
-from django_dsched.leader import Lease
 from django_dsched.models import OutboxMessage, Schedule, SchedulerInstance
+from django_dsched.scheduler.firing import Fence, fire_batch
+from django_dsched.scheduler.lease import Lease
 
 
 def seed_cluster() -> dict[str, Schedule]:

@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand
 
 from django_dsched.conf import app_settings
 from django_dsched.management.commands.run_scheduler import positive_int
-from django_dsched.retention import count_expired, purge_expired
+from django_dsched.outbox.retention import count_expired, purge_expired
 
 
 def positive_days(value: str) -> float:

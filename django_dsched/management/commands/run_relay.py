@@ -13,7 +13,7 @@ from django_dsched.management.commands.run_scheduler import (
     positive_int,
     stop_on_signals,
 )
-from django_dsched.relay import Relay
+from django_dsched.outbox.relay import Relay
 from django_dsched.validation import identifier_validator
 
 

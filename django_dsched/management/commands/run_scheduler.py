@@ -11,7 +11,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from django_dsched.conf import app_settings
-from django_dsched.relay import Relay
+from django_dsched.outbox.relay import Relay
 from django_dsched.scheduler import Scheduler
 
 VERBOSITY_LEVELS = {0: logging.ERROR, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
@@ -151,7 +151,9 @@ def relay_thread(relay: Relay) -> Iterator[None]:
         try:
             relay.run()
         except Exception:
-            logging.getLogger("django_dsched.relay").exception("the in-process relay crashed")
+            logging.getLogger("django_dsched.outbox.relay").exception(
+                "the in-process relay crashed"
+            )
 
     thread = threading.Thread(target=run, name="dsched-relay", daemon=True)
     thread.start()

@@ -1,4 +1,4 @@
-"""When a schedule fires: its timetable, its misfire policy, its bounds and its jitter.
+"""Which slot of a due schedule fires: its misfire policy and its bounds.
 
 Every caller that needs a schedule's fire times (the fire path, previews, dry runs, edits,
 resumes, backfills) goes through :func:`timetable_for` and :func:`decide`, so what the
@@ -20,81 +20,12 @@ last slot of a one-shot) completes the schedule.
 
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Protocol
 
-from .conf import app_settings
-from .cron import CronTimetable
-from .enums import MisfirePolicy, ScheduleKind
-from .recurrence import Grid, NoMoreSlots
-
-
-class Timetable(Protocol):
-    def slot_after(self, when: datetime) -> datetime | None: ...
-
-    def slot_at_or_before(self, when: datetime) -> datetime | None: ...
-
-    def slot_at_or_after(self, when: datetime) -> datetime | None: ...
-
-
-class Once:
-    """A single slot."""
-
-    def __init__(self, at: datetime) -> None:
-        self.at = at
-
-    def slot_after(self, when: datetime) -> datetime | None:
-        return self.at if when < self.at else None
-
-    def slot_at_or_before(self, when: datetime) -> datetime | None:
-        return self.at if self.at <= when else None
-
-    def slot_at_or_after(self, when: datetime) -> datetime | None:
-        return self.at if when <= self.at else None
-
-
-class IntervalTimetable:
-    """:class:`recurrence.Grid` with the end of the calendar read as "no more slots"."""
-
-    def __init__(self, grid: Grid) -> None:
-        self.grid = grid
-
-    def slot_after(self, when: datetime) -> datetime | None:
-        try:
-            return self.grid.slot_after(when)
-        except NoMoreSlots:
-            return None
-
-    def slot_at_or_before(self, when: datetime) -> datetime | None:
-        return self.grid.slot_at_or_before(when)
-
-    def slot_at_or_after(self, when: datetime) -> datetime | None:
-        try:
-            return self.grid.slot_at_or_after(when)
-        except NoMoreSlots:
-            return None
-
-
-def timetable_for(
-    kind: str,
-    *,
-    start: datetime,
-    unit: str | None = None,
-    every: int | None = None,
-    cron: str = "",
-    time_zone: str = "UTC",
-) -> Timetable:
-    if kind == ScheduleKind.INTERVAL:
-        if unit is None or every is None:
-            raise ValueError("an interval schedule needs a frequency unit and count")
-        return IntervalTimetable(Grid(unit, every, start))
-    if kind == ScheduleKind.CRON:
-        return CronTimetable(cron, time_zone)
-    if kind == ScheduleKind.ONCE:
-        return Once(start)
-    raise ValueError(f"unknown schedule kind {kind!r}")
+from django_dsched.conf import app_settings
+from django_dsched.enums import MisfirePolicy
+from django_dsched.timetables.timetable import Timetable
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,16 +117,3 @@ def _catch_up_slot(table: Timetable, oldest: datetime, latest: datetime, limit: 
             break
         slot = earlier
     return slot
-
-
-def jitter(schedule_id: object, slot: datetime, jitter_seconds: int) -> timedelta:
-    """A fixed spread in ``[0, jitter_seconds)`` for this schedule and slot.
-
-    Derived from the schedule id and the slot, so every instance computes the same value
-    and the grid never drifts: the next slot is always computed from the slot, not from the
-    jittered time.
-    """
-    if jitter_seconds <= 0:
-        return timedelta(0)
-    key = f"{schedule_id}:{slot.isoformat()}".encode()
-    return timedelta(microseconds=zlib.crc32(key) % (jitter_seconds * 1_000_000))

@@ -24,13 +24,21 @@ from itertools import groupby
 
 from django.db import connections
 
-from .conf import app_settings
-from .delivery import Claimer, Message, Outcome, claim, extend, release, seconds_until_claimable
-from .delivery import settle as settle_outcomes
-from .enums import DeliveryStatus
-from .handlers import autodiscover
-from .loops import DatabaseLoop, retry_delay
-from .transports import PermanentDeliveryError, Transport, Transports
+from django_dsched.conf import app_settings
+from django_dsched.enums import DeliveryStatus
+from django_dsched.loops import DatabaseLoop, retry_delay
+from django_dsched.outbox.claims import (
+    Claimer,
+    Message,
+    Outcome,
+    claim,
+    extend,
+    release,
+    seconds_until_claimable,
+)
+from django_dsched.outbox.claims import settle as settle_outcomes
+from django_dsched.outbox.handlers import autodiscover
+from django_dsched.outbox.transports import PermanentDeliveryError, Transport, Transports
 
 logger = logging.getLogger(__name__)
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 from django.db import connections, transaction
 from django.db.models import QuerySet
 
-from .conf import app_settings
-from .enums import DeliveryStatus
-from .models import OutboxMessage
-from .services import Outcome
+from django_dsched.conf import app_settings
+from django_dsched.enums import DeliveryStatus
+from django_dsched.models import OutboxMessage
+from django_dsched.services import Outcome
 
 
 def retry(messages: QuerySet[OutboxMessage]) -> Outcome:

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..delivery import Message
-from .base import Transport, encode, render
+from django_dsched.outbox.claims import Message
+from django_dsched.outbox.transports.base import Transport, encode, render
 
 DEFAULT_URL = "redis://localhost:6379/0"
 

@@ -1,4 +1,5 @@
-"""In-process handlers: run the callables registered with :func:`django_dsched.handlers.handler`.
+"""In-process handlers: run the callables registered with
+:func:`django_dsched.handlers.handler`.
 
 Each message runs the handlers registered for its event type and for its topic, in the
 relay's thread, one after the other. The attempt fails if any handler raises (the whole set
@@ -15,10 +16,10 @@ from typing import Any
 
 from django.db import transaction
 
-from ..conf import app_settings
-from ..delivery import Message
-from ..handlers import HandlerRegistry, registry
-from .base import DeliveryError, Transport
+from django_dsched.conf import app_settings
+from django_dsched.outbox.claims import Message
+from django_dsched.outbox.handlers import HandlerRegistry, registry
+from django_dsched.outbox.transports.base import DeliveryError, Transport
 
 
 class HandlerTransport(Transport):

@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 
 from dateutil.relativedelta import relativedelta
 
-from .enums import FrequencyUnit
+from django_dsched.enums import FrequencyUnit
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MICROSECOND = timedelta(microseconds=1)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .enums import DeliveryStatus
+from django_dsched.enums import DeliveryStatus
 
 # Longest error text stored per message.
 ERROR_MAX_CHARS = 2000

@@ -14,15 +14,15 @@ from typing import Any
 
 from django.utils.module_loading import import_string
 
-from ..conf import app_settings
-from .base import Transport
+from django_dsched.conf import app_settings
+from django_dsched.outbox.transports.base import Transport
 
 ALIASES = {
-    "handlers": "django_dsched.transports.in_process.HandlerTransport",
-    "tasks": "django_dsched.transports.tasks.TasksTransport",
-    "redis": "django_dsched.transports.redis_streams.RedisStreamsTransport",
-    "rabbitmq": "django_dsched.transports.rabbitmq.RabbitMQTransport",
-    "webhook": "django_dsched.transports.webhook.WebhookTransport",
+    "handlers": "django_dsched.outbox.transports.in_process.HandlerTransport",
+    "tasks": "django_dsched.outbox.transports.tasks.TasksTransport",
+    "redis": "django_dsched.outbox.transports.redis_streams.RedisStreamsTransport",
+    "rabbitmq": "django_dsched.outbox.transports.rabbitmq.RabbitMQTransport",
+    "webhook": "django_dsched.outbox.transports.webhook.WebhookTransport",
 }
 
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from django.utils.module_loading import import_string
 
-from ..delivery import Message
-from .base import DeliveryError, Transport
+from django_dsched.outbox.claims import Message
+from django_dsched.outbox.transports.base import DeliveryError, Transport
 
 
 def task_class() -> type:

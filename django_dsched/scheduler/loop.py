@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 from django.db import DatabaseError, connections, transaction
 
-from . import presence
-from .conf import app_settings
-from .firing import Fence, fire_batch, seconds_until_next_due
-from .leader import Lease
-from .loops import DatabaseLoop
+from django_dsched.conf import app_settings
+from django_dsched.loops import DatabaseLoop
+from django_dsched.scheduler import presence
+from django_dsched.scheduler.firing import Fence, fire_batch, seconds_until_next_due
+from django_dsched.scheduler.lease import Lease
 
 logger = logging.getLogger(__name__)
 
@@ -187,8 +187,8 @@ class Scheduler(DatabaseLoop):
     def _housekeeping(self) -> None:
         """Leader chores, once per heartbeat: resume schedules whose pause ended, and every
         DSCHED_RETENTION_INTERVAL delete expired history (a few short batches at a time)."""
-        from .retention import purge_expired
-        from .services import resume_expired_pauses
+        from django_dsched.outbox.retention import purge_expired
+        from django_dsched.services import resume_expired_pauses
 
         resumed = resume_expired_pauses()
         if resumed:

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from django.db import connections, transaction
 
-from .conf import app_settings
-from .enums import DeliveryStatus
+from django_dsched.conf import app_settings
+from django_dsched.enums import DeliveryStatus
 
 logger = logging.getLogger(__name__)
 

@@ -22,10 +22,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from .. import __version__
-from ..conf import app_settings
-from ..delivery import Message
-from .base import DeliveryError, PermanentDeliveryError, Transport, encode, render
+from django_dsched import __version__
+from django_dsched.conf import app_settings
+from django_dsched.outbox.claims import Message
+from django_dsched.outbox.transports.base import (
+    DeliveryError,
+    PermanentDeliveryError,
+    Transport,
+    encode,
+    render,
+)
 
 CONTENT_TYPE = "application/cloudevents+json; charset=utf-8"
 RETRYABLE_STATUSES = frozenset({408, 425, 429})

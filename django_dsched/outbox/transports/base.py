@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from ..delivery import Message
+from django_dsched.outbox.claims import Message
 
 
 class DeliveryError(Exception):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .base import DeliveryError, PermanentDeliveryError, Transport
-from .registry import ALIASES, TransportConfigError, Transports
+from django_dsched.outbox.transports.base import DeliveryError, PermanentDeliveryError, Transport
+from django_dsched.outbox.transports.registry import ALIASES, TransportConfigError, Transports
 
 __all__ = [
     "ALIASES",

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from .enums import DeliveryStatus, MisfirePolicy, ScheduleKind, ScheduleState
-from .recurrence import due_slot_us, from_microseconds, to_microseconds
-from .timing import Rules, decide, jitter, timetable_for
+from django_dsched.enums import DeliveryStatus, MisfirePolicy, ScheduleKind, ScheduleState
+from django_dsched.timetables import Rules, decide, jitter, timetable_for
+from django_dsched.timetables.grid import due_slot_us, from_microseconds, to_microseconds
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,80 @@
+"""A schedule's timetable: the slots it fires at, whatever its kind.
+
+:func:`timetable_for` builds one from a schedule's columns: an interval :class:`Grid`, a
+:class:`CronTimetable` on a zone's wall clock, or a single slot (:class:`Once`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Protocol
+
+from django_dsched.enums import ScheduleKind
+from django_dsched.timetables.cron import CronTimetable
+from django_dsched.timetables.grid import Grid, NoMoreSlots
+
+
+class Timetable(Protocol):
+    def slot_after(self, when: datetime) -> datetime | None: ...
+
+    def slot_at_or_before(self, when: datetime) -> datetime | None: ...
+
+    def slot_at_or_after(self, when: datetime) -> datetime | None: ...
+
+
+class Once:
+    """A single slot."""
+
+    def __init__(self, at: datetime) -> None:
+        self.at = at
+
+    def slot_after(self, when: datetime) -> datetime | None:
+        return self.at if when < self.at else None
+
+    def slot_at_or_before(self, when: datetime) -> datetime | None:
+        return self.at if self.at <= when else None
+
+    def slot_at_or_after(self, when: datetime) -> datetime | None:
+        return self.at if when <= self.at else None
+
+
+class IntervalTimetable:
+    """:class:`recurrence.Grid` with the end of the calendar read as "no more slots"."""
+
+    def __init__(self, grid: Grid) -> None:
+        self.grid = grid
+
+    def slot_after(self, when: datetime) -> datetime | None:
+        try:
+            return self.grid.slot_after(when)
+        except NoMoreSlots:
+            return None
+
+    def slot_at_or_before(self, when: datetime) -> datetime | None:
+        return self.grid.slot_at_or_before(when)
+
+    def slot_at_or_after(self, when: datetime) -> datetime | None:
+        try:
+            return self.grid.slot_at_or_after(when)
+        except NoMoreSlots:
+            return None
+
+
+def timetable_for(
+    kind: str,
+    *,
+    start: datetime,
+    unit: str | None = None,
+    every: int | None = None,
+    cron: str = "",
+    time_zone: str = "UTC",
+) -> Timetable:
+    if kind == ScheduleKind.INTERVAL:
+        if unit is None or every is None:
+            raise ValueError("an interval schedule needs a frequency unit and count")
+        return IntervalTimetable(Grid(unit, every, start))
+    if kind == ScheduleKind.CRON:
+        return CronTimetable(cron, time_zone)
+    if kind == ScheduleKind.ONCE:
+        return Once(start)
+    raise ValueError(f"unknown schedule kind {kind!r}")
