@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 
 from django_dsched import services
 from django_dsched.clock import database_now
 from django_dsched.enums import DeliveryStatus, ScheduleKind, ScheduleOrigin, ScheduleState
+from django_dsched.exceptions import ValidationError
 from django_dsched.models import OutboxMessage, Schedule
 from django_dsched.models.schedule import resolve_host
 

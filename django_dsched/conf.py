@@ -29,7 +29,7 @@ DEFAULTS: dict[str, Any] = {
     # Turn off behind a transaction-mode pooler such as PgBouncer.
     "FAST_FAILOVER": True,
     # Row id of the lease in scheduler_lock_t; two clusters on one database use two ids.
-    "LOCK_ID": 1,
+    "LEASE_ID": 1,
     # host_id given to schedules created without one.
     "DEFAULT_HOST_ID": uuid.UUID(int=0),
     # Largest event_data accepted, in bytes of compact JSON.

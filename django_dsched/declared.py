@@ -31,13 +31,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.core.exceptions import ValidationError
+from django.core import exceptions as django_exceptions
 from django.db import transaction
 from django.utils.module_loading import autodiscover_modules
 
 from django_dsched import services
 from django_dsched.conf import app_settings
 from django_dsched.enums import ScheduleKind, ScheduleOrigin, ScheduleState
+from django_dsched.exceptions import ConfigurationError, ValidationError
 from django_dsched.models import Schedule
 from django_dsched.models.schedule import resolve_host
 
@@ -74,7 +75,7 @@ def declare(name: str, **spec: Any) -> None:
     """Declare a schedule in code (what ``@periodic`` and ``DSCHED_SCHEDULES`` do)."""
     unknown = set(spec) - set(FIELD_OF) - {"host_id"}
     if unknown:
-        raise TypeError(f"schedule {name!r}: unknown keys {sorted(unknown)}")
+        raise ConfigurationError(f"schedule {name!r}: unknown keys {sorted(unknown)}")
     _registry[name] = spec
 
 
@@ -135,7 +136,7 @@ def sync(specs: dict[str, dict[str, Any]] | None = None) -> SyncReport:
             declared_keys.add((host, name))
             try:
                 _sync_one(name, host, spec, report)
-            except ValidationError as exc:
+            except django_exceptions.ValidationError as exc:
                 message = f"declared schedule {name!r}: {'; '.join(exc.messages)}"
                 raise ValidationError(message) from None
         for schedule in Schedule.objects.filter(origin=ScheduleOrigin.CODE).exclude(

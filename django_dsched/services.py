@@ -8,37 +8,25 @@ rolled-back caller leaves nothing behind and every change is in the schedule's h
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.core.exceptions import ValidationError
 from django.db import connections, transaction
 from django.db.models import QuerySet
 from django.utils.translation import gettext as _
 
 from django_dsched import audit
+from django_dsched.changes import ChangeCount
 from django_dsched.clock import database_now
 from django_dsched.conf import app_settings
 from django_dsched.enums import ScheduleState
+from django_dsched.exceptions import ConflictError, ValidationError
 from django_dsched.models import Event, Schedule
 from django_dsched.models.schedule import GRID_FIELDS
 from django_dsched.scheduler.firing import fire_slots
 
 # Most slots one backfill may fire.
 MAX_BACKFILL = 10_000
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How many rows an action changed, and how many it left alone because of their state."""
-
-    changed: int
-    skipped: int
-
-
-class ConflictError(ValidationError):
-    """The schedule changed (it fired, or someone edited it) since the caller read it."""
 
 
 def _atomic() -> transaction.Atomic:
@@ -54,7 +42,7 @@ def _transition(
     actor: Any,
     change: Any = None,
     **details: Any,
-) -> Outcome:
+) -> ChangeCount:
     """Move each locked schedule whose state is ``allowed`` to ``target``, with an audit event.
 
     ``change(schedule, now)`` may adjust more fields; it returns their names.
@@ -63,7 +51,7 @@ def _transition(
         locked = list(schedules.select_for_update().order_by("pk"))
         eligible = [s for s in locked if s.state in allowed]
         if not eligible:
-            return Outcome(changed=0, skipped=len(locked))
+            return ChangeCount(changed=0, skipped=len(locked))
         now = database_now()
         events = []
         for schedule in eligible:
@@ -86,7 +74,7 @@ def _transition(
                 )
             )
         Event.objects.bulk_create(events)
-    return Outcome(changed=len(eligible), skipped=len(locked) - len(eligible))
+    return ChangeCount(changed=len(eligible), skipped=len(locked) - len(eligible))
 
 
 def pause(
@@ -95,7 +83,7 @@ def pause(
     actor: Any = None,
     reason: str = "",
     until: datetime | None = None,
-) -> Outcome:
+) -> ChangeCount:
     """Stop active schedules from firing; with ``until`` they resume by themselves then."""
     if until is not None and until.tzinfo is None:
         raise ValidationError(_("Give a timezone-aware time (with an offset or a zone)."))
@@ -120,7 +108,9 @@ def pause(
     )
 
 
-def resume(schedules: QuerySet[Schedule], *, actor: Any = None, catch_up: bool = False) -> Outcome:
+def resume(
+    schedules: QuerySet[Schedule], *, actor: Any = None, catch_up: bool = False
+) -> ChangeCount:
     """Let paused schedules fire again.
 
     By default a schedule goes on from its first slot at or after now: slots that passed
@@ -147,7 +137,7 @@ def resume(schedules: QuerySet[Schedule], *, actor: Any = None, catch_up: bool =
     )
 
 
-def cancel(schedules: QuerySet[Schedule], *, actor: Any = None) -> Outcome:
+def cancel(schedules: QuerySet[Schedule], *, actor: Any = None) -> ChangeCount:
     """End schedules for good: a cancelled schedule never fires again and cannot resume."""
     return _transition(
         schedules,

@@ -7,11 +7,11 @@ import math
 from datetime import datetime
 from typing import Any
 
-from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.utils.translation import gettext_lazy as _
 
 from django_dsched.conf import app_settings
+from django_dsched.exceptions import ValidationError
 
 NAME_MAX_LENGTH = 126
 
@@ -110,7 +110,8 @@ def validate_aware(value: datetime | None) -> None:
 
 
 def validate_time_zone(value: str) -> None:
-    from django_dsched.timetables.cron import CronError, zone
+    from django_dsched.exceptions import CronError
+    from django_dsched.timetables.cron import zone
 
     try:
         zone(value)
@@ -123,7 +124,8 @@ def validate_time_zone(value: str) -> None:
 
 
 def validate_cron_expression(value: str) -> None:
-    from django_dsched.timetables.cron import CronError, check_expression
+    from django_dsched.exceptions import CronError
+    from django_dsched.timetables.cron import check_expression
 
     try:
         check_expression(value)

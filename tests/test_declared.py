@@ -8,6 +8,7 @@ from django.core.management import call_command
 
 from django_dsched import api, declared
 from django_dsched.enums import ScheduleOrigin, ScheduleState
+from django_dsched.exceptions import ConfigurationError
 from django_dsched.models import Event, Schedule
 from tests.helpers import sql
 
@@ -70,7 +71,7 @@ def test_a_bad_declaration_is_refused_by_name_and_nothing_is_written():
     with pytest.raises(ValidationError, match="'broken'"):
         declared.sync({"ok": HEARTBEAT, "broken": {**NIGHTLY, "cron": "99 * * * *"}})
     assert not Schedule.objects.exists()
-    with pytest.raises(TypeError, match="unknown keys"):
+    with pytest.raises(ConfigurationError, match="unknown keys"):
         declared.declare("typo", evry=5, topic="t", event_type="x")
 
 

@@ -6,6 +6,7 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from django_dsched import services
+from django_dsched.changes import ChangeCount
 from django_dsched.enums import FrequencyUnit, ScheduleState
 from django_dsched.models import Schedule
 from tests.factories import ScheduleFactory
@@ -23,12 +24,12 @@ def test_pause_resume_cancel():
     c = ScheduleFactory(schedule_name="c", cancelled=True)
     everything = Schedule.objects.all()
 
-    assert services.pause(everything) == services.Outcome(changed=1, skipped=2)
+    assert services.pause(everything) == ChangeCount(changed=1, skipped=2)
     assert states() == {"a": "PAUSED", "b": "PAUSED", "c": "CANCELLED"}
-    assert services.resume(everything) == services.Outcome(changed=2, skipped=1)
+    assert services.resume(everything) == ChangeCount(changed=2, skipped=1)
     assert states() == {"a": "ACTIVE", "b": "ACTIVE", "c": "CANCELLED"}
-    assert services.cancel(Schedule.objects.filter(pk=a.pk)) == services.Outcome(1, 0)
-    assert services.resume(Schedule.objects.filter(pk=a.pk)) == services.Outcome(0, 1)
+    assert services.cancel(Schedule.objects.filter(pk=a.pk)) == ChangeCount(1, 0)
+    assert services.resume(Schedule.objects.filter(pk=a.pk)) == ChangeCount(0, 1)
 
     a.refresh_from_db()
     assert (a.state, a.active) == (ScheduleState.CANCELLED, False)

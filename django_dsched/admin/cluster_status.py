@@ -11,7 +11,7 @@ from django.db.models import Count, Min, Q
 from django_dsched.clock import database_now
 from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus
-from django_dsched.models import Event, OutboxMessage, Schedule, SchedulerInstance, SchedulerLock
+from django_dsched.models import Event, Lease, OutboxMessage, Schedule, SchedulerInstance
 
 # Instances shown: seen within this many lease periods (and at least a minute).
 RECENT_LEASES = 12
@@ -58,7 +58,7 @@ def _seconds(later: datetime, earlier: datetime) -> float:
 
 
 def _leader(now: datetime, lease_seconds: float) -> Leader | None:
-    lock = SchedulerLock.objects.filter(lock_id=app_settings.LOCK_ID).first()
+    lock = Lease.objects.filter(lease_id=app_settings.LEASE_ID).first()
     if lock is None:
         return None
     released = lock.last_heartbeat.year <= 1970

@@ -12,7 +12,7 @@ from django.utils.translation import gettext_lazy as _
 from django_dsched.admin.base import ReadOnlyAdmin
 from django_dsched.admin.display import EMPTY
 from django_dsched.audit import PREFIX
-from django_dsched.models import Event, SchedulerLock
+from django_dsched.models import Event, Lease
 
 
 class EventKindFilter(admin.SimpleListFilter):
@@ -78,6 +78,6 @@ class EventAdmin(ReadOnlyAdmin):
         return metadata.get("actor") or metadata.get("instance_id") or EMPTY
 
 
-@admin.register(SchedulerLock)
-class SchedulerLockAdmin(ReadOnlyAdmin):
-    list_display = ["lock_id", "instance_id", "epoch", "last_heartbeat", "acquired_ts"]
+@admin.register(Lease)
+class LeaseAdmin(ReadOnlyAdmin):
+    list_display = ["lease_id", "instance_id", "epoch", "last_heartbeat", "acquired_ts"]

@@ -8,9 +8,9 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from django_dsched.admin.base import ReadOnlyAdmin
+from django_dsched.changes import ChangeCount
 from django_dsched.models import OutboxMessage
 from django_dsched.outbox import dead_letters
-from django_dsched.services import Outcome
 
 
 @admin.register(OutboxMessage)
@@ -58,7 +58,7 @@ class OutboxMessageAdmin(ReadOnlyAdmin):
     def has_discard_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("dsched.discard_outboxmessage")
 
-    def _report(self, request: HttpRequest, outcome: Outcome, done: str) -> None:
+    def _report(self, request: HttpRequest, outcome: ChangeCount, done: str) -> None:
         self.message_user(
             request,
             ngettext(

@@ -31,6 +31,7 @@ from django.utils.translation import gettext_lazy, ngettext
 from django_dsched import services
 from django_dsched.admin.action_forms import NoOptions, PauseOptions
 from django_dsched.admin.schedule_form import ScheduleForm
+from django_dsched.changes import ChangeCount
 from django_dsched.conf import app_settings
 from django_dsched.enums import ScheduleOrigin, ScheduleState
 from django_dsched.models import Schedule
@@ -293,7 +294,7 @@ class ScheduleActionsMixin:
         self,
         request: HttpRequest,
         ids: list[Any],
-        service: Callable[..., services.Outcome],
+        service: Callable[..., ChangeCount],
         note: str,
         **options: Any,
     ) -> Result:

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from django_dsched.models.event import Event
 from django_dsched.models.instance import SchedulerInstance
-from django_dsched.models.lease import SchedulerLock
+from django_dsched.models.lease import Lease
 from django_dsched.models.outbox import OutboxMessage
 from django_dsched.models.schedule import Schedule
 
-__all__ = ["Event", "OutboxMessage", "Schedule", "SchedulerInstance", "SchedulerLock"]
+__all__ = ["Event", "Lease", "OutboxMessage", "Schedule", "SchedulerInstance"]

@@ -5,14 +5,15 @@ from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
 
-class SchedulerLock(models.Model):
-    """The leader's lease: one row per cluster (``DSCHED_LOCK_ID``).
+class Lease(models.Model):
+    """The leader's lease: one row per cluster (``DSCHED_LEASE_ID``).
 
     Written only by :mod:`django_dsched.scheduler.lease`. ``epoch`` grows by one every time
-    the lease changes hands; a fire commits only while its epoch is the row's epoch.
+    the lease changes hands; a fire commits only while its epoch is the row's epoch. The
+    table and its key column keep the design's names (``scheduler_lock_t.lock_id``).
     """
 
-    lock_id = models.IntegerField(_("lock id"), primary_key=True)
+    lease_id = models.IntegerField(_("lease id"), primary_key=True, db_column="lock_id")
     instance_id = models.CharField(_("leader instance"), max_length=255)
     last_heartbeat = models.DateTimeField(_("last heartbeat"))
     epoch = models.BigIntegerField(_("epoch"), default=1)

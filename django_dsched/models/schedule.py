@@ -1,10 +1,11 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
-from django.core.exceptions import ValidationError
+from django.core import exceptions as django_exceptions
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Func, Value
@@ -22,8 +23,8 @@ from django_dsched.enums import (
     ScheduleState,
     max_length_of,
 )
+from django_dsched.exceptions import CronError, ValidationError
 from django_dsched.timetables import Rules, Timetable, first_slot, jitter, timetable_for
-from django_dsched.timetables.cron import CronError
 from django_dsched.timetables.grid import period_is_acceptable
 from django_dsched.validation import (
     NAME_MAX_LENGTH,
@@ -352,6 +353,21 @@ class Schedule(models.Model):
                 self.start_ts = database_now()
             self.place(self.start_ts)
         super().save(*args, **kwargs)
+
+    def full_clean(
+        self,
+        exclude: Collection[str] | None = None,
+        validate_unique: bool = True,
+        validate_constraints: bool = True,
+    ) -> None:
+        # Django gathers the fields' errors into its own ValidationError; the package's
+        # subclass carries the same messages (and is what every door of the package raises).
+        try:
+            super().full_clean(exclude, validate_unique, validate_constraints)
+        except django_exceptions.ValidationError as exc:
+            if isinstance(exc, ValidationError):
+                raise
+            raise ValidationError(exc) from None
 
     def clean(self) -> None:
         super().clean()

@@ -125,7 +125,7 @@ class Message:
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
+class DeliveryOutcome:
     message: Message
     error: str = ""
     permanent: bool = False
@@ -214,7 +214,7 @@ def release(cursor: Any, claimer: Claimer, messages: Sequence[Message]) -> int:
     return len(cursor.fetchall())
 
 
-def settle(cursor: Any, claimer: Claimer, outcomes: Sequence[Outcome]) -> list[Settled]:
+def settle(cursor: Any, claimer: Claimer, outcomes: Sequence[DeliveryOutcome]) -> list[Settled]:
     """Record outcomes of this relay's claims; outcomes of lost claims are not written."""
     if not outcomes:
         return []

@@ -9,13 +9,13 @@ from __future__ import annotations
 from django.db import connections, transaction
 from django.db.models import QuerySet
 
+from django_dsched.changes import ChangeCount
 from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus
 from django_dsched.models import OutboxMessage
-from django_dsched.services import Outcome
 
 
-def retry(messages: QuerySet[OutboxMessage]) -> Outcome:
+def retry(messages: QuerySet[OutboxMessage]) -> ChangeCount:
     """Make dead letters PENDING again with a fresh set of attempts; relays wake at once.
 
     ``last_error`` is kept until the next attempt replaces it.
@@ -37,13 +37,13 @@ def retry(messages: QuerySet[OutboxMessage]) -> Outcome:
         if changed:
             with connections[using].cursor() as cursor:
                 cursor.execute("SELECT pg_notify('dsched_outbox', '')")  # sent at commit
-    return Outcome(changed, total - changed)
+    return ChangeCount(changed, total - changed)
 
 
-def discard(messages: QuerySet[OutboxMessage]) -> Outcome:
+def discard(messages: QuerySet[OutboxMessage]) -> ChangeCount:
     """Delete dead letters (their events stay, and age out with retention)."""
     using = app_settings.DATABASE
     with transaction.atomic(using=using):
         total = messages.count()
         changed, _ = messages.using(using).filter(status=DeliveryStatus.DELIVERY_FAILED).delete()
-    return Outcome(changed, total - changed)
+    return ChangeCount(changed, total - changed)

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from django.utils.module_loading import autodiscover_modules
 
 from django_dsched.conf import app_settings
+from django_dsched.exceptions import ConfigurationError
 from django_dsched.validation import identifier_validator
 
 Handler = Callable[[dict[str, Any]], Any]
@@ -43,9 +44,11 @@ class HandlerRegistry:
         self, func: Handler, *, topic: str | None = None, event_type: str | None = None
     ) -> None:
         if (topic is None) == (event_type is None):
-            raise TypeError("Register a handler for a topic or for an event type (one of them).")
+            raise ConfigurationError(
+                "Register a handler for a topic or for an event type (one of them)."
+            )
         if not callable(func):
-            raise TypeError(f"{func!r} is not callable.")
+            raise ConfigurationError(f"{func!r} is not callable.")
         key = topic if topic is not None else event_type
         assert key is not None
         identifier_validator(key)

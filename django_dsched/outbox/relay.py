@@ -26,11 +26,12 @@ from django.db import connections
 
 from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus
+from django_dsched.exceptions import PermanentDeliveryError
 from django_dsched.loops import DatabaseLoop, retry_delay
 from django_dsched.outbox.claims import (
     Claimer,
+    DeliveryOutcome,
     Message,
-    Outcome,
     claim,
     extend,
     release,
@@ -38,7 +39,7 @@ from django_dsched.outbox.claims import (
 )
 from django_dsched.outbox.claims import settle as settle_outcomes
 from django_dsched.outbox.handlers import autodiscover
-from django_dsched.outbox.transports import PermanentDeliveryError, Transport, Transports
+from django_dsched.outbox.transports import Transport, Transports
 
 logger = logging.getLogger(__name__)
 
@@ -147,7 +148,7 @@ class Relay(DatabaseLoop):
         """Send claimed messages in order, renewing the claim as needed, then record outcomes."""
         messages = list(messages)
         renew_at = time.monotonic() + self.claimer.visibility_timeout * RENEW_AFTER
-        outcomes: list[Outcome] = []
+        outcomes: list[DeliveryOutcome] = []
         lost: set = set()  # claims another relay took over while this batch ran
         sent = 0  # messages[:sent] were attempted
         for chunk, send in self._chunks(messages):
@@ -204,18 +205,18 @@ class Relay(DatabaseLoop):
 
         return send
 
-    def _outcome(self, message: Message, exc: BaseException | None) -> Outcome:
+    def _outcome(self, message: Message, exc: BaseException | None) -> DeliveryOutcome:
         if exc is None:
-            return Outcome(message)
+            return DeliveryOutcome(message)
         error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        return Outcome(
+        return DeliveryOutcome(
             message,
             error=error,
             permanent=isinstance(exc, PermanentDeliveryError),
             delay=retry_delay(message.attempt, self.retry_base, self.retry_max),
         )
 
-    def _settle(self, outcomes: list[Outcome]) -> None:
+    def _settle(self, outcomes: list[DeliveryOutcome]) -> None:
         if not outcomes:
             return
         with connections[self.using].cursor() as cursor:

@@ -74,7 +74,7 @@ WRITE = f"""
 WITH fence AS MATERIALIZED (
     SELECT epoch, set_config('dsched.firing', 'on', true)
     FROM scheduler_lock_t
-    WHERE lock_id = %(lock_id)s AND instance_id = %(instance)s AND epoch = %(epoch)s
+    WHERE lock_id = %(lease_id)s AND instance_id = %(instance)s AND epoch = %(epoch)s
       AND last_heartbeat > clock_timestamp() - make_interval(secs => %(lease)s)
     FOR SHARE
 ),
@@ -148,7 +148,7 @@ NAMED_BATCH = 10
 class Fence:
     """Who may fire: the lease holder at one epoch."""
 
-    lock_id: int
+    lease_id: int
     instance_id: str
     epoch: int
     lease_seconds: float
@@ -280,7 +280,7 @@ def fire_batch(cursor: Any, fence: Fence, batch_size: int) -> BatchResult:
     cursor.execute(
         WRITE,
         {
-            "lock_id": fence.lock_id,
+            "lease_id": fence.lease_id,
             "instance": fence.instance_id,
             "epoch": fence.epoch,
             "lease": fence.lease_seconds,

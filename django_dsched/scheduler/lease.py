@@ -25,7 +25,7 @@ from django.db import connections
 ACQUIRE = """
 INSERT INTO scheduler_lock_t AS l
     (lock_id, instance_id, epoch, last_heartbeat, acquired_ts, holder_pid)
-VALUES (%(lock_id)s, %(instance)s, 1, clock_timestamp(), clock_timestamp(), pg_backend_pid())
+VALUES (%(lease_id)s, %(instance)s, 1, clock_timestamp(), clock_timestamp(), pg_backend_pid())
 ON CONFLICT (lock_id) DO UPDATE
     SET instance_id = EXCLUDED.instance_id,
         epoch = l.epoch + 1,
@@ -39,34 +39,34 @@ RETURNING epoch
 
 RENEW = """
 UPDATE scheduler_lock_t SET last_heartbeat = clock_timestamp(), holder_pid = pg_backend_pid()
-WHERE lock_id = %(lock_id)s AND instance_id = %(instance)s AND epoch = %(epoch)s
+WHERE lock_id = %(lease_id)s AND instance_id = %(instance)s AND epoch = %(epoch)s
 """
 
 # A released lease reads as expired to everyone at once; NOTIFY wakes the standbys.
 RELEASE = """
 WITH released AS (
     UPDATE scheduler_lock_t SET last_heartbeat = 'epoch'::timestamptz
-    WHERE lock_id = %(lock_id)s AND instance_id = %(instance)s AND epoch = %(epoch)s
+    WHERE lock_id = %(lease_id)s AND instance_id = %(instance)s AND epoch = %(epoch)s
     RETURNING lock_id
 )
 SELECT pg_notify('dsched_leader', ''), count(*) FROM released
 """
 
 
-class Lease:
+class LeaseHolder:
     """One instance's view of the cluster lease, on one database connection."""
 
     def __init__(
         self,
         using: Any,
         *,
-        lock_id: int,
+        lease_id: int,
         instance_id: str,
         lease_seconds: float,
         fast_failover: bool,
     ) -> None:
         self.using = using
-        self.lock_id = lock_id
+        self.lease_id = lease_id
         self.instance_id = instance_id
         self.lease_seconds = float(lease_seconds)
         self.fast_failover = fast_failover
@@ -90,7 +90,7 @@ class Lease:
 
     def _params(self, **extra: Any) -> dict[str, Any]:
         return {
-            "lock_id": self.lock_id,
+            "lease_id": self.lease_id,
             "instance": self.instance_id,
             "epoch": self.epoch,
             "lease": self.lease_seconds,

@@ -16,7 +16,7 @@ from django_dsched.conf import app_settings
 from django_dsched.loops import DatabaseLoop
 from django_dsched.scheduler import presence
 from django_dsched.scheduler.firing import Fence, fire_batch, seconds_until_next_due
-from django_dsched.scheduler.lease import Lease
+from django_dsched.scheduler.lease import LeaseHolder
 
 logger = logging.getLogger(__name__)
 
@@ -51,9 +51,9 @@ class Scheduler(DatabaseLoop):
         self.poll_interval = poll_interval or app_settings.POLL_INTERVAL
         self.heartbeat_seconds = float(app_settings.HEARTBEAT_SECONDS)
         self.standby_interval = float(app_settings.STANDBY_INTERVAL)
-        self.lease = Lease(
+        self.lease = LeaseHolder(
             self.using,
-            lock_id=app_settings.LOCK_ID,
+            lease_id=app_settings.LEASE_ID,
             instance_id=self.instance_id,
             lease_seconds=app_settings.LEASE_SECONDS,
             fast_failover=app_settings.FAST_FAILOVER,
@@ -135,7 +135,7 @@ class Scheduler(DatabaseLoop):
         connection = connections[self.using]
         while self.lease.is_trusted() and not self.stopping.is_set():
             fence = Fence(
-                app_settings.LOCK_ID,
+                app_settings.LEASE_ID,
                 self.instance_id,
                 self.lease.epoch,
                 self.lease.lease_seconds,

@@ -7,8 +7,9 @@ preview, the API, edits, resumes, backfills) goes through these names.
 
 from __future__ import annotations
 
+from django_dsched.exceptions import NoMoreSlots
 from django_dsched.timetables.cron import CronTimetable
-from django_dsched.timetables.grid import Grid, NoMoreSlots
+from django_dsched.timetables.grid import Grid
 from django_dsched.timetables.jitter import jitter
 from django_dsched.timetables.misfire import Decision, Rules, decide, first_slot
 from django_dsched.timetables.timetable import IntervalTimetable, Once, Timetable, timetable_for

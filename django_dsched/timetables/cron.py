@@ -22,14 +22,12 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadDateError, croniter
 
+from django_dsched.exceptions import CronError
+
 # Matches scanned before a search gives up (a fold can hide up to an hour of matches of a
 # every-second expression, which is 3,600).
 MAX_STEPS = 10_000
 SECOND = timedelta(seconds=1)
-
-
-class CronError(ValueError):
-    """An expression or zone that cannot drive a schedule."""
 
 
 @lru_cache(maxsize=1024)

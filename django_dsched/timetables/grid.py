@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from dateutil.relativedelta import relativedelta
 
 from django_dsched.enums import FrequencyUnit
+from django_dsched.exceptions import NoMoreSlots, TimetableError
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MICROSECOND = timedelta(microseconds=1)
@@ -35,10 +36,6 @@ MONTHS_PER_UNIT: dict[str, int] = {FrequencyUnit.MONTHS: 1, FrequencyUnit.YEARS:
 MAX_PERIOD = timedelta(days=36525)
 
 
-class NoMoreSlots(Exception):
-    """The grid has no slot after this one within the calendar datetime can represent."""
-
-
 @dataclass(frozen=True, slots=True)
 class Grid:
     unit: str
@@ -47,11 +44,11 @@ class Grid:
 
     def __post_init__(self) -> None:
         if self.unit not in FIXED_UNITS and self.unit not in MONTHS_PER_UNIT:
-            raise ValueError(f"unknown frequency unit {self.unit!r}")
+            raise TimetableError(f"unknown frequency unit {self.unit!r}")
         if self.every < 1:
-            raise ValueError("the frequency must be a positive whole number")
+            raise TimetableError("the frequency must be a positive whole number")
         if self.start.tzinfo is None:
-            raise ValueError("the start time must be timezone-aware")
+            raise TimetableError("the start time must be timezone-aware")
 
     def slot(self, k: int) -> datetime:
         """Slot number ``k`` (``k = 0`` is the anchor)."""

@@ -10,8 +10,9 @@ from datetime import datetime
 from typing import Protocol
 
 from django_dsched.enums import ScheduleKind
+from django_dsched.exceptions import NoMoreSlots, TimetableError
 from django_dsched.timetables.cron import CronTimetable
-from django_dsched.timetables.grid import Grid, NoMoreSlots
+from django_dsched.timetables.grid import Grid
 
 
 class Timetable(Protocol):
@@ -71,10 +72,10 @@ def timetable_for(
 ) -> Timetable:
     if kind == ScheduleKind.INTERVAL:
         if unit is None or every is None:
-            raise ValueError("an interval schedule needs a frequency unit and count")
+            raise TimetableError("an interval schedule needs a frequency unit and count")
         return IntervalTimetable(Grid(unit, every, start))
     if kind == ScheduleKind.CRON:
         return CronTimetable(cron, time_zone)
     if kind == ScheduleKind.ONCE:
         return Once(start)
-    raise ValueError(f"unknown schedule kind {kind!r}")
+    raise TimetableError(f"unknown schedule kind {kind!r}")

@@ -11,7 +11,7 @@ from django_dsched.clock import database_now
 from django_dsched.enums import DeliveryStatus
 from django_dsched.models import OutboxMessage, Schedule, SchedulerInstance
 from django_dsched.scheduler.firing import Fence, fire_batch
-from django_dsched.scheduler.lease import Lease
+from django_dsched.scheduler.lease import LeaseHolder
 
 
 def seed_cluster() -> dict[str, Schedule]:
@@ -72,8 +72,8 @@ def seed_cluster() -> dict[str, Schedule]:
     api.cancel("legacy-sync", actor="alice")
 
     # A leader fires what is due (heartbeat, invoices-monthly, welcome-mail).
-    lease = Lease(
-        connection, lock_id=1, instance_id="scheduler-1", lease_seconds=30, fast_failover=True
+    lease = LeaseHolder(
+        connection, lease_id=1, instance_id="scheduler-1", lease_seconds=30, fast_failover=True
     )
     assert lease.try_acquire()
     with transaction.atomic(), connection.cursor() as cursor:

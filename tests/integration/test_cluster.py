@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 
 from django_dsched.enums import FrequencyUnit
-from django_dsched.models import Event, SchedulerInstance, SchedulerLock
+from django_dsched.models import Event, Lease, SchedulerInstance
 from tests.factories import ScheduleFactory
 from tests.helpers import sql, wait_for
 
@@ -20,7 +20,7 @@ SCHEDULES = 20
 
 
 def leader():
-    lock = SchedulerLock.objects.filter(last_heartbeat__year__gt=1970).first()
+    lock = Lease.objects.filter(last_heartbeat__year__gt=1970).first()
     return (lock.instance_id, lock.epoch) if lock else None
 
 
@@ -136,7 +136,7 @@ def test_a_paused_leader_resumes_and_cannot_commit_a_fire(cluster, db_now):
     second, second_epoch = wait_for(
         lambda: (c := leader()) and c[0] != first and c, timeout=15, what="takeover by expiry"
     )
-    taken_over_at = SchedulerLock.objects.get().acquired_ts
+    taken_over_at = Lease.objects.get().acquired_ts
     wait_for(
         lambda: Event.objects.filter(leader_epoch=second_epoch).count() >= 10,
         timeout=10,

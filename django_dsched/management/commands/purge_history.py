@@ -6,7 +6,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from django_dsched.conf import app_settings
-from django_dsched.management.commands.run_scheduler import positive_int
+from django_dsched.management._arguments import positive_int
 from django_dsched.outbox.retention import count_expired, purge_expired
 
 

@@ -6,25 +6,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from django_dsched.conf import app_settings
-from django_dsched.management.commands.run_scheduler import (
-    configure_logging,
-    instance_id,
-    positive_float,
-    positive_int,
-    stop_on_signals,
-)
+from django_dsched.management._arguments import instance_id, positive_float, positive_int, topic
+from django_dsched.management._process import configure_logging, stop_on_signals
 from django_dsched.outbox.relay import Relay
-from django_dsched.validation import identifier_validator
-
-
-def topic(value: str) -> str:
-    from django.core.exceptions import ValidationError
-
-    try:
-        identifier_validator(value)
-    except ValidationError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a valid topic") from None
-    return value
 
 
 class Command(BaseCommand):

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from django_dsched.outbox.transports.base import DeliveryError, PermanentDeliveryError, Transport
-from django_dsched.outbox.transports.registry import ALIASES, TransportConfigError, Transports
+from django_dsched.exceptions import DeliveryError, PermanentDeliveryError, TransportConfigError
+from django_dsched.outbox.transports.base import Transport
+from django_dsched.outbox.transports.registry import ALIASES, Transports
 
 __all__ = [
     "ALIASES",

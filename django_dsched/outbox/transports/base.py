@@ -9,14 +9,6 @@ from typing import Any, ClassVar
 from django_dsched.outbox.claims import Message
 
 
-class DeliveryError(Exception):
-    """The message was not delivered; the relay retries it later (with backoff)."""
-
-
-class PermanentDeliveryError(DeliveryError):
-    """The message can never be delivered as it is: dead-letter it now, do not retry."""
-
-
 class Transport:
     """Base class. Subclasses implement :meth:`send` and may override :meth:`send_many`.
 

@@ -17,9 +17,10 @@ from typing import Any
 from django.db import transaction
 
 from django_dsched.conf import app_settings
+from django_dsched.exceptions import DeliveryError
 from django_dsched.outbox.claims import Message
 from django_dsched.outbox.handlers import HandlerRegistry, registry
-from django_dsched.outbox.transports.base import DeliveryError, Transport
+from django_dsched.outbox.transports.base import Transport
 
 
 class HandlerTransport(Transport):

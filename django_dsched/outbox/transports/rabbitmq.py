@@ -16,8 +16,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from django_dsched.exceptions import DeliveryError
 from django_dsched.outbox.claims import Message
-from django_dsched.outbox.transports.base import DeliveryError, Transport, encode, render
+from django_dsched.outbox.transports.base import Transport, encode, render
 
 DEFAULT_URL = "amqp://guest:guest@localhost:5672/%2F"
 CONTENT_TYPE = "application/cloudevents+json"

@@ -15,6 +15,7 @@ from typing import Any
 from django.utils.module_loading import import_string
 
 from django_dsched.conf import app_settings
+from django_dsched.exceptions import ConfigurationError, TransportConfigError
 from django_dsched.outbox.transports.base import Transport
 
 ALIASES = {
@@ -26,14 +27,10 @@ ALIASES = {
 }
 
 
-class TransportConfigError(Exception):
-    """DSCHED_TRANSPORTS names no usable transport for a topic."""
-
-
 def backend_class(backend: str) -> type[Transport]:
     cls = import_string(ALIASES.get(backend, backend))
     if not (isinstance(cls, type) and issubclass(cls, Transport)):
-        raise TypeError(f"{backend} is not a django_dsched Transport subclass")
+        raise ConfigurationError(f"{backend} is not a django_dsched Transport subclass")
     return cls
 
 
@@ -58,7 +55,7 @@ def config_problems(config: Any) -> list[str]:
             continue
         try:
             cls = backend_class(entry["BACKEND"])
-        except (ImportError, TypeError) as exc:
+        except (ImportError, ConfigurationError) as exc:
             problems.append(f"{pattern!r}: BACKEND {entry['BACKEND']!r}: {exc}")
             continue
         problems.extend(

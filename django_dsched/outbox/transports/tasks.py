@@ -17,8 +17,9 @@ from typing import Any
 
 from django.utils.module_loading import import_string
 
+from django_dsched.exceptions import ConfigurationError, DeliveryError
 from django_dsched.outbox.claims import Message
-from django_dsched.outbox.transports.base import DeliveryError, Transport
+from django_dsched.outbox.transports.base import Transport
 
 
 def task_class() -> type:
@@ -29,7 +30,7 @@ def task_class() -> type:
         try:
             from django_tasks.base import Task
         except ImportError:
-            raise ImportError(
+            raise ConfigurationError(
                 "The tasks transport needs Django 6, or the django-tasks backport on "
                 "Django 5.2: pip install 'django-dsched[tasks]'."
             ) from None
@@ -43,7 +44,7 @@ def load_tasks(mapping: Mapping[str, str]) -> dict[str, Any]:
     for event_type, path in mapping.items():
         obj = import_string(path)
         if not isinstance(obj, task_type):
-            raise TypeError(f"{path} is not a task (decorate the function with @task).")
+            raise ConfigurationError(f"{path} is not a task (decorate the function with @task).")
         tasks[event_type] = obj
     return tasks
 
@@ -66,7 +67,7 @@ class TasksTransport(Transport):
             return [*problems, "TASKS must map event types to dotted paths of tasks"]
         try:
             load_tasks(mapping)
-        except (ImportError, TypeError) as exc:
+        except (ImportError, ConfigurationError) as exc:
             problems.append(str(exc))
         return problems
 

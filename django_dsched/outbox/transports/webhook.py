@@ -24,14 +24,9 @@ from urllib.parse import urljoin, urlsplit
 
 from django_dsched import __version__
 from django_dsched.conf import app_settings
+from django_dsched.exceptions import DeliveryError, PermanentDeliveryError
 from django_dsched.outbox.claims import Message
-from django_dsched.outbox.transports.base import (
-    DeliveryError,
-    PermanentDeliveryError,
-    Transport,
-    encode,
-    render,
-)
+from django_dsched.outbox.transports.base import Transport, encode, render
 
 CONTENT_TYPE = "application/cloudevents+json; charset=utf-8"
 RETRYABLE_STATUSES = frozenset({408, 425, 429})

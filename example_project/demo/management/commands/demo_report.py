@@ -5,7 +5,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 from django.db import connection
 
-from django_dsched.models import Event, OutboxMessage, Schedule, SchedulerLock
+from django_dsched.models import Event, Lease, OutboxMessage, Schedule
 
 
 class Command(BaseCommand):
@@ -15,7 +15,7 @@ class Command(BaseCommand):
         parser.add_argument("--leader", action="store_true", help="print only the leader's id")
 
     def handle(self, *, leader: bool, **options: Any) -> None:
-        lock = SchedulerLock.objects.first()
+        lock = Lease.objects.first()
         if leader:
             self.stdout.write(lock.instance_id if lock else "")
             return

@@ -13,8 +13,8 @@ from django.urls import reverse
 from django_dsched import services
 from django_dsched.enums import DeliveryStatus, ScheduleState
 from django_dsched.models import Event, OutboxMessage, Schedule
+from tests.admin.test_admin import form_data
 from tests.factories import ScheduleFactory
-from tests.test_admin import form_data
 
 pytestmark = pytest.mark.django_db
 

@@ -12,7 +12,7 @@ from django.core.management import call_command
 from django_dsched.enums import DeliveryStatus
 from django_dsched.handlers import registry
 from django_dsched.models import OutboxMessage
-from django_dsched.outbox.claims import Claimer, Outcome, claim, settle
+from django_dsched.outbox.claims import Claimer, DeliveryOutcome, claim, settle
 from django_dsched.outbox.relay import Relay
 from django_dsched.outbox.transports import PermanentDeliveryError
 from django_dsched.scheduler import Scheduler
@@ -193,9 +193,9 @@ def test_expired_claim_is_taken_over_and_the_stale_outcome_is_ignored(relay_sett
         )
         (fresh,), _ = claim(cursor, fast, 1)
         assert fresh.id == stale.id and fresh.attempt == stale.attempt + 1
-        assert [s.status for s in settle(cursor, fast, [Outcome(fresh)])] == ["DELIVERED"]
+        assert [s.status for s in settle(cursor, fast, [DeliveryOutcome(fresh)])] == ["DELIVERED"]
         # The slow relay wakes up and reports a failure: nothing is written.
-        assert settle(cursor, slow, [Outcome(stale, error="late", delay=1)]) == []
+        assert settle(cursor, slow, [DeliveryOutcome(stale, error="late", delay=1)]) == []
     row = OutboxMessage.objects.get(id=message_id)
     assert (row.status, row.attempts, row.last_error) == (DeliveryStatus.DELIVERED, 2, "")
 

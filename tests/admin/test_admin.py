@@ -177,7 +177,7 @@ def test_staff_with_pause_permission_can_pause_but_not_cancel(client):
     assert schedule.state == ScheduleState.PAUSED
 
 
-@pytest.mark.parametrize("model", ["event", "outboxmessage", "schedulerlock"])
+@pytest.mark.parametrize("model", ["event", "outboxmessage", "lease"])
 def test_history_is_read_only(superuser_client, model):
     response = superuser_client.get(reverse(f"admin:dsched_{model}_changelist"))
     assert response.status_code == 200
@@ -188,10 +188,12 @@ def test_event_and_outbox_pages_show_the_payload(superuser_client, db_now):
     from django.db import connection, transaction
 
     from django_dsched.scheduler.firing import Fence, fire_batch
-    from django_dsched.scheduler.lease import Lease
+    from django_dsched.scheduler.lease import LeaseHolder
 
     ScheduleFactory(event_data={"marker": "<b>x</b>"})
-    lease = Lease(connection, lock_id=1, instance_id="t", lease_seconds=30, fast_failover=True)
+    lease = LeaseHolder(
+        connection, lease_id=1, instance_id="t", lease_seconds=30, fast_failover=True
+    )
     assert lease.try_acquire()
     with transaction.atomic(), connection.cursor() as cursor:
         fire_batch(cursor, Fence(1, "t", lease.epoch, 30), 10)

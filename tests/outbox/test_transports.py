@@ -96,7 +96,7 @@ def test_good_config_has_no_problems(settings):
         "w": {"BACKEND": "webhook", "OPTIONS": {"URL": "https://hooks.example.com/{topic}"}},
         "t": {
             "BACKEND": "tasks",
-            "OPTIONS": {"TASKS": {"report.build": "tests.test_transports.record_event"}},
+            "OPTIONS": {"TASKS": {"report.build": "tests.outbox.test_transports.record_event"}},
         },
     }
     assert config_problems(config) == []
@@ -109,7 +109,7 @@ def test_relay_enqueues_the_mapped_task(settings):
     settings.DSCHED_TRANSPORTS = {
         "*": {
             "BACKEND": "tasks",
-            "OPTIONS": {"TASKS": {"report.build": "tests.test_transports.record_event"}},
+            "OPTIONS": {"TASKS": {"report.build": "tests.outbox.test_transports.record_event"}},
         }
     }
     TASK_CALLS.clear()

@@ -13,8 +13,8 @@ from django.urls import reverse
 from django_dsched import services
 from django_dsched.clock import database_now
 from django_dsched.enums import DeliveryStatus
-from django_dsched.models import OutboxMessage, SchedulerInstance, SchedulerLock
-from django_dsched.scheduler.lease import Lease
+from django_dsched.models import Lease, OutboxMessage, SchedulerInstance
+from django_dsched.scheduler.lease import LeaseHolder
 from tests.factories import ScheduleFactory
 
 pytestmark = pytest.mark.django_db
@@ -49,8 +49,8 @@ def test_the_index_links_to_the_cluster_page(admin_client):
 
 
 def test_the_page_shows_leader_instances_backlog_rates_and_outbox(admin_client):
-    lease = Lease(
-        connection, lock_id=1, instance_id="sched-a", lease_seconds=30, fast_failover=True
+    lease = LeaseHolder(
+        connection, lease_id=1, instance_id="sched-a", lease_seconds=30, fast_failover=True
     )
     assert lease.try_acquire()
     instance("sched-a", role="leader", epoch=lease.epoch)
@@ -102,7 +102,7 @@ def test_no_live_leader_is_said_plainly(admin_client, how):
         beat = (
             "1970-01-01T00:00:00Z" if how == "released" else database_now() - timedelta(minutes=5)
         )
-        SchedulerLock.objects.create(lock_id=1, instance_id="old", epoch=7, last_heartbeat=beat)
+        Lease.objects.create(lease_id=1, instance_id="old", epoch=7, last_heartbeat=beat)
     instance("lagging", seen_ago=20)  # still recent, but it missed its reports
     response = admin_client.get(reverse(CLUSTER))
     content = response.content.decode()

@@ -2,15 +2,17 @@ from __future__ import annotations
 
 import pytest
 
-from django_dsched.models import SchedulerLock
-from django_dsched.scheduler.lease import Lease
+from django_dsched.models import Lease
+from django_dsched.scheduler.lease import LeaseHolder
 from tests.helpers import backend_gone, backend_pid, other_session, sql, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def make_lease(wrapper, instance: str, *, fast: bool = True, lease: float = 2.0) -> Lease:
-    return Lease(wrapper, lock_id=1, instance_id=instance, lease_seconds=lease, fast_failover=fast)
+def make_lease(wrapper, instance: str, *, fast: bool = True, lease: float = 2.0) -> LeaseHolder:
+    return LeaseHolder(
+        wrapper, lease_id=1, instance_id=instance, lease_seconds=lease, fast_failover=fast
+    )
 
 
 def expire_lease() -> None:
@@ -23,7 +25,7 @@ def test_first_instance_takes_the_lease_and_others_wait():
         assert a.try_acquire() and a.epoch == 1
         assert not b.try_acquire()
         assert a.renew()
-        row = SchedulerLock.objects.get()
+        row = Lease.objects.get()
         assert (row.instance_id, row.epoch, row.holder_pid) == ("a", 1, backend_pid(s1))
 
 
@@ -36,7 +38,7 @@ def test_expired_lease_is_taken_with_a_new_epoch_and_the_old_holder_cannot_renew
         assert b.epoch == a.epoch + 1
         assert not a.renew()
         assert not a.is_leader
-        assert SchedulerLock.objects.get().instance_id == "b"
+        assert Lease.objects.get().instance_id == "b"
 
 
 def test_renewing_keeps_the_lease_from_expiring():

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from django.db import connection
 
-from django_dsched.models import Event, OutboxMessage, SchedulerLock
+from django_dsched.models import Event, Lease, OutboxMessage
 from django_dsched.scheduler import Scheduler
 from tests.factories import ScheduleFactory
 from tests.helpers import other_session, sql, wait_for
@@ -26,16 +26,16 @@ def test_run_until_idle_fires_everything_due_in_batches(db_now):
     assert scheduler.stats.batches == 3
     assert Event.objects.count() == OutboxMessage.objects.count() == 120
     # The lease was given back on the way out.
-    assert SchedulerLock.objects.get().last_heartbeat.year == 1970
+    assert Lease.objects.get().last_heartbeat.year == 1970
 
 
 def test_a_standby_fires_nothing_while_a_live_leader_holds_the_lease(db_now):
     due(db_now, 3)
     with other_session() as leader_session:
-        from django_dsched.scheduler.lease import Lease
+        from django_dsched.scheduler.lease import LeaseHolder
 
-        leader = Lease(
-            leader_session, lock_id=1, instance_id="leader", lease_seconds=30, fast_failover=True
+        leader = LeaseHolder(
+            leader_session, lease_id=1, instance_id="leader", lease_seconds=30, fast_failover=True
         )
         assert leader.try_acquire()
         standby = Scheduler(instance_id="standby")
@@ -52,10 +52,10 @@ def test_a_deposed_leader_cannot_commit_a_fire(db_now):
     # While "old" was paused its lease expired and another instance took it.
     sql("UPDATE scheduler_lock_t SET last_heartbeat = clock_timestamp() - interval '1 hour'")
     with other_session() as s2:
-        from django_dsched.scheduler.lease import Lease
+        from django_dsched.scheduler.lease import LeaseHolder
 
-        assert Lease(
-            s2, lock_id=1, instance_id="new", lease_seconds=30, fast_failover=True
+        assert LeaseHolder(
+            s2, lease_id=1, instance_id="new", lease_seconds=30, fast_failover=True
         ).try_acquire()
     due(db_now, 5)
     # "old" resumes with its local trust window still open and goes straight to firing.
@@ -126,15 +126,13 @@ def test_stop_interrupts_the_sleep_and_releases_the_lease():
     scheduler = Scheduler(instance_id="stopper", poll_interval=30)
     thread = threading.Thread(target=scheduler.run)
     thread.start()
-    wait_for(
-        lambda: SchedulerLock.objects.filter(instance_id="stopper").exists(), what="leadership"
-    )
+    wait_for(lambda: Lease.objects.filter(instance_id="stopper").exists(), what="leadership")
     started = time.monotonic()
     scheduler.stop()
     thread.join(10)
     assert not thread.is_alive()
     assert time.monotonic() - started < 5
-    assert SchedulerLock.objects.get().last_heartbeat.year == 1970
+    assert Lease.objects.get().last_heartbeat.year == 1970
 
 
 def test_instances_report_themselves_and_leave_when_stopped():

@@ -8,7 +8,7 @@ from django.db import IntegrityError, connection, transaction
 from django_dsched.enums import DeliveryStatus, FrequencyUnit, ScheduleState
 from django_dsched.models import Event, OutboxMessage, Schedule
 from django_dsched.scheduler.firing import CLAIM, Fence, fire_batch
-from django_dsched.scheduler.lease import Lease
+from django_dsched.scheduler.lease import LeaseHolder
 from tests.factories import ScheduleFactory
 from tests.helpers import other_session, sql
 
@@ -17,7 +17,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def fence():
-    lease = Lease(connection, lock_id=1, instance_id="test", lease_seconds=30, fast_failover=True)
+    lease = LeaseHolder(
+        connection, lease_id=1, instance_id="test", lease_seconds=30, fast_failover=True
+    )
     assert lease.try_acquire()
     return Fence(1, "test", lease.epoch, 30.0)
 

@@ -1,0 +1,54 @@
+"""Every error django-dsched raises derives from :class:`DschedError`.
+
+Each also derives from the built-in or Django exception a caller would catch without
+knowing this package (``ValueError``, ``django.core.exceptions.ValidationError``,
+``ImproperlyConfigured``), so ``except ValidationError`` in a view keeps working.
+"""
+
+from __future__ import annotations
+
+from django.core import exceptions as django_exceptions
+
+
+class DschedError(Exception):
+    """Base class of the package's errors."""
+
+
+class ValidationError(DschedError, django_exceptions.ValidationError):
+    """Bad input at any door (API, admin, commands, declared schedules): nothing was written.
+
+    A :class:`django.core.exceptions.ValidationError` with the same ``message_dict`` /
+    ``messages`` shapes.
+    """
+
+
+class ConflictError(ValidationError):
+    """The schedule changed (it fired, or someone edited it) since the caller read it."""
+
+
+class ConfigurationError(DschedError, django_exceptions.ImproperlyConfigured):
+    """A setting, a declaration or a registration cannot work as given."""
+
+
+class TransportConfigError(ConfigurationError):
+    """DSCHED_TRANSPORTS names no usable transport for a topic."""
+
+
+class TimetableError(DschedError, ValueError):
+    """A timetable cannot be built from these values (unit, count, start)."""
+
+
+class CronError(TimetableError):
+    """An expression or zone that cannot drive a schedule."""
+
+
+class NoMoreSlots(DschedError):
+    """The grid has no slot after this one within the calendar datetime can represent."""
+
+
+class DeliveryError(DschedError):
+    """The message was not delivered; the relay retries it later (with backoff)."""
+
+
+class PermanentDeliveryError(DeliveryError):
+    """The message can never be delivered as it is: dead-letter it now, do not retry."""
