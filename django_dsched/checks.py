@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.core.checks import Error, Tags, register
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import connections
 
-from django_dsched.conf import app_settings
+from django_dsched.conf import RENAMED, app_settings
 
 
 @register(Tags.database, Tags.compatibility)
@@ -154,3 +154,17 @@ def check_delivery_settings(**kwargs: Any) -> list[Error]:
             Error("DSCHED_HANDLER_MODULES must be a list of module names.", id="dsched.E013")
         )
     return errors
+
+
+@register(Tags.compatibility)
+def check_renamed_settings(**kwargs: Any) -> list[CheckMessage]:
+    """A renamed setting still set under its old name is ignored: say so (dsched.W001)."""
+    return [
+        Warning(
+            f"{old} is no longer read; it was renamed {new}.",
+            hint=f"Rename {old} to {new} in your settings.",
+            id="dsched.W001",
+        )
+        for old, new in RENAMED.items()
+        if hasattr(settings, old)
+    ]

@@ -1,90 +1,139 @@
-"""The app's settings, read lazily from ``django.conf.settings``.
+"""The app's settings: one typed attribute per ``DSCHED_*`` setting, with its default.
 
-Every setting is named ``DSCHED_<NAME>`` in the project's settings; its default lives here
-and nowhere else. Read them through :data:`app_settings` so that ``override_settings``
-reaches them.
+Read them through :data:`app_settings` (``app_settings.BATCH_SIZE``). Each access reads
+``django.conf.settings`` at that moment, so ``override_settings`` reaches every caller, and
+nothing is read at import time. A setting's default and its documentation live here and
+nowhere else; docs/reference.md lists them all (a test keeps the two in step).
 """
 
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Generic, TypeVar, overload
 
 from django.conf import settings
 
-DEFAULTS: dict[str, Any] = {
-    # Database alias that holds the scheduler's tables.
-    "DATABASE": "default",
-    # Seconds a leader's lease lasts without a heartbeat.
-    "LEASE_SECONDS": 5.0,
-    # Seconds between a leader's heartbeats (must be well under the lease).
-    "HEARTBEAT_SECONDS": 1.0,
-    # Longest sleep of an idle leader, in seconds (it also wakes on NOTIFY and when due).
-    "POLL_INTERVAL": 2.0,
-    # How often a standby checks whether the leader is gone, in seconds.
-    "STANDBY_INTERVAL": 0.5,
-    # Schedules fired in one transaction.
-    "BATCH_SIZE": 1000,
-    # Take over at once when the leader's database session ends (session advisory lock).
-    # Turn off behind a transaction-mode pooler such as PgBouncer.
-    "FAST_FAILOVER": True,
-    # Row id of the lease in scheduler_lock_t; two clusters on one database use two ids.
-    "LEASE_ID": 1,
-    # host_id given to schedules created without one.
-    "DEFAULT_HOST_ID": uuid.UUID(int=0),
-    # Largest event_data accepted, in bytes of compact JSON.
-    "EVENT_DATA_MAX_BYTES": 64 * 1024,
-    # Deepest nesting of event_data accepted.
-    "EVENT_DATA_MAX_DEPTH": 32,
-    # Grace of schedules with the SKIP misfire policy and no grace of their own, in seconds.
-    "MISFIRE_GRACE_SECONDS": 60,
-    # Schedules declared in settings, synced by `manage.py dsched sync` and after migrate:
-    # {name: {"cron": ..., "time_zone": ...} or {"every": n, "unit": ...} or {"at": ...},
-    #  plus "topic", "event_type" and optional "data", "host_id", "priority", ...}.
-    "SCHEDULES": {},
-    # Sync declared schedules at the end of every `migrate` (on deploy).
-    "SYNC_ON_MIGRATE": True,
-    # -- delivery (the outbox relay, docs/delivery.md) -------------------------------------
-    # Where each topic's messages go: {topic or glob pattern: {"BACKEND": ..., "OPTIONS": {...}}}.
-    # BACKEND is an alias ("handlers", "tasks", "redis", "rabbitmq", "webhook") or the dotted
-    # path of a Transport subclass. "*" is the fallback for topics no other key matches.
-    "TRANSPORTS": {"*": {"BACKEND": "handlers"}},
-    # Modules to import when a relay starts, so their @handler registrations exist (besides
-    # every installed app's dsched_handlers module, imported automatically).
-    "HANDLER_MODULES": [],
-    # Messages one relay claims per round trip.
-    "RELAY_BATCH_SIZE": 100,
-    # Longest sleep of an idle relay, in seconds (it also wakes on NOTIFY from each fire).
-    "RELAY_POLL_INTERVAL": 2.0,
-    # Attempts before a message is dead-lettered (DELIVERY_FAILED).
-    "RELAY_MAX_ATTEMPTS": 10,
-    # Seconds a claim lasts; a relay that dies holding messages frees them after this.
-    "RELAY_VISIBILITY_TIMEOUT": 60.0,
-    # Retry delay after failed attempt n: min(RETRY_MAX, RETRY_BASE * 2**(n-1)), jittered
-    # uniformly down to half of it.
-    "RELAY_RETRY_BASE": 2.0,
-    "RELAY_RETRY_MAX": 600.0,
-    # Hosts webhooks may be sent (or redirected) to: "host", "host:port" or ".domain".
-    "WEBHOOK_ALLOWED_HOSTS": [],
-    # -- retention ---------------------------------------------------------------------------
-    # Delivered outbox messages and events older than this many days are deleted (None: never).
-    "RETENTION_DAYS": 45,
-    # Rows deleted per transaction by retention.
-    "RETENTION_BATCH_SIZE": 1000,
-    # Seconds between two retention passes of the leader.
-    "RETENTION_INTERVAL": 3600.0,
-}
+T = TypeVar("T")
+
+PREFIX = "DSCHED_"
+
+
+class Setting(Generic[T]):
+    """A ``DSCHED_<NAME>`` setting with its default (descriptor on :class:`AppSettings`)."""
+
+    def __init__(self, default: T, doc: str, *, shown: str | None = None) -> None:
+        self.default = default
+        self.doc = doc
+        self.shown = repr(default) if shown is None else shown  # how the docs write it
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @property
+    def setting_name(self) -> str:
+        return PREFIX + self.name
+
+    @overload
+    def __get__(self, instance: None, owner: type) -> Setting[T]: ...
+
+    @overload
+    def __get__(self, instance: object, owner: type) -> T: ...
+
+    def __get__(self, instance: object | None, owner: type) -> T | Setting[T]:
+        if instance is None:
+            return self
+        value: T = getattr(settings, self.setting_name, self.default)
+        return value
 
 
 class AppSettings:
-    """Attribute access to ``DSCHED_*`` settings with the defaults above."""
+    """Every ``DSCHED_*`` setting. The project sets ``DSCHED_<NAME>``; code reads ``<NAME>``."""
 
-    prefix = "DSCHED_"
+    # -- the scheduler -----------------------------------------------------------------------
+    DATABASE = Setting("default", "Database alias that holds the scheduler's tables.")
+    LEASE_SECONDS = Setting(5.0, "Seconds a leader's lease lasts without a heartbeat.")
+    HEARTBEAT_SECONDS = Setting(
+        1.0, "Seconds between a leader's heartbeats (at most half the lease)."
+    )
+    POLL_INTERVAL = Setting(
+        2.0, "Longest sleep of an idle leader, in seconds (it also wakes on NOTIFY and when due)."
+    )
+    STANDBY_INTERVAL = Setting(0.5, "How often a standby checks whether the leader is gone (s).")
+    BATCH_SIZE = Setting(1000, "Schedules fired per transaction.")
+    FAST_FAILOVER = Setting(
+        True,
+        "Take over as soon as the leader's database session is gone (its backend pid left "
+        "pg_stat_activity), not only when its lease expires.",
+    )
+    LEASE_ID = Setting(
+        1, "Row of the lease in scheduler_lock_t; two clusters on one database use two ids."
+    )
+    # -- schedules ---------------------------------------------------------------------------
+    DEFAULT_HOST_ID = Setting(
+        uuid.UUID(int=0),
+        "host_id (tenant) given to schedules created without one.",
+        shown="UUID(int=0)",
+    )
+    EVENT_DATA_MAX_BYTES = Setting(
+        64 * 1024, "Largest event_data accepted, in bytes of compact JSON."
+    )
+    EVENT_DATA_MAX_DEPTH = Setting(32, "Deepest nesting of event_data accepted.")
+    MISFIRE_GRACE_SECONDS = Setting(
+        60, "Grace of schedules with the SKIP misfire policy and no grace of their own (s)."
+    )
+    SCHEDULES: Setting[Mapping[str, Mapping[str, Any]]] = Setting(
+        {},
+        "Schedules declared in settings, synced by `dsched sync` and after migrate: "
+        '{name: {"cron": ..., "time_zone": ...} or {"every": n, "unit": ...} or {"at": ...}, '
+        'plus "topic", "event_type" and optional "data", "host_id", "priority", ...}.',
+    )
+    SYNC_ON_MIGRATE = Setting(True, "Sync declared schedules at the end of every migrate.")
+    # -- delivery (the outbox relay, docs/delivery.md) ---------------------------------------
+    TRANSPORTS: Setting[Mapping[str, Mapping[str, Any]]] = Setting(
+        {"*": {"BACKEND": "handlers"}},
+        'Where each topic\'s messages go: {topic or glob: {"BACKEND": ..., "OPTIONS": {...}}}. '
+        'BACKEND is an alias ("handlers", "tasks", "redis", "rabbitmq", "webhook") or the '
+        'dotted path of a Transport subclass; "*" catches the topics no other key matches.',
+    )
+    HANDLER_MODULES: Setting[Sequence[str]] = Setting(
+        [],
+        "Modules a relay imports at start so their @handler registrations exist (besides "
+        "every installed app's dsched_handlers module).",
+    )
+    RELAY_BATCH_SIZE = Setting(100, "Messages one relay claims per round trip.")
+    RELAY_POLL_INTERVAL = Setting(
+        2.0, "Longest sleep of an idle relay, in seconds (it also wakes on NOTIFY)."
+    )
+    RELAY_MAX_ATTEMPTS = Setting(10, "Attempts before a message is dead-lettered.")
+    RELAY_VISIBILITY_TIMEOUT = Setting(
+        60.0, "Seconds a claim lasts; a relay that dies holding messages frees them after this."
+    )
+    RELAY_RETRY_BASE = Setting(
+        2.0,
+        "Retry delay after failed attempt n: min(RETRY_MAX, RETRY_BASE * 2**(n-1)), "
+        "jittered down to half of it (s).",
+    )
+    RELAY_RETRY_MAX = Setting(600.0, "Longest retry delay (s).")
+    WEBHOOK_ALLOWED_HOSTS: Setting[Sequence[str]] = Setting(
+        [], 'Hosts webhooks may be sent (or redirected) to: "host", "host:port" or ".domain".'
+    )
+    # -- retention ---------------------------------------------------------------------------
+    RETENTION_DAYS: Setting[float | None] = Setting(
+        45,
+        "Delivered outbox messages and events older than this many days are deleted (None: never).",
+    )
+    RETENTION_BATCH_SIZE = Setting(1000, "Rows deleted per transaction by retention.")
+    RETENTION_INTERVAL = Setting(3600.0, "Seconds between two retention passes.")
 
-    def __getattr__(self, name: str) -> Any:
-        if name not in DEFAULTS:
-            raise AttributeError(name)
-        return getattr(settings, self.prefix + name, DEFAULTS[name])
+    @classmethod
+    def all(cls) -> list[Setting[Any]]:
+        """Every setting, in the order declared above."""
+        return [value for value in vars(cls).values() if isinstance(value, Setting)]
 
 
 app_settings = AppSettings()
+
+# Settings that were renamed: {old name: new name}; a system check warns about the old.
+RENAMED = {"DSCHED_LOCK_ID": "DSCHED_LEASE_ID"}

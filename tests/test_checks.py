@@ -56,3 +56,13 @@ def test_check_command_fails_on_errors(settings):
     settings.DSCHED_BATCH_SIZE = 0
     with pytest.raises(SystemCheckError, match=r"dsched\.E006"):
         call_command("check", databases=["default"])
+
+
+def test_a_renamed_setting_is_reported_by_its_new_name(settings):
+    from django_dsched.checks import check_renamed_settings
+
+    assert check_renamed_settings() == []
+    settings.DSCHED_LOCK_ID = 7
+    (warning,) = check_renamed_settings()
+    assert warning.id == "dsched.W001"
+    assert "DSCHED_LEASE_ID" in warning.msg
