@@ -12,4 +12,5 @@ from django_dsched.conf import app_settings
 def database_now() -> datetime:
     with connections[app_settings.DATABASE].cursor() as cursor:
         cursor.execute("SELECT clock_timestamp()")
-        return cursor.fetchone()[0]
+        now: datetime = cursor.fetchone()[0]
+    return now

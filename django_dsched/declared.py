@@ -27,9 +27,10 @@ touched, even when a declaration has the same name (a warning says so).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from django.core import exceptions as django_exceptions
 from django.db import transaction
@@ -41,6 +42,8 @@ from django_dsched.enums import ScheduleKind, ScheduleOrigin, ScheduleState
 from django_dsched.exceptions import ConfigurationError, ValidationError
 from django_dsched.models import Schedule
 from django_dsched.models.schedule import resolve_host
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 logger = logging.getLogger(__name__)
 
@@ -79,10 +82,12 @@ def declare(name: str, **spec: Any) -> None:
     _registry[name] = spec
 
 
-def periodic(name: str, *, topic: str, event_type: str | None = None, **spec: Any):
+def periodic(
+    name: str, *, topic: str, event_type: str | None = None, **spec: Any
+) -> Callable[[F], F]:
     """Declare a schedule whose events are handled by the decorated function."""
 
-    def decorator(func: Any) -> Any:
+    def decorator(func: F) -> F:
         from django_dsched.outbox.handlers import handler
 
         kind = event_type or f"{func.__module__}.{func.__qualname__}"
@@ -93,13 +98,13 @@ def periodic(name: str, *, topic: str, event_type: str | None = None, **spec: An
     return decorator
 
 
-def declarations() -> dict[str, dict[str, Any]]:
+def declarations() -> dict[str, Mapping[str, Any]]:
     """All declarations: settings first, then those registered in code."""
     autodiscover_modules(MODULE_NAME)
     return {**app_settings.SCHEDULES, **_registry}
 
 
-def kind_of(spec: dict[str, Any]) -> str:
+def kind_of(spec: Mapping[str, Any]) -> str:
     present = [key for key in ("cron", "every", "at") if key in spec]
     if len(present) != 1:
         raise ValidationError("give exactly one of cron=, every= or at=")
@@ -108,7 +113,7 @@ def kind_of(spec: dict[str, Any]) -> str:
     ]
 
 
-def fields_of(spec: dict[str, Any]) -> dict[str, Any]:
+def fields_of(spec: Mapping[str, Any]) -> dict[str, Any]:
     values = {FIELD_OF[key]: value for key, value in spec.items() if key in FIELD_OF}
     values["schedule_kind"] = kind_of(spec)
     values.setdefault("event_data", {})
@@ -125,7 +130,7 @@ class SyncReport:
     conflicts: list[str] = field(default_factory=list)
 
 
-def sync(specs: dict[str, dict[str, Any]] | None = None) -> SyncReport:
+def sync(specs: Mapping[str, Mapping[str, Any]] | None = None) -> SyncReport:
     """Make the database's code-declared schedules match the declarations (idempotent)."""
     specs = declarations() if specs is None else specs
     report = SyncReport()
@@ -153,7 +158,7 @@ def sync(specs: dict[str, dict[str, Any]] | None = None) -> SyncReport:
     return report
 
 
-def _sync_one(name: str, host: Any, spec: dict[str, Any], report: SyncReport) -> None:
+def _sync_one(name: str, host: Any, spec: Mapping[str, Any], report: SyncReport) -> None:
     values = fields_of(spec)
     existing = Schedule.objects.select_for_update().filter(host_id=host, schedule_name=name).first()
     if existing is None:

@@ -33,7 +33,8 @@ def describe_cron(expression: str) -> str:
     options.use_24hour_time_format = True
     options.casing_type = CasingTypeEnum.Sentence
     try:
-        return get_description(" ".join(fields), options)
+        description: str = get_description(" ".join(fields), options)
+        return description
     except (FormatException, ValueError, IndexError):
         return expression
 

@@ -8,7 +8,7 @@ import random
 import socket
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
 
@@ -54,6 +54,10 @@ def retry_delay(attempt: int, base: float, cap: float) -> float:
     return random.uniform(delay / 2, delay)
 
 
+class LoopStats(Protocol):
+    db_errors: int
+
+
 class DatabaseLoop:
     """What ``Scheduler`` and ``Relay`` share: an interruptible loop on one database session.
 
@@ -65,6 +69,7 @@ class DatabaseLoop:
 
     kind = "loop"
     channels: tuple[str, ...] = ()
+    stats: LoopStats
 
     def __init__(self, instance_id: str | None, using: str | None) -> None:
         self.instance_id = instance_id or default_instance_id()

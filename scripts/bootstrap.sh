@@ -1,16 +1,17 @@
 # Sourced by demo.sh and test.sh: make a virtualenv and install the project into it.
-# usage: bootstrap <venv dir> <python> <extra pip requirement...>
+# usage: [BOOTSTRAP_EXTRAS=test] bootstrap <venv dir> <python> <extra pip requirement...>
+# BOOTSTRAP_EXTRAS names the project's optional dependencies to install (default: test).
 bootstrap() {
-    local venv="$1" python="$2"
+    local venv="$1" python="$2" extras="${BOOTSTRAP_EXTRAS:-test}"
     shift 2
     if [ ! -x "$venv/bin/python" ]; then
         "$python" -m venv "$venv"
     fi
     local stamp="$venv/.installed" want
-    want="$(cat pyproject.toml; echo "$*")"
+    want="$(cat pyproject.toml; echo "$extras $*")"
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
         "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
-        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[test]" "$@"
+        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[$extras]" "$@"
         printf '%s' "$want" >"$stamp"
     fi
 }

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 source scripts/bootstrap.sh
 
 python311="$(find_python 11)" || { echo "Python 3.11 or newer is needed." >&2; exit 1; }
-bootstrap .venv "$python311" "django>=5.2,<6" "ruff>=0.6"
+BOOTSTRAP_EXTRAS=dev bootstrap .venv "$python311" "django>=5.2,<6"
 trap '.venv/bin/python -c "from example_project.embedded_db import stop; stop(\"pg-test\")" || true' EXIT
 
 # Redis and RabbitMQ for the transport tests, from Debian packages when missing (the tests
@@ -28,9 +28,17 @@ if [ "${#missing[@]}" -gt 0 ]; then
     fi
 fi
 
+# The checks .pre-commit-config.yaml runs for contributors, on every tracked Python file.
 echo "== ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
+echo "== django-upgrade"
+git ls-files -z '*.py' | xargs -0 .venv/bin/django-upgrade --target-version 5.2
+echo "== mypy (strict)"
+.venv/bin/mypy
+echo "== migrations match the models"
+DJANGO_SETTINGS_MODULE=tests.settings .venv/bin/python -m django migrate --noinput -v 0
+DJANGO_SETTINGS_MODULE=tests.settings .venv/bin/python -m django makemigrations --check --dry-run -v 1
 
 echo "== Python $(.venv/bin/python -c 'import platform; print(platform.python_version())'), Django $(.venv/bin/python -c 'import django; print(django.get_version())')"
 DSCHED_TEST_DB_NAME=test_dsched_dj5 .venv/bin/python -m pytest "$@"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.http import HttpRequest
@@ -22,7 +22,15 @@ def pretty_json(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+# ModelAdmin is generic for the type checker only (django-stubs); at run time it is a plain
+# class, so the subscripted form must not be evaluated.
+if TYPE_CHECKING:
+    AnyModelAdmin = admin.ModelAdmin[Any]
+else:
+    AnyModelAdmin = admin.ModelAdmin
+
+
+class ReadOnlyAdmin(AnyModelAdmin):
     """History is written by the scheduler only."""
 
     show_full_result_count = False

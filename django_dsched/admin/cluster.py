@@ -10,7 +10,7 @@ from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.utils.translation import gettext as _
 
-from django_dsched.admin.base import ASSETS
+from django_dsched.admin.base import ASSETS, AnyModelAdmin
 from django_dsched.admin.cluster_status import cluster_status
 from django_dsched.admin.display import age, badge, moment
 from django_dsched.models import SchedulerInstance
@@ -21,7 +21,7 @@ def role_label(role: str) -> str:
 
 
 @admin.register(SchedulerInstance)
-class ClusterAdmin(admin.ModelAdmin):
+class ClusterAdmin(AnyModelAdmin):
     """Its change list is the cluster page; instances are written by the schedulers only."""
 
     class Media:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
@@ -14,6 +16,9 @@ from django_dsched.admin.display import EMPTY
 from django_dsched.audit import PREFIX
 from django_dsched.models import Event, Lease
 
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
+
 
 class EventKindFilter(admin.SimpleListFilter):
     """Fires or changes, without a DISTINCT over the whole event table."""
@@ -21,7 +26,9 @@ class EventKindFilter(admin.SimpleListFilter):
     title = _("kind")
     parameter_name = "kind"
 
-    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list:
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
+    ) -> list[tuple[str, StrOrPromise]]:
         return [
             ("fire", _("fires (all)")),
             ("manual", _("fires: run now")),
@@ -40,6 +47,20 @@ class EventKindFilter(admin.SimpleListFilter):
         return queryset
 
 
+EVENT_FIELDS = (
+    "id",
+    "event_type",
+    "schedule_link",
+    "aggregate_version",
+    "scheduled_ts",
+    "event_ts",
+    "leader_epoch",
+    "host_id",
+    "metadata_pretty",
+    "payload_pretty",
+)
+
+
 @admin.register(Event)
 class EventAdmin(ReadOnlyAdmin):
     list_display = [
@@ -52,19 +73,7 @@ class EventAdmin(ReadOnlyAdmin):
     ]
     list_filter = [EventKindFilter]
     search_fields = ["=aggregate_id", "=id", "event_type"]
-    fields = [
-        "id",
-        "event_type",
-        "schedule_link",
-        "aggregate_version",
-        "scheduled_ts",
-        "event_ts",
-        "leader_epoch",
-        "host_id",
-        "metadata_pretty",
-        "payload_pretty",
-    ]
-    readonly_fields = fields
+    fields = readonly_fields = EVENT_FIELDS
 
     @admin.display(description=_("schedule"))
     def schedule_link(self, obj: Event) -> str:

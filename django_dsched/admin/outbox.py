@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
@@ -11,6 +13,29 @@ from django_dsched.admin.base import ReadOnlyAdmin
 from django_dsched.changes import ChangeCount
 from django_dsched.models import OutboxMessage
 from django_dsched.outbox import dead_letters
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
+
+
+OUTBOX_FIELDS = (
+    "id",
+    "topic",
+    "event_type",
+    "status",
+    "priority",
+    "attempts",
+    "next_attempt_ts",
+    "delivered_ts",
+    "last_error_pretty",
+    "claimed_by",
+    "claimed_until",
+    "aggregate_id",
+    "aggregate_version",
+    "host_id",
+    "event_ts",
+    "payload_pretty",
+)
 
 
 @admin.register(OutboxMessage)
@@ -26,25 +51,7 @@ class OutboxMessageAdmin(ReadOnlyAdmin):
     ]
     list_filter = ["status", "topic"]
     search_fields = ["=id", "=aggregate_id", "topic", "event_type"]
-    fields = [
-        "id",
-        "topic",
-        "event_type",
-        "status",
-        "priority",
-        "attempts",
-        "next_attempt_ts",
-        "delivered_ts",
-        "last_error_pretty",
-        "claimed_by",
-        "claimed_until",
-        "aggregate_id",
-        "aggregate_version",
-        "host_id",
-        "event_ts",
-        "payload_pretty",
-    ]
-    readonly_fields = fields
+    fields = readonly_fields = OUTBOX_FIELDS
     actions = ["retry_selected", "discard_selected"]
 
     @admin.display(description=_("last error"))
@@ -58,7 +65,7 @@ class OutboxMessageAdmin(ReadOnlyAdmin):
     def has_discard_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("dsched.discard_outboxmessage")
 
-    def _report(self, request: HttpRequest, outcome: ChangeCount, done: str) -> None:
+    def _report(self, request: HttpRequest, outcome: ChangeCount, done: StrOrPromise) -> None:
         self.message_user(
             request,
             ngettext(

@@ -8,9 +8,9 @@ report counts.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.contrib import admin, messages
@@ -132,10 +132,17 @@ def copy_name(name: str, taken: set[str]) -> str:
         number += 1
 
 
-class ScheduleActionsMixin:
+# ModelAdmin is generic for the type checker only (django-stubs).
+if TYPE_CHECKING:
+    ScheduleModelAdmin = admin.ModelAdmin[Schedule]
+else:
+    ScheduleModelAdmin = admin.ModelAdmin
+
+
+class ScheduleActionsMixin(ScheduleModelAdmin):
     """Actions and buttons of :class:`ScheduleAdmin`."""
 
-    actions = [
+    actions: Sequence[str] = [
         "pause_selected",
         "resume_selected",
         "run_now_selected",
@@ -158,7 +165,8 @@ class ScheduleActionsMixin:
         return self._has(request, "trigger")
 
     def allowed(self, request: HttpRequest, action: Action) -> bool:
-        return getattr(self, f"has_{action.permission}_permission")(request)
+        check: Callable[[HttpRequest], bool] = getattr(self, f"has_{action.permission}_permission")
+        return check(request)
 
     def buttons(self, request: HttpRequest, schedule: Schedule) -> list[dict[str, Any]]:
         """The action buttons the user may press on ``schedule``'s page, in its state."""
@@ -223,7 +231,9 @@ class ScheduleActionsMixin:
             raise Http404
         schedule = self.get_object(request, unquote(object_id))
         if schedule is None:
-            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+            return self._get_obj_does_not_exist_redirect(  # type: ignore[attr-defined]
+                request, self.opts, object_id
+            )
         if not self.allowed(request, chosen):
             raise PermissionDenied
         change_url = reverse(

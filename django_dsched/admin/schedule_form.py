@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.db import transaction
@@ -19,7 +19,14 @@ CONFLICT = _(
 )
 
 
-class ScheduleForm(forms.ModelForm):
+# ModelForm is generic for the type checker only (django-stubs).
+if TYPE_CHECKING:
+    ScheduleModelForm = forms.ModelForm[Schedule]
+else:
+    ScheduleModelForm = forms.ModelForm
+
+
+class ScheduleForm(ScheduleModelForm):
     """The schedule form, with the version it was read at (for the concurrent-edit check).
 
     ``seen_version`` is the ``aggregate_version`` the page showed. Every fire and every
@@ -60,7 +67,7 @@ class ScheduleForm(forms.ModelForm):
             # Shown in the page; when bound, only tells that the field did not change.
             self.fields["seen_version"].initial = self.instance.aggregate_version
 
-    def clean(self) -> dict[str, Any]:
+    def clean(self) -> dict[str, Any] | None:
         cleaned = super().clean()
         if self.instance._state.adding:
             return cleaned
@@ -68,7 +75,7 @@ class ScheduleForm(forms.ModelForm):
         if current is None:
             return cleaned
         version, state = current
-        seen = cleaned.get("seen_version")
+        seen = (cleaned or {}).get("seen_version")
         if seen is not None and version != seen:
             raise forms.ValidationError(
                 CONFLICT, code="conflict", params={"seen": seen, "current": version}

@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce, Now
 from django.http import HttpRequest
-from django.urls import path, reverse
+from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy as _
@@ -45,12 +45,12 @@ def with_list_columns(queryset: QuerySet[Schedule]) -> QuerySet[Schedule]:
 
 
 class ScheduleChangeList(ChangeList):
-    def get_queryset(self, request: HttpRequest, *args: Any, **kwargs: Any) -> QuerySet:
+    def get_queryset(self, request: HttpRequest, *args: Any, **kwargs: Any) -> QuerySet[Schedule]:
         return with_list_columns(super().get_queryset(request, *args, **kwargs))
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(ScheduleActionsMixin, admin.ModelAdmin):
+class ScheduleAdmin(ScheduleActionsMixin):
     form = ScheduleForm
     change_form_template = "admin/dsched/schedule/change_form.html"
     change_list_template = "admin/dsched/schedule/change_list.html"
@@ -162,7 +162,9 @@ class ScheduleAdmin(ScheduleActionsMixin, admin.ModelAdmin):
         if not count:
             return "0"
         url = reverse("admin:dsched_outboxmessage_changelist")
-        query = urlencode({"aggregate_id": obj.pk, "status__exact": DeliveryStatus.DELIVERY_FAILED})
+        query = urlencode(
+            {"aggregate_id": str(obj.pk), "status__exact": DeliveryStatus.DELIVERY_FAILED.value}
+        )
         return format_html(
             '<a class="dsched-badge dsched-bad" href="{}?{}">{}</a>', url, query, count
         )
@@ -177,7 +179,7 @@ class ScheduleAdmin(ScheduleActionsMixin, admin.ModelAdmin):
         return super().changelist_view(request, extra_context)
 
     # -- the page of one schedule ---------------------------------------------------------
-    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list:
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         fieldsets = super().get_fieldsets(request, obj)
         if obj is None or self.has_change_permission(request, obj):
             return fieldsets
@@ -186,7 +188,7 @@ class ScheduleAdmin(ScheduleActionsMixin, admin.ModelAdmin):
         fields = [f for f in first["fields"] if f != "seen_version"]
         return [(first_name, {**first, "fields": fields}), *fieldsets[1:]]
 
-    def get_urls(self) -> list:
+    def get_urls(self) -> list[URLPattern]:
         info = self.opts.app_label, self.opts.model_name
         return [
             path(

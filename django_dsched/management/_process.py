@@ -25,7 +25,7 @@ class Stoppable(Protocol):
 @contextmanager
 def stop_on_signals(loop: Stoppable) -> Iterator[None]:
     """SIGTERM/SIGINT stop the loop gracefully; a second one exits at once."""
-    previous: dict[int, Any] = {}
+    previous: dict[signal.Signals, Any] = {}
 
     def handle(signum: int, frame: Any) -> None:
         if loop.stopping.is_set():

@@ -1,9 +1,9 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection
+from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core import exceptions as django_exceptions
 from django.core.validators import MaxValueValidator, MinValueValidator
@@ -12,6 +12,9 @@ from django.db.models import Func, Value
 from django.db.models.functions import Now
 from django.db.models.lookups import Exact
 from django.utils.translation import gettext_lazy as _
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
 
 from django_dsched.clock import database_now
 from django_dsched.conf import app_settings
@@ -349,14 +352,14 @@ class Schedule(models.Model):
         if self.schedule_kind != ScheduleKind.INTERVAL:
             self.frequency_unit, self.frequency_time = "", None
         if self._state.adding and self.next_run_ts is None:
-            if self.start_ts is None:
+            if self.start_ts is None:  # type: ignore[unreachable]  # unset until saved
                 self.start_ts = database_now()
             self.place(self.start_ts)
         super().save(*args, **kwargs)
 
     def full_clean(
         self,
-        exclude: Collection[str] | None = None,
+        exclude: Iterable[str] | None = None,
         validate_unique: bool = True,
         validate_constraints: bool = True,
     ) -> None:
@@ -371,7 +374,7 @@ class Schedule(models.Model):
 
     def clean(self) -> None:
         super().clean()
-        errors: dict[str, str] = {}
+        errors: dict[str, StrOrPromise] = {}
         if self.schedule_kind == ScheduleKind.INTERVAL:
             if not self.frequency_unit:
                 errors["frequency_unit"] = _("An interval schedule needs a frequency unit.")

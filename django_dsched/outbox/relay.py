@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import groupby
@@ -62,6 +63,7 @@ class RelayStats:
 class Relay(DatabaseLoop):
     kind = "relay"
     channels = ("dsched_outbox",)
+    stats: RelayStats
 
     def __init__(
         self,
@@ -149,7 +151,7 @@ class Relay(DatabaseLoop):
         messages = list(messages)
         renew_at = time.monotonic() + self.claimer.visibility_timeout * RENEW_AFTER
         outcomes: list[DeliveryOutcome] = []
-        lost: set = set()  # claims another relay took over while this batch ran
+        lost: set[uuid.UUID] = set()  # claims another relay took over while this batch ran
         sent = 0  # messages[:sent] were attempted
         for chunk, send in self._chunks(messages):
             if self.stopping.is_set():
@@ -271,7 +273,7 @@ class Relay(DatabaseLoop):
             self.stats.delivered += delivered
             logger.info("delivered %d message(s) relay=%s", delivered, self.instance_id)
 
-    def _renew(self, messages: list[Message]) -> set:
+    def _renew(self, messages: list[Message]) -> set[uuid.UUID]:
         with connections[self.using].cursor() as cursor:
             held = extend(cursor, self.claimer, messages)
         lost = len(messages) - len(held)

@@ -68,7 +68,7 @@ class Purged:
     more: bool = False
 
 
-def _params(days: float, limit: int = 0) -> dict[str, object]:
+def _params(days: float, limit: int = 0) -> dict[str, float | int | str]:
     return {
         "delivered": DeliveryStatus.DELIVERED.value,
         "seconds": float(days) * 86400,
@@ -77,10 +77,10 @@ def _params(days: float, limit: int = 0) -> dict[str, object]:
 
 
 def _purge(
-    sql: str, params: dict[str, object], using: str, max_batches: int | None
+    sql: str, params: dict[str, float | int | str], using: str, max_batches: int | None
 ) -> tuple[int, bool]:
     total, batches = 0, 0
-    limit = int(params["limit"])  # type: ignore[call-overload]
+    limit = int(params["limit"])
     while max_batches is None or batches < max_batches:
         with transaction.atomic(using=using), connections[using].cursor() as cursor:
             cursor.execute(sql, params)

@@ -37,6 +37,7 @@ class Stats:
 class Scheduler(DatabaseLoop):
     kind = "scheduler"
     channels = ("dsched_schedules", "dsched_leader")
+    stats: Stats
 
     def __init__(
         self,
@@ -134,12 +135,10 @@ class Scheduler(DatabaseLoop):
         """Fire batches while schedules are due; True when there is more to do at once."""
         connection = connections[self.using]
         while self.lease.is_trusted() and not self.stopping.is_set():
-            fence = Fence(
-                app_settings.LEASE_ID,
-                self.instance_id,
-                self.lease.epoch,
-                self.lease.lease_seconds,
-            )
+            epoch = self.lease.epoch
+            if epoch is None:  # trusted implies leading; for the type checker
+                break
+            fence = Fence(app_settings.LEASE_ID, self.instance_id, epoch, self.lease.lease_seconds)
             with transaction.atomic(using=self.using), connection.cursor() as cursor:
                 result = fire_batch(cursor, fence, self.batch_size)
                 if result.fenced:

@@ -149,12 +149,12 @@ def due_slot_us(
     """
     unit_us = FIXED_UNIT_MICROSECONDS.get(unit)
     if unit_us is None or every < 1:
-        slot, following = due_slot(
+        slot_at, after = due_slot(
             Grid(unit, every, from_microseconds(start)),
             from_microseconds(next_run),
             from_microseconds(now),
         )
-        return to_microseconds(slot), None if following is None else to_microseconds(following)
+        return to_microseconds(slot_at), None if after is None else to_microseconds(after)
     period = unit_us * every
     if now >= start:
         latest = start + (now - start) // period * period

@@ -74,6 +74,8 @@ def decide(
     if latest is None or latest < next_slot:
         latest = next_slot
     several = latest > next_slot
+    fire: datetime | None
+    after: datetime | None
 
     if rules.policy == MisfirePolicy.CATCH_UP:
         slot = _catch_up_slot(table, next_slot, latest, rules.catch_up_limit)
@@ -81,7 +83,7 @@ def decide(
         if oldest_allowed is not None and slot < oldest_allowed:
             slot = table.slot_at_or_after(oldest_allowed) or latest
             missed = True
-        fire: datetime | None = slot
+        fire = slot
         if slot > now:  # nothing within the grace: wait for that slot
             fire, after = None, slot
         else:
@@ -104,10 +106,10 @@ def decide(
 
 def _catch_up_slot(table: Timetable, oldest: datetime, latest: datetime, limit: int) -> datetime:
     """The oldest slot to fire in a catch-up of at most ``limit`` slots ending at ``latest``."""
-    slot: datetime | None = oldest
+    step: datetime | None = oldest
     for _ in range(limit):
-        slot = table.slot_after(slot)
-        if slot is None or slot > latest:
+        step = table.slot_after(step) if step is not None else None
+        if step is None or step > latest:
             return oldest  # the backlog fits within the limit
     # Too many: keep the latest ``limit`` slots.
     slot = latest

@@ -77,7 +77,7 @@ class Command(BaseCommand):
             poll_interval=poll_interval,
             topics=topics,
         )
-        with stop_on_signals(relay):  # type: ignore[arg-type]
+        with stop_on_signals(relay):
             if once:
                 delivered = relay.run_until_idle()
                 if verbosity:

@@ -13,6 +13,7 @@ its ``id`` is the idempotency key). Delivery succeeds when the task backend acce
 from __future__ import annotations
 
 from collections.abc import Mapping
+from importlib import import_module
 from typing import Any
 
 from django.utils.module_loading import import_string
@@ -24,17 +25,16 @@ from django_dsched.outbox.transports.base import Transport
 
 def task_class() -> type:
     """``Task`` from ``django.tasks`` (Django 6+) or the ``django_tasks`` backport."""
-    try:
-        from django.tasks import Task
-    except ImportError:
+    for module in ("django.tasks", "django_tasks.base"):
         try:
-            from django_tasks.base import Task
+            task: type = import_module(module).Task
         except ImportError:
-            raise ConfigurationError(
-                "The tasks transport needs Django 6, or the django-tasks backport on "
-                "Django 5.2: pip install 'django-dsched[tasks]'."
-            ) from None
-    return Task
+            continue
+        return task
+    raise ConfigurationError(
+        "The tasks transport needs Django 6, or the django-tasks backport on "
+        "Django 5.2: pip install 'django-dsched[tasks]'."
+    )
 
 
 def load_tasks(mapping: Mapping[str, str]) -> dict[str, Any]:
