@@ -3,30 +3,42 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from typing import TypeVar
 
 from django.core.exceptions import ValidationError
 
 from django_dsched.validation import identifier_validator
 
+N = TypeVar("N", int, float)
+
+
+def _number(value: str, convert: Callable[[str], N], what: str) -> N:
+    try:
+        return convert(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not {what}") from None
+
 
 def positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    number = _number(value, int, "a whole number")
     if not 1 <= number <= 10_000:
         raise argparse.ArgumentTypeError("must be from 1 to 10000")
     return number
 
 
 def positive_float(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    number = _number(value, float, "a number")
     if not 0 < number <= 3600:
         raise argparse.ArgumentTypeError("must be more than 0 and at most 3600 seconds")
     return number
+
+
+def positive_days(value: str) -> float:
+    days = _number(value, float, "a number")
+    if not 0 < days <= 365_000:
+        raise argparse.ArgumentTypeError("must be more than 0 days")
+    return days
 
 
 def instance_id(value: str) -> str:

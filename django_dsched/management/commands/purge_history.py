@@ -6,18 +6,8 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from django_dsched.conf import app_settings
-from django_dsched.management._arguments import positive_int
+from django_dsched.management._arguments import positive_days, positive_int
 from django_dsched.outbox.retention import count_expired, purge_expired
-
-
-def positive_days(value: str) -> float:
-    try:
-        days = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
-    if not 0 < days <= 365_000:
-        raise argparse.ArgumentTypeError("must be more than 0 days")
-    return days
 
 
 class Command(BaseCommand):
