@@ -9,6 +9,7 @@ from django.core.checks import Error, Tags, register
 from django.db import connections
 
 from django_dsched.conf import app_settings
+from django_dsched.exceptions import ConfigurationError
 
 
 @register(Tags.database, Tags.compatibility)
@@ -148,9 +149,37 @@ def check_delivery_settings(**kwargs: Any) -> list[Error]:
                 id="dsched.E012",
             )
         )
+    errors.extend(_webhook_network_errors())
     modules = app_settings.HANDLER_MODULES
     if isinstance(modules, str) or not all(isinstance(m, str) for m in modules):
         errors.append(
             Error("DSCHED_HANDLER_MODULES must be a list of module names.", id="dsched.E013")
+        )
+    return errors
+
+
+def _webhook_network_errors() -> list[Error]:
+    """DSCHED_WEBHOOK_ALLOWED_NETWORKS and DSCHED_WEBHOOK_RESOLVER (dsched.E012)."""
+    from django_dsched.outbox.transports.webhook import allowed_networks, configured_resolver
+
+    errors = []
+    try:
+        allowed_networks()
+    except (TypeError, ValueError) as exc:
+        errors.append(
+            Error(
+                f"DSCHED_WEBHOOK_ALLOWED_NETWORKS must be a list of networks: {exc}.",
+                hint='For example ["10.20.0.0/16", "fd00:1234::/32"] (no host bits set).',
+                id="dsched.E012",
+            )
+        )
+    try:
+        configured_resolver()
+    except (ImportError, ConfigurationError) as exc:
+        errors.append(
+            Error(
+                f"DSCHED_WEBHOOK_RESOLVER must be None, a callable or its dotted path: {exc}.",
+                id="dsched.E012",
+            )
         )
     return errors

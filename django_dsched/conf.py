@@ -66,6 +66,13 @@ DEFAULTS: dict[str, Any] = {
     "RELAY_RETRY_MAX": 600.0,
     # Hosts webhooks may be sent (or redirected) to: "host", "host:port" or ".domain".
     "WEBHOOK_ALLOWED_HOSTS": [],
+    # Networks ("10.1.0.0/16", "127.0.0.1/32") webhooks may connect to although they are
+    # loopback, private, link-local or otherwise special (refused by default; see
+    # docs/delivery.md, "Security"). Checked against every address a host resolves to.
+    "WEBHOOK_ALLOWED_NETWORKS": [],
+    # How webhooks resolve host names: None (the system resolver) or a callable, or its
+    # dotted path, taking (host, port) and returning IP address strings.
+    "WEBHOOK_RESOLVER": None,
     # -- retention ---------------------------------------------------------------------------
     # Delivered outbox messages and events older than this many days are deleted (None: never).
     "RETENTION_DAYS": 45,

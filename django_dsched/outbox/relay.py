@@ -26,7 +26,7 @@ from django.db import connections
 
 from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus
-from django_dsched.exceptions import PermanentDeliveryError
+from django_dsched.exceptions import DeliveryError, PermanentDeliveryError
 from django_dsched.loops import DatabaseLoop, retry_delay
 from django_dsched.outbox.claims import (
     Claimer,
@@ -209,11 +209,15 @@ class Relay(DatabaseLoop):
         if exc is None:
             return DeliveryOutcome(message)
         error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        delay = retry_delay(message.attempt, self.retry_base, self.retry_max)
+        asked = exc.retry_after if isinstance(exc, DeliveryError) else None
+        if asked is not None:  # the destination's Retry-After: at least that, within RETRY_MAX
+            delay = min(self.retry_max, max(delay, asked))
         return DeliveryOutcome(
             message,
             error=error,
             permanent=isinstance(exc, PermanentDeliveryError),
-            delay=retry_delay(message.attempt, self.retry_base, self.retry_max),
+            delay=delay,
         )
 
     def _settle(self, outcomes: list[DeliveryOutcome]) -> None:

@@ -5,10 +5,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -26,6 +24,7 @@ from django_dsched.outbox.transports.in_process import HandlerTransport
 from django_dsched.outbox.transports.registry import config_problems
 from django_dsched.outbox.transports.webhook import WebhookTransport, host_allowed
 from tests.outbox_helpers import make_messages, statuses
+from tests.webhook_servers import Sink
 
 try:
     from django.tasks import task
@@ -135,72 +134,6 @@ def immediate_backend() -> str:
 
 
 # -- webhooks --------------------------------------------------------------------------------
-class Sink(BaseHTTPRequestHandler):
-    """A local HTTP endpoint whose behaviour is chosen by the request path."""
-
-    requests: list[tuple[str, dict, bytes]] = []
-    server_version = "sink"
-
-    def log_message(self, *args):  # keep test output quiet
-        pass
-
-    def do_POST(self):
-        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        Sink.requests.append((self.path, dict(self.headers), body))
-        path = self.path.split("?")[0]
-        if path.startswith("/ok"):
-            self._reply(204)
-        elif path == "/fail":
-            self._reply(503, b"try later")
-        elif path == "/gone":
-            self._reply(410, b"no such hook")
-        elif path == "/throttled":
-            self._reply(429)
-        elif path == "/slow":
-            time.sleep(2)
-            self._reply(200)
-        elif path == "/redirect-in":
-            self._reply(307, location="/ok/after-redirect")
-        elif path == "/redirect-out":
-            self._reply(307, location="http://unlisted.invalid/steal")
-        elif path == "/redirect-get":
-            self._reply(302, location="/ok")
-        elif path == "/huge-error":
-            self.send_response(500)
-            self.send_header("Content-Length", str(50 * 1024 * 1024))
-            self.end_headers()
-            try:
-                for _ in range(50 * 1024):
-                    self.wfile.write(b"x" * 1024)
-            except OSError:  # the client stopped reading, as it should
-                pass
-        else:
-            self._reply(404)
-
-    def _reply(self, status, body=b"", location=None):
-        try:
-            self.send_response(status)
-            if location:
-                self.send_header("Location", location)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-        except OSError:  # the client gave up (a timeout test)
-            pass
-
-
-@pytest.fixture
-def sink():
-    Sink.requests = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-
-
 @pytest.fixture
 def hook(settings, sink):
     settings.DSCHED_WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]
@@ -254,12 +187,12 @@ def test_webhook_5xx_is_retried_and_4xx_dead_letters(settings, sink):
     assert "HTTP 410" in gone_row.last_error
 
 
-def test_webhook_follows_307_only_within_the_allowlist(hook):
+def test_webhook_follows_307_only_within_its_origin(hook):
     hook("/redirect-in").send(message())
     assert [p for p, _, _ in Sink.requests] == ["/redirect-in", "/ok/after-redirect"]
     assert Sink.requests[1][2] == Sink.requests[0][2]  # same body after the redirect
 
-    with pytest.raises(PermanentDeliveryError, match="not in DSCHED_WEBHOOK_ALLOWED_HOSTS"):
+    with pytest.raises(PermanentDeliveryError, match="redirect to another origin not followed"):
         hook("/redirect-out").send(message())
     with pytest.raises(PermanentDeliveryError, match="HTTP 302 redirect not followed"):
         hook("/redirect-get").send(message())
