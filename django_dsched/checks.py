@@ -77,11 +77,11 @@ def _is_number(value: Any) -> bool:
 @register(Tags.compatibility)
 def check_delivery_settings(**kwargs: Any) -> list[Error]:
     """The relay's and retention's settings (dsched.E007 to E013)."""
-    from django_dsched.outbox.transports.registry import config_problems
+    from django_dsched.outbox.transports.registry import routing_problems
 
     errors = [
-        Error(f"DSCHED_TRANSPORTS: {problem}.", id="dsched.E007")
-        for problem in config_problems(app_settings.TRANSPORTS)
+        Error(f"{problem}.", id="dsched.E007")
+        for problem in routing_problems(app_settings.TRANSPORTS, app_settings.TRANSPORTS_BY_HOST)
     ]
     batch, attempts = app_settings.RELAY_BATCH_SIZE, app_settings.RELAY_MAX_ATTEMPTS
     if not (isinstance(batch, int) and 1 <= batch <= 10_000):

@@ -49,6 +49,10 @@ DEFAULTS: dict[str, Any] = {
     # BACKEND is an alias ("handlers", "tasks", "redis", "rabbitmq", "webhook") or the dotted
     # path of a Transport subclass. "*" is the fallback for topics no other key matches.
     "TRANSPORTS": {"*": {"BACKEND": "handlers"}},
+    # Routes of particular hosts (tenants): {host_id: {topic or glob pattern: entry}}, each
+    # table shaped like TRANSPORTS. A message's host table is searched first (exact topic,
+    # longest pattern, "*"), then TRANSPORTS.
+    "TRANSPORTS_BY_HOST": {},
     # Modules to import when a relay starts, so their @handler registrations exist (besides
     # every installed app's dsched_handlers module, imported automatically).
     "HANDLER_MODULES": [],

@@ -40,6 +40,7 @@ from django_dsched.outbox.claims import (
 from django_dsched.outbox.claims import settle as settle_outcomes
 from django_dsched.outbox.handlers import autodiscover
 from django_dsched.outbox.transports import Transport, Transports
+from django_dsched.outbox.transports.registry import host_of
 
 logger = logging.getLogger(__name__)
 
@@ -182,10 +183,10 @@ class Relay(DatabaseLoop):
     ) -> list[tuple[list[Message], Callable[[Sequence[Message]], list[BaseException | None]]]]:
         """Runs of messages that share a transport, cut to the transport's batch size."""
         chunks = []
-        for _, group in groupby(messages, key=lambda m: m.topic):
+        for _, group in groupby(messages, key=lambda m: (m.topic, host_of(m))):
             run = list(group)
             try:
-                transport: Transport | None = self.transports.for_topic(run[0].topic)
+                transport: Transport | None = self.transports.for_message(run[0])
             except Exception as exc:
                 transport, error = None, exc
             if transport is None:

@@ -21,8 +21,10 @@ from django_dsched.outbox.transports import (
     Transports,
 )
 from django_dsched.outbox.transports.in_process import HandlerTransport
-from django_dsched.outbox.transports.registry import config_problems
+from django_dsched.outbox.transports.registry import config_problems, routing_problems
 from django_dsched.outbox.transports.webhook import WebhookTransport, host_allowed
+from django_dsched.scheduler import Scheduler
+from tests.factories import ScheduleFactory
 from tests.outbox_helpers import make_messages, statuses
 from tests.webhook_servers import Sink
 
@@ -99,6 +101,95 @@ def test_good_config_has_no_problems(settings):
         },
     }
     assert config_problems(config) == []
+
+
+HOST_A = uuid.UUID("aaaaaaaa-0000-4000-8000-000000000001")
+HOST_B = uuid.UUID("bbbbbbbb-0000-4000-8000-000000000002")
+
+
+def hosted(topic: str, host: uuid.UUID) -> Message:
+    """A message as the fire path writes it: the envelope's source names the host."""
+    id_ = uuid.uuid4()
+    payload = {"id": str(id_), "type": "t", "source": f"/django-dsched/{host}"}
+    return Message(id_, topic, "t", payload, 1)
+
+
+def test_router_takes_the_hosts_table_first_then_the_global_one():
+    transports = Transports(
+        {"*": {"BACKEND": "handlers"}, "billing.*": {"BACKEND": "handlers"}},
+        by_host={
+            str(HOST_A).upper(): {"billing.eu": {"BACKEND": "handlers"}},
+            HOST_B: {"*": {"BACKEND": "handlers", "OPTIONS": {"ATOMIC": True}}},
+        },
+    )
+    assert transports.route_for("billing.eu", HOST_A) == (str(HOST_A), "billing.eu")
+    assert transports.route_for("billing.us", HOST_A) == (None, "billing.*")
+    assert transports.route_for("anything", HOST_B) == (str(HOST_B), "*")
+    assert transports.route_for("billing.eu", None) == (None, "billing.*")
+    a_eu = transports.for_message(hosted("billing.eu", HOST_A))
+    b_eu = transports.for_message(hosted("billing.eu", HOST_B))
+    assert a_eu is not b_eu and b_eu.settings == {"ATOMIC": True}
+    assert transports.for_message(hosted("billing.us", HOST_A)) is transports.for_message(
+        message("billing.us")
+    )
+
+
+@pytest.mark.parametrize(
+    ("by_host", "problem"),
+    [
+        ([], "must be a dict of host ids"),
+        ({"tenant-a": {"*": {"BACKEND": "handlers"}}}, "'tenant-a' is not a host id (a UUID)"),
+        ({str(HOST_A): {}}, "non-empty dict"),
+        ({str(HOST_A): {"*": {"BACKEND": "redis", "OPTIONS": {"HOST": "x"}}}},
+         "DSCHED_TRANSPORTS_BY_HOST['aaaaaaaa-0000-4000-8000-000000000001']: '*' (redis): "
+         "unknown option(s) HOST"),
+        ({str(HOST_A): {"*": {"BACKEND": "webhook", "OPTIONS": {"URL": "https://evil.test/"}}}},
+         "not in DSCHED_WEBHOOK_ALLOWED_HOSTS"),
+    ],
+)  # fmt: skip
+def test_host_routing_problems(by_host, problem):
+    problems = routing_problems({"*": {"BACKEND": "handlers"}}, by_host)
+    assert any(problem in p for p in problems), problems
+
+
+@pytest.mark.django_db(transaction=True)
+def test_each_tenant_gets_its_own_webhook_url_secret_and_headers(settings, sink):
+    settings.DSCHED_TRANSPORTS = {
+        "*": {
+            "BACKEND": "webhook",
+            "OPTIONS": {"URL": sink + "/ok/shared/{topic}", "SECRET": "shared-secret"},
+        }
+    }
+    settings.DSCHED_TRANSPORTS_BY_HOST = {
+        str(HOST_A): {
+            "reports": {
+                "BACKEND": "webhook",
+                "OPTIONS": {
+                    "URL": sink + "/ok/a/{topic}",
+                    "SECRET": "secret-a",
+                    "HEADERS": {"X-Tenant": "a"},
+                },
+            }
+        }
+    }
+    ScheduleFactory(host_id=HOST_A, event_topic="reports")
+    ScheduleFactory(host_id=HOST_B, event_topic="reports")
+    ScheduleFactory(host_id=HOST_A, event_topic="billing")
+    assert Scheduler(instance_id="leader").run_until_idle() == 3
+
+    assert Relay(instance_id="r1").run_until_idle() == 3
+
+    received = {path: (headers, body) for path, headers, body in Sink.requests}
+    assert set(received) == {"/ok/a/reports", "/ok/shared/reports", "/ok/shared/billing"}
+    for path, secret in [
+        ("/ok/a/reports", b"secret-a"),
+        ("/ok/shared/reports", b"shared-secret"),
+        ("/ok/shared/billing", b"shared-secret"),
+    ]:
+        headers, body = received[path]
+        expected = hmac.new(secret, body, hashlib.sha256).hexdigest()
+        assert headers["X-Dsched-Signature"] == f"sha256={expected}", path
+        assert headers.get("X-Tenant") == ("a" if "/a/" in path else None)
 
 
 # -- Django tasks ----------------------------------------------------------------------------
