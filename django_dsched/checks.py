@@ -9,6 +9,7 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import connections
 
 from django_dsched.conf import RENAMED, app_settings
+from django_dsched.exceptions import ConfigurationError
 
 
 @register(Tags.database, Tags.compatibility)
@@ -76,11 +77,11 @@ def _is_number(value: Any) -> bool:
 @register(Tags.compatibility)
 def check_delivery_settings(**kwargs: Any) -> list[Error]:
     """The relay's and retention's settings (dsched.E007 to E013)."""
-    from django_dsched.outbox.transports.registry import config_problems
+    from django_dsched.outbox.transports.registry import routing_problems
 
     errors = [
-        Error(f"DSCHED_TRANSPORTS: {problem}.", id="dsched.E007")
-        for problem in config_problems(app_settings.TRANSPORTS)
+        Error(f"{problem}.", id="dsched.E007")
+        for problem in routing_problems(app_settings.TRANSPORTS, app_settings.TRANSPORTS_BY_HOST)
     ]
     batch, attempts = app_settings.RELAY_BATCH_SIZE, app_settings.RELAY_MAX_ATTEMPTS
     if not (isinstance(batch, int) and 1 <= batch <= 10_000):
@@ -148,6 +149,7 @@ def check_delivery_settings(**kwargs: Any) -> list[Error]:
                 id="dsched.E012",
             )
         )
+    errors.extend(_webhook_network_errors())
     modules = app_settings.HANDLER_MODULES
     if isinstance(modules, str) or not all(isinstance(m, str) for m in modules):
         errors.append(
@@ -168,3 +170,30 @@ def check_renamed_settings(**kwargs: Any) -> list[CheckMessage]:
         for old, new in RENAMED.items()
         if hasattr(settings, old)
     ]
+
+
+def _webhook_network_errors() -> list[Error]:
+    """DSCHED_WEBHOOK_ALLOWED_NETWORKS and DSCHED_WEBHOOK_RESOLVER (dsched.E012)."""
+    from django_dsched.outbox.transports.webhook import allowed_networks, configured_resolver
+
+    errors = []
+    try:
+        allowed_networks()
+    except (TypeError, ValueError) as exc:
+        errors.append(
+            Error(
+                f"DSCHED_WEBHOOK_ALLOWED_NETWORKS must be a list of networks: {exc}.",
+                hint='For example ["10.20.0.0/16", "fd00:1234::/32"] (no host bits set).',
+                id="dsched.E012",
+            )
+        )
+    try:
+        configured_resolver()
+    except (ImportError, ConfigurationError) as exc:
+        errors.append(
+            Error(
+                f"DSCHED_WEBHOOK_RESOLVER must be None, a callable or its dotted path: {exc}.",
+                id="dsched.E012",
+            )
+        )
+    return errors

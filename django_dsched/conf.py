@@ -97,6 +97,12 @@ class AppSettings:
         'BACKEND is an alias ("handlers", "tasks", "redis", "rabbitmq", "webhook") or the '
         'dotted path of a Transport subclass; "*" catches the topics no other key matches.',
     )
+    TRANSPORTS_BY_HOST: Setting[Mapping[str, Mapping[str, Mapping[str, Any]]]] = Setting(
+        {},
+        "Routes of particular hosts (tenants): {host_id: {topic or glob: entry}}, each table "
+        "shaped like DSCHED_TRANSPORTS. A message's host table is searched first (exact topic, "
+        'longest pattern, "*"), then DSCHED_TRANSPORTS.',
+    )
     HANDLER_MODULES: Setting[Sequence[str]] = Setting(
         [],
         "Modules a relay imports at start so their @handler registrations exist (besides "
@@ -118,6 +124,17 @@ class AppSettings:
     RELAY_RETRY_MAX = Setting(600.0, "Longest retry delay (s).")
     WEBHOOK_ALLOWED_HOSTS: Setting[Sequence[str]] = Setting(
         [], 'Hosts webhooks may be sent (or redirected) to: "host", "host:port" or ".domain".'
+    )
+    WEBHOOK_ALLOWED_NETWORKS: Setting[Sequence[str]] = Setting(
+        [],
+        'Networks ("10.1.0.0/16", "127.0.0.1/32") webhooks may connect to although they are '
+        "loopback, private, link-local or otherwise special (refused by default; see "
+        "docs/delivery.md, Security). Checked against every address a host resolves to.",
+    )
+    WEBHOOK_RESOLVER: Setting[Any] = Setting(
+        None,
+        "How webhooks resolve host names: None (the system resolver), or a callable or its "
+        "dotted path taking (host, port) and returning IP address strings.",
     )
     # -- retention ---------------------------------------------------------------------------
     RETENTION_DAYS: Setting[float | None] = Setting(

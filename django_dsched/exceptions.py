@@ -47,8 +47,22 @@ class NoMoreSlots(DschedError):
 
 
 class DeliveryError(DschedError):
-    """The message was not delivered; the relay retries it later (with backoff)."""
+    """The message was not delivered; the relay retries it later (with backoff).
+
+    ``retry_after``: seconds the destination asked to be left alone (HTTP ``Retry-After``).
+    The relay then waits at least that long, and never longer than
+    ``DSCHED_RELAY_RETRY_MAX``.
+    """
+
+    def __init__(self, *args: object, retry_after: float | None = None) -> None:
+        super().__init__(*args)
+        self.retry_after = retry_after
 
 
 class PermanentDeliveryError(DeliveryError):
     """The message can never be delivered as it is: dead-letter it now, do not retry."""
+
+
+class AddressRefused(PermanentDeliveryError):
+    """A webhook's host resolves to an address webhooks may not reach (loopback, private,
+    link-local, metadata, ...) and ``DSCHED_WEBHOOK_ALLOWED_NETWORKS`` does not open it."""

@@ -9,14 +9,16 @@ from django.db import connection
 
 from django_dsched.enums import DeliveryStatus
 
+DEFAULT_HOST = uuid.UUID(int=0)
+
 INSERT = """
 INSERT INTO outbox_message_t (id, host_id, aggregate_id, aggregate_type, aggregate_version,
                               event_type, event_ts, payload, metadata, topic, status, priority,
                               delivered_ts)
-SELECT g.id, '00000000-0000-0000-0000-000000000000', g.id, 'Schedule', 1, %(type)s,
+SELECT g.id, %(host)s::uuid, g.id, 'Schedule', 1, %(type)s,
        statement_timestamp() - make_interval(secs => %(age)s) + g.n * interval '1 microsecond',
        jsonb_build_object('specversion', '1.0', 'id', g.id, 'type', %(type)s,
-                          'source', '/django-dsched/test', 'subject', g.id,
+                          'source', '/django-dsched/' || %(host)s, 'subject', g.id,
                           'topic', %(topic)s, 'time', statement_timestamp(),
                           'datacontenttype', 'application/json',
                           'data', jsonb_build_object('n', g.n)),
@@ -35,6 +37,7 @@ def make_messages(
     priority: int = 0,
     age: float = 0.0,
     status: str = DeliveryStatus.PENDING,
+    host_id: uuid.UUID | str = DEFAULT_HOST,
     using: Any = None,
 ) -> list[uuid.UUID]:
     """Insert ``count`` messages, oldest first in id order of the returned list."""
@@ -48,6 +51,7 @@ def make_messages(
                 "priority": priority,
                 "age": age,
                 "status": str(status),
+                "host": str(host_id),
             },
         )
         ids = [row[0] for row in cursor.fetchall()]

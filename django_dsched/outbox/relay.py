@@ -27,7 +27,7 @@ from django.db import connections
 
 from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus
-from django_dsched.exceptions import PermanentDeliveryError
+from django_dsched.exceptions import DeliveryError, PermanentDeliveryError
 from django_dsched.loops import DatabaseLoop, retry_delay
 from django_dsched.outbox.claims import (
     Claimer,
@@ -41,6 +41,7 @@ from django_dsched.outbox.claims import (
 from django_dsched.outbox.claims import settle as settle_outcomes
 from django_dsched.outbox.handlers import autodiscover
 from django_dsched.outbox.transports import Transport, Transports
+from django_dsched.outbox.transports.registry import host_of
 
 logger = logging.getLogger(__name__)
 
@@ -184,10 +185,10 @@ class Relay(DatabaseLoop):
     ) -> list[tuple[list[Message], Callable[[Sequence[Message]], list[BaseException | None]]]]:
         """Runs of messages that share a transport, cut to the transport's batch size."""
         chunks = []
-        for _, group in groupby(messages, key=lambda m: m.topic):
+        for _, group in groupby(messages, key=lambda m: (m.topic, host_of(m))):
             run = list(group)
             try:
-                transport: Transport | None = self.transports.for_topic(run[0].topic)
+                transport: Transport | None = self.transports.for_message(run[0])
             except Exception as exc:
                 transport, error = None, exc
             if transport is None:
@@ -211,11 +212,15 @@ class Relay(DatabaseLoop):
         if exc is None:
             return DeliveryOutcome(message)
         error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        delay = retry_delay(message.attempt, self.retry_base, self.retry_max)
+        asked = exc.retry_after if isinstance(exc, DeliveryError) else None
+        if asked is not None:  # the destination's Retry-After: at least that, within RETRY_MAX
+            delay = min(self.retry_max, max(delay, asked))
         return DeliveryOutcome(
             message,
             error=error,
             permanent=isinstance(exc, PermanentDeliveryError),
-            delay=retry_delay(message.attempt, self.retry_base, self.retry_max),
+            delay=delay,
         )
 
     def _settle(self, outcomes: list[DeliveryOutcome]) -> None:

@@ -30,6 +30,15 @@ def test_defaults_pass():
         ("DSCHED_RETENTION_BATCH_SIZE", 0, "dsched.E011"),
         ("DSCHED_RETENTION_INTERVAL", -1, "dsched.E011"),
         ("DSCHED_WEBHOOK_ALLOWED_HOSTS", "hooks.example.com", "dsched.E012"),
+        ("DSCHED_WEBHOOK_ALLOWED_NETWORKS", "10.0.0.0/8", "dsched.E012"),
+        ("DSCHED_WEBHOOK_ALLOWED_NETWORKS", ["10.0.0.1/8"], "dsched.E012"),
+        ("DSCHED_WEBHOOK_ALLOWED_NETWORKS", ["intranet"], "dsched.E012"),
+        ("DSCHED_WEBHOOK_RESOLVER", "no.such.module.resolve", "dsched.E012"),
+        ("DSCHED_WEBHOOK_RESOLVER", 42, "dsched.E012"),
+        ("DSCHED_TRANSPORTS_BY_HOST", {"tenant-a": {"*": {"BACKEND": "handlers"}}},
+         "dsched.E007"),
+        ("DSCHED_TRANSPORTS_BY_HOST",
+         {"aaaaaaaa-0000-4000-8000-000000000001": {"*": {"BACKEND": "nope"}}}, "dsched.E007"),
         ("DSCHED_HANDLER_MODULES", "myapp.handlers", "dsched.E013"),
     ],
 )  # fmt: skip
@@ -54,3 +63,12 @@ def test_webhook_timeout_must_fit_in_the_visibility_timeout(settings):
     }
     (error,) = check_delivery_settings()
     assert error.id == "dsched.E007" and "half of DSCHED_RELAY_VISIBILITY_TIMEOUT" in error.msg
+
+
+def test_webhook_network_settings_that_pass(settings):
+    settings.DSCHED_WEBHOOK_ALLOWED_NETWORKS = ["10.20.0.0/16", "fd00:1234::/32", "127.0.0.1/32"]
+    settings.DSCHED_WEBHOOK_RESOLVER = "django_dsched.outbox.transports.addresses.system_resolver"
+    settings.DSCHED_TRANSPORTS_BY_HOST = {
+        "aaaaaaaa-0000-4000-8000-000000000001": {"billing.*": {"BACKEND": "handlers"}}
+    }
+    assert check_delivery_settings() == []

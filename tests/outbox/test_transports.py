@@ -5,10 +5,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -23,9 +21,12 @@ from django_dsched.outbox.transports import (
     Transports,
 )
 from django_dsched.outbox.transports.in_process import HandlerTransport
-from django_dsched.outbox.transports.registry import config_problems
+from django_dsched.outbox.transports.registry import config_problems, routing_problems
 from django_dsched.outbox.transports.webhook import WebhookTransport, host_allowed
+from django_dsched.scheduler import Scheduler
+from tests.factories import ScheduleFactory
 from tests.outbox_helpers import make_messages, statuses
+from tests.webhook_servers import Sink
 
 try:
     from django.tasks import task
@@ -102,6 +103,95 @@ def test_good_config_has_no_problems(settings):
     assert config_problems(config) == []
 
 
+HOST_A = uuid.UUID("aaaaaaaa-0000-4000-8000-000000000001")
+HOST_B = uuid.UUID("bbbbbbbb-0000-4000-8000-000000000002")
+
+
+def hosted(topic: str, host: uuid.UUID) -> Message:
+    """A message as the fire path writes it: the envelope's source names the host."""
+    id_ = uuid.uuid4()
+    payload = {"id": str(id_), "type": "t", "source": f"/django-dsched/{host}"}
+    return Message(id_, topic, "t", payload, 1)
+
+
+def test_router_takes_the_hosts_table_first_then_the_global_one():
+    transports = Transports(
+        {"*": {"BACKEND": "handlers"}, "billing.*": {"BACKEND": "handlers"}},
+        by_host={
+            str(HOST_A).upper(): {"billing.eu": {"BACKEND": "handlers"}},
+            HOST_B: {"*": {"BACKEND": "handlers", "OPTIONS": {"ATOMIC": True}}},
+        },
+    )
+    assert transports.route_for("billing.eu", HOST_A) == (str(HOST_A), "billing.eu")
+    assert transports.route_for("billing.us", HOST_A) == (None, "billing.*")
+    assert transports.route_for("anything", HOST_B) == (str(HOST_B), "*")
+    assert transports.route_for("billing.eu", None) == (None, "billing.*")
+    a_eu = transports.for_message(hosted("billing.eu", HOST_A))
+    b_eu = transports.for_message(hosted("billing.eu", HOST_B))
+    assert a_eu is not b_eu and b_eu.settings == {"ATOMIC": True}
+    assert transports.for_message(hosted("billing.us", HOST_A)) is transports.for_message(
+        message("billing.us")
+    )
+
+
+@pytest.mark.parametrize(
+    ("by_host", "problem"),
+    [
+        ([], "must be a dict of host ids"),
+        ({"tenant-a": {"*": {"BACKEND": "handlers"}}}, "'tenant-a' is not a host id (a UUID)"),
+        ({str(HOST_A): {}}, "non-empty dict"),
+        ({str(HOST_A): {"*": {"BACKEND": "redis", "OPTIONS": {"HOST": "x"}}}},
+         "DSCHED_TRANSPORTS_BY_HOST['aaaaaaaa-0000-4000-8000-000000000001']: '*' (redis): "
+         "unknown option(s) HOST"),
+        ({str(HOST_A): {"*": {"BACKEND": "webhook", "OPTIONS": {"URL": "https://evil.test/"}}}},
+         "not in DSCHED_WEBHOOK_ALLOWED_HOSTS"),
+    ],
+)  # fmt: skip
+def test_host_routing_problems(by_host, problem):
+    problems = routing_problems({"*": {"BACKEND": "handlers"}}, by_host)
+    assert any(problem in p for p in problems), problems
+
+
+@pytest.mark.django_db(transaction=True)
+def test_each_tenant_gets_its_own_webhook_url_secret_and_headers(settings, sink):
+    settings.DSCHED_TRANSPORTS = {
+        "*": {
+            "BACKEND": "webhook",
+            "OPTIONS": {"URL": sink + "/ok/shared/{topic}", "SECRET": "shared-secret"},
+        }
+    }
+    settings.DSCHED_TRANSPORTS_BY_HOST = {
+        str(HOST_A): {
+            "reports": {
+                "BACKEND": "webhook",
+                "OPTIONS": {
+                    "URL": sink + "/ok/a/{topic}",
+                    "SECRET": "secret-a",
+                    "HEADERS": {"X-Tenant": "a"},
+                },
+            }
+        }
+    }
+    ScheduleFactory(host_id=HOST_A, event_topic="reports")
+    ScheduleFactory(host_id=HOST_B, event_topic="reports")
+    ScheduleFactory(host_id=HOST_A, event_topic="billing")
+    assert Scheduler(instance_id="leader").run_until_idle() == 3
+
+    assert Relay(instance_id="r1").run_until_idle() == 3
+
+    received = {path: (headers, body) for path, headers, body in Sink.requests}
+    assert set(received) == {"/ok/a/reports", "/ok/shared/reports", "/ok/shared/billing"}
+    for path, secret in [
+        ("/ok/a/reports", b"secret-a"),
+        ("/ok/shared/reports", b"shared-secret"),
+        ("/ok/shared/billing", b"shared-secret"),
+    ]:
+        headers, body = received[path]
+        expected = hmac.new(secret, body, hashlib.sha256).hexdigest()
+        assert headers["X-Dsched-Signature"] == f"sha256={expected}", path
+        assert headers.get("X-Tenant") == ("a" if "/a/" in path else None)
+
+
 # -- Django tasks ----------------------------------------------------------------------------
 @pytest.mark.django_db(transaction=True)
 def test_relay_enqueues_the_mapped_task(settings):
@@ -135,72 +225,6 @@ def immediate_backend() -> str:
 
 
 # -- webhooks --------------------------------------------------------------------------------
-class Sink(BaseHTTPRequestHandler):
-    """A local HTTP endpoint whose behaviour is chosen by the request path."""
-
-    requests: list[tuple[str, dict, bytes]] = []
-    server_version = "sink"
-
-    def log_message(self, *args):  # keep test output quiet
-        pass
-
-    def do_POST(self):
-        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        Sink.requests.append((self.path, dict(self.headers), body))
-        path = self.path.split("?")[0]
-        if path.startswith("/ok"):
-            self._reply(204)
-        elif path == "/fail":
-            self._reply(503, b"try later")
-        elif path == "/gone":
-            self._reply(410, b"no such hook")
-        elif path == "/throttled":
-            self._reply(429)
-        elif path == "/slow":
-            time.sleep(2)
-            self._reply(200)
-        elif path == "/redirect-in":
-            self._reply(307, location="/ok/after-redirect")
-        elif path == "/redirect-out":
-            self._reply(307, location="http://unlisted.invalid/steal")
-        elif path == "/redirect-get":
-            self._reply(302, location="/ok")
-        elif path == "/huge-error":
-            self.send_response(500)
-            self.send_header("Content-Length", str(50 * 1024 * 1024))
-            self.end_headers()
-            try:
-                for _ in range(50 * 1024):
-                    self.wfile.write(b"x" * 1024)
-            except OSError:  # the client stopped reading, as it should
-                pass
-        else:
-            self._reply(404)
-
-    def _reply(self, status, body=b"", location=None):
-        try:
-            self.send_response(status)
-            if location:
-                self.send_header("Location", location)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-        except OSError:  # the client gave up (a timeout test)
-            pass
-
-
-@pytest.fixture
-def sink():
-    Sink.requests = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-
-
 @pytest.fixture
 def hook(settings, sink):
     settings.DSCHED_WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]
@@ -254,12 +278,12 @@ def test_webhook_5xx_is_retried_and_4xx_dead_letters(settings, sink):
     assert "HTTP 410" in gone_row.last_error
 
 
-def test_webhook_follows_307_only_within_the_allowlist(hook):
+def test_webhook_follows_307_only_within_its_origin(hook):
     hook("/redirect-in").send(message())
     assert [p for p, _, _ in Sink.requests] == ["/redirect-in", "/ok/after-redirect"]
     assert Sink.requests[1][2] == Sink.requests[0][2]  # same body after the redirect
 
-    with pytest.raises(PermanentDeliveryError, match="not in DSCHED_WEBHOOK_ALLOWED_HOSTS"):
+    with pytest.raises(PermanentDeliveryError, match="redirect to another origin not followed"):
         hook("/redirect-out").send(message())
     with pytest.raises(PermanentDeliveryError, match="HTTP 302 redirect not followed"):
         hook("/redirect-get").send(message())

@@ -1,21 +1,28 @@
-"""Which transport delivers a topic: ``DSCHED_TRANSPORTS`` read into a router.
+"""Which transport delivers a message: ``DSCHED_TRANSPORTS`` and ``DSCHED_TRANSPORTS_BY_HOST``
+read into a router.
 
-Keys are topics or glob patterns (``billing.*``); a topic takes its exact key, else the
-longest matching pattern, else ``"*"``. Each entry is built once, when first needed, from
-``BACKEND`` (an alias or the dotted path of a :class:`Transport` subclass, read from settings,
-never from the database) and ``OPTIONS``.
+Both settings hold route tables of one shape, read by one parser (:class:`RouteTable`):
+keys are topics or glob patterns (``billing.*``); a topic takes its exact key, else the
+longest matching pattern, else ``"*"``. ``DSCHED_TRANSPORTS_BY_HOST`` maps host ids
+(tenants) to their own tables, searched before ``DSCHED_TRANSPORTS``, so a tenant can have
+its own webhook URL, headers and secret for some topics and share the rest.
+
+Each entry is built once, when first needed, from ``BACKEND`` (an alias or the dotted path of
+a :class:`Transport` subclass, read from settings, never from the database) and ``OPTIONS``.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.utils.module_loading import import_string
 
 from django_dsched.conf import app_settings
 from django_dsched.exceptions import ConfigurationError, TransportConfigError
+from django_dsched.outbox.claims import Message
 from django_dsched.outbox.transports.base import Transport
 
 ALIASES = {
@@ -26,6 +33,9 @@ ALIASES = {
     "webhook": "django_dsched.outbox.transports.webhook.WebhookTransport",
 }
 
+# The fire path writes the host into the CloudEvent's source: '/django-dsched/<host_id>'.
+SOURCE_PREFIX = "/django-dsched/"
+
 
 def backend_class(backend: str) -> type[Transport]:
     cls = import_string(ALIASES.get(backend, backend))
@@ -34,10 +44,29 @@ def backend_class(backend: str) -> type[Transport]:
     return cls
 
 
+def host_key(host: Any) -> str:
+    """A host id as route tables key it (canonical UUID text); ``ValueError`` if not one."""
+    return str(host if isinstance(host, uuid.UUID) else uuid.UUID(str(host)))
+
+
+def host_of(message: Message) -> str | None:
+    """The host (tenant) id of a message, from the envelope's ``source``; None if unknown."""
+    host = getattr(message, "host_id", None)
+    if host is None:
+        source = message.payload.get("source") if isinstance(message.payload, dict) else None
+        if not (isinstance(source, str) and source.startswith(SOURCE_PREFIX)):
+            return None
+        host = source[len(SOURCE_PREFIX) :]
+    try:
+        return host_key(host)
+    except ValueError:
+        return None
+
+
 def config_problems(config: Any) -> list[str]:
-    """What is wrong with a DSCHED_TRANSPORTS value (for the system check)."""
+    """What is wrong with one route table (a DSCHED_TRANSPORTS value, or a host's table)."""
     if not isinstance(config, Mapping) or not config:
-        return ["DSCHED_TRANSPORTS must be a non-empty dict of topic patterns to entries"]
+        return ["must be a non-empty dict of topic patterns to entries"]
     problems = []
     for pattern, entry in config.items():
         if not isinstance(pattern, str) or not pattern:
@@ -64,42 +93,99 @@ def config_problems(config: Any) -> list[str]:
     return problems
 
 
-class Transports:
-    """Topic → transport instance, built lazily and reused; ``close()`` closes them all."""
+def routing_problems(config: Any, by_host: Any) -> list[str]:
+    """What is wrong with DSCHED_TRANSPORTS and DSCHED_TRANSPORTS_BY_HOST (system check)."""
+    problems = [f"DSCHED_TRANSPORTS: {p}" for p in config_problems(config)]
+    if not isinstance(by_host, Mapping):
+        return [*problems, "DSCHED_TRANSPORTS_BY_HOST must be a dict of host ids to tables"]
+    for host, table in by_host.items():
+        try:
+            name = host_key(host)
+        except ValueError:
+            problems.append(f"DSCHED_TRANSPORTS_BY_HOST: {host!r} is not a host id (a UUID)")
+            continue
+        problems.extend(f"DSCHED_TRANSPORTS_BY_HOST[{name!r}]: {p}" for p in config_problems(table))
+    return problems
 
-    def __init__(self, config: Mapping[str, Mapping[str, Any]] | None = None) -> None:
-        self.config = dict(config if config is not None else app_settings.TRANSPORTS)
+
+class RouteTable:
+    """One table of routes: topic or glob pattern → entry."""
+
+    def __init__(self, config: Mapping[str, Mapping[str, Any]]) -> None:
+        self.config = dict(config)
         self._patterns = sorted(
             (p for p in self.config if p != "*" and any(c in p for c in "*?[")),
             key=len,
             reverse=True,
         )
-        self._built: dict[str, Transport] = {}
-        self._by_topic: dict[str, str] = {}
+
+    def key_for(self, topic: str) -> str | None:
+        """The entry ``topic`` takes: exact, else longest matching pattern, else "*"."""
+        if topic in self.config:
+            return topic
+        key = next((p for p in self._patterns if fnmatchcase(topic, p)), "*")
+        return key if key in self.config else None
+
+
+class Route(NamedTuple):
+    """An entry of the routing settings: its host's table (None: DSCHED_TRANSPORTS) and key."""
+
+    host: str | None
+    key: str
+
+
+class Transports:
+    """(host, topic) → transport instance, built lazily and reused; ``close()`` closes all."""
+
+    def __init__(
+        self,
+        config: Mapping[str, Mapping[str, Any]] | None = None,
+        by_host: Mapping[Any, Mapping[str, Mapping[str, Any]]] | None = None,
+    ) -> None:
+        self.table = RouteTable(config if config is not None else app_settings.TRANSPORTS)
+        hosts = by_host if by_host is not None else app_settings.TRANSPORTS_BY_HOST
+        self.host_tables = {host_key(host): RouteTable(table) for host, table in hosts.items()}
+        self.config = self.table.config
+        self._built: dict[Route, Transport] = {}
+        self._routes: dict[tuple[str | None, str], Route] = {}
+
+    def route_for(self, topic: str, host: Any = None) -> Route:
+        """The route of a topic for a host: the host's table first, then DSCHED_TRANSPORTS."""
+        host = None if host is None else host_key(host)
+        route = self._routes.get((host, topic))
+        if route is None:
+            table = self.host_tables.get(host) if host is not None else None
+            key = table.key_for(topic) if table is not None else None
+            if key is not None:
+                route = Route(host, key)
+            else:
+                key = self.table.key_for(topic)
+                if key is None:
+                    raise TransportConfigError(
+                        f"no transport is configured for topic {topic!r} (and no '*' entry in "
+                        "DSCHED_TRANSPORTS)"
+                    )
+                route = Route(None, key)
+            self._routes[(host, topic)] = route
+        return route
 
     def key_for(self, topic: str) -> str:
-        key = self._by_topic.get(topic)
-        if key is None:
-            if topic in self.config:
-                key = topic
-            else:
-                key = next((p for p in self._patterns if fnmatchcase(topic, p)), "*")
-            if key not in self.config:
-                raise TransportConfigError(
-                    f"no transport is configured for topic {topic!r} (and no '*' entry in "
-                    "DSCHED_TRANSPORTS)"
-                )
-            self._by_topic[topic] = key
-        return key
+        return self.route_for(topic).key
 
-    def for_topic(self, topic: str) -> Transport:
-        key = self.key_for(topic)
-        transport = self._built.get(key)
+    def for_route(self, route: Route) -> Transport:
+        transport = self._built.get(route)
         if transport is None:
-            entry = self.config[key]
+            table = self.table if route.host is None else self.host_tables[route.host]
+            entry = table.config[route.key]
             transport = backend_class(entry["BACKEND"])(**entry.get("OPTIONS", {}))
-            self._built[key] = transport
+            self._built[route] = transport
         return transport
+
+    def for_topic(self, topic: str, host: Any = None) -> Transport:
+        return self.for_route(self.route_for(topic, host))
+
+    def for_message(self, message: Message) -> Transport:
+        return self.for_topic(message.topic, host_of(message))
 
     def close(self) -> None:
         built, self._built = self._built, {}

@@ -1,36 +1,75 @@
 """HTTP webhooks: POST the CloudEvent, structured mode (``pip install django-dsched[webhooks]``).
 
-Options: ``URL`` (required; ``{topic}`` and ``{type}`` are filled in), ``TIMEOUT`` (seconds
-for the whole exchange including redirects, default 10), ``HEADERS`` (extra request headers),
-``SECRET`` (if set, ``X-Dsched-Signature: sha256=<hex HMAC-SHA256 of the body>``),
-``MAX_REDIRECTS`` (default 3), ``MAX_RESPONSE_BYTES`` (default 65536).
+Options: ``URL`` (required; ``{topic}`` and ``{type}`` (or ``{event_type}``) are filled in,
+percent-encoded, in the path and query only), ``TIMEOUT`` (seconds: a deadline for the whole
+exchange, resolution, connection, TLS, request, response and redirects; default 10),
+``HEADERS`` (extra request headers), ``SECRET`` (if set,
+``X-Dsched-Signature: sha256=<hex HMAC-SHA256 of the body>``), ``MAX_REDIRECTS`` (default
+3), ``MAX_RESPONSE_BYTES`` (default 65536).
 
-Bounds: the URL's host and every redirect target must be in ``DSCHED_WEBHOOK_ALLOWED_HOSTS``;
-only 307/308 redirects are followed (they keep the method and body); proxies from the
-environment are ignored; at most ``MAX_RESPONSE_BYTES`` of a response are read.
+Bounds (docs/delivery.md, "Security"): the URL's host must be in
+``DSCHED_WEBHOOK_ALLOWED_HOSTS``; the addresses it resolves to are checked when connecting
+(loopback, private, link-local, metadata and other special addresses are refused unless
+``DSCHED_WEBHOOK_ALLOWED_NETWORKS`` opens them); only 307/308 redirects to the same origin
+(scheme, host and port) are followed, so headers and the signature never reach another
+origin; proxies from the environment are ignored; at most ``MAX_RESPONSE_BYTES`` of a
+response are read.
 
-Outcome: 2xx delivered; 408, 425, 429, 5xx, timeouts and connection errors are retried;
-other statuses and refused redirects dead-letter the message at once.
+Outcome: 2xx delivered; 408, 425, 429, 5xx, timeouts and connection errors are retried (after
+at least ``Retry-After``, within the relay's backoff bounds); other statuses (410 Gone among
+them), refused redirects and refused addresses dead-letter the message at once.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC
+from email.utils import parsedate_to_datetime
 from typing import Any
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import quote, unquote, urljoin, urlsplit
+
+from django.utils.module_loading import import_string
 
 from django_dsched import __version__
 from django_dsched.conf import app_settings
-from django_dsched.exceptions import DeliveryError, PermanentDeliveryError
+from django_dsched.exceptions import ConfigurationError, DeliveryError, PermanentDeliveryError
 from django_dsched.outbox.claims import Message
-from django_dsched.outbox.transports.base import Transport, encode, render
+from django_dsched.outbox.transports.addresses import (
+    IPNetwork,
+    Resolver,
+    literal,
+    parse_networks,
+    refusal,
+    system_resolver,
+)
+from django_dsched.outbox.transports.base import Transport, encode
 
 CONTENT_TYPE = "application/cloudevents+json; charset=utf-8"
 RETRYABLE_STATUSES = frozenset({408, 425, 429})
 FOLLOWED_REDIRECTS = frozenset({307, 308})
+DEFAULT_PORTS = {"http": 80, "https": 443}
+PLACEHOLDER = re.compile(r"\{(topic|type|event_type)\}")
+# Headers the transport writes itself; HEADERS may not name them.
+OWN_HEADERS = frozenset(
+    {
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "content-type",
+        "idempotency-key",
+        "user-agent",
+        "x-dsched-signature",
+    }
+)
+# Characters left as they are when a URL's path and query are made ASCII for the request
+# line: the reserved ones and "%" (escapes already there stay escapes).
+_KEEP_IN_TARGET = "!$&'()*+,/:;=?@%~"
 
 
 def _split_entry(entry: str) -> tuple[str, int | None]:
@@ -54,10 +93,10 @@ def host_allowed(url: str, allowed: Sequence[str]) -> bool:
     """
     parts = urlsplit(url)
     try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
+        port = parts.port or DEFAULT_PORTS.get(parts.scheme, 0)
     except ValueError:
         return False
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    if parts.scheme not in DEFAULT_PORTS or not parts.hostname:
         return False
     host = parts.hostname.lower().rstrip(".")
     for entry in allowed:
@@ -72,6 +111,137 @@ def host_allowed(url: str, allowed: Sequence[str]) -> bool:
     return False
 
 
+class UrlTemplate:
+    """A webhook URL whose ``{topic}`` and ``{type}`` are filled in percent-encoded.
+
+    Placeholders may stand only in the path and the query. Every character of a value that
+    is not unreserved (RFC 3986: letters, digits, ``-._~``) is percent-encoded, ``/``, ``?``,
+    ``#``, ``&`` and ``%`` included, so a value stays inside its placeholder; a path segment
+    that a value would turn into ``.`` or ``..`` is refused.
+    """
+
+    def __init__(self, template: str) -> None:
+        parts = urlsplit(template)
+        if parts.scheme not in DEFAULT_PORTS or not parts.netloc:
+            raise ConfigurationError("URL must be an http:// or https:// URL")
+        if "{" in parts.netloc or PLACEHOLDER.search(parts.fragment):
+            raise ConfigurationError(
+                "URL placeholders ({topic}, {type}) may stand only in the path and query, "
+                "never in the scheme, host or port"
+            )
+        self.template = template
+        self.origin = f"{parts.scheme}://{parts.netloc}"
+        self.segments = (parts.path or "/").split("/")
+        self.query = parts.query
+
+    def render(self, message: Message) -> str:
+        event_type = quote(message.event_type, safe="")
+        values = {"topic": quote(message.topic, safe=""), "type": event_type}
+        values["event_type"] = event_type
+
+        def fill(text: str) -> str:
+            return PLACEHOLDER.sub(lambda match: values[match[1]], text)
+
+        segments = []
+        for segment in self.segments:
+            filled = fill(segment)
+            if filled != segment and unquote(filled) in (".", ".."):
+                raise PermanentDeliveryError(
+                    f"refused: topic {message.topic!r} / type {message.event_type!r} would make "
+                    f"the URL path segment {segment!r} the dot segment {filled!r}"
+                )
+            segments.append(filled)
+        url = self.origin + "/".join(segments)
+        return f"{url}?{fill(self.query)}" if self.query else url
+
+    def probe(self) -> str:
+        """The URL with harmless values in its placeholders (for checks)."""
+        return PLACEHOLDER.sub("t", self.template)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where one request goes: the parts httpcore needs, and the origin they belong to."""
+
+    scheme: str
+    host: str  # as written in the URL, lower case, IDNA-encoded, no brackets
+    port: int
+    path: str  # path and query, ASCII
+
+    @classmethod
+    def parse(cls, url: str) -> Target:
+        parts = urlsplit(url)
+        try:
+            port = parts.port or DEFAULT_PORTS.get(parts.scheme, 0)
+            host = (parts.hostname or "").rstrip(".").encode("idna").decode("ascii")
+        except (ValueError, UnicodeError) as exc:
+            raise PermanentDeliveryError(f"bad webhook URL {url!r}: {exc}") from None
+        if parts.scheme not in DEFAULT_PORTS or not host:
+            raise PermanentDeliveryError(f"bad webhook URL {url!r}: not http(s) with a host")
+        path = quote(parts.path or "/", safe=_KEEP_IN_TARGET)
+        if parts.query:
+            path += "?" + quote(parts.query, safe=_KEEP_IN_TARGET)
+        return cls(parts.scheme, host, port, path)
+
+    @property
+    def origin(self) -> tuple[str, str, int]:
+        return (self.scheme, self.host, self.port)
+
+    @property
+    def host_header(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return host if self.port == DEFAULT_PORTS[self.scheme] else f"{host}:{self.port}"
+
+    def __str__(self) -> str:
+        return f"{self.scheme}://{self.host_header}{self.path}"
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    status: int
+    headers: dict[str, str]  # lower-case names
+    excerpt: str  # the start of the body
+
+
+def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
+    """``Retry-After`` in seconds, or None if absent or unreadable.
+
+    An HTTP-date is measured against the response's own ``Date`` header (both are the
+    server's clock; no process clock is read); without ``Date`` it is ignored.
+    """
+    value = headers.get("retry-after", "").strip()
+    if not value:
+        return None
+    if re.fullmatch(r"[0-9]{1,12}", value):
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+        now = parsedate_to_datetime(headers.get("date", "").strip())
+    except (TypeError, ValueError, IndexError):
+        return None
+    when, now = (d if d.tzinfo else d.replace(tzinfo=UTC) for d in (when, now))
+    return max(0.0, (when - now).total_seconds())
+
+
+def allowed_networks() -> tuple[IPNetwork, ...]:
+    """``DSCHED_WEBHOOK_ALLOWED_NETWORKS`` as networks (``ValueError`` if malformed)."""
+    entries = app_settings.WEBHOOK_ALLOWED_NETWORKS
+    if isinstance(entries, str):
+        raise ValueError("a list of networks is expected, not a string")
+    return parse_networks(entries)
+
+
+def configured_resolver() -> Resolver:
+    """``DSCHED_WEBHOOK_RESOLVER``: None (the system's), a callable or its dotted path."""
+    value = app_settings.WEBHOOK_RESOLVER
+    if value is None:
+        return system_resolver
+    resolver = import_string(value) if isinstance(value, str) else value
+    if not callable(resolver):
+        raise ConfigurationError(f"DSCHED_WEBHOOK_RESOLVER {value!r} is not callable")
+    return resolver  # type: ignore[no-any-return]
+
+
 class WebhookTransport(Transport):
     alias = "webhook"
     options = frozenset(
@@ -80,37 +250,45 @@ class WebhookTransport(Transport):
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
-        import httpx
+        import httpcore
 
-        self.httpx = httpx
-        self.url: str = options["URL"]
+        from django_dsched.outbox.transports.webhook_network import CheckedBackend, Deadline
+
+        self.httpcore = httpcore
+        self.template = UrlTemplate(options["URL"])
         self.timeout = float(options.get("TIMEOUT", 10.0))
-        self.headers = dict(options.get("HEADERS", {}))
+        self.headers = {
+            str(name): str(value)
+            for name, value in dict(options.get("HEADERS", {})).items()
+            if str(name).lower() not in OWN_HEADERS
+        }
         secret = options.get("SECRET")
-        self.secret = secret.encode() if isinstance(secret, str) else secret
+        self.secret: bytes | None = secret.encode() if isinstance(secret, str) else secret
         self.max_redirects = int(options.get("MAX_REDIRECTS", 3))
         self.max_response_bytes = int(options.get("MAX_RESPONSE_BYTES", 64 * 1024))
-        self.client = httpx.Client(
-            timeout=httpx.Timeout(self.timeout), follow_redirects=False, trust_env=False
+        self.deadline = Deadline()
+        self.pool = httpcore.ConnectionPool(
+            network_backend=CheckedBackend(
+                self.deadline, allowed_networks(), configured_resolver()
+            ),
+            retries=0,
+            keepalive_expiry=30.0,
         )
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> list[str]:
         problems = super().check_options(options)
         try:
-            import httpx  # noqa: F401
+            import httpcore  # noqa: F401
         except ImportError:
-            problems.append("needs httpx: pip install 'django-dsched[webhooks]'")
+            problems.append("needs httpcore: pip install 'django-dsched[webhooks]'")
         url = options.get("URL")
-        if not isinstance(url, str) or urlsplit(url).scheme not in ("http", "https"):
-            problems.append("URL must be an http:// or https:// URL")
+        try:
+            template = UrlTemplate(url if isinstance(url, str) else "")
+        except ConfigurationError as exc:
+            problems.append(str(exc))
         else:
-            probe = url.replace("{topic}", "t").replace("{type}", "t")
-            if not host_allowed(probe, app_settings.WEBHOOK_ALLOWED_HOSTS):
-                problems.append(
-                    f"the host of {url} is not in DSCHED_WEBHOOK_ALLOWED_HOSTS "
-                    f"({list(app_settings.WEBHOOK_ALLOWED_HOSTS)})"
-                )
+            problems.extend(_destination_problems(template))
         timeout = options.get("TIMEOUT", 10.0)
         visibility = app_settings.RELAY_VISIBILITY_TIMEOUT
         if not (isinstance(timeout, int | float) and timeout > 0):
@@ -124,9 +302,16 @@ class WebhookTransport(Transport):
         headers = options.get("HEADERS", {})
         if not isinstance(headers, Mapping):
             problems.append("HEADERS must be a mapping of header names to values")
+        else:
+            own = sorted(str(name) for name in headers if str(name).lower() in OWN_HEADERS)
+            if own:
+                problems.append(f"HEADERS may not set {', '.join(own)} (the transport does)")
+        secret = options.get("SECRET")
+        if secret is not None and not isinstance(secret, str | bytes):
+            problems.append("SECRET must be a string or bytes")
         return problems
 
-    def _headers(self, message: Message, body: bytes) -> dict[str, str]:
+    def _headers(self, message: Message, body: bytes) -> list[tuple[str, str]]:
         headers = {
             **self.headers,
             "Content-Type": CONTENT_TYPE,
@@ -136,55 +321,116 @@ class WebhookTransport(Transport):
         if self.secret:
             digest = hmac.new(self.secret, body, hashlib.sha256).hexdigest()
             headers["X-Dsched-Signature"] = f"sha256={digest}"
-        return headers
+        return list(headers.items())
 
     def send(self, message: Message) -> None:
         body = encode(message)
         headers = self._headers(message, body)
-        deadline = time.monotonic() + self.timeout
-        url = render(self.url, message)
+        url = self.template.render(message)
         allowed = app_settings.WEBHOOK_ALLOWED_HOSTS
-        for _hop in range(self.max_redirects + 1):
-            if not host_allowed(url, allowed):
-                raise PermanentDeliveryError(f"{url} is not in DSCHED_WEBHOOK_ALLOWED_HOSTS")
-            status, location, excerpt = self._post(url, body, headers, deadline)
-            if 200 <= status < 300:
-                return
-            if status in FOLLOWED_REDIRECTS and location:
-                url = urljoin(url, location)
-                continue
-            if 300 <= status < 400:
-                raise PermanentDeliveryError(f"HTTP {status} redirect not followed")
-            error = f"HTTP {status} from {url}" + (f": {excerpt}" if excerpt else "")
-            if status >= 500 or status in RETRYABLE_STATUSES:
-                raise DeliveryError(error)
-            raise PermanentDeliveryError(error)
-        raise PermanentDeliveryError(f"more than {self.max_redirects} redirects")
-
-    def _post(
-        self, url: str, body: bytes, headers: dict[str, str], deadline: float
-    ) -> tuple[int, str | None, str]:
-        """One POST within the deadline; returns (status, Location, start of the body)."""
-        httpx = self.httpx
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise DeliveryError(f"timed out after {self.timeout}s")
+        self.deadline.at = time.monotonic() + self.timeout
         try:
-            with self.client.stream(
-                "POST", url, content=body, headers=headers, timeout=httpx.Timeout(remaining)
+            for _hop in range(self.max_redirects + 1):
+                target = Target.parse(url)
+                if not host_allowed(url, allowed):
+                    raise PermanentDeliveryError(f"{url} is not in DSCHED_WEBHOOK_ALLOWED_HOSTS")
+                reply = self._post(target, body, headers)
+                status = reply.status
+                if 200 <= status < 300:
+                    return
+                location = reply.headers.get("location")
+                if status in FOLLOWED_REDIRECTS and location:
+                    url = self._redirect(target, urljoin(url, location), status)
+                    continue
+                if 300 <= status < 400:
+                    raise PermanentDeliveryError(f"HTTP {status} redirect not followed")
+                error = f"HTTP {status} from {target}" + (
+                    f": {reply.excerpt}" if reply.excerpt else ""
+                )
+                if status >= 500 or status in RETRYABLE_STATUSES:
+                    wait = retry_after_seconds(reply.headers)
+                    if wait is not None:
+                        error += f" (Retry-After: {wait:g}s)"
+                    raise DeliveryError(error, retry_after=wait)
+                raise PermanentDeliveryError(error)
+            raise PermanentDeliveryError(f"more than {self.max_redirects} redirects")
+        finally:
+            self.deadline.at = None
+
+    @staticmethod
+    def _redirect(origin: Target, url: str, status: int) -> str:
+        """``url`` if it has ``origin``'s scheme, host and port; refused otherwise."""
+        if Target.parse(url).origin != origin.origin:
+            raise PermanentDeliveryError(
+                f"HTTP {status} redirect to another origin not followed: {url} (redirects "
+                "are followed only within the URL's scheme, host and port, so its headers "
+                "and signature never go elsewhere; set URL to the new address)"
+            )
+        return url
+
+    def _post(self, target: Target, body: bytes, headers: list[tuple[str, str]]) -> Reply:
+        """One POST, ending by the deadline; the reply's status, headers and excerpt."""
+        httpcore = self.httpcore
+        timeouts = dict.fromkeys(("connect", "read", "write", "pool"), self.timeout)
+        url = httpcore.URL(
+            scheme=target.scheme, host=target.host, port=target.port, target=target.path
+        )
+        try:
+            with self.pool.stream(
+                "POST",
+                url,
+                headers=[("Host", target.host_header), *headers],
+                content=body,
+                extensions={"timeout": timeouts},
             ) as response:
                 received = bytearray()
-                for chunk in response.iter_raw():
-                    received += chunk
-                    if len(received) >= self.max_response_bytes or time.monotonic() > deadline:
-                        break
-                excerpt = bytes(received[: self.max_response_bytes])
-                excerpt_text = excerpt[:500].decode("utf-8", "replace").strip()
-                return response.status_code, response.headers.get("location"), excerpt_text
-        except httpx.TimeoutException:
-            raise DeliveryError(f"timed out after {self.timeout}s") from None
-        except httpx.HTTPError as exc:
+                try:
+                    for chunk in response.iter_stream():
+                        received += chunk
+                        if len(received) >= self.max_response_bytes:
+                            break
+                except (httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError):
+                    pass  # the status is in; a body cut short only shortens the excerpt
+                excerpt = bytes(received[:500]).decode("utf-8", "replace").strip()
+                reply_headers = {
+                    name.decode("latin-1").lower(): value.decode("latin-1")
+                    for name, value in response.headers
+                }
+                return Reply(response.status, reply_headers, excerpt)
+        except httpcore.TimeoutException:
+            raise DeliveryError(
+                f"timed out after {self.timeout}s (TIMEOUT bounds the whole exchange)"
+            ) from None
+        except (
+            httpcore.NetworkError,
+            httpcore.ProtocolError,
+            httpcore.UnsupportedProtocol,
+            httpcore.ConnectionNotAvailable,
+        ) as exc:
             raise DeliveryError(f"{type(exc).__name__}: {exc}") from None
 
     def close(self) -> None:
-        self.client.close()
+        self.pool.close()
+
+
+def _destination_problems(template: UrlTemplate) -> list[str]:
+    """Whether a URL's host is allowlisted and, if it is an address, allowed (checks)."""
+    probe = template.probe()
+    problems = []
+    if not host_allowed(probe, app_settings.WEBHOOK_ALLOWED_HOSTS):
+        problems.append(
+            f"the host of {template.template} is not in DSCHED_WEBHOOK_ALLOWED_HOSTS "
+            f"({list(app_settings.WEBHOOK_ALLOWED_HOSTS)})"
+        )
+    address = literal(urlsplit(probe).hostname or "")
+    try:
+        networks = allowed_networks()
+    except (TypeError, ValueError):
+        return problems  # reported by the settings check (dsched.E012)
+    why = refusal(address, networks) if address is not None else None
+    if why is not None:
+        problems.append(
+            f"{template.template} would be refused: {why}; list its network in "
+            "DSCHED_WEBHOOK_ALLOWED_NETWORKS to allow it"
+        )
+    return problems
