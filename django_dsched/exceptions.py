@@ -52,3 +52,7 @@ class DeliveryError(DschedError):
 
 class PermanentDeliveryError(DeliveryError):
     """The message can never be delivered as it is: dead-letter it now, do not retry."""
+
+
+class NotImportable(DschedError):
+    """A row of another scheduler's tables has no faithful equivalent (the message says why)."""
