@@ -6,10 +6,12 @@ import os
 
 from tests.integration.relay_settings import *  # noqa: F403
 
+# A send may take two TIMEOUTs (connect, confirm): within half the visibility timeout.
+DSCHED_RELAY_VISIBILITY_TIMEOUT = 4.0
 DSCHED_TRANSPORTS = {
     "celery": {
         "BACKEND": "tests.outbox.celery_pause.PausingCeleryTransport",
-        "OPTIONS": {"BROKER_URL": os.environ.get("CELERY_TEST_BROKER_URL", "")},
+        "OPTIONS": {"BROKER_URL": os.environ.get("CELERY_TEST_BROKER_URL", ""), "TIMEOUT": 0.9},
     },
     "*": {"BACKEND": "handlers"},
 }

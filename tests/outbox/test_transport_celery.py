@@ -187,6 +187,7 @@ def test_the_mapping_rule():
         ({"EXPIRES": 0}, "EXPIRES"),
         ({"ALLOWED_TASKS": "reports.*"}, "ALLOWED_TASKS"),
         ({"QUEUES": ["x"]}, "unknown option(s) QUEUES"),
+        ({"TIMEOUT": 15}, "less than a quarter of DSCHED_RELAY_VISIBILITY_TIMEOUT (60.0s)"),
     ],
 )
 def test_configuration_problems_are_reported(options, problem):

@@ -32,7 +32,8 @@ path of your Celery app, whose broker, routes and settings are then used),
 ``BROKER_TRANSPORT_OPTIONS`` (merged into the connection's), ``TASK``, ``ALLOWED_TASKS`` (glob
 patterns of task names that may be sent; default any), ``QUEUE``, ``EXCHANGE``, ``ROUTING_KEY``,
 ``PRIORITY`` (0-255, as Celery reads it), ``HEADERS``, ``EXPIRES`` (seconds after the fire),
-``TIMEOUT`` (seconds for connecting and for each confirm, default 10).
+``TIMEOUT`` (seconds for connecting and for each confirm, default 10; less than a quarter of
+``DSCHED_RELAY_VISIBILITY_TIMEOUT``, checked as ``dsched.E007``).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils.module_loading import import_string
 
+from django_dsched.conf import app_settings
 from django_dsched.exceptions import PermanentDeliveryError
 from django_dsched.outbox.claims import Message
 from django_dsched.outbox.transports.base import Transport, render
@@ -168,7 +170,6 @@ def _expiry(value: Any, fired_at: Any) -> datetime:
 
 class CeleryTransport(Transport):
     alias = "celery"
-    batch_size = 50
     options = frozenset(
         {
             "APP",
@@ -249,6 +250,19 @@ class CeleryTransport(Transport):
                 isinstance(value, int | float) and not isinstance(value, bool) and value > 0
             ):
                 problems.append(f"{name} must be a positive number of seconds")
+        timeout = options.get("TIMEOUT", 10.0)
+        visibility = app_settings.RELAY_VISIBILITY_TIMEOUT
+        if (
+            isinstance(timeout, int | float)
+            and isinstance(visibility, int | float)
+            and timeout * 4 >= visibility
+        ):
+            problems.append(
+                f"TIMEOUT ({timeout}s) must be less than a quarter of "
+                f"DSCHED_RELAY_VISIBILITY_TIMEOUT ({visibility}s): a send may connect and wait "
+                "for the broker's confirm, each up to TIMEOUT, and must end within half the "
+                "visibility timeout, or another relay could claim the message meanwhile"
+            )
         return problems
 
     def _open(self) -> Any:
