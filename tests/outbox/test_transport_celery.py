@@ -6,6 +6,7 @@ the task name, the task id (= the outbox message id), args, kwargs and the messa
 
 from __future__ import annotations
 
+import socket
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -114,6 +115,31 @@ def test_a_send_to_rabbitmq_is_confirmed_on_a_confirm_channel(settings, rabbitmq
         assert channel._confirm_selected
     finally:
         transport.close()
+
+
+def drop_connections(url: str, transport: CeleryTransport) -> None:
+    """The broker loses the transport's connection (as after a restart or a network cut)."""
+    if url.startswith("redis"):
+        import redis
+
+        client = redis.Redis.from_url(url)
+        client.client_kill_filter(_type="normal", skipme=True)
+        client.close()
+    else:
+        transport._connection.connection.transport.sock.shutdown(socket.SHUT_RDWR)
+
+
+def test_a_send_after_a_dropped_connection_reconnects(broker):
+    queue = f"reconnect-{uuid.uuid4().hex[:8]}"
+    transport = CeleryTransport(BROKER_URL=broker, QUEUE=queue)
+    ids = [uuid.uuid4(), uuid.uuid4()]
+    try:
+        transport.send(Message(ids[0], "celery", "t.x", {"data": {}}, 1))
+        drop_connections(broker, transport)
+        transport.send(Message(ids[1], "celery", "t.x", {"data": {}}, 1))
+    finally:
+        transport.close()
+    assert {m.headers["id"] for m in received(broker, queue, 2)} == {str(i) for i in ids}
 
 
 @pytest.mark.django_db(transaction=True)
