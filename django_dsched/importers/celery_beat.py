@@ -241,6 +241,8 @@ def spec_for(
         raise NotImportable("it has no schedule")
     if len(kinds) > 1:
         raise NotImportable(f"it has more than one schedule ({', '.join(kinds)})")
+    if not task.task.strip():
+        raise NotImportable("it names no Celery task")
     if task.expires is not None and task.expires <= now:
         raise NotImportable(f"it expired at {task.expires.isoformat()} (beat no longer runs it)")
     spec: dict[str, Any] = {}

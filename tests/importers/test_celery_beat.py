@@ -100,6 +100,7 @@ def beat(db_now):
         "broken args": PeriodicTask(
             interval=interval(1, "days"), task="app.tasks.broken", args="[1, 2"
         ),
+        "no task": PeriodicTask(interval=interval(1, "days"), task=" "),
         "celery.backend_cleanup": PeriodicTask(
             crontab=crontab(minute="0", hour="4"), task="celery.backend_cleanup"
         ),
@@ -132,6 +133,7 @@ def test_each_kind_is_imported_or_reported_with_its_reason(beat):
         "long gone",
         "mondays the first",
         "broken args",
+        "no task",
         "celery.backend_cleanup",
     }
     assert "solar schedules (sunrise) have no cron equivalent" in reasons["at sunrise"]
@@ -139,6 +141,7 @@ def test_each_kind_is_imported_or_reported_with_its_reason(beat):
     assert "expired at" in reasons["long gone"]
     assert "both the day of the month and the day of the week" in reasons["mondays the first"]
     assert "args are not valid JSON" in reasons["broken args"]
+    assert "names no Celery task" in reasons["no task"]
     assert "beat adds it by itself" in reasons["celery.backend_cleanup"]
     assert report.paused == ["paused one"]
     schedules = {s.schedule_name: s for s in Schedule.objects.all()}
