@@ -159,24 +159,48 @@ def sync(specs: Mapping[str, Mapping[str, Any]] | None = None) -> SyncReport:
 
 
 def _sync_one(name: str, host: Any, spec: Mapping[str, Any], report: SyncReport) -> None:
-    values = fields_of(spec)
+    outcome, schedule = upsert(name, host, fields_of(spec))
+    getattr(report, outcome).append(name)
+    if (
+        schedule is not None
+        and schedule.state == ScheduleState.PAUSED
+        and schedule.paused_reason == REMOVED
+    ):
+        services.resume(Schedule.objects.filter(pk=schedule.pk), actor=ACTOR)
+        report.reactivated.append(name)
+
+
+def upsert(
+    name: str,
+    host: Any,
+    values: Mapping[str, Any],
+    *,
+    origin: str = ScheduleOrigin.CODE,
+    actor: str = ACTOR,
+) -> tuple[str, Schedule | None]:
+    """Create the schedule ``name`` of ``host`` with ``values`` (Schedule fields), or update it.
+
+    Returns ``("created" | "updated" | "unchanged" | "conflicts", schedule)``. Only a schedule
+    of the same ``origin`` is updated (others are conflicts, left alone, returned as None); an
+    update writes only the fields that differ, through :func:`services.save_schedule`, so the
+    schedule keeps its place on the grid unless a timing field changed. Cancelled and
+    completed schedules are left as they are ("unchanged"). The caller holds the transaction.
+    """
     existing = Schedule.objects.select_for_update().filter(host_id=host, schedule_name=name).first()
     if existing is None:
-        schedule = Schedule(schedule_name=name, host_id=host, origin=ScheduleOrigin.CODE, **values)
-        services.save_schedule(schedule, actor=ACTOR)
-        report.created.append(name)
-        return
-    if existing.origin != ScheduleOrigin.CODE:
+        schedule = Schedule(schedule_name=name, host_id=host, origin=origin, **values)
+        services.save_schedule(schedule, actor=actor)
+        return "created", schedule
+    if existing.origin != origin:
         logger.warning(
-            "sync: %r exists and was not declared in code (origin %s); left alone",
+            "sync: %r exists and has another origin (%s, not %s); left alone",
             name,
             existing.origin,
+            origin,
         )
-        report.conflicts.append(name)
-        return
+        return "conflicts", None
     if existing.state in (ScheduleState.CANCELLED, ScheduleState.COMPLETED):
-        report.unchanged.append(name)
-        return
+        return "unchanged", existing
     changed = []
     for field_name, value in values.items():
         current = getattr(existing, field_name)
@@ -188,13 +212,9 @@ def _sync_one(name: str, host: Any, spec: Mapping[str, Any], report: SyncReport)
             setattr(existing, field_name, value)
             changed.append(field_name)
     if changed:
-        services.save_schedule(existing, changed, actor=ACTOR)
-        report.updated.append(name)
-    else:
-        report.unchanged.append(name)
-    if existing.state == ScheduleState.PAUSED and existing.paused_reason == REMOVED:
-        services.resume(Schedule.objects.filter(pk=existing.pk), actor=ACTOR)
-        report.reactivated.append(name)
+        services.save_schedule(existing, changed, actor=actor)
+        return "updated", existing
+    return "unchanged", existing
 
 
 def sync_after_migrate(sender: Any, **kwargs: Any) -> None:

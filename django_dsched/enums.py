@@ -33,6 +33,8 @@ class ScheduleOrigin(models.TextChoices):
     ADMIN = "ADMIN", _("admin")
     API = "API", _("Python API")
     CODE = "CODE", _("declared in code")
+    # Made by `dsched import-celery-beat` from a django-celery-beat PeriodicTask.
+    CELERY_BEAT = "CELERY_BEAT", _("imported from django-celery-beat")
 
 
 class ScheduleState(models.TextChoices):

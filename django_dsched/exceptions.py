@@ -66,3 +66,7 @@ class PermanentDeliveryError(DeliveryError):
 class AddressRefused(PermanentDeliveryError):
     """A webhook's host resolves to an address webhooks may not reach (loopback, private,
     link-local, metadata, ...) and ``DSCHED_WEBHOOK_ALLOWED_NETWORKS`` does not open it."""
+
+
+class NotImportable(DschedError):
+    """A row of another scheduler's tables has no faithful equivalent (the message says why)."""

@@ -30,6 +30,9 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_dsched",
+    # The Celery transport's worker-side dedupe, and the importer's source tables.
+    "django_dsched.contrib.celery",
+    "django_celery_beat",
 ]
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",

@@ -10,6 +10,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django_dsched import api
 from django_dsched.declared import sync
 from django_dsched.describe import describe
+from django_dsched.exceptions import ConfigurationError
+from django_dsched.management import _arguments
 from django_dsched.models import Schedule
 
 
@@ -59,15 +61,34 @@ class Command(BaseCommand):
                 sub.add_argument("--start", type=aware_datetime, required=True)
                 sub.add_argument("--end", type=aware_datetime, required=True)
         actions.add_parser("sync", help="Sync schedules declared in code to the database.")
+        importer = actions.add_parser(
+            "import-celery-beat",
+            help="Create schedules from django-celery-beat's periodic tasks (Celery transport).",
+        )
+        importer.add_argument(
+            "--dry-run", action="store_true", help="Report what would be done; write nothing."
+        )
+        importer.add_argument(
+            "--disable-source",
+            action="store_true",
+            help="Disable the imported PeriodicTasks (same transaction): beat stops firing them.",
+        )
+        importer.add_argument(
+            "--topic",
+            type=_arguments.topic,
+            default="celery",
+            help="Topic of the imported schedules; route it to the Celery transport "
+            "(default %(default)r).",
+        )
 
     def handle(self, *, action: str, host: str | None, **options: Any) -> None:
         try:
-            getattr(self, f"do_{action}")(host=host, **options)
+            getattr(self, f"do_{action.replace('-', '_')}")(host=host, **options)
         except Schedule.DoesNotExist:
             raise CommandError(f"No schedule {options.get('schedule')!r} on this host.") from None
         except ValidationError as exc:
             raise CommandError("; ".join(exc.messages)) from None
-        except ValueError as exc:
+        except (ValueError, ConfigurationError) as exc:
             raise CommandError(str(exc)) from None
 
     def do_list(self, *, host: str | None, state: str | None, **options: Any) -> None:
@@ -143,3 +164,40 @@ class Command(BaseCommand):
             f"{len(report.unchanged)}, deactivated {len(report.deactivated)}, reactivated "
             f"{len(report.reactivated)}, left alone (not from code) {len(report.conflicts)}"
         )
+
+    def do_import_celery_beat(
+        self,
+        *,
+        host: str | None,
+        dry_run: bool,
+        disable_source: bool,
+        topic: str,
+        **options: Any,
+    ) -> None:
+        from django_dsched.importers.celery_beat import import_celery_beat
+
+        report = import_celery_beat(
+            dry_run=dry_run, disable_source=disable_source, topic=topic, host_id=host
+        )
+        if dry_run:
+            self.stdout.write("Dry run: nothing was written; this is what would be done.")
+        self.stdout.write(
+            f"created {len(report.created)}, updated {len(report.updated)}, unchanged "
+            f"{len(report.unchanged)}, paused {len(report.paused)}, resumed "
+            f"{len(report.resumed)}, not imported {len(report.not_imported)}, disabled in beat "
+            f"{len(report.disabled_in_beat)}"
+        )
+        for label, names in (
+            ("created", report.created),
+            ("updated", report.updated),
+            ("paused", report.paused),
+            ("resumed", report.resumed),
+            ("disabled in beat", report.disabled_in_beat),
+            ("no PeriodicTask any more", report.orphaned),
+        ):
+            for name in names:
+                self.stdout.write(f"  {label}: {name}")
+        for name, reason in report.not_imported:
+            self.stdout.write(f"  not imported: {name}: {reason}")
+        for note in report.notes:
+            self.stdout.write(note)

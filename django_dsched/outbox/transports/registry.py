@@ -31,6 +31,7 @@ ALIASES = {
     "redis": "django_dsched.outbox.transports.redis_streams.RedisStreamsTransport",
     "rabbitmq": "django_dsched.outbox.transports.rabbitmq.RabbitMQTransport",
     "webhook": "django_dsched.outbox.transports.webhook.WebhookTransport",
+    "celery": "django_dsched.outbox.transports.celery.CeleryTransport",
 }
 
 # The fire path writes the host into the CloudEvent's source: '/django-dsched/<host_id>'.

@@ -1,0 +1,1 @@
+"""Optional companions to django-dsched, each its own app or module."""

@@ -1,0 +1,1 @@
+"""Importers: schedules from other schedulers' tables (the ``dsched import-...`` commands)."""
