@@ -25,9 +25,16 @@ DEFAULTS: dict[str, Any] = {
     "STANDBY_INTERVAL": 0.5,
     # Schedules fired in one transaction.
     "BATCH_SIZE": 1000,
-    # Take over at once when the leader's database session ends (session advisory lock).
-    # Turn off behind a transaction-mode pooler such as PgBouncer.
+    # Take over at once when the leader's database session ends (its backend pid leaves
+    # pg_stat_activity) instead of waiting for the lease. A leader whose connection goes
+    # through a pooler (detected, docs/pgbouncer.md) never offers its pid: failover waits
+    # for the lease there.
     "FAST_FAILOVER": True,
+    # LISTEN for NOTIFY wake-ups (new or edited schedules, fires for relays). None: yes,
+    # unless the connection goes through a pooler (detected), where the loops poll instead
+    # (DSCHED_POLL_INTERVAL, DSCHED_RELAY_POLL_INTERVAL). False: always poll; True: LISTEN
+    # even through a pooler (only a session-mode pooler can carry it).
+    "LISTEN": None,
     # Row id of the lease in scheduler_lock_t; two clusters on one database use two ids.
     "LEASE_ID": 1,
     # host_id given to schedules created without one.

@@ -291,7 +291,3 @@ class Relay(DatabaseLoop):
         logger.info(
             "stopping: gave back %d claimed message(s) relay=%s", released, self.instance_id
         )
-
-    # -- plumbing ------------------------------------------------------------------------
-    def session_settings(self) -> dict[str, str]:
-        return {"application_name": f"dsched-relay:{self.instance_id}"[:63]}
