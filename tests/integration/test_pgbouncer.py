@@ -73,6 +73,7 @@ def test_the_cluster_fires_every_slot_once_and_fails_over_by_the_lease(cluster, 
         what="a standby to take over",
     )
     failover = time.monotonic() - killed_at
+    print(f"pooled: failover after SIGKILL of the leader {failover:.2f} s (lease {LEASE} s)")
     assert second_epoch == epoch + 1
     # By the lease's expiry (its backend lives on in the pool), well before it plus a margin.
     assert failover < LEASE + 2.5, cluster.logs()
