@@ -19,6 +19,7 @@ from django_dsched import services
 from django_dsched.admin import schedule_panels
 from django_dsched.admin.base import ASSETS
 from django_dsched.admin.display import EMPTY, badge, moment
+from django_dsched.admin.filters import HostFilter, ScheduleValuesFilter
 from django_dsched.admin.schedule_actions import ScheduleActionsMixin
 from django_dsched.admin.schedule_form import ScheduleForm
 from django_dsched.clock import database_now
@@ -65,7 +66,14 @@ class ScheduleAdmin(ScheduleActionsMixin, admin.ModelAdmin):
         "host",
     ]
     list_display_links = ["schedule_name"]
-    list_filter = ["state", "event_topic", "event_type", "schedule_kind", "host_id", "origin"]
+    list_filter = [
+        "state",
+        ("event_topic", ScheduleValuesFilter),
+        ("event_type", ScheduleValuesFilter),
+        "schedule_kind",
+        ("host_id", HostFilter),
+        "origin",
+    ]
     search_fields = ["schedule_name", "event_topic", "event_type"]
     ordering = ["next_run_ts"]
     show_full_result_count = False
