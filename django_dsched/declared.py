@@ -26,7 +26,6 @@ touched, even when a declaration has the same name (a warning says so).
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -39,10 +38,12 @@ from django_dsched import services
 from django_dsched.conf import app_settings
 from django_dsched.enums import ScheduleKind, ScheduleOrigin, ScheduleState
 from django_dsched.exceptions import ConfigurationError, ValidationError
+from django_dsched.logs import get_logger
 from django_dsched.models import Schedule
 from django_dsched.models.schedule import resolve_host
+from django_dsched.validation import validate_plain_text
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 MODULE_NAME = "dsched_schedules"
 REMOVED = "removed from code"
@@ -154,6 +155,7 @@ def sync(specs: dict[str, dict[str, Any]] | None = None) -> SyncReport:
 
 
 def _sync_one(name: str, host: Any, spec: dict[str, Any], report: SyncReport) -> None:
+    validate_plain_text(name)  # before it is looked up (PostgreSQL text cannot hold NUL)
     values = fields_of(spec)
     existing = Schedule.objects.select_for_update().filter(host_id=host, schedule_name=name).first()
     if existing is None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import random
 import socket
@@ -15,9 +14,10 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from django.db.backends.utils import CursorWrapper
 
 from django_dsched.conf import app_settings
+from django_dsched.logs import get_logger
 from django_dsched.wakeup import Waker
 
-logger = logging.getLogger("django_dsched")
+logger = get_logger("django_dsched")
 
 
 def default_instance_id() -> str:

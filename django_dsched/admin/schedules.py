@@ -225,15 +225,20 @@ class ScheduleAdmin(ScheduleActionsMixin, admin.ModelAdmin):
         obj: Schedule | None = None,
     ) -> Any:
         if obj is not None and obj.pk and not add:
+            saved = obj
+            if request.method == "POST":
+                # A refused form left its edits on ``obj`` (maybe a blank start or a bad
+                # unit): the panels show what is saved, as on a fresh page.
+                saved = Schedule.objects.filter(pk=obj.pk).first() or obj
             now = database_now()
             context.update(
                 dsched_now=now,
-                dsched_buttons=self.buttons(request, obj),
-                dsched_preview=[moment(t, now) for t in schedule_panels.preview(obj, now)],
-                dsched_events=schedule_panels.events(request, obj, now),
-                dsched_deliveries=schedule_panels.deliveries(request, obj, now),
-                dsched_from_code=obj.origin == ScheduleOrigin.CODE,
-                dsched_frequency=describe(obj),
+                dsched_buttons=self.buttons(request, saved),
+                dsched_preview=[moment(t, now) for t in schedule_panels.preview(saved, now)],
+                dsched_events=schedule_panels.events(request, saved, now),
+                dsched_deliveries=schedule_panels.deliveries(request, saved, now),
+                dsched_from_code=saved.origin == ScheduleOrigin.CODE,
+                dsched_frequency=describe(saved),
             )
         return super().render_change_form(request, context, add, change, form_url, obj)
 

@@ -6,6 +6,7 @@ import argparse
 
 from django.core.exceptions import ValidationError
 
+from django_dsched.text import has_control_characters
 from django_dsched.validation import identifier_validator
 
 
@@ -32,6 +33,8 @@ def positive_float(value: str) -> float:
 def instance_id(value: str) -> str:
     if not value.strip() or len(value) > 255:
         raise argparse.ArgumentTypeError("must be 1 to 255 characters")
+    if has_control_characters(value):
+        raise argparse.ArgumentTypeError("must be printable (no line breaks or escapes)")
     return value
 
 

@@ -16,7 +16,6 @@ statement's NOTIFY on ``dsched_outbox`` wakes it at once.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from django.db import connections
 from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus
 from django_dsched.exceptions import PermanentDeliveryError
+from django_dsched.logs import get_logger
 from django_dsched.loops import DatabaseLoop, retry_delay
 from django_dsched.outbox.claims import (
     Claimer,
@@ -41,7 +41,7 @@ from django_dsched.outbox.claims import settle as settle_outcomes
 from django_dsched.outbox.handlers import autodiscover
 from django_dsched.outbox.transports import Transport, Transports
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 # Renew claims once this share of the visibility timeout has passed since the last renewal.
 RENEW_AFTER = 0.5

@@ -6,19 +6,19 @@ The management command only adapts its options to this class.
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass
 
 from django.db import DatabaseError, connections, transaction
 
 from django_dsched.conf import app_settings
+from django_dsched.logs import get_logger
 from django_dsched.loops import DatabaseLoop
 from django_dsched.scheduler import presence
 from django_dsched.scheduler.firing import Fence, fire_batch, seconds_until_next_due
 from django_dsched.scheduler.lease import LeaseHolder
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 # Retention batches a leader runs per heartbeat at most (each a short transaction).
 RETENTION_BATCHES_PER_BEAT = 5

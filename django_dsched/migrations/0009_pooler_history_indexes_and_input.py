@@ -3,8 +3,13 @@
 # (both partial: only dead letters, which fires and deliveries never write), and the list
 # of all messages newest first.
 # Built CONCURRENTLY: fires and deliveries keep writing while they build.
+# Then input checks (no SQL): schedule names refuse control characters, and event_data's
+# field checks depth and size before parsing or serialising (docs/reference.md).
 from django.contrib.postgres.operations import AddIndexConcurrently
 from django.db import migrations, models
+
+import django_dsched.models.fields
+import django_dsched.validation
 
 
 class Migration(migrations.Migration):
@@ -34,5 +39,25 @@ class Migration(migrations.Migration):
         AddIndexConcurrently(
             model_name="outboxmessage",
             index=models.Index(fields=["event_ts"], name="dsched_outbox_event_ts_idx"),
+        ),
+        migrations.AlterField(
+            model_name="schedule",
+            name="event_data",
+            field=django_dsched.models.fields.EventDataField(
+                blank=True,
+                default=dict,
+                help_text="A JSON object carried as the data of every event this schedule fires.",
+                validators=[django_dsched.validation.validate_event_data],
+                verbose_name="event data",
+            ),
+        ),
+        migrations.AlterField(
+            model_name="schedule",
+            name="schedule_name",
+            field=models.CharField(
+                max_length=126,
+                validators=[django_dsched.validation.validate_plain_text],
+                verbose_name="name",
+            ),
         ),
     ]
