@@ -4,7 +4,8 @@ Django's ``AllValuesFieldListFilter`` lists a column's values with ``SELECT DIST
 the whole table: over a million outbox messages that is a full scan on every page view.
 These filters keep its URL parameters (``?event_topic=...``, ``?topic=...``) and its
 behaviour, but read their choices from a bounded source, at most :data:`CHOICES_LIMIT` of
-them; a value that is not listed can still be filtered on (by URL, or found with search).
+them: an index (a loose index scan), or at most :data:`SCAN_LIMIT` rows of ``schedule_t``.
+A value that is not listed can still be filtered on (by URL, or found with search).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from django_dsched.models import Schedule
 
 # Values listed per filter; more would not be read anyway: search finds the rest.
 CHOICES_LIMIT = 50
+# Rows of schedule_t read for a filter's values (all of them in most projects).
+SCAN_LIMIT = 20_000
 
 
 def index_distinct(model: type[models.Model], column: str, limit: int) -> list[Any]:
@@ -47,6 +50,27 @@ def index_distinct(model: type[models.Model], column: str, limit: int) -> list[A
         return [row[0] for row in cursor.fetchall()]
 
 
+def scanned_distinct(model: type[models.Model], column: str, limit: int) -> tuple[list[Any], bool]:
+    """Up to ``limit`` distinct values of ``column`` among the first :data:`SCAN_LIMIT` rows.
+
+    Returns the values and whether every row was read (False: there may be more values).
+    """
+    connection = connections[router.db_for_read(model)]
+    table = connection.ops.quote_name(model._meta.db_table)
+    name = connection.ops.quote_name(column)
+    query = f"""
+        WITH scanned AS MATERIALIZED (SELECT {name} AS value FROM {table} LIMIT %(scan)s)
+        SELECT value, (SELECT count(*) FROM scanned) < %(scan)s
+        FROM (SELECT DISTINCT value FROM scanned) AS found
+        ORDER BY value
+        LIMIT %(limit)s
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(query, {"scan": SCAN_LIMIT, "limit": limit})
+        rows = cursor.fetchall()
+    return [value for value, _ in rows], all(complete for _, complete in rows)
+
+
 class BoundedValuesFilter(admin.AllValuesFieldListFilter):
     """``AllValuesFieldListFilter`` with choices from :meth:`values` (bounded), not DISTINCT."""
 
@@ -61,8 +85,9 @@ class BoundedValuesFilter(admin.AllValuesFieldListFilter):
     ) -> None:
         # The parent only builds a lazy DISTINCT queryset; it is replaced before it runs.
         super().__init__(field, request, params, model, model_admin, field_path)
-        values = [str(v) for v in self.values(CHOICES_LIMIT + 1)]
-        self.more = len(values) > CHOICES_LIMIT
+        self.complete = True  # values() says when it could not read every row
+        values = [str(v) for v in self.values(CHOICES_LIMIT + 1) if v is not None]
+        self.more = len(values) > CHOICES_LIMIT or not self.complete
         values = values[:CHOICES_LIMIT]
         # What is selected is always shown, listed or not.
         values += [v for v in self.lookup_val or [] if v not in values]
@@ -85,11 +110,8 @@ class ScheduleValuesFilter(BoundedValuesFilter):
     """A column of ``schedule_t``, the table of definitions (not of history)."""
 
     def values(self, limit: int) -> list[Any]:
-        return list(
-            Schedule.objects.order_by(self.field_path)
-            .values_list(self.field_path, flat=True)
-            .distinct()[:limit]
-        )
+        values, self.complete = scanned_distinct(Schedule, self.field.column, limit)
+        return values
 
 
 class HostFilter(BoundedValuesFilter):
@@ -107,8 +129,5 @@ class OutboxTopicFilter(BoundedValuesFilter):
     """
 
     def values(self, limit: int) -> list[Any]:
-        return list(
-            Schedule.objects.order_by("event_topic")
-            .values_list("event_topic", flat=True)
-            .distinct()[:limit]
-        )
+        values, self.complete = scanned_distinct(Schedule, "event_topic", limit)
+        return values
