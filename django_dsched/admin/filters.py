@@ -10,6 +10,7 @@ A value that is not listed can still be filtered on (by URL, or found with searc
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from django.contrib import admin
@@ -96,7 +97,7 @@ class BoundedValuesFilter(admin.AllValuesFieldListFilter):
     def values(self, limit: int) -> list[Any]:
         raise NotImplementedError
 
-    def choices(self, changelist: ChangeList) -> Any:
+    def choices(self, changelist: ChangeList) -> Iterator[dict[str, Any]]:
         yield from super().choices(changelist)
         if self.more:
             yield {
