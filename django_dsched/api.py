@@ -46,6 +46,8 @@ def get(ref: ScheduleRef, *, host_id: uuid.UUID | str | None = None) -> Schedule
     try:
         return queryset.get(pk=uuid.UUID(ref))
     except (ValueError, Schedule.DoesNotExist):
+        if "\x00" in ref:  # PostgreSQL text cannot hold NUL: no name has one
+            raise Schedule.DoesNotExist(f"No schedule named {ref!r}.") from None
         return queryset.get(schedule_name=ref)
 
 

@@ -65,7 +65,16 @@ class AppSettings:
     FAST_FAILOVER = Setting(
         True,
         "Take over as soon as the leader's database session is gone (its backend pid left "
-        "pg_stat_activity), not only when its lease expires.",
+        "pg_stat_activity), not only when its lease expires. A leader whose connection goes "
+        "through a pooler (detected, docs/pgbouncer.md) never offers its pid: failover waits "
+        "for the lease there.",
+    )
+    LISTEN: Setting[bool | None] = Setting(
+        None,
+        "LISTEN for NOTIFY wake-ups (new or edited schedules, fires for relays). None: yes, "
+        "unless the connection goes through a pooler (detected), where the loops poll instead "
+        "(DSCHED_POLL_INTERVAL, DSCHED_RELAY_POLL_INTERVAL). False: always poll; True: LISTEN "
+        "even through a pooler (only a session-mode pooler can carry it).",
     )
     LEASE_ID = Setting(
         1, "Row of the lease in scheduler_lock_t; two clusters on one database use two ids."

@@ -26,7 +26,6 @@ touched, even when a declaration has the same name (a warning says so).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -40,12 +39,14 @@ from django_dsched import services
 from django_dsched.conf import app_settings
 from django_dsched.enums import ScheduleKind, ScheduleOrigin, ScheduleState
 from django_dsched.exceptions import ConfigurationError, ValidationError
+from django_dsched.logs import get_logger
 from django_dsched.models import Schedule
 from django_dsched.models.schedule import resolve_host
+from django_dsched.validation import validate_plain_text
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 MODULE_NAME = "dsched_schedules"
 REMOVED = "removed from code"
@@ -159,6 +160,7 @@ def sync(specs: Mapping[str, Mapping[str, Any]] | None = None) -> SyncReport:
 
 
 def _sync_one(name: str, host: Any, spec: Mapping[str, Any], report: SyncReport) -> None:
+    validate_plain_text(name)  # before it is looked up (PostgreSQL text cannot hold NUL)
     outcome, schedule = upsert(name, host, fields_of(spec))
     getattr(report, outcome).append(name)
     if (

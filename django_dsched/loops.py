@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import random
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, Protocol
 
-from django.db import DatabaseError, InterfaceError, OperationalError, connections
+from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
+from django.db.backends.utils import CursorWrapper
 
 from django_dsched.conf import app_settings
+from django_dsched.logs import get_logger
 from django_dsched.wakeup import Waker
 
-logger = logging.getLogger("django_dsched")
+logger = get_logger("django_dsched")
 
 
 def default_instance_id() -> str:
@@ -58,6 +60,23 @@ class LoopStats(Protocol):
     db_errors: int
 
 
+def behind_pooler(connection: Any) -> bool:
+    """Whether ``connection`` (a Django wrapper, connected) goes through a connection pooler.
+
+    True when its settings say so (``DISABLE_SERVER_SIDE_CURSORS``, which Django needs behind
+    a transaction-mode pooler), or when the backend running our statements is not the one
+    the login named: a pooler such as PgBouncer answers the login itself, with a cancel key
+    of its own, while a plain TCP proxy passes the server's through.
+    """
+    if connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"):
+        return True
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (server_pid,) = cursor.fetchone()
+    pooled: bool = server_pid != connection.connection.info.backend_pid
+    return pooled
+
+
 class DatabaseLoop:
     """What ``Scheduler`` and ``Relay`` share: an interruptible loop on one database session.
 
@@ -65,6 +84,11 @@ class DatabaseLoop:
     and ``stats`` (with a ``db_errors`` counter), and implement :meth:`step`, which returns
     how long to sleep. Database errors are logged and retried with backoff; the process does
     not die. ``stop()`` is safe from a signal handler and interrupts the sleep.
+
+    Behind a transaction-mode pooler a session setting (``SET``, ``LISTEN``) stays on a
+    backend that other clients get next, so each new session is checked (:func:`behind_pooler`):
+    only a direct session gets ``application_name`` and LISTEN (a pooled one polls), and the
+    settings the loop needs while it holds locks are set per transaction (:meth:`transaction`).
     """
 
     kind = "loop"
@@ -78,6 +102,9 @@ class DatabaseLoop:
         self.waker = Waker()
         self._session: object | None = None
         self._backoff = Backoff()
+        # Set for each new session: whether it goes through a pooler, and whether we LISTEN.
+        self.pooled = False
+        self.listening = False
 
     # -- to implement ---------------------------------------------------------------------
     def step(self) -> float:
@@ -86,12 +113,16 @@ class DatabaseLoop:
     def shutdown(self) -> None:
         self._close()
 
-    def session_settings(self) -> dict[str, str]:
-        """Session settings (``set_config``) for every new connection."""
-        return {"application_name": f"dsched-{self.kind}:{self.instance_id}"[:63]}
+    def application_name(self) -> str:
+        """The session's ``application_name`` (set on direct sessions only)."""
+        return f"dsched-{self.kind}:{self.instance_id}"[:63]
+
+    def transaction_settings(self) -> dict[str, str]:
+        """Settings for each transaction :meth:`transaction` opens (``SET LOCAL``)."""
+        return {}
 
     def on_new_session(self) -> None:
-        """Called after a new session is prepared (for example to forget old locks)."""
+        """Called for each new session, ``pooled`` known (for example to forget old locks)."""
 
     def on_connection_lost(self) -> None:
         """Called when the session is gone (everything it held is gone too)."""
@@ -153,26 +184,55 @@ class DatabaseLoop:
         except DatabaseError:
             pass
 
+    @contextmanager
+    def transaction(self) -> Iterator[CursorWrapper]:
+        """A transaction (``atomic``) with :meth:`transaction_settings` applied to it only."""
+        connection = connections[self.using]
+        settings = self.transaction_settings()
+        with transaction.atomic(using=self.using), connection.cursor() as cursor:
+            if settings:
+                calls = ", ".join(["set_config(%s, %s, true)"] * len(settings))
+                cursor.execute(f"SELECT {calls}", [v for item in settings.items() for v in item])
+            yield cursor
+
     def _close(self) -> None:
         connections[self.using].close()
         self._session = None
 
     def _ensure_session(self) -> None:
-        """Connect if needed and prepare a new session (settings, LISTEN)."""
+        """Connect if needed and prepare a new session (pooler check, name, LISTEN)."""
         connection = connections[self.using]
         connection.ensure_connection()
         raw = connection.connection
         if raw is self._session:
             return
+        self.pooled = behind_pooler(connection)
+        self.listening = self.channels != () and (
+            not self.pooled if app_settings.LISTEN is None else bool(app_settings.LISTEN)
+        )
         self.on_new_session()
         with connection.cursor() as cursor:
-            for name, value in self.session_settings().items():
-                cursor.execute("SELECT set_config(%s, %s, false)", [name, value])
-            for channel in self.channels:
-                cursor.execute(f"LISTEN {channel}")
-        raw.add_notify_handler(self.waker.on_notify)
+            if not self.pooled:
+                # A direct session is this loop's alone; behind a pooler the name would stay
+                # on the backend for the next client, so the loop goes unnamed there.
+                cursor.execute(
+                    "SELECT set_config('application_name', %s, false)", [self.application_name()]
+                )
+            if self.listening:
+                for channel in self.channels:
+                    cursor.execute(f"LISTEN {channel}")
+        if self.listening:
+            raw.add_notify_handler(self.waker.on_notify)
+        if self.pooled:
+            logger.info(
+                "%s=%s connects through a pooler: %s",
+                self.kind,
+                self.instance_id,
+                "LISTEN anyway (DSCHED_LISTEN)" if self.listening else "polling instead of LISTEN",
+            )
         self._session = raw
 
     def _pgconn(self) -> Any:
+        """The socket to wait on for notifications (None when not listening)."""
         raw = connections[self.using].connection
-        return None if raw is None else raw.pgconn
+        return None if raw is None or not self.listening else raw.pgconn

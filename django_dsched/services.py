@@ -24,6 +24,7 @@ from django_dsched.exceptions import ConflictError, ValidationError
 from django_dsched.models import Event, Schedule
 from django_dsched.models.schedule import GRID_FIELDS
 from django_dsched.scheduler.firing import fire_slots
+from django_dsched.validation import validate_plain_text
 
 # Most slots one backfill may fire.
 MAX_BACKFILL = 10_000
@@ -89,6 +90,7 @@ def pause(
         raise ValidationError(_("Give a timezone-aware time (with an offset or a zone)."))
     if len(reason) > 255:
         raise ValidationError(_("The reason is limited to 255 characters."))
+    validate_plain_text(reason)
 
     def note(schedule: Schedule, now: datetime) -> list[str]:
         if until is not None and until <= now:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from datetime import datetime
 from typing import Any
 
@@ -12,6 +13,7 @@ from django.utils.translation import gettext_lazy as _
 
 from django_dsched.conf import app_settings
 from django_dsched.exceptions import ValidationError
+from django_dsched.text import has_control_characters
 
 NAME_MAX_LENGTH = 126
 
@@ -21,6 +23,95 @@ identifier_validator = RegexValidator(
     message=_("Use letters, digits and . _ : / - only, starting with a letter or digit."),
     code="invalid_identifier",
 )
+
+
+def validate_plain_text(value: str) -> None:
+    """Names and reasons: no control characters (line breaks, tabs, escapes, bidi overrides).
+
+    They end up in log lines, terminals and page titles, where such characters could forge
+    a line or disguise what is shown.
+    """
+    if has_control_characters(value):
+        raise ValidationError(
+            _(
+                "Use printable characters only: no line breaks, tabs, escape characters or "
+                "direction overrides."
+            ),
+            code="control_characters",
+        )
+
+
+# What matters to nesting in JSON text: brackets, and the quotes and backslashes of strings.
+_STRUCTURE = re.compile(r'[\\"\[\]{}]')
+
+
+def _text_depth(text: str, limit: int) -> int:
+    """Nesting depth of JSON text (brackets outside strings), stopping once past ``limit``.
+
+    One pass over the structural characters, without parsing (and without a regular
+    expression over whole strings, which could take quadratic time on hostile text).
+    """
+    depth = deepest = 0
+    in_string = False
+    escaped_until = -1
+    for match in _STRUCTURE.finditer(text):
+        position, char = match.start(), match.group()
+        if position < escaped_until:
+            continue
+        if in_string:
+            if char == "\\":
+                escaped_until = position + 2
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > limit:
+                break
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
+# Event data as text may be indented: up to this many times the compact limit is parsed.
+TEXT_SLACK = 4
+
+
+def check_event_data_text(text: str) -> None:
+    """Refuse event data *text* that is too big or too deep before anyone parses it.
+
+    ``json.loads`` recurses once per nesting level: ``[[[[...]]]]`` ten thousand deep raises
+    ``RecursionError`` inside the parser. So the text's size is checked first, then its depth
+    is counted without parsing (brackets outside string literals).
+    """
+    max_bytes = app_settings.EVENT_DATA_MAX_BYTES
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > TEXT_SLACK * max_bytes:
+        raise ValidationError(
+            _("Event data is %(size)d bytes; the limit is %(limit)d bytes."),
+            code="too_large",
+            params={"size": size, "limit": max_bytes},
+        )
+    max_depth = app_settings.EVENT_DATA_MAX_DEPTH
+    if _text_depth(text, max_depth) > max_depth:
+        raise ValidationError(
+            _("Event data is nested deeper than %(limit)d levels."),
+            code="too_deep",
+            params={"limit": max_depth},
+        )
+
+
+def check_event_data_depth(value: Any) -> None:
+    """Refuse event data nested deeper than allowed, without recursing into it."""
+    max_depth = app_settings.EVENT_DATA_MAX_DEPTH
+    if _depth(value, max_depth) > max_depth:
+        raise ValidationError(
+            _("Event data is nested deeper than %(limit)d levels."),
+            code="too_deep",
+            params={"limit": max_depth},
+        )
 
 
 def _depth(value: Any, limit: int) -> int:
@@ -72,13 +163,7 @@ def validate_event_data(value: Any) -> None:
             _('Event data must be a JSON object, such as {"report": "daily"}.'),
             code="not_an_object",
         )
-    max_depth = app_settings.EVENT_DATA_MAX_DEPTH
-    if _depth(value, max_depth) > max_depth:
-        raise ValidationError(
-            _("Event data is nested deeper than %(limit)d levels."),
-            code="too_deep",
-            params={"limit": max_depth},
-        )
+    check_event_data_depth(value)
     if _has_bad_text(value):
         raise ValidationError(
             _(

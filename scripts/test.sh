@@ -18,6 +18,8 @@ command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || missing+=(rabbitmq-server)
 # Chromium and its driver for the admin's browser tests (tests/browser).
 { command -v chromium && command -v chromedriver; } >/dev/null 2>&1 || missing+=(chromium chromium-driver)
+# PgBouncer for the transaction-pooling tests (tests/integration/test_pgbouncer.py).
+[ -x /usr/sbin/pgbouncer ] || command -v pgbouncer >/dev/null 2>&1 || missing+=(pgbouncer)
 if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "== installing ${missing[*]}"

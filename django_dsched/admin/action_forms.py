@@ -8,6 +8,8 @@ from django import forms
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from django_dsched.validation import validate_plain_text
+
 
 class NoOptions(forms.Form):
     """Actions that need nothing but a confirmation."""
@@ -18,6 +20,7 @@ class PauseOptions(forms.Form):
         label=_("Reason"),
         max_length=255,
         required=False,
+        validators=[validate_plain_text],
         help_text=_("Shown on the schedule's page and kept in its history."),
     )
     until = forms.DateTimeField(

@@ -10,6 +10,7 @@ from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
+from django_dsched.admin.paging import EstimatedCountPaginator
 from django_dsched.models import Event, OutboxMessage
 
 # The stylesheet (badges, panels, narrow screens; admin colour variables, so dark mode
@@ -31,9 +32,12 @@ else:
 
 
 class ReadOnlyAdmin(AnyModelAdmin):
-    """History is written by the scheduler only."""
+    """History is written by the scheduler only, and grows: no query may read all of it."""
 
     show_full_result_count = False
+    paginator = EstimatedCountPaginator
+    # Facet counts are a COUNT per filter value over the whole table.
+    show_facets = admin.ShowFacets.NEVER
 
     class Media:
         css = ASSETS["css"]

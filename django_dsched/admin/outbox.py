@@ -10,6 +10,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from django_dsched.admin.base import ReadOnlyAdmin
+from django_dsched.admin.filters import OutboxTopicFilter
 from django_dsched.changes import ChangeCount
 from django_dsched.models import OutboxMessage
 from django_dsched.outbox import dead_letters
@@ -49,7 +50,7 @@ class OutboxMessageAdmin(ReadOnlyAdmin):
         "delivered_ts",
         "event_ts",
     ]
-    list_filter = ["status", "topic"]
+    list_filter = ["status", ("topic", OutboxTopicFilter)]
     search_fields = ["=id", "=aggregate_id", "topic", "event_type"]
     fields = readonly_fields = OUTBOX_FIELDS
     actions = ["retry_selected", "discard_selected"]

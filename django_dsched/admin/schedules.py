@@ -19,6 +19,7 @@ from django_dsched import services
 from django_dsched.admin import schedule_panels
 from django_dsched.admin.base import ASSETS
 from django_dsched.admin.display import EMPTY, badge, moment
+from django_dsched.admin.filters import HostFilter, ScheduleValuesFilter
 from django_dsched.admin.schedule_actions import ScheduleActionsMixin
 from django_dsched.admin.schedule_form import ScheduleForm
 from django_dsched.clock import database_now
@@ -65,7 +66,14 @@ class ScheduleAdmin(ScheduleActionsMixin):
         "host",
     ]
     list_display_links = ["schedule_name"]
-    list_filter = ["state", "event_topic", "event_type", "schedule_kind", "host_id", "origin"]
+    list_filter = [
+        "state",
+        ("event_topic", ScheduleValuesFilter),
+        ("event_type", ScheduleValuesFilter),
+        "schedule_kind",
+        ("host_id", HostFilter),
+        "origin",
+    ]
     search_fields = ["schedule_name", "event_topic", "event_type"]
     ordering = ["next_run_ts"]
     show_full_result_count = False
@@ -219,15 +227,20 @@ class ScheduleAdmin(ScheduleActionsMixin):
         obj: Schedule | None = None,
     ) -> Any:
         if obj is not None and obj.pk and not add:
+            saved = obj
+            if request.method == "POST":
+                # A refused form left its edits on ``obj`` (maybe a blank start or a bad
+                # unit): the panels show what is saved, as on a fresh page.
+                saved = Schedule.objects.filter(pk=obj.pk).first() or obj
             now = database_now()
             context.update(
                 dsched_now=now,
-                dsched_buttons=self.buttons(request, obj),
-                dsched_preview=[moment(t, now) for t in schedule_panels.preview(obj, now)],
-                dsched_events=schedule_panels.events(request, obj, now),
-                dsched_deliveries=schedule_panels.deliveries(request, obj, now),
-                dsched_from_code=obj.origin == ScheduleOrigin.CODE,
-                dsched_frequency=describe(obj),
+                dsched_buttons=self.buttons(request, saved),
+                dsched_preview=[moment(t, now) for t in schedule_panels.preview(saved, now)],
+                dsched_events=schedule_panels.events(request, saved, now),
+                dsched_deliveries=schedule_panels.deliveries(request, saved, now),
+                dsched_from_code=saved.origin == ScheduleOrigin.CODE,
+                dsched_frequency=describe(saved),
             )
         return super().render_change_form(request, context, add, change, form_url, obj)
 

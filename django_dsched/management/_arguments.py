@@ -8,6 +8,7 @@ from typing import TypeVar
 
 from django.core.exceptions import ValidationError
 
+from django_dsched.text import has_control_characters
 from django_dsched.validation import identifier_validator
 
 N = TypeVar("N", int, float)
@@ -44,6 +45,8 @@ def positive_days(value: str) -> float:
 def instance_id(value: str) -> str:
     if not value.strip() or len(value) > 255:
         raise argparse.ArgumentTypeError("must be 1 to 255 characters")
+    if has_control_characters(value):
+        raise argparse.ArgumentTypeError("must be printable (no line breaks or escapes)")
     return value
 
 

@@ -104,6 +104,21 @@ class OutboxMessage(EventRecord):
                 condition=models.Q(status=DeliveryStatus.DELIVERY_FAILED),
                 name="dsched_outbox_dead_idx",
             ),
+            # The schedules list counts each schedule's dead letters (few: a partial index that
+            # fires and deliveries never write to).
+            models.Index(
+                fields=["aggregate_id"],
+                condition=models.Q(status=DeliveryStatus.DELIVERY_FAILED),
+                name="dsched_outbox_dead_sched_idx",
+            ),
+            # The admin's dead letters, newest first (not a walk through all messages).
+            models.Index(
+                fields=["event_ts"],
+                condition=models.Q(status=DeliveryStatus.DELIVERY_FAILED),
+                name="dsched_outbox_dead_ts_idx",
+            ),
+            # The admin's list, newest first, without sorting the whole table.
+            models.Index(fields=["event_ts"], name="dsched_outbox_event_ts_idx"),
         ]
 
     def __str__(self) -> str:

@@ -27,6 +27,7 @@ from django_dsched.enums import (
     max_length_of,
 )
 from django_dsched.exceptions import CronError, ValidationError
+from django_dsched.models.fields import EventDataField
 from django_dsched.timetables import Rules, Timetable, first_slot, jitter, timetable_for
 from django_dsched.timetables.grid import period_is_acceptable
 from django_dsched.validation import (
@@ -35,6 +36,7 @@ from django_dsched.validation import (
     validate_aware,
     validate_cron_expression,
     validate_event_data,
+    validate_plain_text,
     validate_time_zone,
 )
 
@@ -78,7 +80,9 @@ class Schedule(models.Model):
     host_id = models.UUIDField(
         _("host id"), default=default_host_id, help_text=_("The tenant that owns the schedule.")
     )
-    schedule_name = models.CharField(_("name"), max_length=NAME_MAX_LENGTH)
+    schedule_name = models.CharField(
+        _("name"), max_length=NAME_MAX_LENGTH, validators=[validate_plain_text]
+    )
     schedule_kind = models.CharField(
         _("kind"),
         max_length=max_length_of(ScheduleKind),
@@ -194,7 +198,7 @@ class Schedule(models.Model):
     event_type = models.CharField(
         _("event type"), max_length=NAME_MAX_LENGTH, validators=[identifier_validator]
     )
-    event_data = models.JSONField(
+    event_data = EventDataField(
         _("event data"),
         default=dict,
         blank=True,

@@ -16,7 +16,6 @@ statement's NOTIFY on ``dsched_outbox`` wakes it at once.
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -28,6 +27,7 @@ from django.db import connections
 from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus
 from django_dsched.exceptions import DeliveryError, PermanentDeliveryError
+from django_dsched.logs import get_logger
 from django_dsched.loops import DatabaseLoop, retry_delay
 from django_dsched.outbox.claims import (
     Claimer,
@@ -43,7 +43,7 @@ from django_dsched.outbox.handlers import autodiscover
 from django_dsched.outbox.transports import Transport, Transports
 from django_dsched.outbox.transports.registry import host_of
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 # Renew claims once this share of the visibility timeout has passed since the last renewal.
 RENEW_AFTER = 0.5
@@ -298,7 +298,3 @@ class Relay(DatabaseLoop):
         logger.info(
             "stopping: gave back %d claimed message(s) relay=%s", released, self.instance_id
         )
-
-    # -- plumbing ------------------------------------------------------------------------
-    def session_settings(self) -> dict[str, str]:
-        return {"application_name": f"dsched-relay:{self.instance_id}"[:63]}

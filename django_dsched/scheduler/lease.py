@@ -11,6 +11,11 @@ Rules (all times are the database's clock):
   means its process died or lost its connection. (A reused pid only delays failover to the
   lease's expiry; it can never cause an early takeover.) The lease and its epoch stay the
   rule that keeps fires safe; the pid only makes failover fast.
+* The pid means something only on a direct session. Behind a pooler a backend serves many
+  clients and the pooler closes and opens backends on its own: the leader's last backend can
+  outlive it, or vanish while it lives. So a leader whose session is not direct
+  (``direct_session`` false: the loop detects a pooler) records pid 0, which turns the rule
+  off for everyone until the next leader: failover then waits for the lease.
 * The leader trusts its lease only until ``renewal sent + lease - margin`` on its own
   monotonic clock, so a slow round trip never stretches leadership.
 """
@@ -25,7 +30,8 @@ from django.db import connections
 ACQUIRE = """
 INSERT INTO scheduler_lock_t AS l
     (lock_id, instance_id, epoch, last_heartbeat, acquired_ts, holder_pid)
-VALUES (%(lease_id)s, %(instance)s, 1, clock_timestamp(), clock_timestamp(), pg_backend_pid())
+VALUES (%(lease_id)s, %(instance)s, 1, clock_timestamp(), clock_timestamp(),
+        CASE WHEN %(own_pid)s THEN pg_backend_pid() ELSE 0 END)
 ON CONFLICT (lock_id) DO UPDATE
     SET instance_id = EXCLUDED.instance_id,
         epoch = l.epoch + 1,
@@ -33,12 +39,15 @@ ON CONFLICT (lock_id) DO UPDATE
         acquired_ts = EXCLUDED.acquired_ts,
         holder_pid = EXCLUDED.holder_pid
     WHERE l.last_heartbeat < clock_timestamp() - make_interval(secs => %(lease)s)
-       OR (%(fast)s AND NOT EXISTS (SELECT FROM pg_stat_activity a WHERE a.pid = l.holder_pid))
+       OR (%(fast)s AND l.holder_pid <> 0
+           AND NOT EXISTS (SELECT FROM pg_stat_activity a WHERE a.pid = l.holder_pid))
 RETURNING epoch
 """
 
 RENEW = """
-UPDATE scheduler_lock_t SET last_heartbeat = clock_timestamp(), holder_pid = pg_backend_pid()
+UPDATE scheduler_lock_t
+SET last_heartbeat = clock_timestamp(),
+    holder_pid = CASE WHEN %(own_pid)s THEN pg_backend_pid() ELSE 0 END
 WHERE lock_id = %(lease_id)s AND instance_id = %(instance)s AND epoch = %(epoch)s
 """
 
@@ -70,6 +79,9 @@ class LeaseHolder:
         self.instance_id = instance_id
         self.lease_seconds = float(lease_seconds)
         self.fast_failover = fast_failover
+        # False when the connection goes through a pooler: then the backend pid says nothing
+        # about this process's life, and the lease records none (see the module's doc).
+        self.direct_session = True
         self.margin = min(1.0, self.lease_seconds / 4)
         self.epoch: int | None = None
         self.trusted_until = 0.0
@@ -94,6 +106,7 @@ class LeaseHolder:
             "instance": self.instance_id,
             "epoch": self.epoch,
             "lease": self.lease_seconds,
+            "own_pid": self.fast_failover and self.direct_session,
             **extra,
         }
 

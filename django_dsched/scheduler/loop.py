@@ -6,19 +6,19 @@ The management command only adapts its options to this class.
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass
 
 from django.db import DatabaseError, connections, transaction
 
 from django_dsched.conf import app_settings
+from django_dsched.logs import get_logger
 from django_dsched.loops import DatabaseLoop
 from django_dsched.scheduler import presence
 from django_dsched.scheduler.firing import Fence, fire_batch, seconds_until_next_due
 from django_dsched.scheduler.lease import LeaseHolder
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 # Retention batches a leader runs per heartbeat at most (each a short transaction).
 RETENTION_BATCHES_PER_BEAT = 5
@@ -133,13 +133,12 @@ class Scheduler(DatabaseLoop):
 
     def _fire_due(self) -> bool:
         """Fire batches while schedules are due; True when there is more to do at once."""
-        connection = connections[self.using]
         while self.lease.is_trusted() and not self.stopping.is_set():
             epoch = self.lease.epoch
             if epoch is None:  # trusted implies leading; for the type checker
                 break
             fence = Fence(app_settings.LEASE_ID, self.instance_id, epoch, self.lease.lease_seconds)
-            with transaction.atomic(using=self.using), connection.cursor() as cursor:
+            with self.transaction() as cursor:
                 result = fire_batch(cursor, fence, self.batch_size)
                 if result.fenced:
                     transaction.set_rollback(True, using=self.using)
@@ -189,7 +188,8 @@ class Scheduler(DatabaseLoop):
         from django_dsched.outbox.retention import purge_expired
         from django_dsched.services import resume_expired_pauses
 
-        resumed = resume_expired_pauses()
+        with self.transaction():
+            resumed = resume_expired_pauses()
         if resumed:
             logger.info("resumed %d schedule(s) whose pause ended", resumed)
         now = time.monotonic()
@@ -201,16 +201,20 @@ class Scheduler(DatabaseLoop):
             )
 
     # -- plumbing ------------------------------------------------------------------------
-    def session_settings(self) -> dict[str, str]:
+    def application_name(self) -> str:
+        return f"dsched:{self.instance_id}"[:63]
+
+    def transaction_settings(self) -> dict[str, str]:
         # A leader frozen mid-transaction (SIGSTOP, VM pause) loses its session and row locks.
+        # Per transaction, not per session: behind a pooler a session setting would stay on
+        # the backend for the next client.
         idle_timeout_ms = int(self.lease.lease_seconds * 2000)
-        return {
-            "application_name": f"dsched:{self.instance_id}"[:63],
-            "idle_in_transaction_session_timeout": str(idle_timeout_ms),
-        }
+        return {"idle_in_transaction_session_timeout": str(idle_timeout_ms)}
 
     def on_new_session(self) -> None:
         self.lease.step_down()  # a new session cannot carry the old one's leadership
+        # Behind a pooler the backend pid is not this process's life: offer none.
+        self.lease.direct_session = not self.pooled
 
     def on_connection_lost(self) -> None:
         if self.lease.is_leader:

@@ -12,6 +12,8 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 from django.db import connection
 
+from tests.pgbouncer import pgbouncer  # noqa: F401  (a fixture for test_pgbouncer.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -25,11 +27,21 @@ class Instance:
     """A management command (``run_scheduler`` unless told otherwise) in a subprocess."""
 
     def __init__(
-        self, name: str, log_dir: Path, extra_args: list[str], command: str = "run_scheduler"
+        self,
+        name: str,
+        log_dir: Path,
+        extra_args: list[str],
+        command: str = "run_scheduler",
+        env: dict[str, str] | None = None,
     ) -> None:
         self.name = name
         self.log_path = log_dir / f"{name}.log"
-        env = {**os.environ, "DATABASE_URL": database_url(), "PYTHONPATH": str(ROOT)}
+        env = {
+            **os.environ,
+            "DATABASE_URL": database_url(),
+            "PYTHONPATH": str(ROOT),
+            **(env or {}),
+        }
         self.process = subprocess.Popen(
             [
                 sys.executable,
@@ -74,8 +86,14 @@ def cluster(tmp_path, transactional_db):
         def __init__(self) -> None:
             self.instances: dict[str, Instance] = {}
 
-        def start(self, name: str, *extra_args: str, command: str = "run_scheduler") -> Instance:
-            instance = Instance(name, tmp_path, list(extra_args), command)
+        def start(
+            self,
+            name: str,
+            *extra_args: str,
+            command: str = "run_scheduler",
+            env: dict[str, str] | None = None,
+        ) -> Instance:
+            instance = Instance(name, tmp_path, list(extra_args), command, env)
             self.instances[name] = instance
             return instance
 

@@ -121,3 +121,20 @@ def test_trust_window_ends_without_renewal():
         assert a.is_trusted()
         a.trusted_until -= 10
         assert not a.is_trusted()
+
+
+def test_a_leader_behind_a_pooler_offers_no_pid_so_standbys_wait_for_expiry():
+    """Behind a pooler a backend's life is not the leader's: the pid rule must not apply."""
+    with other_session() as s2:
+        b = make_lease(s2, "b")
+        with other_session() as s1:
+            a = make_lease(s1, "a")
+            a.direct_session = False
+            assert a.try_acquire() and a.renew()
+            assert Lease.objects.get().holder_pid == 0
+            pid = backend_pid(s1)
+        # The backend the leader used is gone (a pooler closed it): the leader may live on.
+        wait_for(lambda: backend_gone(pid), timeout=5, what="the backend to exit")
+        assert not b.try_acquire()
+        expire_lease()
+        assert b.try_acquire()

@@ -13,6 +13,7 @@ from django_dsched.describe import describe
 from django_dsched.exceptions import ConfigurationError
 from django_dsched.management import _arguments
 from django_dsched.models import Schedule
+from django_dsched.text import escape_control_characters as shown
 
 
 def aware_datetime(value: str) -> datetime:
@@ -95,14 +96,14 @@ class Command(BaseCommand):
         rows = api.schedules(host_id=host, state=state)
         for schedule in rows:
             self.stdout.write(
-                f"{schedule.schedule_name:<32} {schedule.state:<9} "
+                f"{shown(schedule.schedule_name):<32} {schedule.state:<9} "
                 f"next {schedule.next_run_ts:%Y-%m-%d %H:%M:%S%z}  {describe(schedule)}"
             )
 
     def do_show(self, *, host: str | None, schedule: str, **options: Any) -> None:
         status = api.status(schedule, host_id=host)
         found = api.get(schedule, host_id=host)
-        self.stdout.write(f"{found.schedule_name} ({found.schedule_id})")
+        self.stdout.write(f"{shown(found.schedule_name)} ({found.schedule_id})")
         self.stdout.write(f"  timing   {describe(found)}")
         self.stdout.write(f"  topic    {found.event_topic}  type {found.event_type}")
         for label, value in (
@@ -116,7 +117,8 @@ class Command(BaseCommand):
         ):
             self.stdout.write(f"  {label:<8} {value}")
         if status.paused_reason or status.paused_until:
-            self.stdout.write(f"  paused   {status.paused_reason} until {status.paused_until}")
+            reason = shown(status.paused_reason)
+            self.stdout.write(f"  paused   {reason} until {status.paused_until}")
 
     def do_preview(self, *, host: str | None, schedule: str, count: int, **options: Any) -> None:
         for when in api.preview(schedule, count, host_id=host):
