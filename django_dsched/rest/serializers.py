@@ -74,10 +74,52 @@ class AwareDateTimeField(serializers.DateTimeField):
         return super().enforce_timezone(value)
 
 
+# JSON bodies are typed: DRF's fields would also take 5 for a name, "5" or 5.0 for a
+# number, 0 for false and 7 for a UUID, which the schema (and a careful client) does not.
+
+
+class Text(serializers.CharField):
+    """A JSON string (DRF's CharField would also take a number)."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        value: str = super().to_internal_value(data)
+        return value
+
+
+class Integer(serializers.IntegerField):
+    """A JSON integer (not a string, a float or a boolean)."""
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        value: int = super().to_internal_value(data)
+        return value
+
+
+class Boolean(serializers.BooleanField):
+    """true or false (not 0, 1, "yes" or "on")."""
+
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            self.fail("invalid")
+        return data
+
+
+class UUIDText(serializers.UUIDField):
+    """A UUID in a JSON string (DRF's UUIDField would also take an integer)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not isinstance(data, str):
+            self.fail("invalid", value=str(data)[:50])
+        return super().to_internal_value(data)
+
+
 @extend_schema_field(
     {"type": "string", "pattern": IDENTIFIER_PATTERN, "maxLength": NAME_MAX_LENGTH}
 )
-class IdentifierField(serializers.CharField):
+class IdentifierField(Text):
     """A topic or event type; its rule is checked by the model (same message as the Python API)."""
 
     def __init__(self, **kwargs: Any) -> None:
@@ -109,9 +151,9 @@ class StrictSerializer(serializers.Serializer[Any]):
 class ScheduleInputSerializer(StrictSerializer):
     """A schedule's definition (create, replace with PUT, change with PATCH)."""
 
-    name = serializers.CharField(max_length=NAME_MAX_LENGTH, trim_whitespace=False)
+    name = Text(max_length=NAME_MAX_LENGTH, trim_whitespace=False)
     kind = serializers.ChoiceField(ScheduleKind.choices)
-    every = serializers.IntegerField(
+    every = Integer(
         required=False,
         allow_null=True,
         min_value=1,
@@ -124,7 +166,7 @@ class ScheduleInputSerializer(StrictSerializer):
         allow_null=True,
         help_text=_("Interval schedules: the unit of the interval."),
     )
-    cron = serializers.CharField(
+    cron = Text(
         required=False,
         allow_null=True,
         allow_blank=True,
@@ -132,7 +174,7 @@ class ScheduleInputSerializer(StrictSerializer):
         trim_whitespace=False,
         help_text=_("Cron schedules: five fields, or six with seconds last."),
     )
-    time_zone = serializers.CharField(
+    time_zone = Text(
         required=False,
         max_length=64,
         trim_whitespace=False,
@@ -151,7 +193,7 @@ class ScheduleInputSerializer(StrictSerializer):
         allow_null=True,
         help_text=_("No fire after this time; the schedule completes."),
     )
-    max_fires = serializers.IntegerField(
+    max_fires = Integer(
         required=False,
         allow_null=True,
         min_value=1,
@@ -159,23 +201,23 @@ class ScheduleInputSerializer(StrictSerializer):
         help_text=_("The schedule completes after this many fires."),
     )
     misfire_policy = serializers.ChoiceField(MisfirePolicy.choices, required=False)
-    misfire_grace_seconds = serializers.IntegerField(
+    misfire_grace_seconds = Integer(
         required=False,
         allow_null=True,
         min_value=0,
         max_value=INT32,
         help_text=_("A slot later than this counts as missed."),
     )
-    catch_up_limit = serializers.IntegerField(required=False, min_value=1, max_value=10_000)
-    jitter_seconds = serializers.IntegerField(required=False, min_value=0, max_value=86_400)
-    priority = serializers.IntegerField(required=False, min_value=-1000, max_value=1000)
+    catch_up_limit = Integer(required=False, min_value=1, max_value=10_000)
+    jitter_seconds = Integer(required=False, min_value=0, max_value=86_400)
+    priority = Integer(required=False, min_value=-1000, max_value=1000)
     topic = IdentifierField()
     event_type = IdentifierField()
     data = ObjectField(  # type: ignore[assignment]  # a field named data (not .data)
         required=False,
         help_text=_("A JSON object carried as the data of every event the schedule fires."),
     )
-    host_id = serializers.UUIDField(
+    host_id = UUIDText(
         required=False,
         help_text=_("The tenant; one of the hosts the request may reach (default: the first)."),
     )
@@ -281,7 +323,7 @@ class ScheduleListQuery(StrictSerializer):
 
 
 class PauseInput(StrictSerializer):
-    reason = serializers.CharField(
+    reason = Text(
         required=False, allow_blank=True, default="", max_length=255, trim_whitespace=False
     )
     until = AwareDateTimeField(
@@ -293,7 +335,7 @@ class PauseInput(StrictSerializer):
 
 
 class ResumeInput(StrictSerializer):
-    catch_up = serializers.BooleanField(
+    catch_up = Boolean(
         required=False,
         default=False,
         help_text=_(

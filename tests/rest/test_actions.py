@@ -57,6 +57,8 @@ def test_pause_and_resume_write_the_same_audit_events_as_the_python_api(root, sc
     assert audit_of(schedule, "resumed").payload["catch_up"] is True
     response = action(root, schedule, "resume")
     assert response.status_code == 409 and response.body["code"] == "state_conflict"
+    response = action(root, schedule, "resume", {"catch_up": 0})
+    assert response.status_code == 400 and "catch_up" in response.body["errors"]
 
 
 def test_a_pause_that_ends_in_the_past_is_refused_by_the_service(root, schedule):

@@ -154,6 +154,11 @@ def test_bad_input_is_refused_with_the_python_apis_message(root, field, rest, py
         ({"name": "a\x00b"}, "name", "Null characters"),
         ({"crons": "* * * * *"}, "crons", "does not exist"),
         ({"kind": None}, "kind", "may not be null"),
+        ({"name": 5}, "name", "Not a valid string"),
+        ({"every": "5"}, "every", "valid integer"),
+        ({"every": 5.0}, "every", "valid integer"),
+        ({"every": True}, "every", "valid integer"),
+        ({"host_id": 7}, "host_id", "Must be a valid UUID"),
     ],
 )
 def test_malformed_fields_are_400_with_messages_by_field(root, fields, field, fragment):
