@@ -18,6 +18,9 @@ command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || missing+=(rabbitmq-server)
 # Chromium and its driver for the admin's browser tests (tests/browser).
 { command -v chromium && command -v chromedriver; } >/dev/null 2>&1 || missing+=(chromium chromium-driver)
+# curl and jq for docs/api.md's examples, which the tests run (tests/rest/test_docs.py).
+command -v curl >/dev/null 2>&1 || missing+=(curl)
+command -v jq >/dev/null 2>&1 || missing+=(jq)
 if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "== installing ${missing[*]}"
