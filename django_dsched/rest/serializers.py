@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
@@ -58,6 +59,9 @@ INT32 = 2**31 - 1
 IDENTIFIER_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._:/-]*$"
 
 
+NAIVE = _("Give a timezone-aware time (with an offset or a zone).")  # validate_aware's
+
+
 class AwareDateTimeField(serializers.DateTimeField):
     """ISO 8601 with an offset (a naive time is refused, as by the Python API); output in UTC."""
 
@@ -67,11 +71,14 @@ class AwareDateTimeField(serializers.DateTimeField):
         )
 
     def enforce_timezone(self, value: datetime) -> datetime:
+        if timezone.is_naive(value):
+            raise serializers.ValidationError(NAIVE)
+        aware: datetime = super().enforce_timezone(value)  # in UTC (or "out of range")
         try:
-            validate_aware(value)
+            validate_aware(aware)  # the model's rule: within the supported times
         except DschedValidationError as exc:
             raise serializers.ValidationError(exc.messages) from None
-        return super().enforce_timezone(value)
+        return aware
 
 
 # JSON bodies are typed: DRF's fields would also take 5 for a name, "5" or 5.0 for a

@@ -34,7 +34,10 @@ class APIClient:
             extra["data"] = raw if isinstance(raw, str | bytes) else json.dumps(raw)
             extra["content_type"] = "application/json"
         response = getattr(self.client, method.lower())(url, **extra)
-        response.body = json.loads(response.content) if response.content else None
+        try:
+            response.body = json.loads(response.content) if response.content else None
+        except ValueError:
+            response.body = response.content  # not JSON: the assertions will show it
         return response
 
     def get(self, path: str, params: dict[str, Any] | None = None, **headers: str) -> Any:

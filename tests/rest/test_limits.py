@@ -118,3 +118,39 @@ def test_an_echoed_lone_surrogate_still_renders(root):
     response = post_raw(root, json.dumps({**INTERVAL, "kind": "\ud800"}))
     assert response.status_code == 400
     assert "\\ud800" in response.content.decode("ascii")
+
+
+EXTREME_TIMES = [
+    "9999-12-31T23:59:59.999999Z",
+    "9999-12-31T23:59:59-12:00",
+    "0001-01-01T00:00:00Z",
+    "0001-01-01T00:00:00+01:00",
+    "0001-01-01T00:00:00-12:00",
+]
+
+
+@pytest.mark.parametrize("when", EXTREME_TIMES)
+def test_times_at_the_ends_of_the_calendar_are_400_at_every_endpoint(root, when):
+    kinds = [
+        {"kind": "INTERVAL", "every": 1, "unit": "SECONDS", "jitter_seconds": 86_400},
+        {"kind": "CRON", "cron": "* * * * * 59", "every": None},
+        {"kind": "ONCE", "every": None},
+    ]
+    for index, kind in enumerate(kinds):
+        response = root.post("schedules/", {**INTERVAL, **kind, "name": f"x{index}", "start": when})
+        assert response.status_code == 400, response.body
+        assert "start" in response.body["errors"]
+    sid = root.post(
+        "schedules/", {**INTERVAL, "kind": "CRON", "cron": "* * * * *", "every": None}
+    ).body["id"]
+    ok = "2026-01-01T00:00:00Z"
+    for method, path, body in [
+        ("GET", f"schedules/{sid}/dry-run/?start={when}&end={ok}".replace("+", "%2B"), None),
+        ("GET", f"schedules/{sid}/dry-run/?start={ok}&end={when}".replace("+", "%2B"), None),
+        ("POST", f"schedules/{sid}/backfill/", {"start": when, "end": ok}),
+        ("POST", f"schedules/{sid}/pause/", {"until": when}),
+        ("PATCH", f"schedules/{sid}/", {"end": when}),
+    ]:
+        response = root.request(method, path, body, **{"If-Match": "*"})
+        assert response.status_code == 400, (path, response.body)
+    assert Schedule.objects.get().aggregate_version == 1
