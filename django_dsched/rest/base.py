@@ -4,12 +4,14 @@ permissions and the error shape, set here rather than taken from the project's
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from django.db import transaction
+from django.db.models import Model, QuerySet
 from drf_spectacular.openapi import AutoSchema
-from rest_framework import serializers
+from rest_framework import serializers, viewsets
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.exceptions import NotFound
 from rest_framework.parsers import BaseParser
@@ -20,14 +22,16 @@ from rest_framework.schemas.inspectors import ViewInspector
 from rest_framework.views import APIView
 
 from django_dsched.conf import app_settings
-from django_dsched.rest import auth
+from django_dsched.rest import auth, tenancy
 from django_dsched.rest.errors import exception_handler
-from django_dsched.rest.pagination import without_page_parameters
+from django_dsched.rest.pagination import KeysetPagination, without_page_parameters
 from django_dsched.rest.parsers import JSONBodyParser, check_content_length
 from django_dsched.rest.permissions import ActionPermission
 
 if TYPE_CHECKING:
     from rest_framework.permissions import _PermissionClass
+
+M = TypeVar("M", bound=Model)
 
 
 class ASCIIJSONRenderer(JSONRenderer):
@@ -92,3 +96,40 @@ def atomic() -> transaction.Atomic:
 
 def not_found(*args: Any, **kwargs: Any) -> Any:
     raise NotFound()
+
+
+class TenantViewSet(APIMixin, viewsets.GenericViewSet[M], Generic[M]):
+    # A viewset over rows that carry a host_id: it sees the request's hosts only, and
+    # answers a malformed id like a missing one (a JSON 404). (No docstring: see APIMixin.)
+
+    queryset: QuerySet[M]
+    pagination_class = KeysetPagination
+    lookup_url_kwarg = "id"
+    lookup_value_regex = "[^/]+"  # any text reaches the view, which parses it
+    ordering: tuple[str, ...] = ()  # the list's order: unique, served by an index
+
+    def get_queryset(self) -> QuerySet[M]:
+        return self.queryset.filter(host_id__in=tenancy.hosts(self.request))
+
+    def selected(self) -> QuerySet[M]:
+        """The row the URL names, among the request's hosts (404 if there is none)."""
+        try:
+            pk = uuid.UUID(str(self.kwargs["id"]))
+        except ValueError:
+            raise NotFound() from None
+        rows = self.get_queryset().filter(pk=pk)
+        if not rows.exists():
+            raise NotFound()
+        return rows
+
+    def page(
+        self,
+        queryset: QuerySet[Any],
+        serializer: Callable[..., serializers.BaseSerializer[Any]],
+        ordering: tuple[str, ...] | None = None,
+    ) -> Response:
+        """One page of ``queryset`` in ``ordering`` (default: the list's), serialized."""
+        self.ordering = ordering or type(self).ordering
+        paginator = KeysetPagination()
+        rows = paginator.paginate_queryset(queryset, self.request, self)
+        return paginator.get_paginated_response(serializer(rows, many=True).data)

@@ -7,19 +7,18 @@ API: the same rules, the same audit events (with the requesting user as actor).
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import IntegrityError
 from django.db.models import QuerySet
 from django.utils.translation import gettext as _
 from rest_framework import serializers as drf_serializers
-from rest_framework import status, viewsets
+from rest_framework import status
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound, PermissionDenied
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -31,14 +30,13 @@ from django_dsched.exceptions import ConflictError
 from django_dsched.exceptions import ValidationError as DschedValidationError
 from django_dsched.models import Event, OutboxMessage, Schedule
 from django_dsched.rest import permissions, tenancy
-from django_dsched.rest.base import APIMixin, atomic, body, query
+from django_dsched.rest.base import TenantViewSet, atomic, body, query
 from django_dsched.rest.conditional import etag, expected_version
 from django_dsched.rest.errors import (
     PreconditionFailed,
     StateConflict,
     validation_failed,
 )
-from django_dsched.rest.pagination import KeysetPagination
 from django_dsched.rest.responses import (
     ETAG,
     ETAG_412,
@@ -73,6 +71,8 @@ from django_dsched.rest.serializers import (
     model_values,
     schedule_detail,
 )
+
+T = TypeVar("T")
 
 # Next fire times shown with one schedule.
 NEXT_FIRES = 5
@@ -113,53 +113,35 @@ def permissions_an_edit_needs(before: Before, after: Schedule, now: datetime) ->
     return needed
 
 
-class ScheduleViewSet(APIMixin, viewsets.GenericViewSet[Schedule]):
+class ScheduleViewSet(TenantViewSet[Schedule]):
     permission_table = permissions.SCHEDULES
     field_names = API_NAMES
     queryset = Schedule.objects.all()
     serializer_class = ScheduleSerializer
-    pagination_class = KeysetPagination
-    lookup_url_kwarg = "id"
-    lookup_value_regex = "[^/]+"
     # Unique together, and served by the (host_id, schedule_name) index.
-    ordering: tuple[str, ...] = ("schedule_name", "host_id")
-
-    # -- lookups --------------------------------------------------------------------------
-    def get_queryset(self) -> QuerySet[Schedule]:
-        return Schedule.objects.filter(host_id__in=tenancy.hosts(self.request))
-
-    def _pk(self) -> uuid.UUID:
-        try:
-            return uuid.UUID(str(self.kwargs["id"]))
-        except ValueError:
-            raise NotFound() from None
+    ordering = ("schedule_name", "host_id")
 
     def get_object(self) -> Schedule:
-        schedule = self.get_queryset().filter(pk=self._pk()).first()
-        if schedule is None:
-            raise NotFound()
-        return schedule
-
-    def _locked(self) -> Schedule:
-        """The schedule, its row locked until the caller's transaction ends."""
-        schedule = self.get_queryset().select_for_update().filter(pk=self._pk()).first()
-        if schedule is None:
-            raise NotFound()
-        return schedule
+        return self.selected().get()
 
     def _version(self, request: Request, schedule: Schedule, *, required: bool) -> int | None:
         return expected_version(request, schedule, required=required, current=detail)
 
-    def _page(
-        self,
-        queryset: QuerySet[Any],
-        ordering: tuple[str, ...],
-        serializer: Callable[..., drf_serializers.BaseSerializer[Any]],
-    ) -> Response:
-        paginator = KeysetPagination()
-        self.ordering = ordering
-        rows = paginator.paginate_queryset(queryset, self.request, self)
-        return paginator.get_paginated_response(serializer(rows, many=True).data)
+    def _act(
+        self, request: Request, act: Callable[[Schedule], T], *, required: bool
+    ) -> tuple[Schedule, T]:
+        """``act`` on the schedule with its row locked, after the If-Match check; the
+        services' refusals become API errors. Returns the schedule after it, and what
+        ``act`` returned."""
+        with atomic():
+            schedule = self.selected().select_for_update().get()
+            self._version(request, schedule, required=required)
+            try:
+                outcome = act(schedule)
+            except DschedValidationError as exc:
+                raise validation_failed(exc, API_NAMES) from None
+            schedule.refresh_from_db()
+        return schedule, outcome
 
     # -- the collection -------------------------------------------------------------------
     @described(
@@ -180,7 +162,7 @@ class ScheduleViewSet(APIMixin, viewsets.GenericViewSet[Schedule]):
                 queryset = queryset.filter(**{column: filters[name]})
         if filters.get("search"):
             queryset = queryset.filter(schedule_name__icontains=filters["search"])
-        return self._page(queryset, ("schedule_name", "host_id"), ScheduleSerializer)
+        return self.page(queryset, ScheduleSerializer)
 
     @described(
         summary="Create a schedule",
@@ -317,16 +299,14 @@ class ScheduleViewSet(APIMixin, viewsets.GenericViewSet[Schedule]):
         required: bool,
         refused: str,
     ) -> Response:
-        with atomic():
-            schedule = self._locked()
-            self._version(request, schedule, required=required)
-            try:
-                count = service(Schedule.objects.filter(pk=schedule.pk))
-            except DschedValidationError as exc:
-                raise validation_failed(exc, API_NAMES) from None
-            if not count.changed:
-                raise StateConflict(refused % {"state": schedule.get_state_display()})
-            schedule.refresh_from_db()
+        """A state change by ``service``; 409 (``refused``) if the state does not allow it."""
+        schedule, count = self._act(
+            request,
+            lambda locked: service(Schedule.objects.filter(pk=locked.pk)),
+            required=required,
+        )
+        if not count.changed:  # nothing was written
+            raise StateConflict(refused % {"state": schedule.get_state_display()})
         return with_etag(schedule)
 
     # -- actions --------------------------------------------------------------------------
@@ -379,7 +359,9 @@ class ScheduleViewSet(APIMixin, viewsets.GenericViewSet[Schedule]):
     @action(detail=True, methods=["post"])
     def trigger(self, request: Request, **kwargs: Any) -> Response:
         body(TriggerInput, request)
-        return self._fire(request, lambda schedule: services.trigger(schedule, actor=request.user))
+        return self._fire(
+            request, lambda schedule: {"fired": services.trigger(schedule, actor=request.user)}
+        )
 
     @described(
         summary="Fire the past slots of a range, once each",
@@ -400,16 +382,8 @@ class ScheduleViewSet(APIMixin, viewsets.GenericViewSet[Schedule]):
 
         return self._fire(request, fire)
 
-    def _fire(self, request: Request, fire: Callable[[Schedule], int | dict[str, int]]) -> Response:
-        with atomic():
-            schedule = self._locked()
-            self._version(request, schedule, required=False)
-            try:
-                outcome = fire(schedule)
-            except DschedValidationError as exc:
-                raise validation_failed(exc, API_NAMES) from None
-            schedule.refresh_from_db()
-        counts = outcome if isinstance(outcome, dict) else {"fired": outcome}
+    def _fire(self, request: Request, fire: Callable[[Schedule], dict[str, int]]) -> Response:
+        schedule, counts = self._act(request, fire, required=False)
         return Response({**counts, "schedule": detail(schedule)})
 
     # -- reading ahead --------------------------------------------------------------------
@@ -451,7 +425,7 @@ class ScheduleViewSet(APIMixin, viewsets.GenericViewSet[Schedule]):
         queryset = Event.objects.filter(aggregate_id=self.get_object().pk)
         if kind is not None:
             queryset = queryset.filter(scheduled_ts__isnull=kind == "change")
-        return self._page(queryset, ("-aggregate_version",), EventSerializer)
+        return self.page(queryset, EventSerializer, ("-aggregate_version",))
 
     @described(
         summary="A schedule's deliveries (outbox messages), newest first",
@@ -466,4 +440,4 @@ class ScheduleViewSet(APIMixin, viewsets.GenericViewSet[Schedule]):
         )
         if "status" in filters:
             queryset = queryset.filter(status=filters["status"])
-        return self._page(queryset, ("-aggregate_version",), MessageSerializer)
+        return self.page(queryset, MessageSerializer, ("-aggregate_version",))

@@ -5,23 +5,17 @@ API cannot change without its schema. Regenerate it with::
 
     DJANGO_SETTINGS_MODULE=tests.settings python -m django_dsched.rest.schema > docs/openapi.yaml
 
-It is also served at ``schema/`` under the API's mount point (JSON).
+It is also served at ``schema/`` under the API's mount point (JSON, :mod:`.site`).
 """
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from drf_spectacular.drainage import GENERATOR_STATS
 from drf_spectacular.generators import SchemaGenerator
-from drf_spectacular.renderers import OpenApiJsonRenderer2, OpenApiYamlRenderer
+from drf_spectacular.renderers import OpenApiYamlRenderer
 from drf_spectacular.settings import patched_settings
-from rest_framework.permissions import AllowAny
-from rest_framework.request import Request
-from rest_framework.response import Response
-
-from django_dsched.rest.base import APIMixin, not_found
 
 URLCONF = "django_dsched.rest.urls"
 
@@ -84,34 +78,6 @@ def generate() -> dict[str, Any]:
 def as_yaml(schema: dict[str, Any]) -> str:
     rendered: bytes = OpenApiYamlRenderer().render(schema)  # type: ignore[no-untyped-call]
     return rendered.decode()
-
-
-@functools.cache
-def _served() -> dict[str, Any]:
-    return generate()
-
-
-class SchemaView(APIMixin):
-    """``GET schema/``: this API's OpenAPI schema (public, like docs/openapi.yaml)."""
-
-    permission_classes = [AllowAny]
-    renderer_classes = [OpenApiJsonRenderer2]
-    schema = None  # not part of the API's schema
-
-    def get_authenticators(self) -> list[Any]:
-        return []
-
-    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        return Response(_served())
-
-
-class UnknownPathView(APIMixin):
-    """Any other path under the API's resources: a JSON 404 (not the site's HTML page)."""
-
-    permission_classes = [AllowAny]
-    schema = None  # not part of the API's schema
-
-    get = post = put = patch = delete = not_found
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from rest_framework.routers import SimpleRouter
 from django_dsched.rest.cluster import ClusterView
 from django_dsched.rest.outbox import OutboxViewSet
 from django_dsched.rest.schedules import ScheduleViewSet
-from django_dsched.rest.schema import SchemaView, UnknownPathView
+from django_dsched.rest.site import SchemaView, UnknownPathView
 
 app_name = "dsched-api"
 
