@@ -3,6 +3,7 @@ superuser). The permissions are the admin's; a refused call changes nothing."""
 
 from __future__ import annotations
 
+import base64
 import re
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -233,3 +234,16 @@ def test_permissions_through_a_group_count(world):
     user.groups.add(group)
     response = APIClient(user).post(f"schedules/{world['active']}/pause/")
     assert response.status_code == 200
+
+
+def test_the_authentication_classes_can_be_replaced(settings, world):
+    settings.DSCHED_API_AUTHENTICATION_CLASSES = [
+        "rest_framework.authentication.BasicAuthentication"
+    ]
+    user = user_with(["view_schedule"], name="basic")
+    assert APIClient(user).get("schedules/").status_code == 401  # tokens are off now
+    client = APIClient(None)
+    client.headers["Authorization"] = "Basic " + base64.b64encode(b"basic:pw").decode()
+    response = client.get("schedules/")
+    assert response.status_code == 200
+    assert len(response.body["results"]) == 2
