@@ -8,7 +8,9 @@
 ``errors`` maps request fields (or ``non_field_errors``) to their messages; it is empty
 when the error is about no field. A 412 adds ``current``, the schedule as it is now.
 Validation errors raised by the services and the model (the Python API's own checks and
-messages) are mapped onto the API's field names.
+messages) are mapped onto the API's field names. The API's own errors live here, not in
+:mod:`django_dsched.exceptions`, because they are REST framework's (an optional extra); they
+derive from :class:`~django_dsched.exceptions.DschedError` all the same.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.views import set_rollback
 
-from django_dsched.exceptions import ConflictError
+from django_dsched.exceptions import ConflictError, DschedError
 
 NON_FIELD = "non_field_errors"
 
@@ -32,13 +34,13 @@ NON_FIELD = "non_field_errors"
 STATE_CODES = {"not_triggerable", "state_changed", "cancelled"}
 
 
-class PayloadTooLarge(exceptions.APIException):
+class PayloadTooLarge(DschedError, exceptions.APIException):
     status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
     default_detail = _("The request body is larger than the API accepts.")
     default_code = "too_large"
 
 
-class PreconditionRequired(exceptions.APIException):
+class PreconditionRequired(DschedError, exceptions.APIException):
     status_code = 428
     default_detail = _(
         'Send the version you read in If-Match (the ETag of the schedule, such as "3").'
@@ -46,7 +48,7 @@ class PreconditionRequired(exceptions.APIException):
     default_code = "precondition_required"
 
 
-class PreconditionFailed(exceptions.APIException):
+class PreconditionFailed(DschedError, exceptions.APIException):
     """The schedule changed since the version the client sent; ``current`` is it now."""
 
     status_code = status.HTTP_412_PRECONDITION_FAILED
@@ -62,7 +64,7 @@ class PreconditionFailed(exceptions.APIException):
         self.etag = etag
 
 
-class StateConflict(exceptions.APIException):
+class StateConflict(DschedError, exceptions.APIException):
     status_code = status.HTTP_409_CONFLICT
     default_detail = _("The schedule's state does not allow this.")
     default_code = "state_conflict"
