@@ -11,6 +11,7 @@ from django.utils.translation import gettext as _
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import status
 from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -24,8 +25,8 @@ from django_dsched.rest.responses import READ, READ_ONE, described, errors
 from django_dsched.rest.serializers import (
     MessageDetailSerializer,
     MessageSerializer,
+    NoOptions,
     OutboxQuery,
-    TriggerInput,
 )
 
 
@@ -62,18 +63,20 @@ class OutboxViewSet(TenantViewSet[OutboxMessage]):
     @described(
         summary="Retry a dead letter",
         description="It is PENDING again with a fresh set of attempts; relays pick it up at once.",
-        request=TriggerInput,
+        request=NoOptions,
         responses={200: MessageDetailSerializer, **errors(*READ_ONE, 400, 409, 413, 415)},
     )
     @action(detail=True, methods=["post"])
     def retry(self, request: Request, **kwargs: Any) -> Response:
-        retried = self._dead_letter(request, dead_letters.retry)
-        return Response(MessageDetailSerializer(retried.get()).data)
+        message = self._dead_letter(request, dead_letters.retry).first()
+        if message is None:  # discarded meanwhile
+            raise NotFound()
+        return Response(MessageDetailSerializer(message).data)
 
     @described(
         summary="Discard a dead letter",
         description="The message is deleted; its event stays (and ages out with retention).",
-        request=TriggerInput,
+        request=NoOptions,
         responses={
             204: OpenApiResponse(description="Discarded."),
             **errors(*READ_ONE, 400, 409, 413, 415),
@@ -88,7 +91,7 @@ class OutboxViewSet(TenantViewSet[OutboxMessage]):
         self, request: Request, handle: Callable[[QuerySet[OutboxMessage]], ChangeCount]
     ) -> QuerySet[OutboxMessage]:
         """``handle`` the message the URL names; 409 if it is not a dead letter."""
-        body(TriggerInput, request)
+        body(NoOptions, request)
         selected = self.selected()
         if not handle(selected).changed:
             message = selected.first()

@@ -57,6 +57,7 @@ from django_dsched.rest.serializers import (
     EventsQuery,
     FiresSerializer,
     MessageSerializer,
+    NoOptions,
     PauseInput,
     PreviewQuery,
     RangeInput,
@@ -65,7 +66,6 @@ from django_dsched.rest.serializers import (
     ScheduleInputSerializer,
     ScheduleListQuery,
     ScheduleSerializer,
-    TriggerInput,
     TriggerResultSerializer,
     definition_defaults,
     model_values,
@@ -352,13 +352,13 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
             "Through the exactly-once path; its regular slots do not move and a paused "
             "schedule stays paused."
         ),
-        request=TriggerInput,
+        request=NoOptions,
         responses={200: TriggerResultSerializer, **errors(*WRITE_ONE, 409, 412)},
         parameters=[if_match(False), ETAG_412],
     )
     @action(detail=True, methods=["post"])
     def trigger(self, request: Request, **kwargs: Any) -> Response:
-        body(TriggerInput, request)
+        body(NoOptions, request)
         return self._fire(
             request, lambda schedule: {"fired": services.trigger(schedule, actor=request.user)}
         )

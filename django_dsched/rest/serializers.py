@@ -352,7 +352,7 @@ class ResumeInput(StrictSerializer):
     )
 
 
-class TriggerInput(StrictSerializer):
+class NoOptions(StrictSerializer):
     """No options (an empty object, or no body)."""
 
 
