@@ -24,7 +24,7 @@ from django_dsched.rest.errors import PayloadTooLarge
 
 def check_content_length(request: Request | HttpRequest) -> None:
     """413 when the announced body is over the limit (nothing has been read yet)."""
-    header = request.META.get("CONTENT_LENGTH") or "0"
+    header = request.headers.get("content-length") or "0"
     try:
         length = int(header)
     except ValueError:
