@@ -152,6 +152,22 @@ class AppSettings:
     )
     RETENTION_BATCH_SIZE = Setting(1000, "Rows deleted per transaction by retention.")
     RETENTION_INTERVAL = Setting(3600.0, "Seconds between two retention passes.")
+    # -- the REST API (django_dsched.rest, docs/api.md) ---------------------------------------
+    API_HOST_RESOLVER = Setting(
+        "django_dsched.rest.tenancy.default_hosts",
+        "Dotted path of a callable(request) returning the host_ids (tenants) the request may "
+        "reach; the first is where a schedule created without host_id goes. The default "
+        "gives DSCHED_DEFAULT_HOST_ID alone.",
+    )
+    API_AUTHENTICATION_CLASSES: Setting[Sequence[str] | None] = Setting(
+        None,
+        "Dotted paths of the REST framework authentication classes of the API. None: DRF's "
+        "TokenAuthentication when rest_framework.authtoken is installed, then Django's "
+        "session (with CSRF).",
+    )
+    API_MAX_BODY_BYTES = Setting(
+        1024 * 1024, "Largest request body the API reads, in bytes; a larger one is a 413."
+    )
 
     @classmethod
     def all(cls) -> list[Setting[Any]]:

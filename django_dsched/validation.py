@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.core.validators import RegexValidator
@@ -187,10 +187,30 @@ def validate_event_data(value: Any) -> None:
         )
 
 
+# The times a schedule may name. Wide enough for any real schedule, and far enough from
+# the ends of Python's calendar (years 1 and 9999) that the timetables' arithmetic (jitter,
+# a cron's search around a time, a grid's next slot) never leaves it.
+SUPPORTED_TIMES = (datetime(1900, 1, 1, tzinfo=UTC), datetime(9000, 1, 1, tzinfo=UTC))
+
+
 def validate_aware(value: datetime | None) -> None:
-    if value is not None and (value.tzinfo is None or value.utcoffset() is None):
+    """A timezone-aware time within :data:`SUPPORTED_TIMES`."""
+    if value is None:
+        return
+    if value.tzinfo is None or value.utcoffset() is None:
         raise ValidationError(
             _("Give a timezone-aware time (with an offset or a zone)."), code="naive"
+        )
+    earliest, latest = SUPPORTED_TIMES
+    try:
+        supported = earliest <= value < latest
+    except OverflowError:  # at the very ends of the calendar, with an offset
+        supported = False
+    if not supported:
+        raise ValidationError(
+            _("Give a time from %(earliest)s to before %(latest)s."),
+            code="out_of_range",
+            params={"earliest": earliest.date().isoformat(), "latest": latest.date().isoformat()},
         )
 
 

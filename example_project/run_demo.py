@@ -70,6 +70,8 @@ def main() -> None:
     web = spawn("admin", "runserver", f"127.0.0.1:{options.port}", "--noreload")
     print(
         f"\n  Admin: http://127.0.0.1:{options.port}/admin/   login: admin / admin\n"
+        f"  REST API: http://127.0.0.1:{options.port}/api/dsched/schedules/ (docs/api.md;"
+        " the token is above)\n"
         "  Three schedulers run (one leads); a relay delivers what fires to the demo's\n"
         "  handlers. Ctrl-C stops everything.\n",
         flush=True,

@@ -20,6 +20,9 @@ command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 { command -v chromium && command -v chromedriver; } >/dev/null 2>&1 || missing+=(chromium chromium-driver)
 # PgBouncer for the transaction-pooling tests (tests/integration/test_pgbouncer.py).
 [ -x /usr/sbin/pgbouncer ] || command -v pgbouncer >/dev/null 2>&1 || missing+=(pgbouncer)
+# curl and jq for docs/api.md's examples, which the tests run (tests/rest/test_docs.py).
+command -v curl >/dev/null 2>&1 || missing+=(curl)
+command -v jq >/dev/null 2>&1 || missing+=(jq)
 if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "== installing ${missing[*]}"

@@ -29,6 +29,8 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
     "django_dsched",
     # The Celery transport's worker-side dedupe, and the importer's source tables.
     "django_dsched.contrib.celery",

@@ -406,8 +406,11 @@ class Schedule(models.Model):
 
     def _check_it_fires(self) -> None:
         """A schedule whose timetable has no slot within its bounds is refused."""
-        if self.start_ts is not None and getattr(self.start_ts, "tzinfo", None) is None:
-            return  # reported by the field's own validator
+        try:
+            validate_aware(self.start_ts)
+            validate_aware(self.end_ts)
+        except ValidationError:
+            return  # naive or out of range: reported by the fields' own validator
         if self.schedule_kind == ScheduleKind.ONCE:
             return
         start = self.start_ts or database_now()

@@ -5,6 +5,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand
+from rest_framework.authtoken.models import Token
 
 from django_dsched import services
 from django_dsched.clock import database_now
@@ -47,4 +48,6 @@ class Command(BaseCommand):
         )
         user.set_password(password)
         user.save()
+        token, _ = Token.objects.get_or_create(user=user)
         self.stdout.write(f"{Schedule.objects.count()} schedules; admin login admin / {password}")
+        self.stdout.write(f"REST API token of admin: {token.key}")

@@ -1,0 +1,443 @@
+"""``schedules/``: list, create, read, replace, change and cancel schedules; their actions
+(pause, resume, trigger, backfill), their next fires and their history.
+
+Every change goes through :mod:`django_dsched.services`, as from the admin and the Python
+API: the same rules, the same audit events (with the requesting user as actor).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+
+from django.db import IntegrityError
+from django.db.models import QuerySet
+from django.utils.translation import gettext as _
+from rest_framework import serializers as drf_serializers
+from rest_framework import status
+from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from django_dsched import api, services
+from django_dsched.changes import ChangeCount
+from django_dsched.clock import database_now
+from django_dsched.enums import ScheduleOrigin, ScheduleState
+from django_dsched.exceptions import ConflictError
+from django_dsched.exceptions import ValidationError as DschedValidationError
+from django_dsched.models import Event, OutboxMessage, Schedule
+from django_dsched.rest import permissions, tenancy
+from django_dsched.rest.base import TenantViewSet, atomic, body, query
+from django_dsched.rest.conditional import etag, expected_version
+from django_dsched.rest.errors import (
+    PreconditionFailed,
+    StateConflict,
+    validation_failed,
+)
+from django_dsched.rest.responses import (
+    ETAG,
+    ETAG_412,
+    READ,
+    READ_ONE,
+    WRITE,
+    WRITE_ONE,
+    described,
+    errors,
+    if_match,
+)
+from django_dsched.rest.serializers import (
+    API_NAMES,
+    BackfillResultSerializer,
+    DeliveriesQuery,
+    DryRunQuery,
+    EventSerializer,
+    EventsQuery,
+    FiresSerializer,
+    MessageSerializer,
+    NoOptions,
+    PauseInput,
+    PreviewQuery,
+    RangeInput,
+    ResumeInput,
+    ScheduleDetailSerializer,
+    ScheduleInputSerializer,
+    ScheduleListQuery,
+    ScheduleSerializer,
+    TriggerResultSerializer,
+    definition_defaults,
+    model_values,
+    schedule_detail,
+)
+
+T = TypeVar("T")
+
+# Next fire times shown with one schedule.
+NEXT_FIRES = 5
+LIVE = (ScheduleState.ACTIVE, ScheduleState.PAUSED)
+
+
+def detail(schedule: Schedule) -> dict[str, Any]:
+    return schedule_detail(schedule, api.preview(schedule, NEXT_FIRES))
+
+
+def with_etag(schedule: Schedule, code: int = status.HTTP_200_OK) -> Response:
+    return Response(detail(schedule), status=code, headers={"ETag": etag(schedule)})
+
+
+@dataclass(frozen=True)
+class Before:
+    """What a schedule was before an edit, for the edit's permission check."""
+
+    state: str
+    next_run_ts: datetime
+    fires_again: bool
+
+    @classmethod
+    def of(cls, schedule: Schedule) -> Before:
+        live = schedule.state in LIVE
+        return cls(schedule.state, schedule.next_run_ts, live and bool(schedule.upcoming(1)))
+
+
+def permissions_an_edit_needs(before: Before, after: Schedule, now: datetime) -> list[str]:
+    """An edit that leaves a live schedule with no fire ahead ends it (a cancel); one that
+    makes it due at once fires it (a run now)."""
+    needed = []
+    if before.fires_again and (after.state not in LIVE or not after.upcoming(1)):
+        needed.append(permissions.ENDS_IT)
+    was_due = before.state == ScheduleState.ACTIVE and before.next_run_ts <= now
+    if after.state == ScheduleState.ACTIVE and after.next_run_ts <= now and not was_due:
+        needed.append(permissions.FIRES_IT)
+    return needed
+
+
+class ScheduleViewSet(TenantViewSet[Schedule]):
+    permission_table = permissions.SCHEDULES
+    field_names = API_NAMES
+    queryset = Schedule.objects.all()
+    serializer_class = ScheduleSerializer
+    # Unique together, and served by the (host_id, schedule_name) index.
+    ordering = ("schedule_name", "host_id")
+
+    def get_object(self) -> Schedule:
+        return self.selected().get()
+
+    def _version(self, request: Request, schedule: Schedule, *, required: bool) -> int | None:
+        return expected_version(request, schedule, required=required, current=detail)
+
+    def _act(
+        self, request: Request, act: Callable[[Schedule], T], *, required: bool
+    ) -> tuple[Schedule, T]:
+        """``act`` on the schedule with its row locked, after the If-Match check; the
+        services' refusals become API errors. Returns the schedule after it, and what
+        ``act`` returned."""
+        with atomic():
+            schedule = self.selected().select_for_update().get()
+            self._version(request, schedule, required=required)
+            try:
+                outcome = act(schedule)
+            except DschedValidationError as exc:
+                raise validation_failed(exc, API_NAMES) from None
+            schedule.refresh_from_db()
+        return schedule, outcome
+
+    # -- the collection -------------------------------------------------------------------
+    @described(
+        summary="List schedules",
+        parameters=[ScheduleListQuery],
+        responses={200: ScheduleSerializer(many=True), **errors(400, *READ)},
+    )
+    def list(self, request: Request) -> Response:
+        filters = query(ScheduleListQuery, request, paginated=True)
+        queryset = self.get_queryset()
+        for name, column in (
+            ("state", "state"),
+            ("kind", "schedule_kind"),
+            ("topic", "event_topic"),
+            ("event_type", "event_type"),
+        ):
+            if name in filters:
+                queryset = queryset.filter(**{column: filters[name]})
+        if filters.get("search"):
+            queryset = queryset.filter(schedule_name__icontains=filters["search"])
+        return self.page(queryset, ScheduleSerializer)
+
+    @described(
+        summary="Create a schedule",
+        request=ScheduleInputSerializer,
+        responses={201: ScheduleDetailSerializer, **errors(*WRITE, 409)},
+        parameters=[ETAG],
+    )
+    def create(self, request: Request) -> Response:
+        values = body(ScheduleInputSerializer, request)
+        allowed = tenancy.hosts(request)
+        host = values.get("host_id", allowed[0] if allowed else None)
+        if host is None:
+            raise PermissionDenied(_("This request may not reach any host."))
+        if host not in allowed:
+            raise drf_serializers.ValidationError({"host_id": [_("You may not use this host.")]})
+        schedule = Schedule(host_id=host, origin=ScheduleOrigin.API, **model_values(values))
+        self._save(lambda: services.save_schedule(schedule, actor=request.user))
+        response = with_etag(schedule, status.HTTP_201_CREATED)
+        response["Location"] = request.build_absolute_uri(f"{schedule.pk}/")
+        return response
+
+    # -- one schedule ---------------------------------------------------------------------
+    @described(
+        summary="Read a schedule, with its next fire times",
+        responses={200: ScheduleDetailSerializer, **errors(*READ_ONE)},
+        parameters=[ETAG],
+    )
+    def retrieve(self, request: Request, **kwargs: Any) -> Response:
+        return with_etag(self.get_object())
+
+    @described(
+        summary="Replace a schedule's definition",
+        description=(
+            "Fields left out take their defaults, as at creation (but `start` stays). "
+            "An edit that leaves the schedule with no fire ahead also needs the cancel "
+            "permission; one that makes it due at once needs the run-now permission."
+        ),
+        request=ScheduleInputSerializer,
+        responses={200: ScheduleDetailSerializer, **errors(*WRITE_ONE, 409, 412, 428)},
+        parameters=[if_match(True), ETAG, ETAG_412],
+    )
+    def update(self, request: Request, **kwargs: Any) -> Response:
+        return self._edit(request, partial=False)
+
+    @described(
+        summary="Change some fields of a schedule's definition",
+        description="As PUT, for the fields sent only.",
+        request=ScheduleInputSerializer,
+        responses={200: ScheduleDetailSerializer, **errors(*WRITE_ONE, 409, 412, 428)},
+        parameters=[if_match(True), ETAG, ETAG_412],
+    )
+    def partial_update(self, request: Request, **kwargs: Any) -> Response:
+        return self._edit(request, partial=True)
+
+    @described(
+        summary="Cancel a schedule",
+        description=(
+            "It never fires again and cannot be resumed or edited; its history is kept. "
+            "Answers the cancelled schedule."
+        ),
+        responses={200: ScheduleDetailSerializer, **errors(*READ_ONE, 409, 412, 413, 428)},
+        parameters=[if_match(True), ETAG, ETAG_412],
+    )
+    def destroy(self, request: Request, **kwargs: Any) -> Response:
+        return self._transition(
+            request,
+            lambda selected: services.cancel(selected, actor=request.user),
+            required=True,
+            refused=_("Only active or paused schedules can be cancelled; this one is %(state)s."),
+        )
+
+    def _edit(self, request: Request, *, partial: bool) -> Response:
+        schedule = self.get_object()
+        # A malformed body is a 400 whatever the precondition; then 428 / 412.
+        serializer = ScheduleInputSerializer(data=request.data, partial=partial)
+        serializer.is_valid(raise_exception=True)
+        values = serializer.validated_data
+        version = self._version(request, schedule, required=True)
+        if "host_id" in values and values["host_id"] != schedule.host_id:
+            raise drf_serializers.ValidationError(
+                {"host_id": [_("A schedule cannot move to another host.")]}
+            )
+        changes = model_values(values)
+        if not partial:
+            changes = {**definition_defaults(), **changes}
+        before = Before.of(schedule)
+        for name, value in changes.items():
+            setattr(schedule, name, value)
+
+        def save() -> None:
+            services.save_schedule(
+                schedule, list(changes), actor=request.user, expected_version=version
+            )
+            after = Schedule.objects.get(pk=schedule.pk)
+            missing = [
+                needed
+                for needed in permissions_an_edit_needs(before, after, database_now())
+                if not request.user.has_perm(needed)
+            ]
+            if missing:
+                raise PermissionDenied(
+                    _(
+                        "This edit would end the schedule or fire it at once, which also "
+                        "needs the permission %(permissions)s."
+                    )
+                    % {"permissions": ", ".join(missing)}
+                )
+
+        self._save(save)
+        return with_etag(Schedule.objects.get(pk=schedule.pk))
+
+    def _save(self, save: Callable[[], Any]) -> None:
+        """Run ``save`` in a transaction; the services' refusals become API errors."""
+        try:
+            with atomic():
+                save()
+        except ConflictError:
+            current = self.get_object()
+            raise PreconditionFailed(current=detail(current), etag=etag(current)) from None
+        except DschedValidationError as exc:
+            raise validation_failed(exc, API_NAMES) from None
+        except IntegrityError:
+            # A concurrent request won a race the validation could not see (the same name).
+            raise StateConflict(
+                _("Another change conflicted with this one; read the schedule and retry."),
+                code="conflict",
+            ) from None
+
+    def _transition(
+        self,
+        request: Request,
+        service: Callable[[QuerySet[Schedule]], ChangeCount],
+        *,
+        required: bool,
+        refused: str,
+    ) -> Response:
+        """A state change by ``service``; 409 (``refused``) if the state does not allow it."""
+        schedule, count = self._act(
+            request,
+            lambda locked: service(Schedule.objects.filter(pk=locked.pk)),
+            required=required,
+        )
+        if not count.changed:  # nothing was written
+            raise StateConflict(refused % {"state": schedule.get_state_display()})
+        return with_etag(schedule)
+
+    # -- actions --------------------------------------------------------------------------
+    @described(
+        summary="Pause a schedule",
+        request=PauseInput,
+        responses={200: ScheduleDetailSerializer, **errors(*WRITE_ONE, 409, 412)},
+        parameters=[if_match(False), ETAG, ETAG_412],
+    )
+    @action(detail=True, methods=["post"])
+    def pause(self, request: Request, **kwargs: Any) -> Response:
+        options = body(PauseInput, request)
+        return self._transition(
+            request,
+            lambda selected: services.pause(
+                selected, actor=request.user, reason=options["reason"], until=options["until"]
+            ),
+            required=False,
+            refused=_("Only active schedules can be paused; this one is %(state)s."),
+        )
+
+    @described(
+        summary="Resume a paused schedule",
+        request=ResumeInput,
+        responses={200: ScheduleDetailSerializer, **errors(*WRITE_ONE, 409, 412)},
+        parameters=[if_match(False), ETAG, ETAG_412],
+    )
+    @action(detail=True, methods=["post"])
+    def resume(self, request: Request, **kwargs: Any) -> Response:
+        options = body(ResumeInput, request)
+        return self._transition(
+            request,
+            lambda selected: services.resume(
+                selected, actor=request.user, catch_up=options["catch_up"]
+            ),
+            required=False,
+            refused=_("Only paused schedules can be resumed; this one is %(state)s."),
+        )
+
+    @described(
+        summary="Fire a schedule once, now",
+        description=(
+            "Through the exactly-once path; its regular slots do not move and a paused "
+            "schedule stays paused."
+        ),
+        request=NoOptions,
+        responses={200: TriggerResultSerializer, **errors(*WRITE_ONE, 409, 412)},
+        parameters=[if_match(False), ETAG_412],
+    )
+    @action(detail=True, methods=["post"])
+    def trigger(self, request: Request, **kwargs: Any) -> Response:
+        body(NoOptions, request)
+        return self._fire(
+            request, lambda schedule: {"fired": services.trigger(schedule, actor=request.user)}
+        )
+
+    @described(
+        summary="Fire the past slots of a range, once each",
+        description="Slots that already fired are not fired again (`already_fired`).",
+        request=RangeInput,
+        responses={200: BackfillResultSerializer, **errors(*WRITE_ONE, 409, 412)},
+        parameters=[if_match(False), ETAG_412],
+    )
+    @action(detail=True, methods=["post"])
+    def backfill(self, request: Request, **kwargs: Any) -> Response:
+        bounds = body(RangeInput, request)
+
+        def fire(schedule: Schedule) -> dict[str, int]:
+            fired, already = services.backfill(
+                schedule, bounds["start"], bounds["end"], actor=request.user
+            )
+            return {"fired": fired, "already_fired": already}
+
+        return self._fire(request, fire)
+
+    def _fire(self, request: Request, fire: Callable[[Schedule], dict[str, int]]) -> Response:
+        schedule, counts = self._act(request, fire, required=False)
+        return Response({**counts, "schedule": detail(schedule)})
+
+    # -- reading ahead --------------------------------------------------------------------
+    @described(
+        summary="The next fire times",
+        parameters=[PreviewQuery],
+        responses={200: FiresSerializer, **errors(400, *READ_ONE)},
+    )
+    @action(detail=True, methods=["get"])
+    def preview(self, request: Request, **kwargs: Any) -> Response:
+        count = query(PreviewQuery, request)["count"]
+        return Response(FiresSerializer({"fires": api.preview(self.get_object(), count)}).data)
+
+    @described(
+        summary="What would fire in a range (nothing is written)",
+        description="The schedule's slots in [start, end] from its next one on, if it is active.",
+        parameters=[DryRunQuery],
+        responses={200: FiresSerializer, **errors(400, *READ_ONE)},
+    )
+    @action(detail=True, methods=["get"], url_path="dry-run")
+    def dry_run(self, request: Request, **kwargs: Any) -> Response:
+        bounds = query(DryRunQuery, request)
+        schedule = self.get_object()
+        fires: list[datetime] = []
+        if schedule.state == ScheduleState.ACTIVE:
+            begin = max(bounds["start"], schedule.next_slot_ts)
+            fires = services.slots_between(schedule, begin, bounds["end"], limit=bounds["limit"])
+        return Response(FiresSerializer({"fires": fires}).data)
+
+    # -- history --------------------------------------------------------------------------
+    @described(
+        summary="A schedule's events (fires and changes), newest first",
+        parameters=[EventsQuery],
+        responses={200: EventSerializer(many=True), **errors(400, *READ_ONE)},
+    )
+    @action(detail=True, methods=["get"])
+    def events(self, request: Request, **kwargs: Any) -> Response:
+        kind = query(EventsQuery, request, paginated=True).get("kind")
+        queryset = Event.objects.filter(aggregate_id=self.get_object().pk)
+        if kind is not None:
+            queryset = queryset.filter(scheduled_ts__isnull=kind == "change")
+        return self.page(queryset, EventSerializer, ("-aggregate_version",))
+
+    @described(
+        summary="A schedule's deliveries (outbox messages), newest first",
+        parameters=[DeliveriesQuery],
+        responses={200: MessageSerializer(many=True), **errors(400, *READ_ONE)},
+    )
+    @action(detail=True, methods=["get"])
+    def deliveries(self, request: Request, **kwargs: Any) -> Response:
+        filters: Mapping[str, Any] = query(DeliveriesQuery, request, paginated=True)
+        queryset = OutboxMessage.objects.filter(aggregate_id=self.get_object().pk).defer(
+            "payload", "metadata"
+        )
+        if "status" in filters:
+            queryset = queryset.filter(status=filters["status"])
+        return self.page(queryset, MessageSerializer, ("-aggregate_version",))

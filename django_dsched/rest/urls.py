@@ -1,0 +1,28 @@
+"""Mount the API with ``path("api/dsched/", include("django_dsched.rest.urls"))``.
+
+Paths are relative to where it is mounted (docs/openapi.yaml uses the same ones). Any
+other path under ``schedules/``, ``outbox/`` or ``cluster/`` answers a JSON 404.
+"""
+
+from __future__ import annotations
+
+from django.urls import URLPattern, URLResolver, path, re_path
+from rest_framework.routers import SimpleRouter
+
+from django_dsched.rest.cluster import ClusterView
+from django_dsched.rest.outbox import OutboxViewSet
+from django_dsched.rest.schedules import ScheduleViewSet
+from django_dsched.rest.site import SchemaView, UnknownPathView
+
+app_name = "dsched-api"
+
+router = SimpleRouter()
+router.register("schedules", ScheduleViewSet, basename="schedule")
+router.register("outbox", OutboxViewSet, basename="outbox")
+
+urlpatterns: list[URLPattern | URLResolver] = [
+    *router.urls,
+    path("cluster/", ClusterView.as_view(), name="cluster"),
+    path("schema/", SchemaView.as_view(), name="schema"),
+    re_path(r"^(?:schedules|outbox|cluster)(?:/.*)?$", UnknownPathView.as_view()),
+]

@@ -1,0 +1,249 @@
+"""Who may call what: every endpoint x (anonymous, no permission, each permission,
+superuser). The permissions are the admin's; a refused call changes nothing."""
+
+from __future__ import annotations
+
+import base64
+import re
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from django.contrib.auth.models import Permission, User
+from django.test import Client, RequestFactory
+from django.utils.crypto import get_random_string
+
+from django_dsched import api
+from django_dsched.admin.outbox import OutboxMessageAdmin
+from django_dsched.admin.schedule_actions import ACTIONS
+from django_dsched.clock import database_now
+from django_dsched.enums import DeliveryStatus
+from django_dsched.models import Event, OutboxMessage, Schedule
+from django_dsched.rest import permissions
+from tests.rest.conftest import INTERVAL, APIClient, user_with
+
+pytestmark = pytest.mark.django_db
+
+SCHEMA = Path(__file__).resolve().parents[2] / "docs" / "openapi.yaml"
+VIEW = {"view_schedule", "change_schedule"}
+DEFINITION = {**INTERVAL, "name": "active", "every": 1, "unit": "MINUTES"}
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    method: str
+    path: str  # {active}, {paused}, {message}: ids made by the fixture
+    needs: frozenset[str]  # any one of these codenames allows it
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    ok: int = 200
+
+
+ANY_VERSION = {"If-Match": "*"}
+ENDPOINTS = {
+    "list schedules": Endpoint("GET", "schedules/", frozenset(VIEW)),
+    "create": Endpoint(
+        "POST", "schedules/", frozenset({"add_schedule"}), {**INTERVAL, "name": "new"}, ok=201
+    ),
+    "read": Endpoint("GET", "schedules/{active}/", frozenset(VIEW)),
+    "replace": Endpoint(
+        "PUT", "schedules/{active}/", frozenset({"change_schedule"}), DEFINITION, ANY_VERSION
+    ),
+    "change": Endpoint(
+        "PATCH", "schedules/{active}/", frozenset({"change_schedule"}), {"priority": 3}, ANY_VERSION
+    ),
+    "cancel": Endpoint(
+        "DELETE", "schedules/{active}/", frozenset({"cancel_schedule"}), headers=ANY_VERSION
+    ),
+    "pause": Endpoint("POST", "schedules/{active}/pause/", frozenset({"pause_schedule"})),
+    "resume": Endpoint("POST", "schedules/{paused}/resume/", frozenset({"pause_schedule"})),
+    "trigger": Endpoint("POST", "schedules/{active}/trigger/", frozenset({"trigger_schedule"})),
+    "backfill": Endpoint(
+        "POST", "schedules/{active}/backfill/", frozenset({"trigger_schedule"}), "{range}"
+    ),
+    "preview": Endpoint("GET", "schedules/{active}/preview/", frozenset(VIEW)),
+    "dry run": Endpoint("GET", "schedules/{active}/dry-run/?{range}", frozenset(VIEW)),
+    "events": Endpoint("GET", "schedules/{active}/events/", frozenset(VIEW)),
+    "deliveries": Endpoint("GET", "schedules/{active}/deliveries/", frozenset(VIEW)),
+    "list outbox": Endpoint(
+        "GET", "outbox/", frozenset({"view_outboxmessage", "change_outboxmessage"})
+    ),
+    "read message": Endpoint(
+        "GET", "outbox/{message}/", frozenset({"view_outboxmessage", "change_outboxmessage"})
+    ),
+    "retry": Endpoint("POST", "outbox/{message}/retry/", frozenset({"retry_outboxmessage"})),
+    "discard": Endpoint(
+        "POST", "outbox/{message}/discard/", frozenset({"discard_outboxmessage"}), ok=204
+    ),
+    "cluster": Endpoint(
+        "GET", "cluster/", frozenset({"view_schedulerinstance", "change_schedulerinstance"})
+    ),
+}
+CODENAMES = sorted(
+    {
+        "view_schedule",
+        "add_schedule",
+        "change_schedule",
+        "pause_schedule",
+        "cancel_schedule",
+        "trigger_schedule",
+        "view_outboxmessage",
+        "change_outboxmessage",
+        "retry_outboxmessage",
+        "discard_outboxmessage",
+        "view_schedulerinstance",
+    }
+)
+ROLES = ["anonymous", "no permission", *CODENAMES, "superuser"]
+
+
+@pytest.fixture
+def world() -> dict[str, str]:
+    """A due active schedule with past slots, a paused one, a dead letter."""
+    start = (database_now() - timedelta(minutes=10)).replace(second=0, microsecond=0)
+    active = api.create_interval(
+        "active", every=1, unit="MINUTES", start=start, topic="ops", event_type="ping"
+    )
+    paused = api.create_interval("paused", every=1, topic="ops", event_type="ping")
+    api.pause(paused)
+    api.trigger(paused)
+    message = OutboxMessage.objects.get(aggregate_id=paused.pk)
+    OutboxMessage.objects.filter(pk=message.pk).update(status=DeliveryStatus.DELIVERY_FAILED)
+    end = start + timedelta(minutes=2)
+    window = {"start": start.isoformat(), "end": end.isoformat()}
+    return {
+        "active": str(active.pk),
+        "paused": str(paused.pk),
+        "message": str(message.pk),
+        "range": "start={}&end={}".format(*(v.replace("+", "%2B") for v in window.values())),
+        "range_body": window,  # type: ignore[dict-item]
+    }
+
+
+def client_for(role: str) -> APIClient:
+    if role == "anonymous":
+        return APIClient(None)
+    if role == "superuser":
+        return APIClient(User.objects.create_superuser("root", "root@example.com", "pw"))
+    return APIClient(user_with([] if role == "no permission" else [role]))
+
+
+def snapshot() -> tuple[Any, ...]:
+    """Everything a call could change."""
+    return (
+        sorted(Schedule.objects.values_list("schedule_name", "state", "aggregate_version")),
+        Event.objects.count(),
+        sorted(OutboxMessage.objects.values_list("id", "status")),
+    )
+
+
+def call(client: APIClient, endpoint: Endpoint, world: dict[str, Any]) -> Any:
+    path = endpoint.path.format(**world)
+    body = world["range_body"] if endpoint.body == "{range}" else endpoint.body
+    return client.request(endpoint.method, path, body, **endpoint.headers)
+
+
+@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("name", list(ENDPOINTS))
+def test_every_endpoint_needs_its_permission(name, role, world):
+    endpoint = ENDPOINTS[name]
+    client = client_for(role)
+    before = snapshot()
+    response = call(client, endpoint, world)
+    if role == "anonymous":
+        assert response.status_code == 401
+        assert response["WWW-Authenticate"] == "Token"
+    elif role == "superuser" or role in endpoint.needs:
+        assert response.status_code == endpoint.ok, response.body
+        return
+    else:
+        assert response.status_code == 403
+        assert response.body["code"] == "permission_denied"
+    assert snapshot() == before
+
+
+def test_the_matrix_covers_every_operation_of_the_schema():
+    documented = {
+        (method.upper(), path)
+        for path, operations in yaml.safe_load(SCHEMA.read_text())["paths"].items()
+        for method in operations
+    }
+    tested = {
+        (e.method, "/" + re.sub(r"\{(active|paused|message)\}", "{id}", e.path.split("?")[0]))
+        for e in ENDPOINTS.values()
+    }
+    assert tested == documented
+
+
+def test_the_schedule_actions_need_the_admins_permissions():
+    """pause/resume, run now (trigger) and cancel: the admin action's permission."""
+    rest = {"pause": "pause", "resume": "resume", "run_now": "trigger", "cancel": "destroy"}
+    for admin_action, rest_action in rest.items():
+        codename = f"dsched.{ACTIONS[admin_action].permission}_schedule"
+        assert permissions.SCHEDULES[rest_action] == (codename,), admin_action
+
+
+@pytest.mark.parametrize("action", ["retry", "discard"])
+def test_the_dead_letter_actions_need_the_admins_permissions(action):
+    needed = permissions.OUTBOX[action]
+    user = user_with([needed[0].split(".")[1]])
+    request = RequestFactory().get("/")
+    request.user = User.objects.get(pk=user.pk)
+    admin_check = getattr(OutboxMessageAdmin, f"has_{action}_permission")
+    assert admin_check(None, request)
+    request.user = User.objects.get(pk=user_with([], name="nobody").pk)
+    assert not admin_check(None, request)
+
+
+def test_a_session_write_needs_the_csrf_token(world):
+    user = User.objects.create_superuser("browser", "b@example.com", "pw")
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(user)
+    path = f"/api/dsched/schedules/{world['active']}/pause/"
+    response = client.post(path, "{}", content_type="application/json")
+    assert response.status_code == 403
+    assert "CSRF" in response.json()["detail"]
+    assert Schedule.objects.get(pk=world["active"]).state == "ACTIVE"
+
+    token = get_random_string(32)  # what a page's {% csrf_token %} cookie would hold
+    client.cookies["csrftoken"] = token
+    response = client.post(
+        path, "{}", content_type="application/json", headers={"X-CSRFToken": token}
+    )
+    assert response.status_code == 200
+    assert client.get("/api/dsched/schedules/").status_code == 200
+
+
+def test_an_inactive_users_token_is_refused(world):
+    user = user_with(["view_schedule"], name="gone")
+    client = APIClient(user)
+    User.objects.filter(pk=user.pk).update(is_active=False)
+    response = client.get("schedules/")
+    assert response.status_code == 401
+
+
+def test_permissions_through_a_group_count(world):
+    from django.contrib.auth.models import Group
+
+    group = Group.objects.create(name="operators")
+    group.permissions.set(Permission.objects.filter(codename="pause_schedule"))
+    user = user_with([], name="member")
+    user.groups.add(group)
+    response = APIClient(user).post(f"schedules/{world['active']}/pause/")
+    assert response.status_code == 200
+
+
+def test_the_authentication_classes_can_be_replaced(settings, world):
+    settings.DSCHED_API_AUTHENTICATION_CLASSES = [
+        "rest_framework.authentication.BasicAuthentication"
+    ]
+    user = user_with(["view_schedule"], name="basic")
+    assert APIClient(user).get("schedules/").status_code == 401  # tokens are off now
+    client = APIClient(None)
+    client.headers["Authorization"] = "Basic " + base64.b64encode(b"basic:pw").decode()
+    response = client.get("schedules/")
+    assert response.status_code == 200
+    assert len(response.body["results"]) == 2
