@@ -6,7 +6,8 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
-from django.http import HttpRequest
+from django.contrib.admin.views.main import ERROR_FLAG
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
@@ -31,6 +32,19 @@ else:
     AnyModelAdmin = admin.ModelAdmin
 
 
+def storable(value: str) -> bool:
+    """Whether PostgreSQL text can hold ``value`` (no NUL, no lone surrogate)."""
+    return "\x00" not in value and not any("\ud800" <= c <= "\udfff" for c in value)
+
+
+def unstorable_query(request: HttpRequest) -> HttpResponse | None:
+    """The admin's "invalid filter" answer for a change list whose filters or search hold
+    text PostgreSQL cannot (a NUL would be a database error, a 500), else None."""
+    if all(storable(v) for values in request.GET.lists() for v in values[1]):
+        return None
+    return HttpResponseRedirect(f"{request.path}?{ERROR_FLAG}=1")
+
+
 class ReadOnlyAdmin(AnyModelAdmin):
     """History is written by the scheduler only, and grows: no query may read all of it."""
 
@@ -42,6 +56,12 @@ class ReadOnlyAdmin(AnyModelAdmin):
     class Media:
         css = ASSETS["css"]
         js = ASSETS["js"]
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        refused = unstorable_query(request)
+        if refused is not None:
+            return refused
+        return super().changelist_view(request, extra_context)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -11,8 +11,8 @@ from django.template.response import TemplateResponse
 from django.utils.translation import gettext as _
 
 from django_dsched.admin.base import ASSETS, AnyModelAdmin
-from django_dsched.admin.cluster_status import cluster_status
 from django_dsched.admin.display import age, badge, moment
+from django_dsched.cluster_status import cluster_status
 from django_dsched.models import SchedulerInstance
 
 

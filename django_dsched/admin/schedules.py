@@ -17,7 +17,7 @@ from django.utils.translation import gettext_lazy as _
 
 from django_dsched import services
 from django_dsched.admin import schedule_panels
-from django_dsched.admin.base import ASSETS
+from django_dsched.admin.base import ASSETS, unstorable_query
 from django_dsched.admin.display import EMPTY, badge, moment
 from django_dsched.admin.filters import HostFilter, ScheduleValuesFilter
 from django_dsched.admin.schedule_actions import ScheduleActionsMixin
@@ -178,6 +178,9 @@ class ScheduleAdmin(ScheduleActionsMixin):
         )
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        refused = unstorable_query(request)
+        if refused is not None:
+            return refused
         cluster = self.admin_site._registry.get(SchedulerInstance)
         if cluster is not None and cluster.has_view_permission(request):
             extra_context = {

@@ -208,22 +208,15 @@ def priority_sign(topic: str) -> int:
     Read from the Celery transport configured for ``topic``; RabbitMQ's when unknown.
     """
     from django_dsched.outbox.transports import Transports
-    from django_dsched.outbox.transports.celery import broker_kind, load_app
+    from django_dsched.outbox.transports.celery import broker_kind, broker_url
 
     try:
         transports = Transports()
         entry = transports.config[transports.key_for(topic)]
+        url = broker_url(entry.get("OPTIONS", {}))
     except Exception:
         return 1
-    options = entry.get("OPTIONS", {})
-    url = options.get("BROKER_URL", "")
-    if options.get("APP"):
-        try:
-            conf = load_app(options["APP"]).conf
-            url = conf.broker_write_url or conf.broker_url or ""
-        except Exception:
-            return 1
-    return -1 if broker_kind(str(url)) == "redis" else 1
+    return -1 if broker_kind(url) == "redis" else 1
 
 
 def spec_for(
@@ -419,7 +412,6 @@ class Importer:
         owner = self.claimed.get(name) or _owner(self.mine.get(name))
         if owner is not None and owner != task.name:
             raise NotImportable(f"its schedule name {name!r} is taken by PeriodicTask {owner!r}")
-        self.claimed[name] = task.name
         existing = self.mine.get(name)
         if task.enabled:
             enabled, marker = True, self.disable_source
@@ -447,6 +439,7 @@ class Importer:
                 self.apply_enabled(schedule, enabled)
         except django_exceptions.ValidationError as exc:
             raise NotImportable("; ".join(exc.messages)) from None
+        self.claimed[name] = task.name  # only a task that was imported holds its name
         getattr(self.report, outcome).append(name)
         return enabled
 

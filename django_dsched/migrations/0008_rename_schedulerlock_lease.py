@@ -3,6 +3,25 @@
 from django.db import migrations, models
 
 
+def rename_permissions(apps, schema_editor):
+    """Keep groups' and users' lease permissions: view_schedulerlock -> view_lease, ..."""
+    try:
+        permission = apps.get_model("auth", "Permission")
+    except LookupError:  # django.contrib.auth is not installed
+        return
+    rows = permission.objects.using(schema_editor.connection.alias).filter(
+        content_type__app_label="dsched", codename__endswith="_schedulerlock"
+    )
+    for row in rows:
+        action = row.codename.removesuffix("_schedulerlock")
+        if not permission.objects.filter(
+            content_type=row.content_type, codename=f"{action}_lease"
+        ).exists():
+            row.codename = f"{action}_lease"
+            row.name = f"Can {action} scheduler lease"
+            row.save(update_fields=["codename", "name"])
+
+
 class Migration(migrations.Migration):
     dependencies = [
         ("dsched", "0007_outbox_schedule_index"),
@@ -10,6 +29,7 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.RenameModel("SchedulerLock", "Lease"),
+        migrations.RunPython(rename_permissions, migrations.RunPython.noop, elidable=True),
         migrations.SeparateDatabaseAndState(
             state_operations=[
                 migrations.RenameField("Lease", "lock_id", "lease_id"),

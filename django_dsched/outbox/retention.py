@@ -11,15 +11,15 @@ fire. Used by ``manage.py purge_history`` and by the leader (:func:`purge_expire
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 from django.db import connections, transaction
 
 from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus
+from django_dsched.logs import get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 PURGE_OUTBOX = """
 DELETE FROM outbox_message_t

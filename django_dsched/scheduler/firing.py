@@ -19,7 +19,6 @@ A second event for the same (schedule, slot) is refused by the database
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -27,8 +26,6 @@ from typing import Any
 from django_dsched.enums import DeliveryStatus, MisfirePolicy, ScheduleKind, ScheduleState
 from django_dsched.timetables import Rules, decide, jitter, timetable_for
 from django_dsched.timetables.grid import due_slot_us, from_microseconds, to_microseconds
-
-logger = logging.getLogger(__name__)
 
 # The CloudEvents 1.0 envelope of a fire, built in SQL from the fired schedule's columns.
 ENVELOPE = """jsonb_build_object(

@@ -40,7 +40,7 @@ class Once:
 
 
 class IntervalTimetable:
-    """:class:`recurrence.Grid` with the end of the calendar read as "no more slots"."""
+    """A :class:`~django_dsched.timetables.grid.Grid` whose calendar end means no more slots."""
 
     def __init__(self, grid: Grid) -> None:
         self.grid = grid

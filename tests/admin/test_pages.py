@@ -284,3 +284,20 @@ def test_an_event_page_links_to_its_schedule_and_shows_payload_and_metadata(admi
     assert "&quot;format&quot;: &quot;pdf&quot;" in content
     assert "&quot;trigger&quot;: &quot;manual&quot;" in content
     assert ScheduleState.ACTIVE  # the schedule itself is unchanged by viewing
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/admin/dsched/outboxmessage/?topic=%00",
+        "/admin/dsched/outboxmessage/?topic=a%00b",
+        "/admin/dsched/schedule/?event_topic=%00",
+        "/admin/dsched/schedule/?q=%00",
+        "/admin/dsched/event/?q=a%00",
+        "/admin/dsched/event/?event_type=%00",
+    ],
+)
+def test_a_filter_value_the_database_cannot_hold_is_an_invalid_filter(admin_client, url):
+    response = admin_client.get(url)
+    assert response.status_code == 302 and "e=1" in response.url  # the admin's "invalid filter"

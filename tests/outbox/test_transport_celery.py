@@ -197,6 +197,11 @@ def test_the_mapping_rule():
         ({"options": {"countdown": 5}}, "unknown key"),
         ({"options": {"priority": 300}}, "0 to 255"),
         ({"options": {"expires": "tomorrow"}}, "expires must be"),
+        # Headers never replace Celery's own fields (the task run, its id).
+        ({"task": "allowed.task", "options": {"headers": {"task": "evil.task"}}}, "own fields"),
+        ({"options": {"headers": {"id": "fixed"}}}, "own fields: id"),
+        ({"options": {"headers": {"dsched_slot": "x"}}}, "own fields: dsched_slot"),
+        ({"options": {"headers": ["x"]}}, "must be an object"),
     ]:
         bad = Message(message.id, "billing", "billing.run", {**payload, "data": data}, 1)
         with pytest.raises(PermanentDeliveryError, match=error):

@@ -390,3 +390,20 @@ def test_endless_response_headers_fail_the_attempt(loopback):
         transport.close()
     assert not isinstance(failure.value, PermanentDeliveryError)
     assert time.monotonic() - started < 2.5
+
+
+# -- what a failure tells (last_error is read by every tenant's REST users) -----------------
+@pytest.mark.django_db(transaction=True)
+def test_an_error_names_the_origin_never_the_path_or_query(settings, sink):
+    url = sink + "/gone/T0K3N-PATH?token=s3cret"
+    settings.DSCHED_TRANSPORTS = {"*": {"BACKEND": "webhook", "OPTIONS": {"URL": url}}}
+    (message_id,) = make_messages(1)
+    Relay(instance_id="r1").run_until_idle()
+    error = OutboxMessage.objects.get(id=message_id).last_error
+    assert "HTTP 404 from http://127.0.0.1:" in error
+    assert "T0K3N" not in error and "s3cret" not in error
+
+
+def test_credentials_in_the_url_are_a_configuration_error():
+    config = {"*": {"BACKEND": "webhook", "OPTIONS": {"URL": "https://u:p@hooks.example/in"}}}
+    assert any("may not carry credentials" in p for p in config_problems(config))

@@ -24,7 +24,6 @@ deletes old records; run it now and then (a dsched schedule can do it).
 
 from __future__ import annotations
 
-import logging
 from datetime import timedelta
 from typing import Any
 
@@ -35,8 +34,9 @@ from django.db.models.functions import Now
 
 from django_dsched.conf import app_settings
 from django_dsched.contrib.celery.models import TaskRun
+from django_dsched.logs import get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 CLAIM = """
 INSERT INTO dsched_celery_task_run_t (task_id, task_name, started_ts)

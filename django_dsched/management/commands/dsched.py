@@ -198,8 +198,8 @@ class Command(BaseCommand):
             ("no PeriodicTask any more", report.orphaned),
         ):
             for name in names:
-                self.stdout.write(f"  {label}: {name}")
+                self.stdout.write(f"  {label}: {shown(name)}")
         for name, reason in report.not_imported:
-            self.stdout.write(f"  not imported: {name}: {reason}")
+            self.stdout.write(f"  not imported: {shown(name)}: {shown(reason)}")
         for note in report.notes:
             self.stdout.write(note)

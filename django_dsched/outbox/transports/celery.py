@@ -137,9 +137,21 @@ def task_message(
         isinstance(priority, int) and not isinstance(priority, bool) and 0 <= priority <= 255
     ):
         raise PermanentDeliveryError("priority must be a whole number from 0 to 255")
-    headers = {**route.get("HEADERS", {}), **overrides.get("headers", {})}
+    extra = overrides.get("headers", {})
+    if not isinstance(extra, dict):
+        raise PermanentDeliveryError('data["options"]["headers"] must be an object')
+    headers = {**route.get("HEADERS", {}), **extra}
     if not all(isinstance(k, str) for k in headers):
         raise PermanentDeliveryError("headers must be an object")
+    # Celery lays message headers over its own protocol headers: a header named "task" or
+    # "id" would change which task runs (past ALLOWED_TASKS) or its id (past the dedupe).
+    reserved = sorted(
+        k for k in headers if k.lower() in PROTOCOL_HEADERS or k.startswith("dsched_")
+    )
+    if reserved:
+        raise PermanentDeliveryError(
+            f"headers may not set Celery's own fields: {', '.join(reserved)}"
+        )
     headers.update(
         dsched_schedule_id=payload.get("subject"),
         dsched_slot=payload.get("scheduledtime"),
@@ -149,6 +161,25 @@ def task_message(
     if "expires" in options:
         options["expires"] = _expiry(options["expires"], payload.get("time"))
     return name, args, kwargs, options
+
+
+# Celery's message protocol (v2) headers, which a user header must never replace.
+PROTOCOL_HEADERS = frozenset(
+    {
+        "lang", "task", "id", "root_id", "parent_id", "group", "group_index", "meth", "shadow",
+        "eta", "expires", "countdown", "retries", "timelimit", "argsrepr", "kwargsrepr",
+        "origin", "ignore_result", "replaced_task_nesting", "stamped_headers", "stamps",
+        "chord", "callbacks", "errbacks", "chain", "reply_to", "correlation_id",
+    }
+)  # fmt: skip
+
+
+def broker_url(options: Mapping[str, Any]) -> str:
+    """The broker a route's Celery transport writes to: its APP's, or BROKER_URL."""
+    if options.get("APP"):
+        conf = load_app(options["APP"]).conf
+        return str(conf.broker_write_url or conf.broker_url or "")
+    return str(options.get("BROKER_URL", DEFAULT_BROKER_URL))
 
 
 def _expiry(value: Any, fired_at: Any) -> datetime:
@@ -187,14 +218,13 @@ class CeleryTransport(Transport):
         from celery import Celery
 
         self.timeout = float(options.get("TIMEOUT", 10.0))
+        url = broker_url(options)
         if options.get("APP"):
             self.app = load_app(options["APP"])
-            url = self.app.conf.broker_write_url or self.app.conf.broker_url or ""
         else:
-            url = options.get("BROKER_URL", DEFAULT_BROKER_URL)
             self.app = Celery("django_dsched.relay", broker=url, set_as_current=False)
             self.app.conf.broker_connection_timeout = self.timeout
-        self.kind = broker_kind(str(url))
+        self.kind = broker_kind(url)
         transport_options: dict[str, Any] = {}
         if self.kind == "amqp":
             transport_options = {

@@ -124,6 +124,11 @@ class UrlTemplate:
         parts = urlsplit(template)
         if parts.scheme not in DEFAULT_PORTS or not parts.netloc:
             raise ConfigurationError("URL must be an http:// or https:// URL")
+        if "@" in parts.netloc:
+            raise ConfigurationError(
+                "URL may not carry credentials (user:password@): send them in HEADERS or use "
+                "SECRET to sign"
+            )
         if "{" in parts.netloc or PLACEHOLDER.search(parts.fragment):
             raise ConfigurationError(
                 "URL placeholders ({topic}, {type}) may stand only in the path and query, "
@@ -175,9 +180,11 @@ class Target:
             port = parts.port or DEFAULT_PORTS.get(parts.scheme, 0)
             host = (parts.hostname or "").rstrip(".").encode("idna").decode("ascii")
         except (ValueError, UnicodeError) as exc:
-            raise PermanentDeliveryError(f"bad webhook URL {url!r}: {exc}") from None
+            raise PermanentDeliveryError(f"bad webhook URL ({parts.scheme}://…): {exc}") from None
         if parts.scheme not in DEFAULT_PORTS or not host:
-            raise PermanentDeliveryError(f"bad webhook URL {url!r}: not http(s) with a host")
+            raise PermanentDeliveryError(
+                f"bad webhook URL ({parts.scheme}://{host}…): not http(s) with a host"
+            )
         path = quote(parts.path or "/", safe=_KEEP_IN_TARGET)
         if parts.query:
             path += "?" + quote(parts.query, safe=_KEEP_IN_TARGET)
@@ -193,7 +200,9 @@ class Target:
         return host if self.port == DEFAULT_PORTS[self.scheme] else f"{host}:{self.port}"
 
     def __str__(self) -> str:
-        return f"{self.scheme}://{self.host_header}{self.path}"
+        """The origin only: paths and queries often carry secrets (tokens, hook ids), and
+        what this says goes into ``last_error``, the logs and the REST API."""
+        return f"{self.scheme}://{self.host_header}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,7 +342,7 @@ class WebhookTransport(Transport):
             for _hop in range(self.max_redirects + 1):
                 target = Target.parse(url)
                 if not host_allowed(url, allowed):
-                    raise PermanentDeliveryError(f"{url} is not in DSCHED_WEBHOOK_ALLOWED_HOSTS")
+                    raise PermanentDeliveryError(f"{target} is not in DSCHED_WEBHOOK_ALLOWED_HOSTS")
                 reply = self._post(target, body, headers)
                 status = reply.status
                 if 200 <= status < 300:
@@ -360,9 +369,10 @@ class WebhookTransport(Transport):
     @staticmethod
     def _redirect(origin: Target, url: str, status: int) -> str:
         """``url`` if it has ``origin``'s scheme, host and port; refused otherwise."""
-        if Target.parse(url).origin != origin.origin:
+        target = Target.parse(url)
+        if target.origin != origin.origin:
             raise PermanentDeliveryError(
-                f"HTTP {status} redirect to another origin not followed: {url} (redirects "
+                f"HTTP {status} redirect to another origin not followed: {target} (redirects "
                 "are followed only within the URL's scheme, host and port, so its headers "
                 "and signature never go elsewhere; set URL to the new address)"
             )
