@@ -15,6 +15,7 @@ This is the product's hot loop, so it is set-based SQL on the raw connection. Pe
 If the fence fails the statement writes nothing and the caller rolls back and steps down.
 A second event for the same (schedule, slot) is refused by the database
 (``dsched_event_one_per_slot``); the write skips such a row instead of failing the batch.
+Event ids are a function of (schedule, slot) (:mod:`.event_ids`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from datetime import datetime
 from typing import Any
 
 from django_dsched.enums import DeliveryStatus, MisfirePolicy, ScheduleKind, ScheduleState
+from django_dsched.scheduler import event_ids
 from django_dsched.timetables import Rules, decide, jitter, timetable_for
 from django_dsched.timetables.grid import due_slot_us, from_microseconds, to_microseconds
 
@@ -90,7 +92,7 @@ batch AS MATERIALIZED (
         state = b.next_state,
         active = (b.next_state = %(active)s)
     FROM (
-        SELECT id::uuid AS schedule_id,
+        SELECT id::uuid AS schedule_id, slot,
                'epoch'::timestamptz + slot * interval '1 microsecond' AS slot_ts,
                'epoch'::timestamptz + next_slot * interval '1 microsecond' AS next_slot_ts,
                'epoch'::timestamptz + next_run * interval '1 microsecond' AS next_run_ts,
@@ -104,7 +106,8 @@ batch AS MATERIALIZED (
       AND EXISTS (SELECT FROM fence)
     RETURNING s.schedule_id, s.host_id, s.schedule_name, s.event_topic, s.event_type,
               s.event_data, s.priority, s.aggregate_version AS version, b.slot_ts,
-              gen_random_uuid() AS event_id, statement_timestamp() AS fired_ts
+              {event_ids.sql("s.schedule_id", "b.slot")} AS event_id,
+              statement_timestamp() AS fired_ts
 ),
 events AS (
     INSERT INTO event_store_t (id, host_id, aggregate_id, aggregate_type, aggregate_version,
@@ -326,12 +329,13 @@ WITH target AS MATERIALIZED (
     FOR UPDATE
 ),
 slots AS (
-    SELECT 'epoch'::timestamptz + slot * interval '1 microsecond' AS slot_ts, ord
+    SELECT slot, 'epoch'::timestamptz + slot * interval '1 microsecond' AS slot_ts, ord
     FROM unnest(%(slots)s::bigint[]) WITH ORDINALITY AS u(slot, ord)
 ),
 fired AS MATERIALIZED (
     SELECT t.*, s.slot_ts, t.aggregate_version + s.ord AS version,
-           gen_random_uuid() AS event_id, statement_timestamp() AS fired_ts
+           {event_ids.sql("t.schedule_id", "s.slot")} AS event_id,
+           statement_timestamp() AS fired_ts
     FROM target t CROSS JOIN slots s
 ),
 events AS (
