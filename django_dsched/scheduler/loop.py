@@ -17,11 +17,9 @@ from django_dsched.loops import DatabaseLoop
 from django_dsched.scheduler import presence
 from django_dsched.scheduler.firing import Fence, fire_batch, seconds_until_next_due
 from django_dsched.scheduler.lease import LeaseHolder
+from django_dsched.scheduler.retention_worker import RetentionWorker, worker_for
 
 logger = logging.getLogger(__name__)
-
-# Retention batches a leader runs per heartbeat at most (each a short transaction).
-RETENTION_BATCHES_PER_BEAT = 5
 
 
 @dataclass
@@ -62,7 +60,8 @@ class Scheduler(DatabaseLoop):
         self._next_heartbeat = 0.0
         self._standing_by = False
         self._next_presence = 0.0
-        self._next_retention = 0.0
+        self._retention_wanted = True
+        self.retention: RetentionWorker | None = None
 
     # -- control -------------------------------------------------------------------------
     def run_until_idle(self) -> int:
@@ -71,6 +70,7 @@ class Scheduler(DatabaseLoop):
         Returns how many schedules fired. Used by ``run_scheduler --once``.
         """
         fired_before = self.stats.fired
+        self._retention_wanted = False  # a one-off run leaves retention to the others
         try:
             self._guarded(self.step)
             while self.lease.is_leader and not self.stopping.is_set():
@@ -81,6 +81,8 @@ class Scheduler(DatabaseLoop):
         return self.stats.fired - fired_before
 
     def shutdown(self) -> None:
+        if self.retention is not None:
+            self.retention.stop(timeout=self.heartbeat_seconds)
         if self.lease.is_leader:
             try:
                 self.lease.release()
@@ -113,6 +115,7 @@ class Scheduler(DatabaseLoop):
             self._next_heartbeat = now + self.heartbeat_seconds
             logger.info("became leader instance=%s epoch=%d", self.instance_id, self.lease.epoch)
             self._report_presence(now)
+            self._start_retention()
         elif now >= self._next_heartbeat or not self.lease.is_trusted():
             if not self.lease.renew():
                 logger.warning(
@@ -185,21 +188,24 @@ class Scheduler(DatabaseLoop):
         self._next_presence = now + period
 
     def _housekeeping(self) -> None:
-        """Leader chores, once per heartbeat: resume schedules whose pause ended, and every
-        DSCHED_RETENTION_INTERVAL delete expired history (a few short batches at a time)."""
-        from django_dsched.outbox.retention import purge_expired
+        """Leader chores, once per heartbeat: resume schedules whose pause ended. (Retention
+        runs on its own thread: see :mod:`.retention_worker`.)"""
         from django_dsched.services import resume_expired_pauses
 
         resumed = resume_expired_pauses()
         if resumed:
             logger.info("resumed %d schedule(s) whose pause ended", resumed)
-        now = time.monotonic()
-        if now >= self._next_retention:
-            purged = purge_expired(max_batches=RETENTION_BATCHES_PER_BEAT)
-            # Left-over rows are taken on the next heartbeat, not in one long stretch.
-            self._next_retention = (
-                now if purged.more else now + float(app_settings.RETENTION_INTERVAL)
+
+    def _start_retention(self) -> None:
+        if self.retention is None and self._retention_wanted:
+            self.retention = worker_for(
+                lambda: self.lease.is_leader and not self.stopping.is_set(),
+                self.instance_id,
+                self.using,
+                pause=self.heartbeat_seconds,
             )
+            if self.retention is not None:
+                self.retention.start()
 
     # -- plumbing ------------------------------------------------------------------------
     def session_settings(self) -> dict[str, str]:
