@@ -56,3 +56,17 @@ def test_check_command_fails_on_errors(settings):
     settings.DSCHED_BATCH_SIZE = 0
     with pytest.raises(SystemCheckError, match=r"dsched\.E006"):
         call_command("check", databases=["default"])
+
+
+def test_a_host_without_tzdata_is_refused(monkeypatch):
+    from zoneinfo import ZoneInfoNotFoundError
+
+    from django_dsched import checks
+
+    assert checks.check_time_zones() == []
+
+    def no_tzdata(key):
+        raise ZoneInfoNotFoundError(key)
+
+    monkeypatch.setattr(checks, "ZoneInfo", no_tzdata)
+    assert ids(checks.check_time_zones()) == ["dsched.E014"]

@@ -15,11 +15,21 @@ from django.db import DatabaseError, connections, transaction
 from django_dsched.conf import app_settings
 from django_dsched.loops import DatabaseLoop
 from django_dsched.scheduler import presence
-from django_dsched.scheduler.firing import Fence, fire_batch, seconds_until_next_due
+from django_dsched.scheduler.firing import BatchResult, Fence, NextDue, fire_batch, next_due
 from django_dsched.scheduler.lease import LeaseHolder
 from django_dsched.scheduler.retention_worker import RetentionWorker, worker_for
 
 logger = logging.getLogger(__name__)
+
+# While a due schedule is locked by another transaction (an admin save, an API call in a
+# long transaction) the claim skips it: look again after this many seconds, doubling up to
+# the maximum (and never beyond the poll interval), instead of spinning.
+LOCKED_RETRY_FIRST = 0.05
+LOCKED_RETRY_MAX = 0.5
+
+# Planning a batch may take this fraction of the lease at most; rows left over go to the
+# next batch (see firing.plan()).
+PLAN_BUDGET_OF_LEASE = 0.25
 
 
 @dataclass
@@ -30,6 +40,10 @@ class Stats:
     batches: int = 0
     leaderships: int = 0
     db_errors: int = 0
+    claims: int = 0
+    set_aside: int = 0
+    deferred: int = 0  # claimed rows left for the next batch by the planning budget
+    locked_waits: int = 0  # rounds that waited because a due row was locked elsewhere
 
 
 class Scheduler(DatabaseLoop):
@@ -56,10 +70,12 @@ class Scheduler(DatabaseLoop):
             lease_seconds=app_settings.LEASE_SECONDS,
             fast_failover=app_settings.FAST_FAILOVER,
         )
+        self.plan_budget = self.lease.lease_seconds * PLAN_BUDGET_OF_LEASE
         self.stats = Stats()
         self._next_heartbeat = 0.0
         self._standing_by = False
         self._next_presence = 0.0
+        self._locked_wait = LOCKED_RETRY_FIRST
         self._retention_wanted = True
         self.retention: RetentionWorker | None = None
 
@@ -125,16 +141,19 @@ class Scheduler(DatabaseLoop):
                 return 0.0
             self._next_heartbeat = now + self.heartbeat_seconds
             self._housekeeping()
-        if self._fire_due():
+        wait = self._fire_due()
+        if wait <= 0:
             return 0.0  # more may be due, or a heartbeat is due: go round at once
         until_heartbeat = self._next_heartbeat - time.monotonic()
-        with connections[self.using].cursor() as cursor:
-            until_due = seconds_until_next_due(cursor)
-        wait = self.poll_interval if until_due is None else max(0.0, until_due)
         return max(0.0, min(wait, self.poll_interval, until_heartbeat))
 
-    def _fire_due(self) -> bool:
-        """Fire batches while schedules are due; True when there is more to do at once."""
+    def _fire_due(self) -> float:
+        """Fire batches while schedules are due; return how long to wait (0: go round at once).
+
+        Each batch plans within ``plan_budget`` (a quarter of the lease) and renews the
+        lease inside its transaction if the trust window closed meanwhile, so a slow batch
+        shrinks; it never outlives the lease.
+        """
         connection = connections[self.using]
         while self.lease.is_trusted() and not self.stopping.is_set():
             fence = Fence(
@@ -143,10 +162,22 @@ class Scheduler(DatabaseLoop):
                 self.lease.epoch,
                 self.lease.lease_seconds,
             )
+            due: NextDue | None = None
             with transaction.atomic(using=self.using), connection.cursor() as cursor:
-                result = fire_batch(cursor, fence, self.batch_size)
+                result = fire_batch(
+                    cursor,
+                    fence,
+                    self.batch_size,
+                    deadline=time.monotonic() + self.plan_budget,
+                    keep_lease=self._keep_lease,
+                )
+                self.stats.claims += 1
                 if result.fenced:
                     transaction.set_rollback(True, using=self.using)
+                elif result.claimed < self.batch_size and not result.deferred and not result.again:
+                    # All that was due and free is done: when to look again, asked in the
+                    # claim's own transaction (see firing.NEXT_DUE).
+                    due = next_due(cursor)
             if result.fenced:
                 self.stats.fenced += 1
                 logger.warning(
@@ -155,29 +186,59 @@ class Scheduler(DatabaseLoop):
                     self.instance_id,
                 )
                 self.lease.step_down()
-                return True
-            if result.claimed == 0:
-                return False
-            self.stats.batches += 1
-            self.stats.fired += result.fired
-            self.stats.duplicates += result.duplicates
-            logger.info(
-                "fired %d schedule(s)%s instance=%s epoch=%d",
-                result.fired,
-                f": {result.names}" if result.names else "",
-                self.instance_id,
-                fence.epoch,
-            )
-            if result.duplicates:
-                logger.warning(
-                    "skipped %d slot(s) that had already fired (refused by the database)",
-                    result.duplicates,
-                )
-            if result.claimed < self.batch_size:
-                return False
+                return 0.0
+            if result.claimed:
+                self._count(result, fence.epoch)
+            if due is not None:
+                return self._wait_for(due)
             if time.monotonic() >= self._next_heartbeat:
-                return True
-        return not self.lease.is_trusted() and self.lease.is_leader
+                return 0.0
+        return 0.0 if self.lease.is_leader and not self.stopping.is_set() else self.poll_interval
+
+    def _count(self, result: BatchResult, epoch: int | None) -> None:
+        self.stats.batches += 1
+        self.stats.fired += result.fired
+        self.stats.duplicates += result.duplicates
+        self.stats.set_aside += result.set_aside
+        self.stats.deferred += result.deferred
+        logger.info(
+            "fired %d schedule(s)%s instance=%s epoch=%d",
+            result.fired,
+            f": {result.names}" if result.names else "",
+            self.instance_id,
+            epoch,
+        )
+        if result.duplicates:
+            logger.warning(
+                "skipped %d slot(s) that had already fired (refused by the database)",
+                result.duplicates,
+            )
+        if result.deferred:
+            logger.warning(
+                "planning took longer than %.2fs: %d schedule(s) left for the next batch",
+                self.plan_budget,
+                result.deferred,
+            )
+
+    def _wait_for(self, due: NextDue) -> float:
+        """The sleep after a round that fired everything it could."""
+        wait = self.poll_interval
+        if due.locked:
+            # A due row is locked elsewhere; its claim must wait for that lock's release,
+            # which may come without a NOTIFY: poll, a little less often each time.
+            self.stats.locked_waits += 1
+            wait = min(self._locked_wait, wait)
+            self._locked_wait = min(self._locked_wait * 2, LOCKED_RETRY_MAX)
+        else:
+            self._locked_wait = LOCKED_RETRY_FIRST
+        if due.seconds is not None:
+            wait = min(wait, max(0.0, due.seconds))
+        return wait
+
+    def _keep_lease(self) -> bool:
+        """Before a batch's write: renew the lease (inside the batch's transaction) if the
+        local trust window closed while planning. False: the lease is lost."""
+        return self.lease.is_trusted() or self.lease.renew()
 
     def _report_presence(self, now: float) -> None:
         """Tell the cluster page this instance lives (leaders every heartbeat, others less)."""
