@@ -119,14 +119,16 @@ def resume(
     By default a schedule goes on from its first slot at or after now: slots that passed
     while it was paused do not fire. With ``catch_up=True`` they are handled by its
     misfire policy, as after downtime (the default policy fires the latest one once).
-    A set-aside schedule that still cannot be planned stays set aside (it is skipped).
+    A set-aside schedule that still cannot be planned stays set aside (it is skipped); a
+    paused one that cannot be planned resumes on its old slot, and the scheduler sets it
+    aside with its error (one mechanism for every row that cannot be planned).
     """
 
     def replace(schedule: Schedule, now: datetime) -> list[str]:
         schedule.paused_reason, schedule.paused_until = "", None
         schedule.set_aside_reason, schedule.set_aside_ts = "", None
         fields = ["paused_reason", "paused_until", "set_aside_reason", "set_aside_ts"]
-        if not catch_up and schedule.next_slot_ts < now:
+        if not catch_up and schedule.next_slot_ts < now and planning_error(schedule) is None:
             schedule.place(now)
             fields += ["next_run_ts", "next_slot_ts", "state", "active"]
         return fields
@@ -138,18 +140,15 @@ def resume(
         verb="resumed",
         actor=actor,
         change=replace,
-        accept=lambda schedule: planning_error(schedule) is None,
+        accept=lambda schedule: (
+            schedule.state != ScheduleState.SET_ASIDE or planning_error(schedule) is None
+        ),
         catch_up=catch_up,
     )
 
 
 def planning_error(schedule: Schedule) -> str | None:
-    """Why the scheduler could not plan ``schedule`` (as it would set it aside), or None.
-
-    Only set-aside schedules are checked: the others were planned by the validators.
-    """
-    if schedule.state != ScheduleState.SET_ASIDE:
-        return None
+    """Why the scheduler could not plan ``schedule`` (as it would set it aside), or None."""
     try:
         table = schedule.timetable()
         table.slot_after(schedule.next_slot_ts)

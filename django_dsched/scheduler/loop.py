@@ -250,10 +250,20 @@ class Scheduler(DatabaseLoop):
 
     def _housekeeping(self) -> None:
         """Leader chores, once per heartbeat: resume schedules whose pause ended. (Retention
-        runs on its own thread: see :mod:`.retention_worker`.)"""
+        runs on its own thread: see :mod:`.retention_worker`.)
+
+        A chore that fails on data is logged and left for the next heartbeat: it must not
+        stop the fires. Database errors go to the reconnect path as everywhere.
+        """
         from django_dsched.services import resume_expired_pauses
 
-        resumed = resume_expired_pauses()
+        try:
+            resumed = resume_expired_pauses()
+        except DatabaseError:
+            raise
+        except Exception:
+            logger.exception("could not resume the schedules whose pause ended")
+            return
         if resumed:
             logger.info("resumed %d schedule(s) whose pause ended", resumed)
 

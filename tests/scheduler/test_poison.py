@@ -187,3 +187,29 @@ def test_status_and_the_command_show_the_error(fence, db_now, capsys):
     assert f"unknown time zone '{UNKNOWN_ZONE}'" in capsys.readouterr().out
     call_command("dsched", "list", "--state", "SET_ASIDE")
     assert "nightly" in capsys.readouterr().out
+
+
+def test_a_paused_poison_row_whose_pause_ends_is_set_aside_not_fatal(db_now):
+    """The leader resumes schedules whose pause ended on each heartbeat: one that cannot be
+    planned goes back to its old slot and is set aside by the fire path, with its error."""
+    ScheduleFactory.create_batch(3, start_ts=db_now() - timedelta(seconds=5))
+    paused = due_cron(db_now, paused=True)
+    poison(paused, time_zone=UNKNOWN_ZONE, paused_until=db_now() - timedelta(seconds=1))
+    scheduler = Scheduler(instance_id="janitor")
+    try:
+        scheduler._guarded(scheduler.step)  # leads, fires the healthy ones
+        scheduler._next_heartbeat = 0  # the next round is a heartbeat: resume, then fire
+        scheduler._guarded(scheduler.step)
+        scheduler._guarded(scheduler.step)
+    finally:
+        scheduler.shutdown()
+    paused.refresh_from_db()
+    assert paused.state == ScheduleState.SET_ASIDE
+    assert UNKNOWN_ZONE in paused.set_aside_reason
+    assert scheduler.stats.db_errors == 0
+    history = list(
+        Event.objects.filter(aggregate_id=paused.pk)
+        .order_by("aggregate_version")
+        .values_list("event_type", flat=True)
+    )
+    assert history == ["dsched.schedule.resumed", "dsched.schedule.set_aside"]
