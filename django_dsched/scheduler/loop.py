@@ -163,6 +163,7 @@ class Scheduler(DatabaseLoop):
                 self.lease.lease_seconds,
             )
             due: NextDue | None = None
+            read_at = 0.0
             with transaction.atomic(using=self.using), connection.cursor() as cursor:
                 result = fire_batch(
                     cursor,
@@ -178,6 +179,7 @@ class Scheduler(DatabaseLoop):
                     # All that was due and free is done: when to look again, asked in the
                     # claim's own transaction (see firing.NEXT_DUE).
                     due = next_due(cursor)
+                    read_at = time.monotonic()
             if result.fenced:
                 self.stats.fenced += 1
                 logger.warning(
@@ -190,7 +192,8 @@ class Scheduler(DatabaseLoop):
             if result.claimed:
                 self._count(result, fence.epoch)
             if due is not None:
-                return self._wait_for(due)
+                # Less the time the commit took since the due time was read.
+                return self._wait_for(due, time.monotonic() - read_at)
             if time.monotonic() >= self._next_heartbeat:
                 return 0.0
         return 0.0 if self.lease.is_leader and not self.stopping.is_set() else self.poll_interval
@@ -220,8 +223,9 @@ class Scheduler(DatabaseLoop):
                 result.deferred,
             )
 
-    def _wait_for(self, due: NextDue) -> float:
-        """The sleep after a round that fired everything it could."""
+    def _wait_for(self, due: NextDue, elapsed: float = 0.0) -> float:
+        """The sleep after a round that fired everything it could (``elapsed``: seconds
+        since ``due`` was read)."""
         wait = self.poll_interval
         if due.locked:
             # A due row is locked elsewhere; its claim must wait for that lock's release,
@@ -232,7 +236,7 @@ class Scheduler(DatabaseLoop):
         else:
             self._locked_wait = LOCKED_RETRY_FIRST
         if due.seconds is not None:
-            wait = min(wait, max(0.0, due.seconds))
+            wait = min(wait, max(0.0, due.seconds - elapsed))
         return wait
 
     def _keep_lease(self) -> bool:

@@ -62,12 +62,16 @@ class RetentionWorker:
             self._thread.join(timeout)
 
     def _run(self) -> None:
-        next_pass = 0.0  # the first pass comes as soon as this instance leads
+        # The first pass comes a pause after the start (not in the way of a new leader's
+        # first batches), as soon as this instance leads.
+        next_pass = time.monotonic() + self.pause
         try:
             while not self._stop.is_set():
                 now = time.monotonic()
                 if now < next_pass:
-                    self._stop.wait(min(next_pass - now, self.pause))
+                    # Sleep through to the pass (stop() wakes it): a thread that woke more
+                    # often would take the GIL from the fire path for nothing.
+                    self._stop.wait(next_pass - now)
                 elif not self.leading():
                     self._stop.wait(self.pause)
                 else:
