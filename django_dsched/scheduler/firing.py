@@ -23,7 +23,6 @@ Event ids are a function of (schedule, slot) (:mod:`.event_ids`).
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,8 +34,6 @@ from django_dsched.exceptions import ScheduleDataError
 from django_dsched.scheduler import event_ids
 from django_dsched.timetables import Rules, decide, jitter, timetable_for
 from django_dsched.timetables.grid import due_slot_us, from_microseconds, to_microseconds
-
-logger = logging.getLogger(__name__)
 
 # The CloudEvents 1.0 envelope of a fire, built in SQL from the fired schedule's columns.
 ENVELOPE = """jsonb_build_object(
@@ -226,6 +223,8 @@ class BatchResult:
     fenced: bool
     names: str | None = None
     set_aside: int = 0
+    # The rows set aside and why: (schedule id, error).
+    aside: tuple[tuple[str, str], ...] = ()
     # Claimed rows left for the next batch (the planning budget ran out) and fired rows
     # still due (a catch-up's next slot): either way there is more to do at once.
     deferred: int = 0
@@ -423,8 +422,6 @@ def fire_batch(
         fenced, set_aside = cursor.fetchone()
         if not fenced:
             return BatchResult(len(rows), 0, 0, True)
-        for schedule_id, why in decided.aside:
-            logger.error("set aside schedule %s: it cannot be planned: %s", schedule_id, why)
     fired = duplicates = 0
     names = None
     if decided.ids:
@@ -453,6 +450,7 @@ def fire_batch(
         False,
         names,
         set_aside=set_aside,
+        aside=tuple(decided.aside) if set_aside else (),
         deferred=decided.deferred,
         again=decided.again,
     )

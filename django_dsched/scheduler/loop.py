@@ -216,6 +216,8 @@ class Scheduler(DatabaseLoop):
                 "skipped %d slot(s) that had already fired (refused by the database)",
                 result.duplicates,
             )
+        for schedule_id, why in result.aside:
+            logger.error("set aside schedule %s: it cannot be planned: %s", schedule_id, why)
         if result.deferred:
             logger.warning(
                 "planning took longer than %.2fs: %d schedule(s) left for the next batch",
