@@ -194,7 +194,8 @@ def resume(
     host_id: uuid.UUID | str | None = None,
     actor: Any = None,
 ) -> bool:
-    """Resume from now (or, with ``catch_up``, per the misfire policy). False if not paused."""
+    """Resume from now (or, with ``catch_up``, per the misfire policy). Also takes back a
+    set-aside schedule once it can be planned. False if nothing was resumed."""
     return bool(services.resume(_select(ref, host_id), actor=actor, catch_up=catch_up).changed)
 
 
@@ -234,6 +235,9 @@ class Status:
     paused_reason: str
     paused_until: datetime | None
     version: int
+    # Set when the scheduler set the schedule aside (state SET_ASIDE): why, and when.
+    set_aside_reason: str = ""
+    set_aside_at: datetime | None = None
 
 
 def status(ref: ScheduleRef, *, host_id: uuid.UUID | str | None = None) -> Status:
@@ -258,6 +262,8 @@ def status(ref: ScheduleRef, *, host_id: uuid.UUID | str | None = None) -> Statu
         paused_reason=schedule.paused_reason,
         paused_until=schedule.paused_until,
         version=schedule.aggregate_version,
+        set_aside_reason=schedule.set_aside_reason,
+        set_aside_at=schedule.set_aside_ts,
     )
 
 

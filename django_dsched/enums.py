@@ -43,6 +43,10 @@ class ScheduleState(models.TextChoices):
     CANCELLED = "CANCELLED", _("cancelled")
     # Fired its last slot: a one-shot, an end time or a fire limit reached.
     COMPLETED = "COMPLETED", _("completed")
+    # The scheduler could not plan it (say, a time zone this host's tzdata lacks): it no
+    # longer fires until an edit or a resume makes it plannable again. The error is kept in
+    # ``set_aside_reason``.
+    SET_ASIDE = "SET_ASIDE", _("set aside")
 
 
 class DeliveryStatus(models.TextChoices):

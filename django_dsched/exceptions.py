@@ -42,6 +42,11 @@ class CronError(TimetableError):
     """An expression or zone that cannot drive a schedule."""
 
 
+class ScheduleDataError(DschedError, ValueError):
+    """A stored schedule holds a value the scheduler cannot plan with (written behind the
+    validators' back, say with SQL): the scheduler sets it aside."""
+
+
 class NoMoreSlots(DschedError):
     """The grid has no slot after this one within the calendar datetime can represent."""
 

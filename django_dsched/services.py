@@ -8,6 +8,7 @@ rolled-back caller leaves nothing behind and every change is in the schedule's h
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -23,7 +24,7 @@ from django_dsched.enums import ScheduleState
 from django_dsched.exceptions import ConflictError, ValidationError
 from django_dsched.models import Event, Schedule
 from django_dsched.models.schedule import GRID_FIELDS
-from django_dsched.scheduler.firing import fire_slots
+from django_dsched.scheduler.firing import fire_slots, reason
 from django_dsched.validation import validate_plain_text
 
 # Most slots one backfill may fire.
@@ -42,15 +43,17 @@ def _transition(
     verb: str,
     actor: Any,
     change: Any = None,
+    accept: Callable[[Schedule], bool] | None = None,
     **details: Any,
 ) -> ChangeCount:
     """Move each locked schedule whose state is ``allowed`` to ``target``, with an audit event.
 
-    ``change(schedule, now)`` may adjust more fields; it returns their names.
+    ``change(schedule, now)`` may adjust more fields; it returns their names. ``accept``
+    may turn more schedules away (they count as skipped).
     """
     with _atomic():
         locked = list(schedules.select_for_update().order_by("pk"))
-        eligible = [s for s in locked if s.state in allowed]
+        eligible = [s for s in locked if s.state in allowed and (accept is None or accept(s))]
         if not eligible:
             return ChangeCount(changed=0, skipped=len(locked))
         now = database_now()
@@ -113,37 +116,55 @@ def pause(
 def resume(
     schedules: QuerySet[Schedule], *, actor: Any = None, catch_up: bool = False
 ) -> ChangeCount:
-    """Let paused schedules fire again.
+    """Let paused (or set-aside) schedules fire again.
 
     By default a schedule goes on from its first slot at or after now: slots that passed
     while it was paused do not fire. With ``catch_up=True`` they are handled by its
     misfire policy, as after downtime (the default policy fires the latest one once).
+    A set-aside schedule that still cannot be planned stays set aside (it is skipped); a
+    paused one that cannot be planned resumes on its old slot, and the scheduler sets it
+    aside with its error (one mechanism for every row that cannot be planned).
     """
 
     def replace(schedule: Schedule, now: datetime) -> list[str]:
         schedule.paused_reason, schedule.paused_until = "", None
-        fields = ["paused_reason", "paused_until"]
-        if not catch_up and schedule.next_slot_ts < now:
+        schedule.set_aside_reason, schedule.set_aside_ts = "", None
+        fields = ["paused_reason", "paused_until", "set_aside_reason", "set_aside_ts"]
+        if not catch_up and schedule.next_slot_ts < now and planning_error(schedule) is None:
             schedule.place(now)
             fields += ["next_run_ts", "next_slot_ts", "state", "active"]
         return fields
 
     return _transition(
         schedules,
-        allowed={ScheduleState.PAUSED},
+        allowed={ScheduleState.PAUSED, ScheduleState.SET_ASIDE},
         target=ScheduleState.ACTIVE,
         verb="resumed",
         actor=actor,
         change=replace,
+        accept=lambda schedule: (
+            schedule.state != ScheduleState.SET_ASIDE or planning_error(schedule) is None
+        ),
         catch_up=catch_up,
     )
+
+
+def planning_error(schedule: Schedule) -> str | None:
+    """Why the scheduler could not plan ``schedule`` (as it would set it aside), or None."""
+    try:
+        table = schedule.timetable()
+        table.slot_after(schedule.next_slot_ts)
+        table.slot_at_or_before(database_now())
+    except Exception as exc:  # whatever the fire path would trip on
+        return reason(exc)
+    return None
 
 
 def cancel(schedules: QuerySet[Schedule], *, actor: Any = None) -> ChangeCount:
     """End schedules for good: a cancelled schedule never fires again and cannot resume."""
     return _transition(
         schedules,
-        allowed={ScheduleState.ACTIVE, ScheduleState.PAUSED},
+        allowed={ScheduleState.ACTIVE, ScheduleState.PAUSED, ScheduleState.SET_ASIDE},
         target=ScheduleState.CANCELLED,
         verb="cancelled",
         actor=actor,
@@ -219,12 +240,19 @@ def save_schedule(
         # Runtime state is the database's, not the (possibly stale) instance's.
         for name in ("next_run_ts", "next_slot_ts", "state", "active", "fire_count"):
             setattr(schedule, name, getattr(current, name))
-        if any(name in GRID_FIELDS for name in fields) and schedule.state in (
+        revived = schedule.state == ScheduleState.SET_ASIDE
+        if revived:
+            # The saved definition passed validation: back into the poll, from now.
+            schedule.state = ScheduleState.ACTIVE
+            schedule.set_aside_reason, schedule.set_aside_ts = "", None
+            changes["state"] = [ScheduleState.SET_ASIDE.value, ScheduleState.ACTIVE.value]
+            fields += ["set_aside_reason", "set_aside_ts"]
+        if (revived or any(name in GRID_FIELDS for name in fields)) and schedule.state in (
             ScheduleState.ACTIVE,
             ScheduleState.PAUSED,
         ):
             state = schedule.state
-            schedule.place(now)
+            _place(schedule, now)
             if state == ScheduleState.PAUSED and schedule.state == ScheduleState.ACTIVE:
                 schedule.state, schedule.active = state, False
             fields += ["next_run_ts", "next_slot_ts", "state", "active"]
@@ -233,6 +261,19 @@ def save_schedule(
         schedule.save(update_fields=[*fields, "aggregate_version", "updated_ts"])
         audit.event_for(schedule, "edited", actor=actor, at=now, changes=changes).save()
     return schedule
+
+
+def _place(schedule: Schedule, now: datetime) -> None:
+    """``schedule.place(now)``, refusing a timetable the scheduler could not plan."""
+    try:
+        schedule.place(now)
+    except ValidationError:
+        raise
+    except Exception as exc:  # whatever the fire path would set the schedule aside for
+        raise ValidationError(
+            _("The scheduler cannot plan this schedule: %(error)s") % {"error": reason(exc)},
+            code="unplannable",
+        ) from None
 
 
 TRIGGERABLE = [ScheduleState.ACTIVE.value, ScheduleState.PAUSED.value]

@@ -66,3 +66,17 @@ def test_a_renamed_setting_is_reported_by_its_new_name(settings):
     (warning,) = check_renamed_settings()
     assert warning.id == "dsched.W001"
     assert "DSCHED_LEASE_ID" in warning.msg
+
+
+def test_a_host_without_tzdata_is_refused(monkeypatch):
+    from zoneinfo import ZoneInfoNotFoundError
+
+    from django_dsched import checks
+
+    assert checks.check_time_zones() == []
+
+    def no_tzdata(key):
+        raise ZoneInfoNotFoundError(key)
+
+    monkeypatch.setattr(checks, "ZoneInfo", no_tzdata)
+    assert ids(checks.check_time_zones()) == ["dsched.E014"]

@@ -24,6 +24,7 @@ TONES = {
     ScheduleState.PAUSED: "warn",
     ScheduleState.CANCELLED: "bad",
     ScheduleState.COMPLETED: "quiet",
+    ScheduleState.SET_ASIDE: "bad",
     "PENDING": "warn",
     "DELIVERED": "ok",
     "DELIVERY_FAILED": "bad",

@@ -40,6 +40,8 @@ from django_dsched.validation import NAME_MAX_LENGTH
 # Schedules listed by name on a confirmation page; more are counted.
 LISTED = 50
 LIVE = (ScheduleState.ACTIVE, ScheduleState.PAUSED)
+# Not finished: may be cancelled (a set-aside schedule too).
+OPEN = (*LIVE, ScheduleState.SET_ASIDE)
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,7 @@ ACTIONS = {
             gettext_lazy("Resume"),
             gettext_lazy("Resume these schedules?"),
             confirm=False,
-            states=(ScheduleState.PAUSED,),
+            states=(ScheduleState.PAUSED, ScheduleState.SET_ASIDE),
         ),
         Action(
             "run_now",
@@ -100,7 +102,7 @@ ACTIONS = {
             gettext_lazy("Cancel"),
             gettext_lazy("Cancel these schedules for good?"),
             confirm=True,
-            states=LIVE,
+            states=OPEN,
             warning=gettext_lazy(
                 "A cancelled schedule never fires again and cannot be resumed or edited. "
                 "Its history is kept."

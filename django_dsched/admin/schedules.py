@@ -103,6 +103,7 @@ class ScheduleAdmin(ScheduleActionsMixin):
             {
                 "fields": [
                     ("state_badge", "origin"),
+                    ("set_aside_reason", "set_aside_ts"),
                     ("paused_reason", "paused_until"),
                     ("next_run_ts", "last_fired_ts"),
                     ("fire_count", "misfire_count"),
@@ -115,6 +116,8 @@ class ScheduleAdmin(ScheduleActionsMixin):
     readonly_fields = [
         "state_badge",
         "origin",
+        "set_aside_reason",
+        "set_aside_ts",
         "paused_reason",
         "paused_until",
         "next_run_ts",
@@ -162,6 +165,13 @@ class ScheduleAdmin(ScheduleActionsMixin):
             title = obj.paused_reason
             if obj.paused_until:
                 title = f"{title} (→ {obj.paused_until:%Y-%m-%d %H:%M %Z})".strip()
+        elif obj.state == ScheduleState.SET_ASIDE:
+            # The scheduler could not plan it: the error is the point, so it is shown.
+            return format_html(
+                '{}<br><small class="dsched-set-aside-reason">{}</small>',
+                badge(obj.state, obj.get_state_display(), title=obj.set_aside_reason),
+                obj.set_aside_reason,
+            )
         return badge(obj.state, obj.get_state_display(), title=title)
 
     @admin.display(description=_("failed deliveries"), ordering="failed_deliveries")

@@ -221,6 +221,15 @@ class Schedule(models.Model):
         _("pause reason"), max_length=255, blank=True, default="", db_default=""
     )
     paused_until = models.DateTimeField(_("paused until"), null=True, blank=True, editable=False)
+    set_aside_reason = models.TextField(
+        _("set aside because"),
+        blank=True,
+        default="",
+        db_default="",
+        editable=False,
+        help_text=_("Why the scheduler could not plan this schedule (state: set aside)."),
+    )
+    set_aside_ts = models.DateTimeField(_("set aside at"), null=True, blank=True, editable=False)
     origin = models.CharField(
         _("origin"),
         max_length=max_length_of(ScheduleOrigin),

@@ -4,8 +4,11 @@ This is the product's hot loop, so it is set-based SQL on the raw connection. Pe
 
 1. ``claim``: ``SELECT ... FOR UPDATE SKIP LOCKED`` the oldest due schedules (the database's
    clock, ``statement_timestamp()``, decides what is due, and is returned with the rows).
-2. Python computes each schedule's fire slot and next run with :mod:`.recurrence`, the same
-   code the admin and the API use.
+2. Python computes each schedule's fire slot and next run with :mod:`.timetables`, the
+   same code the admin and the API use, within a time budget (rows it has no time for are
+   left as they are and taken by the next batch). A row that cannot be planned (a zone
+   this host does not know, a cron croniter refuses) is set aside with its error, in the
+   same transaction; the rest of the batch fires.
 3. ``write``: one statement checks the fence (this instance still holds the unexpired lease
    at its epoch, taken ``FOR SHARE`` so nobody can take the lease until we commit), advances
    every schedule (``UPDATE ... RETURNING`` the columns the event needs), and inserts every
@@ -15,15 +18,20 @@ This is the product's hot loop, so it is set-based SQL on the raw connection. Pe
 If the fence fails the statement writes nothing and the caller rolls back and steps down.
 A second event for the same (schedule, slot) is refused by the database
 (``dsched_event_one_per_slot``); the write skips such a row instead of failing the batch.
+Event ids are a function of (schedule, slot) (:mod:`.event_ids`).
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from django_dsched.enums import DeliveryStatus, MisfirePolicy, ScheduleKind, ScheduleState
+from django_dsched.exceptions import ScheduleDataError
+from django_dsched.scheduler import event_ids
 from django_dsched.timetables import Rules, decide, jitter, timetable_for
 from django_dsched.timetables.grid import due_slot_us, from_microseconds, to_microseconds
 
@@ -51,15 +59,23 @@ OUTBOX_FROM_EVENT = """e.id, e.host_id, e.aggregate_id, 'Schedule', e.aggregate_
            e.event_type, e.event_ts, e.payload, e.metadata, e.payload->>'topic',
            %(pending)s, (e.metadata->>'priority')::smallint"""
 
+
+def microseconds(column: str) -> str:
+    """SQL: a timestamptz column as microseconds since the epoch; NULL for +/-infinity, so a
+    row holding one can never make the claim itself fail (planning sets it aside)."""
+    return f"CASE WHEN isfinite({column}) THEN (extract(epoch FROM {column}) * 1000000)::bigint END"
+
+
 # Times travel as microseconds since the epoch: parsing and formatting thousands of
-# timestamps per batch costs more than the batch's SQL.
-CLAIM = """
+# timestamps per batch costs more than the batch's SQL. Nothing here can fail on a row's
+# values: every column comes back as stored, to be judged by plan(), row by row.
+CLAIM = f"""
 SELECT schedule_id::text, schedule_kind, frequency_unit, frequency_time,
-       (extract(epoch FROM start_ts) * 1000000)::bigint,
-       (extract(epoch FROM next_slot_ts) * 1000000)::bigint,
+       {microseconds("start_ts")},
+       {microseconds("next_slot_ts")},
        (extract(epoch FROM statement_timestamp()) * 1000000)::bigint,
        cron_expression, time_zone, misfire_policy, misfire_grace_seconds, catch_up_limit,
-       (extract(epoch FROM end_ts) * 1000000)::bigint, max_fires, fire_count, jitter_seconds
+       {microseconds("end_ts")}, max_fires, fire_count, jitter_seconds
 FROM schedule_t
 WHERE active AND next_run_ts <= statement_timestamp()
 ORDER BY next_run_ts, priority DESC
@@ -67,14 +83,18 @@ LIMIT %s
 FOR UPDATE SKIP LOCKED
 """
 
-WRITE = f"""
-WITH fence AS MATERIALIZED (
+# This instance still holds the unexpired lease at its epoch; FOR SHARE keeps anyone from
+# taking the lease until the transaction ends. dsched.firing keeps the NOTIFY trigger quiet.
+FENCE = """fence AS MATERIALIZED (
     SELECT epoch, set_config('dsched.firing', 'on', true)
     FROM scheduler_lock_t
     WHERE lock_id = %(lease_id)s AND instance_id = %(instance)s AND epoch = %(epoch)s
       AND last_heartbeat > clock_timestamp() - make_interval(secs => %(lease)s)
     FOR SHARE
-),
+)"""
+
+WRITE = f"""
+WITH {FENCE},
 batch AS MATERIALIZED (
     UPDATE schedule_t s
     SET next_slot_ts = b.next_slot_ts,
@@ -87,7 +107,7 @@ batch AS MATERIALIZED (
         state = b.next_state,
         active = (b.next_state = %(active)s)
     FROM (
-        SELECT id::uuid AS schedule_id,
+        SELECT id::uuid AS schedule_id, slot,
                'epoch'::timestamptz + slot * interval '1 microsecond' AS slot_ts,
                'epoch'::timestamptz + next_slot * interval '1 microsecond' AS next_slot_ts,
                'epoch'::timestamptz + next_run * interval '1 microsecond' AS next_run_ts,
@@ -101,7 +121,8 @@ batch AS MATERIALIZED (
       AND EXISTS (SELECT FROM fence)
     RETURNING s.schedule_id, s.host_id, s.schedule_name, s.event_topic, s.event_type,
               s.event_data, s.priority, s.aggregate_version AS version, b.slot_ts,
-              gen_random_uuid() AS event_id, statement_timestamp() AS fired_ts
+              {event_ids.sql("s.schedule_id", "b.slot")} AS event_id,
+              statement_timestamp() AS fired_ts
 ),
 events AS (
     INSERT INTO event_store_t (id, host_id, aggregate_id, aggregate_type, aggregate_version,
@@ -140,6 +161,49 @@ SELECT (SELECT count(*) FROM batch), (SELECT count(*) FROM events),
 # Batches up to this size report the names of what fired (for the logs).
 NAMED_BATCH = 10
 
+# Rows the planner could not plan leave the poll (state SET_ASIDE, active false) with their
+# error, and each gets an audit event on its version sequence, under the same fence.
+SET_ASIDE = f"""
+WITH {FENCE},
+aside AS (
+    UPDATE schedule_t s
+    SET state = %(set_aside)s, active = false,
+        set_aside_reason = u.reason, set_aside_ts = statement_timestamp(),
+        aggregate_version = s.aggregate_version + 1, updated_ts = statement_timestamp()
+    FROM unnest(%(ids)s::uuid[], %(reasons)s::text[]) AS u(schedule_id, reason)
+    WHERE s.schedule_id = u.schedule_id AND s.active AND EXISTS (SELECT FROM fence)
+    RETURNING s.schedule_id, s.host_id, s.schedule_name, s.origin, s.aggregate_version,
+              u.reason
+),
+audit AS (
+    INSERT INTO event_store_t (id, host_id, aggregate_id, aggregate_type, aggregate_version,
+                               event_type, event_ts, payload, metadata, leader_epoch)
+    SELECT gen_random_uuid(), host_id, schedule_id, 'Schedule', aggregate_version,
+           'dsched.schedule.set_aside', statement_timestamp(),
+           jsonb_build_object(
+               'actor', 'scheduler',
+               'at', statement_timestamp(),
+               'error', reason,
+               'changes', jsonb_build_object(
+                   'state', jsonb_build_array(%(active)s::text, %(set_aside)s::text))),
+           jsonb_build_object(
+               'actor', 'scheduler',
+               'schedule_name', schedule_name,
+               'origin', origin,
+               'instance_id', %(instance)s::text,
+               'leader_epoch', %(epoch)s::bigint),
+           %(epoch)s
+    FROM aside
+)
+SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM aside)
+"""
+
+# Longest error text kept on a set-aside schedule.
+REASON_MAX = 2000
+# Why a row whose start or next slot is +/-infinity is set aside (the claim reads them
+# as NULL).
+NOT_FINITE = f"{ScheduleDataError.__name__}: start_ts or next_slot_ts is not a finite time"
+
 
 @dataclass(frozen=True, slots=True)
 class Fence:
@@ -158,6 +222,13 @@ class BatchResult:
     duplicates: int
     fenced: bool
     names: str | None = None
+    set_aside: int = 0
+    # The rows set aside and why: (schedule id, error).
+    aside: tuple[tuple[str, str], ...] = ()
+    # Claimed rows left for the next batch (the planning budget ran out) and fired rows
+    # still due (a catch-up's next slot): either way there is more to do at once.
+    deferred: int = 0
+    again: int = 0
 
 
 @dataclass(slots=True)
@@ -170,6 +241,12 @@ class Plan:
     next_runs: list[int] = field(default_factory=list)
     states: list[str] = field(default_factory=list)
     missed: list[bool] = field(default_factory=list)
+    # Rows that could not be planned: (schedule id, error), to be set aside.
+    aside: list[tuple[str, str]] = field(default_factory=list)
+    # Rows not planned because the budget ran out (left as they are).
+    deferred: int = 0
+    # Planned rows whose next run is already due.
+    again: int = 0
 
     def add(
         self,
@@ -198,12 +275,23 @@ ACTIVE, COMPLETED = ScheduleState.ACTIVE.value, ScheduleState.COMPLETED.value
 INTERVAL, COALESCE = ScheduleKind.INTERVAL.value, MisfirePolicy.COALESCE.value
 
 
-def plan(rows: list[tuple[Any, ...]]) -> Plan:
-    """Decide, for each claimed row, what to fire and when it runs next (microseconds)."""
+def plan(rows: list[tuple[Any, ...]], deadline: float | None = None) -> Plan:
+    """Decide, for each claimed row, what to fire and when it runs next (microseconds).
+
+    Rows on the integer fast path are always planned (they cost a microsecond or two).
+    The others are planned until the monotonic clock passes ``deadline``; the rest are
+    left out of the plan (``deferred``): unchanged, they are released at commit and taken
+    by the next batch, so a slow batch shrinks instead of outliving the lease. A row whose
+    planning raises is set aside with its error; the others are planned as usual.
+    """
     result = Plan()
+    slow: list[tuple[Any, ...]] = []
     for row in rows:
-        (schedule_id, kind, unit, every, start, next_slot, now, cron, zone, policy, grace,
-         limit, end, max_fires, fires, jitter_s) = row  # fmt: skip
+        (schedule_id, kind, unit, every, start, next_slot, now, _cron, _zone, policy, grace,
+         _limit, end, max_fires, _fires, jitter_s) = row  # fmt: skip
+        if start is None or next_slot is None:
+            result.aside.append((schedule_id, NOT_FINITE))
+            continue
         if (
             kind == INTERVAL
             and policy == COALESCE
@@ -213,36 +301,64 @@ def plan(rows: list[tuple[Any, ...]]) -> Plan:
             and not jitter_s
         ):
             # The common case: plain integer arithmetic on the grid.
-            slot, following = due_slot_us(unit, every, start, next_slot, now)
+            try:
+                slot, following = due_slot_us(unit, every, start, next_slot, now)
+            except Exception as exc:  # any error here is this row's alone
+                result.aside.append((schedule_id, reason(exc)))
+                continue
             result.add(schedule_id, slot, following, following, slot > next_slot)
             continue
-        table = timetable_for(
-            kind,
-            start=from_microseconds(start),
-            unit=unit,
-            every=every,
-            cron=cron,
-            time_zone=zone,
-        )
-        rules = Rules(
-            policy=policy,
-            grace_seconds=grace,
-            catch_up_limit=limit,
-            end=None if end is None else from_microseconds(end),
-            max_fires=max_fires,
-        )
-        decision = decide(table, rules, from_microseconds(next_slot), from_microseconds(now), fires)
-        after = decision.next_slot
-        result.add(
-            schedule_id,
-            None if decision.slot is None else to_microseconds(decision.slot),
-            None if after is None else to_microseconds(after),
-            None
-            if after is None
-            else to_microseconds(after + jitter(schedule_id, after, jitter_s)),
-            decision.missed,
-        )
+        slow.append(row)
+    for index, row in enumerate(slow):
+        if index and deadline is not None and time.monotonic() > deadline:
+            result.deferred = len(slow) - index
+            break
+        try:
+            _plan_one(result, row)
+        except Exception as exc:  # any error here is this row's alone
+            result.aside.append((row[0], reason(exc)))
     return result
+
+
+def _plan_one(result: Plan, row: tuple[Any, ...]) -> None:
+    """Plan one row through the timetables (every kind, policy and bound)."""
+    (schedule_id, kind, unit, every, start, next_slot, now, cron, zone, policy, grace,
+     limit, end, max_fires, fires, jitter_s) = row  # fmt: skip
+    table = timetable_for(
+        kind,
+        start=from_microseconds(start),
+        unit=unit,
+        every=every,
+        cron=cron,
+        time_zone=zone,
+    )
+    rules = Rules(
+        policy=policy,
+        grace_seconds=grace,
+        catch_up_limit=limit,
+        end=None if end is None else from_microseconds(end),
+        max_fires=max_fires,
+    )
+    decision = decide(table, rules, from_microseconds(next_slot), from_microseconds(now), fires)
+    after = decision.next_slot
+    next_run = (
+        None if after is None else to_microseconds(after + jitter(schedule_id, after, jitter_s))
+    )
+    result.add(
+        schedule_id,
+        None if decision.slot is None else to_microseconds(decision.slot),
+        None if after is None else to_microseconds(after),
+        next_run,
+        decision.missed,
+    )
+    if next_run is not None and next_run <= now:
+        result.again += 1
+
+
+def reason(exc: BaseException) -> str:
+    """An error as kept on a set-aside schedule: its type and message, bounded."""
+    text = f"{type(exc).__name__}: {exc}".strip()
+    return text[:REASON_MAX]
 
 
 def array_literal(values: list[Any]) -> str:
@@ -263,52 +379,106 @@ def _array_element(value: Any) -> str:
     return str(value)
 
 
-def fire_batch(cursor: Any, fence: Fence, batch_size: int) -> BatchResult:
+def fire_batch(
+    cursor: Any,
+    fence: Fence,
+    batch_size: int,
+    *,
+    deadline: float | None = None,
+    keep_lease: Callable[[], bool] | None = None,
+) -> BatchResult:
     """Claim and fire up to ``batch_size`` due schedules inside the caller's transaction.
 
-    The caller owns the transaction: it commits when ``fenced`` is False and rolls back
-    otherwise.
+    Planning stops at ``deadline`` (monotonic): what is planned is written, the rest is
+    left for the next batch. Before writing, ``keep_lease()`` may renew the lease (inside
+    this transaction); False means the lease is lost. The caller owns the transaction: it
+    commits when ``fenced`` is False and rolls back otherwise.
     """
     cursor.execute(CLAIM, [batch_size])
     rows = cursor.fetchall()
     if not rows:
         return BatchResult(0, 0, 0, False)
-    decided = plan(rows)
-    cursor.execute(
-        WRITE,
-        {
-            "lease_id": fence.lease_id,
-            "instance": fence.instance_id,
-            "epoch": fence.epoch,
-            "lease": fence.lease_seconds,
-            "ids": array_literal(decided.ids),
-            "slots": array_literal(decided.slots),
-            "next_slots": array_literal(decided.next_slots),
-            "next_runs": array_literal(decided.next_runs),
-            "states": array_literal(decided.states),
-            "missed": array_literal(decided.missed),
-            "pending": DeliveryStatus.PENDING.value,
-            "active": ACTIVE,
-            "names": len(rows) <= NAMED_BATCH,
-        },
-    )
-    written, fired, due_fires, _notified, names = cursor.fetchone()
-    if written == 0:
+    decided = plan(rows, deadline)
+    if keep_lease is not None and not keep_lease():
         return BatchResult(len(rows), 0, 0, True)
-    return BatchResult(len(rows), fired, due_fires - fired, False, names)
+    params = {
+        "lease_id": fence.lease_id,
+        "instance": fence.instance_id,
+        "epoch": fence.epoch,
+        "lease": fence.lease_seconds,
+        "active": ACTIVE,
+    }
+    set_aside = 0
+    if decided.aside:
+        cursor.execute(
+            SET_ASIDE,
+            {
+                **params,
+                "ids": [schedule_id for schedule_id, _ in decided.aside],
+                "reasons": [why for _, why in decided.aside],
+                "set_aside": ScheduleState.SET_ASIDE.value,
+            },
+        )
+        fenced, set_aside = cursor.fetchone()
+        if not fenced:
+            return BatchResult(len(rows), 0, 0, True)
+    fired = duplicates = 0
+    names = None
+    if decided.ids:
+        cursor.execute(
+            WRITE,
+            {
+                **params,
+                "ids": array_literal(decided.ids),
+                "slots": array_literal(decided.slots),
+                "next_slots": array_literal(decided.next_slots),
+                "next_runs": array_literal(decided.next_runs),
+                "states": array_literal(decided.states),
+                "missed": array_literal(decided.missed),
+                "pending": DeliveryStatus.PENDING.value,
+                "names": len(rows) <= NAMED_BATCH,
+            },
+        )
+        written, fired, due_fires, _notified, names = cursor.fetchone()
+        if written == 0:
+            return BatchResult(len(rows), 0, 0, True)
+        duplicates = due_fires - fired
+    return BatchResult(
+        len(rows),
+        fired,
+        duplicates,
+        False,
+        names,
+        set_aside=set_aside,
+        aside=tuple(decided.aside) if set_aside else (),
+        deferred=decided.deferred,
+        again=decided.again,
+    )
 
 
+# Run in the transaction of a claim that came back short: transaction_timestamp() is then
+# no later than the claim, so an active row due by then that is still due was skipped
+# because another transaction holds its lock (an admin save, an API call). The next due
+# time is taken among the rows not yet due then, so such a row never reads as "due now".
 NEXT_DUE = """
-SELECT extract(epoch FROM min(next_run_ts) - clock_timestamp())
-FROM schedule_t WHERE active
+SELECT extract(epoch FROM (SELECT min(next_run_ts) FROM schedule_t
+                           WHERE active AND next_run_ts > transaction_timestamp()
+                             AND next_run_ts < 'infinity') - clock_timestamp()),
+       EXISTS (SELECT FROM schedule_t WHERE active AND next_run_ts <= transaction_timestamp())
 """
 
 
-def seconds_until_next_due(cursor: Any) -> float | None:
-    """Seconds (database clock) until the earliest active schedule is due; None if none."""
+@dataclass(frozen=True, slots=True)
+class NextDue:
+    seconds: float | None  # until the next schedule falls due (database clock); None: none
+    locked: bool  # a due schedule was skipped: another transaction holds its row
+
+
+def next_due(cursor: Any) -> NextDue:
+    """When to look again; call it in the transaction of the last (short) claim."""
     cursor.execute(NEXT_DUE)
-    (delay,) = cursor.fetchone()
-    return None if delay is None else float(delay)
+    delay, locked = cursor.fetchone()
+    return NextDue(None if delay is None else float(delay), bool(locked))
 
 
 # Fires given slots of one schedule outside the leader's loop: "run now" and backfills.
@@ -323,12 +493,13 @@ WITH target AS MATERIALIZED (
     FOR UPDATE
 ),
 slots AS (
-    SELECT 'epoch'::timestamptz + slot * interval '1 microsecond' AS slot_ts, ord
+    SELECT slot, 'epoch'::timestamptz + slot * interval '1 microsecond' AS slot_ts, ord
     FROM unnest(%(slots)s::bigint[]) WITH ORDINALITY AS u(slot, ord)
 ),
 fired AS MATERIALIZED (
     SELECT t.*, s.slot_ts, t.aggregate_version + s.ord AS version,
-           gen_random_uuid() AS event_id, statement_timestamp() AS fired_ts
+           {event_ids.sql("t.schedule_id", "s.slot")} AS event_id,
+           statement_timestamp() AS fired_ts
     FROM target t CROSS JOIN slots s
 ),
 events AS (

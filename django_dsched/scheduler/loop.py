@@ -15,13 +15,21 @@ from django_dsched.conf import app_settings
 from django_dsched.logs import get_logger
 from django_dsched.loops import DatabaseLoop
 from django_dsched.scheduler import presence
-from django_dsched.scheduler.firing import Fence, fire_batch, seconds_until_next_due
+from django_dsched.scheduler.firing import BatchResult, Fence, NextDue, fire_batch, next_due
 from django_dsched.scheduler.lease import LeaseHolder
+from django_dsched.scheduler.retention_worker import RetentionWorker, worker_for
 
 logger = get_logger(__name__)
 
-# Retention batches a leader runs per heartbeat at most (each a short transaction).
-RETENTION_BATCHES_PER_BEAT = 5
+# While a due schedule is locked by another transaction (an admin save, an API call in a
+# long transaction) the claim skips it: look again after this many seconds, doubling up to
+# the maximum (and never beyond the poll interval), instead of spinning.
+LOCKED_RETRY_FIRST = 0.05
+LOCKED_RETRY_MAX = 0.5
+
+# Planning a batch may take this fraction of the lease at most; rows left over go to the
+# next batch (see firing.plan()).
+PLAN_BUDGET_OF_LEASE = 0.25
 
 
 @dataclass
@@ -32,6 +40,10 @@ class Stats:
     batches: int = 0
     leaderships: int = 0
     db_errors: int = 0
+    claims: int = 0
+    set_aside: int = 0
+    deferred: int = 0  # claimed rows left for the next batch by the planning budget
+    locked_waits: int = 0  # rounds that waited because a due row was locked elsewhere
 
 
 class Scheduler(DatabaseLoop):
@@ -59,11 +71,14 @@ class Scheduler(DatabaseLoop):
             lease_seconds=app_settings.LEASE_SECONDS,
             fast_failover=app_settings.FAST_FAILOVER,
         )
+        self.plan_budget = self.lease.lease_seconds * PLAN_BUDGET_OF_LEASE
         self.stats = Stats()
         self._next_heartbeat = 0.0
         self._standing_by = False
         self._next_presence = 0.0
-        self._next_retention = 0.0
+        self._locked_wait = LOCKED_RETRY_FIRST
+        self._retention_wanted = True
+        self.retention: RetentionWorker | None = None
 
     # -- control -------------------------------------------------------------------------
     def run_until_idle(self) -> int:
@@ -72,6 +87,7 @@ class Scheduler(DatabaseLoop):
         Returns how many schedules fired. Used by ``run_scheduler --once``.
         """
         fired_before = self.stats.fired
+        self._retention_wanted = False  # a one-off run leaves retention to the others
         try:
             self._guarded(self.step)
             while self.lease.is_leader and not self.stopping.is_set():
@@ -82,6 +98,8 @@ class Scheduler(DatabaseLoop):
         return self.stats.fired - fired_before
 
     def shutdown(self) -> None:
+        if self.retention is not None:
+            self.retention.stop(timeout=self.heartbeat_seconds)
         if self.lease.is_leader:
             try:
                 self.lease.release()
@@ -114,6 +132,7 @@ class Scheduler(DatabaseLoop):
             self._next_heartbeat = now + self.heartbeat_seconds
             logger.info("became leader instance=%s epoch=%d", self.instance_id, self.lease.epoch)
             self._report_presence(now)
+            self._start_retention()
         elif now >= self._next_heartbeat or not self.lease.is_trusted():
             if not self.lease.renew():
                 logger.warning(
@@ -123,25 +142,42 @@ class Scheduler(DatabaseLoop):
                 return 0.0
             self._next_heartbeat = now + self.heartbeat_seconds
             self._housekeeping()
-        if self._fire_due():
+        wait = self._fire_due()
+        if wait <= 0:
             return 0.0  # more may be due, or a heartbeat is due: go round at once
         until_heartbeat = self._next_heartbeat - time.monotonic()
-        with connections[self.using].cursor() as cursor:
-            until_due = seconds_until_next_due(cursor)
-        wait = self.poll_interval if until_due is None else max(0.0, until_due)
         return max(0.0, min(wait, self.poll_interval, until_heartbeat))
 
-    def _fire_due(self) -> bool:
-        """Fire batches while schedules are due; True when there is more to do at once."""
+    def _fire_due(self) -> float:
+        """Fire batches while schedules are due; return how long to wait (0: go round at once).
+
+        Each batch plans within ``plan_budget`` (a quarter of the lease) and renews the
+        lease inside its transaction if the trust window closed meanwhile, so a slow batch
+        shrinks; it never outlives the lease.
+        """
         while self.lease.is_trusted() and not self.stopping.is_set():
             epoch = self.lease.epoch
             if epoch is None:  # trusted implies leading; for the type checker
                 break
             fence = Fence(app_settings.LEASE_ID, self.instance_id, epoch, self.lease.lease_seconds)
+            due: NextDue | None = None
+            read_at = 0.0
             with self.transaction() as cursor:
-                result = fire_batch(cursor, fence, self.batch_size)
+                result = fire_batch(
+                    cursor,
+                    fence,
+                    self.batch_size,
+                    deadline=time.monotonic() + self.plan_budget,
+                    keep_lease=self._keep_lease,
+                )
+                self.stats.claims += 1
                 if result.fenced:
                     transaction.set_rollback(True, using=self.using)
+                elif result.claimed < self.batch_size and not result.deferred and not result.again:
+                    # All that was due and free is done: when to look again, asked in the
+                    # claim's own transaction (see firing.NEXT_DUE).
+                    due = next_due(cursor)
+                    read_at = time.monotonic()
             if result.fenced:
                 self.stats.fenced += 1
                 logger.warning(
@@ -150,29 +186,63 @@ class Scheduler(DatabaseLoop):
                     self.instance_id,
                 )
                 self.lease.step_down()
-                return True
-            if result.claimed == 0:
-                return False
-            self.stats.batches += 1
-            self.stats.fired += result.fired
-            self.stats.duplicates += result.duplicates
-            logger.info(
-                "fired %d schedule(s)%s instance=%s epoch=%d",
-                result.fired,
-                f": {result.names}" if result.names else "",
-                self.instance_id,
-                fence.epoch,
-            )
-            if result.duplicates:
-                logger.warning(
-                    "skipped %d slot(s) that had already fired (refused by the database)",
-                    result.duplicates,
-                )
-            if result.claimed < self.batch_size:
-                return False
+                return 0.0
+            if result.claimed:
+                self._count(result, fence.epoch)
+            if due is not None:
+                # Less the time the commit took since the due time was read.
+                return self._wait_for(due, time.monotonic() - read_at)
             if time.monotonic() >= self._next_heartbeat:
-                return True
-        return not self.lease.is_trusted() and self.lease.is_leader
+                return 0.0
+        return 0.0 if self.lease.is_leader and not self.stopping.is_set() else self.poll_interval
+
+    def _count(self, result: BatchResult, epoch: int | None) -> None:
+        self.stats.batches += 1
+        self.stats.fired += result.fired
+        self.stats.duplicates += result.duplicates
+        self.stats.set_aside += result.set_aside
+        self.stats.deferred += result.deferred
+        logger.info(
+            "fired %d schedule(s)%s instance=%s epoch=%d",
+            result.fired,
+            f": {result.names}" if result.names else "",
+            self.instance_id,
+            epoch,
+        )
+        if result.duplicates:
+            logger.warning(
+                "skipped %d slot(s) that had already fired (refused by the database)",
+                result.duplicates,
+            )
+        for schedule_id, why in result.aside:
+            logger.error("set aside schedule %s: it cannot be planned: %s", schedule_id, why)
+        if result.deferred:
+            logger.warning(
+                "planning took longer than %.2fs: %d schedule(s) left for the next batch",
+                self.plan_budget,
+                result.deferred,
+            )
+
+    def _wait_for(self, due: NextDue, elapsed: float = 0.0) -> float:
+        """The sleep after a round that fired everything it could (``elapsed``: seconds
+        since ``due`` was read)."""
+        wait = self.poll_interval
+        if due.locked:
+            # A due row is locked elsewhere; its claim must wait for that lock's release,
+            # which may come without a NOTIFY: poll, a little less often each time.
+            self.stats.locked_waits += 1
+            wait = min(self._locked_wait, wait)
+            self._locked_wait = min(self._locked_wait * 2, LOCKED_RETRY_MAX)
+        else:
+            self._locked_wait = LOCKED_RETRY_FIRST
+        if due.seconds is not None:
+            wait = min(wait, max(0.0, due.seconds - elapsed))
+        return wait
+
+    def _keep_lease(self) -> bool:
+        """Before a batch's write: renew the lease (inside the batch's transaction) if the
+        local trust window closed while planning. False: the lease is lost."""
+        return self.lease.is_trusted() or self.lease.renew()
 
     def _report_presence(self, now: float) -> None:
         """Tell the cluster page this instance lives (leaders every heartbeat, others less)."""
@@ -183,22 +253,35 @@ class Scheduler(DatabaseLoop):
         self._next_presence = now + period
 
     def _housekeeping(self) -> None:
-        """Leader chores, once per heartbeat: resume schedules whose pause ended, and every
-        DSCHED_RETENTION_INTERVAL delete expired history (a few short batches at a time)."""
-        from django_dsched.outbox.retention import purge_expired
+        """Leader chores, once per heartbeat: resume schedules whose pause ended. (Retention
+        runs on its own thread: see :mod:`.retention_worker`.)
+
+        A chore that fails on data is logged and left for the next heartbeat: it must not
+        stop the fires. Database errors go to the reconnect path as everywhere.
+        """
         from django_dsched.services import resume_expired_pauses
 
-        with self.transaction():
-            resumed = resume_expired_pauses()
+        try:
+            with self.transaction():
+                resumed = resume_expired_pauses()
+        except DatabaseError:
+            raise
+        except Exception:
+            logger.exception("could not resume the schedules whose pause ended")
+            return
         if resumed:
             logger.info("resumed %d schedule(s) whose pause ended", resumed)
-        now = time.monotonic()
-        if now >= self._next_retention:
-            purged = purge_expired(max_batches=RETENTION_BATCHES_PER_BEAT)
-            # Left-over rows are taken on the next heartbeat, not in one long stretch.
-            self._next_retention = (
-                now if purged.more else now + float(app_settings.RETENTION_INTERVAL)
+
+    def _start_retention(self) -> None:
+        if self.retention is None and self._retention_wanted:
+            self.retention = worker_for(
+                lambda: self.lease.is_leader and not self.stopping.is_set(),
+                self.instance_id,
+                self.using,
+                pause=self.heartbeat_seconds,
             )
+            if self.retention is not None:
+                self.retention.start()
 
     # -- plumbing ------------------------------------------------------------------------
     def application_name(self) -> str:

@@ -28,6 +28,9 @@ from django_dsched.exceptions import CronError
 # every-second expression, which is 3,600).
 MAX_STEPS = 10_000
 SECOND = timedelta(seconds=1)
+MICROSECOND = timedelta(microseconds=1)
+DAY = timedelta(days=1)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @lru_cache(maxsize=1024)
@@ -38,8 +41,23 @@ def zone(name: str) -> ZoneInfo:
         raise CronError(f"unknown time zone {name!r}") from exc
 
 
+@lru_cache(maxsize=8192)
+def _jump_around_day(tz: ZoneInfo, day: int) -> timedelta:
+    """How far the zone's UTC offset moves between day ``day - 2`` and day ``day + 3``
+    (days since the epoch, UTC): zero when there is no transition near that day."""
+    offsets = [
+        (EPOCH + DAY * (day + shift)).astimezone(tz).utcoffset() or timedelta(0)
+        for shift in (-2, -1, 0, 1, 2, 3)
+    ]
+    return max(offsets) - min(offsets)
+
+
+@lru_cache(maxsize=4096)
 def check_expression(expression: str) -> None:
-    """Raise :class:`CronError` unless ``expression`` is five or six valid fields."""
+    """Raise :class:`CronError` unless ``expression`` is five or six valid fields.
+
+    Cached (a refusal is not): the fire path builds a timetable per due row, and parsing
+    the expression again costs as much as a search."""
     fields = expression.split()
     if len(fields) not in (5, 6):
         raise CronError(
@@ -48,6 +66,28 @@ def check_expression(expression: str) -> None:
         )
     if not croniter.is_valid(expression):
         raise CronError(f"{expression!r} is not a valid cron expression")
+
+
+# Catch-up starts already found: (expression, zone, steps) -> (latest, start), where
+# ``start`` is the slot ``steps`` slots before ``latest``. Each entry is a fact about the
+# timetable alone, so schedules sharing an expression share it and a stale entry is never
+# wrong, only older; the next catch-up fire moves it on by the few slots since.
+_REWOUND: dict[tuple[str, str, int], tuple[datetime, datetime]] = {}
+_REWOUND_MAX = 4096
+
+
+@lru_cache(maxsize=1024)
+def _most_per_unit(expression: str) -> tuple[int, int, int]:
+    """The most fires an expression can have in one minute, hour and day of wall time."""
+    fields, _nth = croniter.expand(expression)
+
+    def size(index: int, everything: int) -> int:
+        values = fields[index]
+        return everything if "*" in values else len(values)
+
+    per_minute = size(5, 60) if len(fields) == 6 else 1
+    per_hour = per_minute * size(0, 60)
+    return per_minute, per_hour, per_hour * size(1, 24)
 
 
 class CronTimetable:
@@ -66,12 +106,26 @@ class CronTimetable:
         # read with the offset before the gap, which lands just after it.
         return wall.replace(tzinfo=self.zone, fold=0).astimezone(UTC)
 
-    def _offsets(self, when: datetime) -> tuple[timedelta, timedelta]:
-        """The smallest and largest UTC offsets of the zone within two days of ``when``."""
-        offsets = [
-            (when + timedelta(days=days)).astimezone(self.zone).utcoffset() or timedelta(0)
-            for days in (-2, -1, 0, 1, 2)
-        ]
+    def _offset(self, instant: datetime) -> timedelta:
+        return instant.astimezone(self.zone).utcoffset() or timedelta(0)
+
+    def _jump(self, instant: datetime) -> timedelta:
+        """The size of any offset change within two days of ``instant`` (zero: none)."""
+        return _jump_around_day(self.zone, (instant - EPOCH) // DAY)
+
+    def _offsets_near(self, instant: datetime) -> tuple[timedelta, timedelta]:
+        """The smallest and largest offsets within two jumps of ``instant``.
+
+        Wall times and instants are out of order only within one jump of a gap, so this
+        window is all a search around ``instant`` needs; away from any transition it is the
+        one offset in force, which keeps a search next to a DST change as short as
+        anywhere else.
+        """
+        jump = self._jump(instant)
+        if not jump:
+            offset = self._offset(instant)
+            return offset, offset
+        offsets = [self._offset(instant + jump * k) for k in (-2, -1, 0, 1, 2)]
         return min(offsets), max(offsets)
 
     @staticmethod
@@ -82,11 +136,13 @@ class CronTimetable:
         """The first fire strictly after ``when``; None if it never fires again.
 
         Wall times and instants are not in the same order around a gap (a missing wall time
-        lands after the gap), so the search starts back by the size of any nearby jump and
-        keeps the earliest instant after ``when``, until no later wall time can beat it.
+        lands after the gap), so the search starts back by the size of a gap just passed
+        and keeps the earliest instant after ``when``, until no later wall time can beat it.
         """
-        low, high = self._offsets(when)
-        matches = croniter(self.expression, self._wall(when) - (high - low))
+        low, high = self._offsets_near(when)
+        # Only a gap behind ``when`` holds wall times that land after it.
+        start = self._wall(when) - max(timedelta(0), self._offset(when) - low)
+        matches = croniter(self.expression, start)
         best: datetime | None = None
         try:
             for _ in range(MAX_STEPS):
@@ -96,6 +152,7 @@ class CronTimetable:
                 instant = self._instant(naive)
                 if instant > when and (best is None or instant < best):
                     best = instant
+                    high = self._offsets_near(best)[1]
         except (CroniterBadDateError, OverflowError, ValueError):
             return best
         raise CronError(f"{self.expression!r}: no fire found after {when}")
@@ -103,8 +160,9 @@ class CronTimetable:
     def slot_at_or_before(self, when: datetime) -> datetime | None:
         """The latest fire at or before ``when``; None if there is none (mirror of
         :meth:`slot_after`)."""
-        low, high = self._offsets(when)
-        start = self._wall(when) + (high - low) + timedelta(microseconds=1)
+        low, high = self._offsets_near(when)
+        # Only a fold (the repeated hour) holds later wall times that land before ``when``.
+        start = self._wall(when) + max(timedelta(0), high - self._offset(when)) + MICROSECOND
         matches = croniter(self.expression, start)
         best: datetime | None = None
         try:
@@ -115,6 +173,7 @@ class CronTimetable:
                 instant = self._instant(naive)
                 if instant <= when and (best is None or instant > best):
                     best = instant
+                    low = self._offsets_near(best)[0]
         except (CroniterBadDateError, OverflowError, ValueError):
             return best
         raise CronError(f"{self.expression!r}: no fire found before {when}")
@@ -124,3 +183,93 @@ class CronTimetable:
         if latest is not None and latest == when:
             return latest
         return self.slot_after(when)
+
+    # -- catch-up ---------------------------------------------------------------------------
+    def rewind(self, latest: datetime, steps: int, oldest: datetime) -> datetime:
+        """The slot ``steps`` slots before the slot ``latest``, or ``oldest`` when that
+        would be earlier (the start of a catch-up of at most ``steps + 1`` slots).
+
+        Most calls cost O(1): when the expression cannot fit more than ``steps + 1`` fires
+        between ``oldest`` and ``latest`` (a bound from its fields), the answer is
+        ``oldest``. Otherwise the slot is found by walking back from ``latest``, once; the
+        walk is remembered, so the catch-up's later fires only step over the slots that
+        came due since.
+        """
+        if steps <= 0:
+            return latest
+        if latest <= oldest or self._most_fires(oldest, latest) <= steps + 1:
+            return oldest
+        key = (self.expression, self.zone.key, steps)
+        known = _REWOUND.get(key)
+        start = None if known is None else self._move_on(known, latest, steps)
+        if start is None:
+            start = self._walk_back(latest, steps)
+        if len(_REWOUND) >= _REWOUND_MAX:
+            _REWOUND.clear()
+        if start is not None:
+            _REWOUND[key] = (latest, start)
+        return oldest if start is None or start <= oldest else start
+
+    def _most_fires(self, oldest: datetime, latest: datetime) -> int:
+        """An upper bound of the fires in ``[oldest, latest]``, from the fields alone."""
+        per_minute, per_hour, per_day = _most_per_unit(self.expression)
+        # The wall-clock span, widened by any nearby jump (gap times land after the gap).
+        span = self._wall(latest) - self._wall(oldest) + self._jump(oldest) + self._jump(latest)
+        return min(
+            (span // timedelta(minutes=1) + 2) * per_minute,
+            (span // timedelta(hours=1) + 2) * per_hour,
+            (span // DAY + 2) * per_day,
+        )
+
+    def _quiet(self, instant: datetime) -> bool:
+        """No offset change within two jumps of ``instant``: wall order is instant order."""
+        low, high = self._offsets_near(instant)
+        return low == high
+
+    def _walk_back(self, latest: datetime, steps: int) -> datetime | None:
+        """The slot ``steps`` slots before ``latest``; None if the timetable has fewer."""
+        slot = latest
+        matches = None
+        for _ in range(steps):
+            earlier: datetime | None = None
+            if self._quiet(slot):
+                if matches is None:
+                    matches = croniter(self.expression, self._wall(slot))
+                try:
+                    earlier = self._instant(matches.get_prev(datetime))
+                except (CroniterBadDateError, OverflowError, ValueError):
+                    return None
+                if not self._quiet(earlier):
+                    earlier, matches = None, None
+            if earlier is None:
+                matches = None  # near a transition: the careful search, one slot at a time
+                earlier = self.slot_at_or_before(slot - MICROSECOND)
+                if earlier is None:
+                    return None
+            slot = earlier
+        return slot
+
+    def _move_on(
+        self, known: tuple[datetime, datetime], latest: datetime, steps: int
+    ) -> datetime | None:
+        """Move a remembered (latest, start) pair on to ``latest``: as many slots as came
+        after the remembered latest. None when it cannot help (older, or too far)."""
+        was_latest, start = known
+        if was_latest > latest:
+            return None
+        slot, moved = was_latest, 0
+        while True:
+            after = self.slot_after(slot)
+            if after is None or after > latest:
+                break
+            slot, moved = after, moved + 1
+            if moved > steps:
+                return None
+        if slot != latest:
+            return None  # ``latest`` is not a slot after the remembered one
+        for _ in range(moved):
+            after = self.slot_after(start)
+            if after is None:
+                return None
+            start = after
+        return start

@@ -22,6 +22,12 @@ class Timetable(Protocol):
 
     def slot_at_or_after(self, when: datetime) -> datetime | None: ...
 
+    def rewind(self, latest: datetime, steps: int, oldest: datetime) -> datetime:
+        """The slot ``steps`` slots before the slot ``latest``, or ``oldest`` (a slot) when
+        that would be earlier. Catch-up calls it on every fire, so it never walks the
+        slots one by one when it can count them."""
+        ...
+
 
 class Once:
     """A single slot."""
@@ -37,6 +43,9 @@ class Once:
 
     def slot_at_or_after(self, when: datetime) -> datetime | None:
         return self.at if when <= self.at else None
+
+    def rewind(self, latest: datetime, steps: int, oldest: datetime) -> datetime:
+        return oldest  # a single slot
 
 
 class IntervalTimetable:
@@ -59,6 +68,17 @@ class IntervalTimetable:
             return self.grid.slot_at_or_after(when)
         except NoMoreSlots:
             return None
+
+    def rewind(self, latest: datetime, steps: int, oldest: datetime) -> datetime:
+        # Slot k is computed from the anchor: no walking, whatever the backlog.
+        k = self.grid.index_at_or_before(latest) - steps
+        if k < 0:
+            return oldest
+        try:
+            slot = self.grid.slot(k)
+        except NoMoreSlots:
+            return oldest
+        return max(slot, oldest)
 
 
 def timetable_for(

@@ -35,8 +35,9 @@ def check_every_slot_fired_once_in_both_tables():
     )
     assert (
         sql(
+            # Fires only: audit events (set aside, edited, ...) have no outbox message.
             "SELECT e.id FROM event_store_t e FULL JOIN outbox_message_t o ON o.id = e.id"
-            " WHERE e.id IS NULL OR o.id IS NULL"
+            " WHERE e.id IS NULL OR (o.id IS NULL AND e.scheduled_ts IS NOT NULL)"
         )
         == []
     )
@@ -189,3 +190,79 @@ def test_a_leader_whose_connection_is_killed_keeps_running_and_nothing_is_lost(c
     assert instance.stop() == 0
     check_every_slot_fired_once_in_both_tables()
     check_no_gaps(ScheduleFactory._meta.model.objects.all(), timedelta(seconds=1))
+
+
+def test_a_poison_row_is_set_aside_and_every_instance_keeps_firing(cluster, db_now):
+    """Rows the scheduler cannot plan (a zone this host's tzdata lacks, a cron croniter
+    refuses), written straight into the table: each is set aside once, with its error; the
+    other schedules keep firing whichever instance leads, and no instance dies."""
+    from django_dsched.enums import ScheduleKind
+
+    healthy = ScheduleFactory.create_batch(
+        8, frequency_unit=FrequencyUnit.SECONDS, frequency_time=1, start_ts=db_now()
+    )
+    zone = ScheduleFactory(
+        schedule_kind=ScheduleKind.CRON, cron_expression="* * * * * *", start_ts=db_now()
+    )
+    sql("UPDATE schedule_t SET time_zone = 'Mars/Olympus' WHERE schedule_id = %s", [zone.pk])
+    names = ["alpha", "beta", "gamma"]
+    first, epoch = start_three(cluster)
+    wait_for(
+        lambda: (
+            Event.objects.filter(leader_epoch=epoch, scheduled_ts__isnull=False).count()
+            >= 2 * len(healthy)
+        ),
+        timeout=15,
+        what="fires past the poison row",
+    )
+    # A second one, while the cluster runs.
+    cron = ScheduleFactory(
+        schedule_kind=ScheduleKind.CRON, cron_expression="* * * * * *", start_ts=db_now()
+    )
+    sql("UPDATE schedule_t SET cron_expression = '61 * * * *' WHERE schedule_id = %s", [cron.pk])
+    led = [first]
+    current = (first, epoch)
+    # Each instance leads in turn (the leader stops; a standby takes over and goes on).
+    for _ in range(2):
+        stopped = cluster.instances[current[0]]
+        fired = Event.objects.filter(leader_epoch=current[1]).count()
+        wait_for(
+            lambda e=current[1], f=fired: (
+                Event.objects.filter(leader_epoch=e).count() >= f + len(healthy)
+            ),
+            timeout=15,
+            what="fires by the current leader",
+        )
+        assert stopped.stop() == 0, cluster.logs()
+        current = wait_for(
+            lambda e=current[1]: (c := leader()) and c[1] > e and c,
+            timeout=10,
+            what="the next leader",
+        )
+        led.append(current[0])
+    wait_for(
+        lambda: Event.objects.filter(leader_epoch=current[1]).count() >= 2 * len(healthy),
+        timeout=15,
+        what="fires by the last leader",
+    )
+    assert sorted(led) == names
+    last = cluster.instances[current[0]]
+    assert last.process.poll() is None, last.log()
+    assert last.stop() == 0, cluster.logs()
+    for schedule, fragment in ((zone, "Mars/Olympus"), (cron, "61 * * * *")):
+        state, why = sql(
+            "SELECT state, set_aside_reason FROM schedule_t WHERE schedule_id = %s",
+            [schedule.pk],
+        )[0]
+        assert state == "SET_ASIDE", cluster.logs()
+        assert fragment in why
+        audits = Event.objects.filter(
+            aggregate_id=schedule.pk, event_type="dsched.schedule.set_aside"
+        )
+        assert audits.count() == 1
+        assert not Event.objects.filter(
+            aggregate_id=schedule.pk, scheduled_ts__isnull=False
+        ).exists()
+    assert "set aside schedule" in cluster.logs()
+    check_every_slot_fired_once_in_both_tables()
+    check_no_gaps(healthy, timedelta(seconds=1))

@@ -159,10 +159,117 @@ def test_the_leader_deletes_expired_history(settings):
         [[str(i) for i in old]],
     )
     scheduler = Scheduler(instance_id="janitor")
-    scheduler._guarded(scheduler.step)  # leads
-    scheduler._next_heartbeat = 0  # the next round is a heartbeat
-    scheduler._guarded(scheduler.step)
-    remaining = set(OutboxMessage.objects.values_list("id", flat=True))
-    assert remaining == {*fresh, *dead}
-    assert not remaining & set(old)
-    scheduler.shutdown()
+    try:
+        scheduler._guarded(scheduler.step)  # leads; its retention thread purges soon after
+        wait_for(
+            lambda: set(OutboxMessage.objects.values_list("id", flat=True)) == {*fresh, *dead},
+            what="the expired messages to be deleted",
+        )
+    finally:
+        scheduler.shutdown()
+
+
+def test_a_due_row_locked_by_another_transaction_is_polled_not_spun(db_now):
+    """An admin save or an API call holding a due row's lock: the claim skips the row and
+    the leader looks again on a bounded, growing interval (it used to spin at ~2,700
+    queries/s); other schedules fire on time meanwhile, the row as soon as it is free."""
+    from django_dsched.enums import FrequencyUnit
+
+    locked = ScheduleFactory(start_ts=db_now() - timedelta(seconds=5))
+    ticking = ScheduleFactory(
+        frequency_unit=FrequencyUnit.SECONDS, frequency_time=1, start_ts=db_now()
+    )
+    scheduler = Scheduler(instance_id="patient")
+    thread = threading.Thread(target=scheduler.run)
+    with other_session() as holder:
+        holder.set_autocommit(False)
+        sql("SELECT FROM schedule_t WHERE schedule_id = %s FOR UPDATE", [locked.pk], using=holder)
+        thread.start()
+        try:
+            started = time.monotonic()
+            wait_for(
+                lambda: Event.objects.filter(aggregate_id=ticking.pk).count() >= 3,
+                what="the other schedule to keep firing",
+            )
+            held = time.monotonic() - started
+            claims = scheduler.stats.claims
+            assert claims < 20 * held + 20, (claims, held)
+            assert scheduler.stats.locked_waits > 0
+            assert not Event.objects.filter(aggregate_id=locked.pk).exists()
+        finally:
+            holder.rollback()  # the lock goes, without any NOTIFY
+        try:
+            wait_for(
+                lambda: Event.objects.filter(aggregate_id=locked.pk).exists(),
+                timeout=3,
+                what="the released row to fire",
+            )
+        finally:
+            scheduler.stop()
+            thread.join(10)
+
+
+def test_a_slow_purge_never_delays_a_heartbeat_or_a_fire(settings, db_now):
+    """Retention runs on its own thread and connection: a purge stuck on a lock leaves the
+    leader renewing its lease and firing."""
+    from django_dsched.enums import FrequencyUnit
+    from tests.outbox_helpers import make_messages
+
+    settings.DSCHED_RETENTION_DAYS = 1
+    expired = make_messages(3, status="DELIVERED", age=2 * 86400)
+    sql(
+        "UPDATE outbox_message_t SET delivered_ts = event_ts WHERE id = ANY(%s)",
+        [[str(i) for i in expired]],
+    )
+    ticking = ScheduleFactory(
+        frequency_unit=FrequencyUnit.SECONDS, frequency_time=1, start_ts=db_now()
+    )
+    # Every delete of an outbox row waits for an advisory lock the test holds.
+    sql(
+        """
+        CREATE FUNCTION test_slow_purge() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN PERFORM pg_advisory_xact_lock_shared(4242); RETURN OLD; END $$;
+        CREATE TRIGGER test_slow_purge BEFORE DELETE ON outbox_message_t
+            FOR EACH ROW EXECUTE FUNCTION test_slow_purge();
+        """
+    )
+    scheduler = Scheduler(instance_id="busy")
+    thread = threading.Thread(target=scheduler.run)
+    try:
+        with other_session() as blocker:
+            sql("SELECT pg_advisory_lock(4242)", using=blocker)
+            thread.start()
+            try:
+                wait_for(
+                    lambda: sql(
+                        "SELECT 1 FROM pg_stat_activity"
+                        " WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'"
+                    ),
+                    what="the purge to wait on the lock",
+                )
+                epoch = wait_for(lambda: Lease.objects.get().epoch, what="leadership")
+                first = Lease.objects.get().last_heartbeat
+                fired = Event.objects.filter(aggregate_id=ticking.pk).count()
+                # Longer than the lease (3 s): without heartbeats the lease would lapse.
+                wait_for(
+                    lambda: Event.objects.filter(aggregate_id=ticking.pk).count() >= fired + 4,
+                    what="fires while the purge is stuck",
+                )
+                lease = Lease.objects.get()
+                assert lease.epoch == epoch
+                assert lease.last_heartbeat > first
+                assert sql(
+                    "SELECT clock_timestamp() - last_heartbeat < interval '2 seconds'"
+                    " FROM scheduler_lock_t"
+                )[0][0]
+                assert OutboxMessage.objects.filter(id__in=expired).count() == 3
+            finally:
+                sql("SELECT pg_advisory_unlock(4242)", using=blocker)
+        wait_for(
+            lambda: not OutboxMessage.objects.filter(id__in=expired).exists(),
+            what="the purge to finish once the lock is gone",
+        )
+    finally:
+        scheduler.stop()
+        thread.join(10)
+        sql("DROP TRIGGER test_slow_purge ON outbox_message_t; DROP FUNCTION test_slow_purge();")

@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django_dsched import api
 from django_dsched.declared import sync
 from django_dsched.describe import describe
+from django_dsched.enums import ScheduleState
 from django_dsched.exceptions import ConfigurationError
 from django_dsched.management import _arguments
 from django_dsched.models import Schedule
@@ -35,10 +36,10 @@ class Command(BaseCommand):
         parser.add_argument("--host", help="Tenant (host_id); default DSCHED_DEFAULT_HOST_ID.")
         actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
         listing = actions.add_parser("list", help="Schedules with their next fire times.")
-        listing.add_argument("--state", choices=["ACTIVE", "PAUSED", "CANCELLED", "COMPLETED"])
+        listing.add_argument("--state", choices=ScheduleState.values)
         for name, text in (
             ("show", "One schedule's definition and status."),
-            ("resume", "Resume a paused schedule."),
+            ("resume", "Resume a paused or set-aside schedule."),
             ("cancel", "Cancel a schedule for good."),
             ("trigger", "Fire a schedule once now."),
             ("preview", "The next fire times."),
@@ -95,10 +96,13 @@ class Command(BaseCommand):
     def do_list(self, *, host: str | None, state: str | None, **options: Any) -> None:
         rows = api.schedules(host_id=host, state=state)
         for schedule in rows:
-            self.stdout.write(
+            line = (
                 f"{shown(schedule.schedule_name):<32} {schedule.state:<9} "
                 f"next {schedule.next_run_ts:%Y-%m-%d %H:%M:%S%z}  {describe(schedule)}"
             )
+            if schedule.state == ScheduleState.SET_ASIDE:
+                line += f"  error: {schedule.set_aside_reason}"
+            self.stdout.write(line)
 
     def do_show(self, *, host: str | None, schedule: str, **options: Any) -> None:
         status = api.status(schedule, host_id=host)
@@ -119,6 +123,9 @@ class Command(BaseCommand):
         if status.paused_reason or status.paused_until:
             reason = shown(status.paused_reason)
             self.stdout.write(f"  paused   {reason} until {status.paused_until}")
+        if status.set_aside_reason:
+            when = status.set_aside_at
+            self.stdout.write(f"  error    {shown(status.set_aside_reason)} (set aside {when})")
 
     def do_preview(self, *, host: str | None, schedule: str, count: int, **options: Any) -> None:
         for when in api.preview(schedule, count, host_id=host):
@@ -143,7 +150,12 @@ class Command(BaseCommand):
 
     def do_resume(self, *, host: str | None, schedule: str, catch_up: bool, **options: Any) -> None:
         done = api.resume(schedule, catch_up=catch_up, host_id=host, actor="manage.py")
-        self._report(done, f"Resumed {schedule}.", f"{schedule} is not paused; nothing done.")
+        self._report(
+            done,
+            f"Resumed {schedule}.",
+            f"{schedule} is not paused, or is set aside and still cannot be planned "
+            "(see dsched show); nothing done.",
+        )
 
     def do_cancel(self, *, host: str | None, schedule: str, **options: Any) -> None:
         done = api.cancel(schedule, host_id=host, actor="manage.py")

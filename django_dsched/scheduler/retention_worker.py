@@ -1,0 +1,114 @@
+"""Retention on the leader, off its heartbeat path.
+
+A purge can be slow (a big backlog of expired rows, a lock it waits on), and the leader's
+one connection must stay free for heartbeats and fires. So the leader deletes expired
+history on a thread of its own, with its own database connection (Django's connections
+are per thread), every ``DSCHED_RETENTION_INTERVAL`` seconds while it leads; whatever
+that thread waits on, the loop goes on renewing the lease and firing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from django.db import DatabaseError, connections
+
+from django_dsched.conf import app_settings
+from django_dsched.logs import get_logger
+from django_dsched.loops import first_line
+
+logger = get_logger(__name__)
+
+# Batches per table in one pass (each its own short transaction); what is left waits for
+# the next pass, ``pause`` seconds later.
+BATCHES_PER_PASS = 5
+
+
+class RetentionWorker:
+    """Runs :func:`~django_dsched.outbox.retention.purge_expired` while ``leading()``."""
+
+    def __init__(
+        self,
+        *,
+        leading: Callable[[], bool],
+        instance_id: str,
+        using: str,
+        interval: float,
+        pause: float,
+    ) -> None:
+        self.leading = leading
+        self.instance_id = instance_id
+        self.using = using
+        self.interval = interval
+        self.pause = pause
+        self.passes = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._run, name=f"dsched-retention:{self.instance_id}", daemon=True
+            )
+            self._thread.start()
+
+    def stop(self, timeout: float) -> None:
+        """Ask the thread to end and wait up to ``timeout`` seconds (a purge stuck on a lock
+        is left to end with the process: it is a daemon thread)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        # The first pass comes a pause after the start (not in the way of a new leader's
+        # first batches), as soon as this instance leads.
+        next_pass = time.monotonic() + self.pause
+        try:
+            while not self._stop.is_set():
+                now = time.monotonic()
+                if now < next_pass:
+                    # Sleep through to the pass (stop() wakes it): a thread that woke more
+                    # often would take the GIL from the fire path for nothing.
+                    self._stop.wait(next_pass - now)
+                elif not self.leading():
+                    self._stop.wait(self.pause)
+                else:
+                    next_pass = now + self._purge()
+        finally:
+            connections[self.using].close()
+
+    def _purge(self) -> float:
+        """One pass; returns the seconds until the next."""
+        from django_dsched.outbox.retention import purge_expired
+
+        try:
+            purged = purge_expired(max_batches=BATCHES_PER_PASS, using=self.using)
+        except DatabaseError as exc:
+            logger.warning(
+                "retention pass failed (%s); retrying in %.0fs instance=%s",
+                first_line(exc),
+                self.pause,
+                self.instance_id,
+            )
+            connections[self.using].close()
+            return self.pause
+        self.passes += 1
+        # Rows left over are taken after a pause, not in one long stretch.
+        return self.pause if purged.more else self.interval
+
+
+def worker_for(
+    leading: Callable[[], bool], instance_id: str, using: str, pause: float
+) -> RetentionWorker | None:
+    """A retention worker for a scheduler, or None when retention is off."""
+    if app_settings.RETENTION_DAYS is None:
+        return None
+    return RetentionWorker(
+        leading=leading,
+        instance_id=instance_id,
+        using=using,
+        interval=float(app_settings.RETENTION_INTERVAL),
+        pause=pause,
+    )
