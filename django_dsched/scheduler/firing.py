@@ -4,8 +4,8 @@ This is the product's hot loop, so it is set-based SQL on the raw connection. Pe
 
 1. ``claim``: ``SELECT ... FOR UPDATE SKIP LOCKED`` the oldest due schedules (the database's
    clock, ``statement_timestamp()``, decides what is due, and is returned with the rows).
-2. Python computes each schedule's fire slot and next run with :mod:`.recurrence`, the same
-   code the admin and the API use.
+2. Python computes each schedule's fire slot and next run with :mod:`..timetables`, the
+   same code the admin and the API use.
 3. ``write``: one statement checks the fence (this instance still holds the unexpired lease
    at its epoch, taken ``FOR SHARE`` so nobody can take the lease until we commit), advances
    every schedule (``UPDATE ... RETURNING`` the columns the event needs), and inserts every
@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Any
 
 from django_dsched.enums import DeliveryStatus, MisfirePolicy, ScheduleKind, ScheduleState
-from django_dsched.timetables import Rules, decide, jitter, timetable_for
+from django_dsched.timetables import Rules, decide, timetable_for
 from django_dsched.timetables.grid import due_slot_us, from_microseconds, to_microseconds
 
 logger = logging.getLogger(__name__)
@@ -70,6 +70,20 @@ LIMIT %s
 FOR UPDATE SKIP LOCKED
 """
 
+# 1 when the row fires a slot that has no event yet, else 0: fire_count counts distinct
+# fired slots, so a slot that already fired (a backfill, then a catch-up) counts for nothing
+# (the insert below refuses it). Every event of a slot was written at or after the slot, and
+# last_fired_ts is the time of the newest one, so only a slot at or before last_fired_ts can
+# have fired: the index is probed for those alone (a catch-up), never in steady firing. The
+# row is locked since the claim, so no one else fires this schedule meanwhile. OFFSET 0
+# keeps the probe a per-row index lookup (never a hash of the whole event table).
+FRESH = """(CASE WHEN b.slot_ts IS NULL THEN 0
+             WHEN s.last_fired_ts IS NULL OR b.slot_ts > s.last_fired_ts THEN 1
+             WHEN EXISTS (SELECT FROM event_store_t e
+                          WHERE e.aggregate_id = s.schedule_id AND e.scheduled_ts = b.slot_ts
+                          OFFSET 0) THEN 0
+             ELSE 1 END)"""
+
 WRITE = f"""
 WITH fence AS MATERIALIZED (
     SELECT epoch, set_config('dsched.firing', 'on', true)
@@ -83,12 +97,16 @@ batch AS MATERIALIZED (
     SET next_slot_ts = b.next_slot_ts,
         next_run_ts = b.next_run_ts,
         aggregate_version = s.aggregate_version + (b.slot_ts IS NOT NULL)::int,
-        fire_count = s.fire_count + (b.slot_ts IS NOT NULL)::int,
+        fire_count = s.fire_count + {FRESH},
         misfire_count = s.misfire_count + b.missed::int,
         last_fired_ts = CASE WHEN b.slot_ts IS NULL THEN s.last_fired_ts
                              ELSE statement_timestamp() END,
-        state = b.next_state,
-        active = (b.next_state = %(active)s)
+        -- max_fires is reached by distinct fires only, so it is decided here.
+        state = CASE WHEN b.next_state = %(active)s
+                          AND s.fire_count + {FRESH} >= s.max_fires
+                     THEN %(completed)s ELSE b.next_state END,
+        active = b.next_state = %(active)s
+                 AND (s.fire_count + {FRESH} < s.max_fires) IS NOT FALSE
     FROM (
         SELECT id::uuid AS schedule_id,
                'epoch'::timestamptz + slot * interval '1 microsecond' AS slot_ts,
@@ -202,7 +220,11 @@ INTERVAL, COALESCE = ScheduleKind.INTERVAL.value, MisfirePolicy.COALESCE.value
 
 
 def plan(rows: list[tuple[Any, ...]]) -> Plan:
-    """Decide, for each claimed row, what to fire and when it runs next (microseconds)."""
+    """Decide, for each claimed row, what to fire and when it runs next (microseconds).
+
+    ``max_fires`` completes a schedule in ``WRITE``, which knows whether a fire was a new
+    slot; here a schedule that already reached it completes without firing.
+    """
     result = Plan()
     for row in rows:
         (schedule_id, kind, unit, every, start, next_slot, now, cron, zone, policy, grace,
@@ -215,9 +237,12 @@ def plan(rows: list[tuple[Any, ...]]) -> Plan:
             and max_fires is None
             and not jitter_s
         ):
-            # The common case: plain integer arithmetic on the grid.
-            slot, following = due_slot_us(unit, every, start, next_slot, now)
+            # The common case: plain integer arithmetic on the grid where it is exact.
+            slot, following = due_slot_us(unit, every, start, next_slot, now, zone)
             result.add(schedule_id, slot, following, following, slot > next_slot)
+            continue
+        if max_fires is not None and fires >= max_fires:
+            result.add(schedule_id, None, None, None, False)
             continue
         table = timetable_for(
             kind,
@@ -232,7 +257,8 @@ def plan(rows: list[tuple[Any, ...]]) -> Plan:
             grace_seconds=grace,
             catch_up_limit=limit,
             end=None if end is None else from_microseconds(end),
-            max_fires=max_fires,
+            jitter_seconds=jitter_s,
+            jitter_key=schedule_id,
         )
         decision = decide(table, rules, from_microseconds(next_slot), from_microseconds(now), fires)
         after = decision.next_slot
@@ -240,9 +266,7 @@ def plan(rows: list[tuple[Any, ...]]) -> Plan:
             schedule_id,
             None if decision.slot is None else to_microseconds(decision.slot),
             None if after is None else to_microseconds(after),
-            None
-            if after is None
-            else to_microseconds(after + jitter(schedule_id, after, jitter_s)),
+            None if after is None else to_microseconds(rules.run_time(table, after)),
             decision.missed,
         )
     return result
@@ -292,6 +316,7 @@ def fire_batch(cursor: Any, fence: Fence, batch_size: int) -> BatchResult:
             "missed": array_literal(decided.missed),
             "pending": DeliveryStatus.PENDING.value,
             "active": ACTIVE,
+            "completed": COMPLETED,
             "names": len(rows) <= NAMED_BATCH,
         },
     )
