@@ -3,16 +3,18 @@ permission check of edits that would end or fire a schedule at once."""
 
 from __future__ import annotations
 
+import copy
 from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.db import transaction
+from django.forms.models import construct_instance
 from django.utils.translation import gettext_lazy as _
 
 from django_dsched import services
 from django_dsched.conf import app_settings
 from django_dsched.enums import ScheduleState
-from django_dsched.exceptions import ValidationError
+from django_dsched.exceptions import EditNotPermitted, TimetableError
 from django_dsched.models import Schedule
 
 CONFLICT = _(
@@ -101,19 +103,24 @@ class ScheduleForm(ScheduleModelForm):
             raise forms.ValidationError(
                 _("A cancelled schedule cannot be edited."), code="cancelled"
             )
+        self._check_edit()
         return cleaned
 
-    def _post_clean(self) -> None:
-        super()._post_clean()
-        if self.instance._state.adding or self.errors:
+    def _check_edit(self) -> None:
+        """Refuse an edit that would end or fire the schedule at once without the
+        permission to cancel / run now, on the field that causes it."""
+        if self.errors:
             return
         fields = [name for name in self.changed_data if name != "seen_version"]
+        edited = construct_instance(self, copy.copy(self.instance), fields=self._meta.fields)
         try:
             services.check_edit(
-                self.instance, fields, may_complete=self.may_complete, may_fire=self.may_fire
+                edited, fields, may_complete=self.may_complete, may_fire=self.may_fire
             )
-        except ValidationError as exc:
-            self._update_errors(exc)
+        except TimetableError:
+            return  # an invalid timing: the model's own validation reports it
+        except EditNotPermitted as exc:
+            raise forms.ValidationError(exc.message_dict) from None
 
     def _current(self) -> tuple[int, str] | None:
         """The stored version and state, locked when inside a transaction."""
