@@ -223,7 +223,8 @@ def apply_edit(
             bool(timing) and schedule.state == ScheduleState.ACTIVE and schedule.next_run_ts <= now
         ),
         dropped=current.next_slot_ts if due and moved else None,
-        cause=(timing or bounds)[0],
+        # A bound is the likelier cause of an end, the timing of a fire.
+        cause=((bounds or timing) if completes else (timing or bounds))[0],
     )
 
 
