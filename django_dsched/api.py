@@ -273,13 +273,11 @@ _WILL_FIRE = (ScheduleState.ACTIVE, ScheduleState.PAUSED)
 def preview(
     ref: ScheduleRef, count: int = 10, *, host_id: uuid.UUID | str | None = None
 ) -> list[datetime]:
-    """The next ``count`` fire times, computed by the code that fires the schedule."""
+    """The next ``count`` fire times, computed by the code that fires the schedule (a paused
+    schedule's from where it resumes: the end of its pause, or now)."""
     if not 1 <= count <= 1000:
         raise ValidationError("count must be from 1 to 1000.")
-    schedule = get(ref, host_id=host_id)
-    if schedule.state not in _WILL_FIRE:
-        return []
-    return schedule.upcoming(count)
+    return get(ref, host_id=host_id).preview(count, database_now())
 
 
 def dry_run(

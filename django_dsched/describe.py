@@ -9,6 +9,7 @@ from django.utils.translation import ngettext
 
 from django_dsched.enums import FrequencyUnit, ScheduleKind
 from django_dsched.models import Schedule
+from django_dsched.timetables.grid import ABSOLUTE_UNITS
 
 
 def describe_interval(unit: str, n: int) -> str:
@@ -49,4 +50,9 @@ def describe(schedule: Schedule) -> str:
         return _("once at %(when)s") % {"when": f"{schedule.start_ts:%Y-%m-%d %H:%M:%S %Z}"}
     if not schedule.frequency_unit or not schedule.frequency_time:
         return ""
-    return describe_interval(schedule.frequency_unit, schedule.frequency_time)
+    text = describe_interval(schedule.frequency_unit, schedule.frequency_time)
+    zone = schedule.time_zone or "UTC"
+    if schedule.frequency_unit not in ABSOLUTE_UNITS and zone != "UTC":
+        # Days to years step this zone's wall clock.
+        text = _("%(interval)s (%(zone)s)") % {"interval": text, "zone": zone}
+    return text

@@ -26,6 +26,11 @@ class ConflictError(ValidationError):
     """The schedule changed (it fired, or someone edited it) since the caller read it."""
 
 
+class EditNotPermitted(ValidationError):
+    """An edit would complete the schedule at once (like cancel) or fire it at once (like
+    run now), and the caller lacks that permission: nothing was written."""
+
+
 class ConfigurationError(DschedError, django_exceptions.ImproperlyConfigured):
     """A setting, a declaration or a registration cannot work as given."""
 

@@ -8,7 +8,9 @@ rolled-back caller leaves nothing behind and every change is in the schedule's h
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -21,9 +23,9 @@ from django_dsched.changes import ChangeCount
 from django_dsched.clock import database_now
 from django_dsched.conf import app_settings
 from django_dsched.enums import ScheduleState
-from django_dsched.exceptions import ConflictError, ValidationError
+from django_dsched.exceptions import ConflictError, EditNotPermitted, ValidationError
 from django_dsched.models import Event, Schedule
-from django_dsched.models.schedule import GRID_FIELDS
+from django_dsched.models.schedule import BOUND_FIELDS, GRID_FIELDS
 from django_dsched.scheduler.firing import fire_slots, reason
 from django_dsched.validation import validate_plain_text
 
@@ -118,20 +120,29 @@ def resume(
 ) -> ChangeCount:
     """Let paused (or set-aside) schedules fire again.
 
-    By default a schedule goes on from its first slot at or after now: slots that passed
-    while it was paused do not fire. With ``catch_up=True`` they are handled by its
+    By default a schedule goes on from its first slot that runs at or after now: slots that
+    passed while it was paused do not fire. With ``catch_up=True`` they are handled by its
     misfire policy, as after downtime (the default policy fires the latest one once).
     A set-aside schedule that still cannot be planned stays set aside (it is skipped); a
     paused one that cannot be planned resumes on its old slot, and the scheduler sets it
     aside with its error (one mechanism for every row that cannot be planned).
     """
+    return _resume(schedules, actor=actor, catch_up=catch_up, at_pause_end=False)
+
+
+def _resume(
+    schedules: QuerySet[Schedule], *, actor: Any, catch_up: bool, at_pause_end: bool
+) -> ChangeCount:
+    """Resume from now, or (``at_pause_end``) from the end of each schedule's pause: the
+    slot at that time and any after it are left to the misfire policy."""
 
     def replace(schedule: Schedule, now: datetime) -> list[str]:
+        since = schedule.resumes_at(now) if at_pause_end else now
         schedule.paused_reason, schedule.paused_until = "", None
         schedule.set_aside_reason, schedule.set_aside_ts = "", None
         fields = ["paused_reason", "paused_until", "set_aside_reason", "set_aside_ts"]
-        if not catch_up and schedule.next_slot_ts < now and planning_error(schedule) is None:
-            schedule.place(now)
+        if not catch_up and schedule.next_slot_ts < since and planning_error(schedule) is None:
+            schedule.place(since)
             fields += ["next_run_ts", "next_slot_ts", "state", "active"]
         return fields
 
@@ -172,7 +183,11 @@ def cancel(schedules: QuerySet[Schedule], *, actor: Any = None) -> ChangeCount:
 
 
 def resume_expired_pauses(limit: int = 100) -> int:
-    """Resume schedules whose pause ended (the leader calls this every heartbeat)."""
+    """Resume schedules whose pause ended (the leader calls this every heartbeat).
+
+    Each goes on from the end of its pause, not from now: the slot at that time fires
+    (late by at most a heartbeat, within the misfire policy), as do later ones per policy.
+    """
     with _atomic():
         due = Schedule.objects.filter(
             state=ScheduleState.PAUSED, paused_until__lte=database_now()
@@ -180,7 +195,108 @@ def resume_expired_pauses(limit: int = 100) -> int:
         ids = list(due.values_list("pk", flat=True))
         if not ids:
             return 0
-        return resume(Schedule.objects.filter(pk__in=ids), actor="scheduler").changed
+        return _resume(
+            Schedule.objects.filter(pk__in=ids),
+            actor="scheduler",
+            catch_up=False,
+            at_pause_end=True,
+        ).changed
+
+
+@dataclass(frozen=True)
+class EditEffect:
+    """What an edit does to when a schedule fires (see :func:`apply_edit`)."""
+
+    placed: bool  # the next slot was recomputed
+    completes: bool  # no slot is left within its bounds: it completes now, like a cancel
+    fires_now: bool  # its next run is at or before now: it fires at once, like run now
+    dropped: datetime | None  # a due slot that will not fire (recorded as a misfire)
+    cause: str  # the changed field that brought this about, for error messages
+
+
+def apply_edit(
+    current: Schedule, schedule: Schedule, fields: list[str], now: datetime, *, revive: bool = False
+) -> EditEffect:
+    """Move ``schedule``'s next run for an edit of ``fields`` from the stored ``current``.
+
+    A change of a field that places slots puts the next run on the first slot of the new
+    timetable that runs at or after ``now`` (no backlog); a change of a bound keeps the next
+    slot and completes the schedule if it is no longer within its bounds. A paused schedule
+    stays paused. ``schedule``'s runtime columns must already be ``current``'s.
+    """
+    timing = [name for name in fields if name in GRID_FIELDS]
+    bounds = [name for name in fields if name in BOUND_FIELDS]
+    live = (ScheduleState.ACTIVE, ScheduleState.PAUSED)
+    if not (timing or bounds or revive) or schedule.state not in live:
+        return EditEffect(False, False, False, None, "")
+    state = schedule.state
+    if timing or revive:  # a set-aside schedule comes back from now
+        _place(schedule, now)
+    else:
+        schedule.rebound()
+    if state == ScheduleState.PAUSED and schedule.state == ScheduleState.ACTIVE:
+        schedule.state, schedule.active = state, False
+    completes = schedule.state == ScheduleState.COMPLETED
+    due = state == ScheduleState.ACTIVE and current.next_run_ts <= now
+    moved = completes or schedule.next_slot_ts != current.next_slot_ts
+    return EditEffect(
+        placed=True,
+        completes=completes,
+        fires_now=(
+            bool(timing or revive)
+            and schedule.state == ScheduleState.ACTIVE
+            and schedule.next_run_ts <= now
+        ),
+        dropped=current.next_slot_ts if due and moved else None,
+        # A bound is the likelier cause of an end, the timing of a fire.
+        cause=((bounds or timing or ["state"]) if completes else (timing or bounds or ["state"]))[
+            0
+        ],
+    )
+
+
+def _check_permitted(effect: EditEffect, *, may_complete: bool, may_fire: bool) -> None:
+    if effect.completes and not may_complete:
+        raise EditNotPermitted(
+            {
+                effect.cause: _(
+                    "This change leaves the schedule no slot to fire within its bounds, so it "
+                    "would end it now; that needs the permission to cancel schedules."
+                )
+            },
+            code="needs_cancel_permission",
+        )
+    if effect.fires_now and not may_fire:
+        raise EditNotPermitted(
+            {
+                effect.cause: _(
+                    "This change makes the schedule due now, so it would fire at once; that "
+                    "needs the permission to run schedules now. Choose a time in the future."
+                )
+            },
+            code="needs_trigger_permission",
+        )
+
+
+def check_edit(
+    schedule: Schedule, changed_fields: list[str], *, may_complete: bool, may_fire: bool
+) -> EditEffect:
+    """What saving ``schedule`` (edited in ``changed_fields``) would do, without saving; raise
+    :class:`EditNotPermitted` if it would end or fire the schedule at once and the caller
+    may not. ``schedule`` itself is not changed. Locks the row inside a transaction."""
+    rows = Schedule.objects.filter(pk=schedule.pk)
+    if transaction.get_connection(app_settings.DATABASE).in_atomic_block:
+        rows = rows.select_for_update()
+    current = rows.first()
+    if current is None:
+        return EditEffect(False, False, False, None, "")
+    candidate = copy.copy(schedule)
+    for name in RUNTIME_FIELDS:
+        setattr(candidate, name, getattr(current, name))
+    fields = [name for name in changed_fields if getattr(current, name) != getattr(schedule, name)]
+    effect = apply_edit(current, candidate, fields, database_now())
+    _check_permitted(effect, may_complete=may_complete, may_fire=may_fire)
+    return effect
 
 
 def save_schedule(
@@ -189,15 +305,23 @@ def save_schedule(
     *,
     actor: Any = None,
     expected_version: int | None = None,
+    may_complete: bool = True,
+    may_fire: bool = True,
 ) -> Schedule:
     """Create ``schedule``, or write the ``changed_fields`` of an existing one.
 
     Validates first (nothing is written when invalid). An edit writes only the fields it
     changed, so it never overwrites what a fire wrote meanwhile; when a field that places
-    the slots changed, the next run moves to the first slot of the new timetable at or after
-    now (database clock), instead of firing a backlog. With ``expected_version`` (the
+    the slots changed, the next run moves to the first slot of the new timetable that runs
+    at or after now (database clock), instead of firing a backlog; a due slot skipped that
+    way counts as a misfire, and the audit event names it. With ``expected_version`` (the
     ``aggregate_version`` the editor read) an edit of a schedule that changed since is
     refused with :class:`ConflictError`.
+
+    An edit that would end the schedule now (no slot left within its bounds) is a cancel,
+    and one that makes it due now is a run now: with ``may_complete`` / ``may_fire`` False
+    (a caller without those permissions, such as the admin for that user) it is refused
+    with :class:`EditNotPermitted`, naming the field. Code is trusted: both default to True.
     """
     schedule.full_clean()
     with _atomic():
@@ -238,7 +362,7 @@ def save_schedule(
         now = database_now()
         fields = list(changes)
         # Runtime state is the database's, not the (possibly stale) instance's.
-        for name in ("next_run_ts", "next_slot_ts", "state", "active", "fire_count"):
+        for name in RUNTIME_FIELDS:
             setattr(schedule, name, getattr(current, name))
         revived = schedule.state == ScheduleState.SET_ASIDE
         if revived:
@@ -247,19 +371,24 @@ def save_schedule(
             schedule.set_aside_reason, schedule.set_aside_ts = "", None
             changes["state"] = [ScheduleState.SET_ASIDE.value, ScheduleState.ACTIVE.value]
             fields += ["set_aside_reason", "set_aside_ts"]
-        if (revived or any(name in GRID_FIELDS for name in fields)) and schedule.state in (
-            ScheduleState.ACTIVE,
-            ScheduleState.PAUSED,
-        ):
-            state = schedule.state
-            _place(schedule, now)
-            if state == ScheduleState.PAUSED and schedule.state == ScheduleState.ACTIVE:
-                schedule.state, schedule.active = state, False
+        effect = apply_edit(current, schedule, fields, now, revive=revived)
+        _check_permitted(effect, may_complete=may_complete, may_fire=may_fire)
+        details: dict[str, Any] = {}
+        if effect.placed:
             fields += ["next_run_ts", "next_slot_ts", "state", "active"]
+            if schedule.state != current.state:
+                changes["state"] = [current.state, schedule.state]
+        if effect.dropped is not None:
+            schedule.misfire_count = current.misfire_count + 1
+            fields.append("misfire_count")
+            details["misfired"] = {
+                "slot": audit.plain(effect.dropped),
+                "reason": "due when the timing changed; the new timetable goes on from now",
+            }
         schedule.aggregate_version = current.aggregate_version + 1
         schedule.updated_ts = now
-        schedule.save(update_fields=[*fields, "aggregate_version", "updated_ts"])
-        audit.event_for(schedule, "edited", actor=actor, at=now, changes=changes).save()
+        schedule.save(update_fields=[*dict.fromkeys(fields), "aggregate_version", "updated_ts"])
+        audit.event_for(schedule, "edited", actor=actor, at=now, changes=changes, **details).save()
     return schedule
 
 
@@ -274,6 +403,10 @@ def _place(schedule: Schedule, now: datetime) -> None:
             _("The scheduler cannot plan this schedule: %(error)s") % {"error": reason(exc)},
             code="unplannable",
         ) from None
+
+
+# Columns the fire path writes: an edit takes them from the locked row.
+RUNTIME_FIELDS = ("next_run_ts", "next_slot_ts", "state", "active", "fire_count", "misfire_count")
 
 
 TRIGGERABLE = [ScheduleState.ACTIVE.value, ScheduleState.PAUSED.value]

@@ -216,7 +216,7 @@ def validate_aware(value: datetime | None) -> None:
 
 def validate_time_zone(value: str) -> None:
     from django_dsched.exceptions import CronError
-    from django_dsched.timetables.cron import zone
+    from django_dsched.timetables.zones import zone
 
     try:
         zone(value)

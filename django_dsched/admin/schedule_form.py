@@ -1,15 +1,20 @@
-"""The schedule form: the model's own validation, plus the concurrent-edit check."""
+"""The schedule form: the model's own validation, the concurrent-edit check, and the
+permission check of edits that would end or fire a schedule at once."""
 
 from __future__ import annotations
 
+import copy
 from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.db import transaction
+from django.forms.models import construct_instance
 from django.utils.translation import gettext_lazy as _
 
+from django_dsched import services
 from django_dsched.conf import app_settings
 from django_dsched.enums import ScheduleState
+from django_dsched.exceptions import EditNotPermitted, TimetableError
 from django_dsched.models import Schedule
 
 CONFLICT = _(
@@ -36,6 +41,10 @@ class ScheduleForm(ScheduleModelForm):
     """
 
     seen_version = forms.IntegerField(widget=forms.HiddenInput, required=False)
+    # Whether the user may end a schedule (cancel) or fire it at once (run now): an edit
+    # that would do either is refused without it. The admin sets both per request.
+    may_complete = False
+    may_fire = False
 
     class Meta:
         model = Schedule
@@ -60,6 +69,16 @@ class ScheduleForm(ScheduleModelForm):
             "event_data",
         ]
         widgets = {"event_data": forms.Textarea(attrs={"rows": 4, "class": "vLargeTextField"})}
+        help_texts = {
+            "time_zone": _(
+                "IANA zone whose wall clock a cron expression follows and day, week, month "
+                "and year intervals step (seconds, minutes and hours are plain durations)."
+            ),
+            "jitter_seconds": _(
+                "Each fire happens up to this much after its slot (a fixed spread), and "
+                "always before the next slot."
+            ),
+        }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -84,7 +103,24 @@ class ScheduleForm(ScheduleModelForm):
             raise forms.ValidationError(
                 _("A cancelled schedule cannot be edited."), code="cancelled"
             )
+        self._check_edit()
         return cleaned
+
+    def _check_edit(self) -> None:
+        """Refuse an edit that would end or fire the schedule at once without the
+        permission to cancel / run now, on the field that causes it."""
+        if self.errors:
+            return
+        fields = [name for name in self.changed_data if name != "seen_version"]
+        edited = construct_instance(self, copy.copy(self.instance), fields=self._meta.fields)
+        try:
+            services.check_edit(
+                edited, fields, may_complete=self.may_complete, may_fire=self.may_fire
+            )
+        except TimetableError:
+            return  # an invalid timing: the model's own validation reports it
+        except EditNotPermitted as exc:
+            raise forms.ValidationError(exc.message_dict) from None
 
     def _current(self) -> tuple[int, str] | None:
         """The stored version and state, locked when inside a transaction."""

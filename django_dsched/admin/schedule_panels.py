@@ -14,7 +14,6 @@ from typing import Any
 from django.http import HttpRequest, QueryDict
 
 from django_dsched.admin.display import moment
-from django_dsched.enums import ScheduleState
 from django_dsched.models import Event, OutboxMessage, Schedule
 
 PREVIEW_COUNT = 10
@@ -31,14 +30,11 @@ class Page:
 
 
 def preview(schedule: Schedule, now: datetime) -> list[datetime]:
-    """The next fire times, by :meth:`Schedule.upcoming` (the scheduler's own code).
+    """The next fire times, by :meth:`Schedule.preview` (the scheduler's own code).
 
-    A paused schedule resumes from now, so its preview starts at now.
+    A paused schedule's preview starts where it resumes: the end of its pause, or now.
     """
-    if schedule.state not in (ScheduleState.ACTIVE, ScheduleState.PAUSED):
-        return []
-    after = now if schedule.state == ScheduleState.PAUSED and schedule.next_slot_ts < now else None
-    return schedule.upcoming(PREVIEW_COUNT, after=after)
+    return schedule.preview(PREVIEW_COUNT, now)
 
 
 def _version(request: HttpRequest, param: str) -> int | None:

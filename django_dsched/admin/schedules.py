@@ -86,7 +86,8 @@ class ScheduleAdmin(ScheduleActionsMixin):
                 "fields": [
                     "schedule_kind",
                     ("frequency_time", "frequency_unit"),
-                    ("cron_expression", "time_zone"),
+                    "cron_expression",
+                    "time_zone",
                     ("start_ts", "end_ts"),
                     "max_fires",
                     ("jitter_seconds", "priority"),
@@ -257,6 +258,20 @@ class ScheduleAdmin(ScheduleActionsMixin):
             )
         return super().render_change_form(request, context, add, change, form_url, obj)
 
+    def get_form(
+        self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any
+    ) -> type[ScheduleForm]:
+        form = super().get_form(request, obj, change=change, **kwargs)
+        # An edit that ends the schedule or fires it at once needs cancel / run now.
+        return type(
+            form.__name__,
+            (form,),
+            {
+                "may_complete": self.has_cancel_permission(request),
+                "may_fire": self.has_trigger_permission(request),
+            },
+        )
+
     def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
         changed = [f for f in form.changed_data if f != "seen_version"] if change else None
         try:
@@ -265,6 +280,8 @@ class ScheduleAdmin(ScheduleActionsMixin):
                 changed,
                 actor=request.user,
                 expected_version=form.cleaned_data.get("seen_version") if change else None,
+                may_complete=self.has_cancel_permission(request),
+                may_fire=self.has_trigger_permission(request),
             )
         except ValidationError as exc:
             # The form checked the version with the row locked; only a change by code

@@ -28,7 +28,7 @@ from django_dsched.enums import (
 )
 from django_dsched.exceptions import CronError, ValidationError
 from django_dsched.models.fields import EventDataField
-from django_dsched.timetables import Rules, Timetable, first_slot, jitter, timetable_for
+from django_dsched.timetables import Rules, Timetable, first_slot, timetable_for
 from django_dsched.timetables.grid import period_is_acceptable
 from django_dsched.validation import (
     NAME_MAX_LENGTH,
@@ -50,6 +50,8 @@ GRID_FIELDS = (
     "start_ts",
     "jitter_seconds",
 )
+# The fields that bound a schedule; changing one may complete it.
+BOUND_FIELDS = ("end_ts", "max_fires")
 IDENTIFIER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$"
 
 
@@ -452,27 +454,59 @@ class Schedule(models.Model):
             start=self.start_ts,
             end=self.end_ts,
             max_fires=self.max_fires,
+            jitter_seconds=self.jitter_seconds,
+            jitter_key=self.schedule_id,
         )
 
     def place(self, not_before: datetime) -> None:
-        """Put the next fire on the first slot at or after ``not_before``.
+        """Put the next fire on the first slot that runs at or after ``not_before``.
 
-        With no such slot (a one-shot in the past is still due; a bounded schedule past its
-        end is not) the schedule completes.
+        With no such slot within the bounds (a one-shot in the past is still due; a bounded
+        schedule past its end, or one that reached its fire limit, is not) the schedule
+        completes.
         """
         table = self.timetable()
+        rules = self.rules()
         if self.schedule_kind == ScheduleKind.ONCE:
             slot: datetime | None = self.start_ts
         else:
-            slot = first_slot(table, self.rules(), not_before)
+            slot = first_slot(table, rules, not_before)
+        if self.max_fires is not None and self.fire_count >= self.max_fires:
+            slot = None
         if slot is None:
             self.state, self.active = ScheduleState.COMPLETED, False
             slot = self.next_slot_ts or self.start_ts
+            self.next_slot_ts = self.next_run_ts = slot
+            return
         self.next_slot_ts = slot
-        self.next_run_ts = slot + jitter(self.schedule_id, slot, self.jitter_seconds)
+        self.next_run_ts = rules.run_time(table, slot)
+
+    def rebound(self) -> None:
+        """After a change of ``end_ts`` or ``max_fires``: complete the schedule if its next
+        slot is no longer within its bounds (the slot itself does not move)."""
+        past_end = self.end_ts is not None and self.next_slot_ts > self.end_ts
+        spent = self.max_fires is not None and self.fire_count >= self.max_fires
+        if past_end or spent:
+            self.state, self.active = ScheduleState.COMPLETED, False
+
+    def resumes_at(self, now: datetime) -> datetime:
+        """Where a paused schedule goes on from: the end of its pause when it has one (the
+        scheduler resumes it then, and the slot at that time fires), else now."""
+        return self.paused_until if self.paused_until is not None else now
+
+    def preview(self, count: int, now: datetime) -> list[datetime]:
+        """The next ``count`` fire times, as they will fire: an active schedule from its next
+        run on, a paused one from where it resumes; none for a finished one."""
+        if self.state == ScheduleState.ACTIVE:
+            return self.upcoming(count)
+        if self.state == ScheduleState.PAUSED:
+            resume = self.resumes_at(now)
+            return self.upcoming(count, after=resume if self.next_slot_ts < resume else None)
+        return []
 
     def upcoming(self, count: int, after: datetime | None = None) -> list[datetime]:
-        """The next ``count`` fire times (slot plus jitter) from the next run on.
+        """The next ``count`` fire times (slot plus jitter) from the next run on (or from
+        the first slot running at or after ``after``).
 
         Computed by the same code that fires the schedule; bounds and fire limits apply.
         """
@@ -488,7 +522,7 @@ class Schedule(models.Model):
                 break
             if rules.max_fires is not None and fires >= rules.max_fires:
                 break
-            times.append(slot + jitter(self.schedule_id, slot, self.jitter_seconds))
+            times.append(rules.run_time(table, slot))
             fires += 1
             slot = table.slot_after(slot)
         return times

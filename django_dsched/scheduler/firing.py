@@ -32,7 +32,7 @@ from typing import Any
 from django_dsched.enums import DeliveryStatus, MisfirePolicy, ScheduleKind, ScheduleState
 from django_dsched.exceptions import ScheduleDataError
 from django_dsched.scheduler import event_ids
-from django_dsched.timetables import Rules, decide, jitter, timetable_for
+from django_dsched.timetables import Rules, decide, timetable_for
 from django_dsched.timetables.grid import due_slot_us, from_microseconds, to_microseconds
 
 # The CloudEvents 1.0 envelope of a fire, built in SQL from the fired schedule's columns.
@@ -85,6 +85,20 @@ FOR UPDATE SKIP LOCKED
 
 # This instance still holds the unexpired lease at its epoch; FOR SHARE keeps anyone from
 # taking the lease until the transaction ends. dsched.firing keeps the NOTIFY trigger quiet.
+# 1 when the row fires a slot that has no event yet, else 0: fire_count counts distinct
+# fired slots, so a slot that already fired (a backfill, then a catch-up) counts for nothing
+# (the insert below refuses it). Every event of a slot was written at or after the slot, and
+# last_fired_ts is the time of the newest one, so only a slot at or before last_fired_ts can
+# have fired: the index is probed for those alone (a catch-up), never in steady firing. The
+# row is locked since the claim, so no one else fires this schedule meanwhile. OFFSET 0
+# keeps the probe a per-row index lookup (never a hash of the whole event table).
+FRESH = """(CASE WHEN b.slot_ts IS NULL THEN 0
+             WHEN s.last_fired_ts IS NULL OR b.slot_ts > s.last_fired_ts THEN 1
+             WHEN EXISTS (SELECT FROM event_store_t e
+                          WHERE e.aggregate_id = s.schedule_id AND e.scheduled_ts = b.slot_ts
+                          OFFSET 0) THEN 0
+             ELSE 1 END)"""
+
 FENCE = """fence AS MATERIALIZED (
     SELECT epoch, set_config('dsched.firing', 'on', true)
     FROM scheduler_lock_t
@@ -100,12 +114,16 @@ batch AS MATERIALIZED (
     SET next_slot_ts = b.next_slot_ts,
         next_run_ts = b.next_run_ts,
         aggregate_version = s.aggregate_version + (b.slot_ts IS NOT NULL)::int,
-        fire_count = s.fire_count + (b.slot_ts IS NOT NULL)::int,
+        fire_count = s.fire_count + {FRESH},
         misfire_count = s.misfire_count + b.missed::int,
         last_fired_ts = CASE WHEN b.slot_ts IS NULL THEN s.last_fired_ts
                              ELSE statement_timestamp() END,
-        state = b.next_state,
-        active = (b.next_state = %(active)s)
+        -- max_fires is reached by distinct fires only, so it is decided here.
+        state = CASE WHEN b.next_state = %(active)s
+                          AND s.fire_count + {FRESH} >= s.max_fires
+                     THEN %(completed)s ELSE b.next_state END,
+        active = b.next_state = %(active)s
+                 AND (s.fire_count + {FRESH} < s.max_fires) IS NOT FALSE
     FROM (
         SELECT id::uuid AS schedule_id, slot,
                'epoch'::timestamptz + slot * interval '1 microsecond' AS slot_ts,
@@ -300,9 +318,9 @@ def plan(rows: list[tuple[Any, ...]], deadline: float | None = None) -> Plan:
             and max_fires is None
             and not jitter_s
         ):
-            # The common case: plain integer arithmetic on the grid.
+            # The common case: plain integer arithmetic on the grid where it is exact.
             try:
-                slot, following = due_slot_us(unit, every, start, next_slot, now)
+                slot, following = due_slot_us(unit, every, start, next_slot, now, _zone)
             except Exception as exc:  # any error here is this row's alone
                 result.aside.append((schedule_id, reason(exc)))
                 continue
@@ -321,9 +339,16 @@ def plan(rows: list[tuple[Any, ...]], deadline: float | None = None) -> Plan:
 
 
 def _plan_one(result: Plan, row: tuple[Any, ...]) -> None:
-    """Plan one row through the timetables (every kind, policy and bound)."""
+    """Plan one row through the timetables (every kind, policy and bound).
+
+    ``max_fires`` completes a schedule in ``WRITE``, which knows whether a fire was a new
+    slot; here a schedule that already reached it completes without firing.
+    """
     (schedule_id, kind, unit, every, start, next_slot, now, cron, zone, policy, grace,
      limit, end, max_fires, fires, jitter_s) = row  # fmt: skip
+    if max_fires is not None and fires >= max_fires:
+        result.add(schedule_id, None, None, None, False)
+        return
     table = timetable_for(
         kind,
         start=from_microseconds(start),
@@ -337,13 +362,12 @@ def _plan_one(result: Plan, row: tuple[Any, ...]) -> None:
         grace_seconds=grace,
         catch_up_limit=limit,
         end=None if end is None else from_microseconds(end),
-        max_fires=max_fires,
+        jitter_seconds=jitter_s,
+        jitter_key=schedule_id,
     )
     decision = decide(table, rules, from_microseconds(next_slot), from_microseconds(now), fires)
     after = decision.next_slot
-    next_run = (
-        None if after is None else to_microseconds(after + jitter(schedule_id, after, jitter_s))
-    )
+    next_run = None if after is None else to_microseconds(rules.run_time(table, after))
     result.add(
         schedule_id,
         None if decision.slot is None else to_microseconds(decision.slot),
@@ -407,6 +431,7 @@ def fire_batch(
         "epoch": fence.epoch,
         "lease": fence.lease_seconds,
         "active": ACTIVE,
+        "completed": COMPLETED,
     }
     set_aside = 0
     if decided.aside:

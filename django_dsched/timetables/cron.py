@@ -16,13 +16,17 @@ fires at most once.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 from croniter import CroniterBadDateError, croniter
 
 from django_dsched.exceptions import CronError
+from django_dsched.timetables.zones import instant, wall, zone
+
+__all__ = ["CronTimetable", "check_expression", "zone"]
 
 # Matches scanned before a search gives up (a fold can hide up to an hour of matches of a
 # every-second expression, which is 3,600).
@@ -32,13 +36,29 @@ MICROSECOND = timedelta(microseconds=1)
 DAY = timedelta(days=1)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
+# The syntax the documentation promises, field by field: numbers, ``*``, ranges ``a-b``,
+# steps ``/n`` and lists ``,``; names of months and weekdays in their fields. croniter
+# accepts more (``R`` random, ``H`` hashed, ``L``, ``W``, ``#``, ``?``, ``@daily``): random
+# values make fires erratic and previews wrong, and the others are not promised, so they
+# are refused rather than half-supported.
+FIELDS = ("minute", "hour", "day of month", "month", "day of week", "second")
+MONTHS = "JAN|FEB|MAR|APR|MAY|JUN|JUL|AUG|SEP|OCT|NOV|DEC"
+WEEKDAYS = "SUN|MON|TUE|WED|THU|FRI|SAT"
 
-@lru_cache(maxsize=1024)
-def zone(name: str) -> ZoneInfo:
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError) as exc:
-        raise CronError(f"unknown time zone {name!r}") from exc
+
+def _term(value: str) -> re.Pattern[str]:
+    return re.compile(rf"(\*|(?:{value})(?:-(?:{value}))?)(?:/[0-9]+)?", re.IGNORECASE)
+
+
+TERMS = {
+    "month": _term(rf"[0-9]+|{MONTHS}"),
+    "day of week": _term(rf"[0-9]+|{WEEKDAYS}"),
+}
+NUMERIC_TERM = _term("[0-9]+")
+SYNTAX = (
+    "use numbers, *, ranges (a-b), steps (/n) and lists (a,b); month and weekday names "
+    "(JAN, MON) in their fields"
+)
 
 
 @lru_cache(maxsize=8192)
@@ -54,7 +74,8 @@ def _jump_around_day(tz: ZoneInfo, day: int) -> timedelta:
 
 @lru_cache(maxsize=4096)
 def check_expression(expression: str) -> None:
-    """Raise :class:`CronError` unless ``expression`` is five or six valid fields.
+    """Raise :class:`CronError` unless ``expression`` is five or six valid fields, in the
+    documented syntax.
 
     Cached (a refusal is not): the fire path builds a timetable per due row, and parsing
     the expression again costs as much as a search."""
@@ -64,6 +85,14 @@ def check_expression(expression: str) -> None:
             "a cron expression has five fields (minute hour day month weekday), "
             "or six with seconds last"
         )
+    for name, text in zip(FIELDS, fields, strict=False):
+        pattern = TERMS.get(name, NUMERIC_TERM)
+        for term in text.split(","):
+            if not pattern.fullmatch(term):
+                raise CronError(
+                    f"{text!r} is not supported in the {name} field: {SYNTAX} "
+                    "(croniter's extensions such as R, H, L, W, # and ? are not)"
+                )
     if not croniter.is_valid(expression):
         raise CronError(f"{expression!r} is not a valid cron expression")
 
@@ -99,12 +128,10 @@ class CronTimetable:
         self.zone = zone(time_zone)
 
     def _wall(self, when: datetime) -> datetime:
-        return when.astimezone(self.zone).replace(tzinfo=None)
+        return wall(when, self.zone)
 
-    def _instant(self, wall: datetime) -> datetime:
-        # fold=0: a repeated wall time means its first occurrence, and a missing one is
-        # read with the offset before the gap, which lands just after it.
-        return wall.replace(tzinfo=self.zone, fold=0).astimezone(UTC)
+    def _instant(self, wall_time: datetime) -> datetime:
+        return instant(wall_time, self.zone)
 
     def _offset(self, instant: datetime) -> timedelta:
         return instant.astimezone(self.zone).utcoffset() or timedelta(0)
@@ -129,8 +156,8 @@ class CronTimetable:
         return min(offsets), max(offsets)
 
     @staticmethod
-    def _as_utc(wall: datetime, offset: timedelta) -> datetime:
-        return wall.replace(tzinfo=UTC) - offset
+    def _as_utc(wall_time: datetime, offset: timedelta) -> datetime:
+        return wall_time.replace(tzinfo=UTC) - offset
 
     def slot_after(self, when: datetime) -> datetime | None:
         """The first fire strictly after ``when``; None if it never fires again.

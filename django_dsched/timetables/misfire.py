@@ -5,7 +5,8 @@ resumes, backfills) goes through :func:`timetable_for` and :func:`decide`, so wh
 admin previews is what fires.
 
 Misfire rules (``now`` is the database's clock; the missed slots are those from the
-schedule's next slot up to ``now``; a slot is *missed* when later than the grace):
+schedule's next slot up to ``now``; a slot is *missed* when its run time, the slot plus its
+jitter, is earlier than ``now`` minus the grace):
 
 * ``COALESCE`` (default): fire once, for the latest slot, unless it is itself missed.
   No grace by default.
@@ -13,6 +14,11 @@ schedule's next slot up to ``now``; a slot is *missed* when later than the grace
   ``catch_up_limit`` of them (the latest); missed ones are skipped. No grace by default.
 * ``SKIP``: like ``COALESCE`` but with a grace of ``DSCHED_MISFIRE_GRACE_SECONDS``
   (60 s) when none is set: after an outage it goes on from the next future slot.
+
+Lateness is measured from the run time, not the slot: a jitter larger than the grace
+delays fires, it never makes them count as missed. A slot is due when its run time has
+come; a slot's jitter is shorter than the gap to the next slot (:func:`.jitter.jitter`),
+so run times keep the slots' order.
 
 Bounds: no slot after ``end_ts`` fires, and the fire that reaches ``max_fires`` (or the
 last slot of a one-shot) completes the schedule.
@@ -25,12 +31,15 @@ from datetime import datetime, timedelta
 
 from django_dsched.conf import app_settings
 from django_dsched.enums import MisfirePolicy
+from django_dsched.timetables.jitter import jitter
 from django_dsched.timetables.timetable import Timetable
+
+MICROSECOND = timedelta(microseconds=1)
 
 
 @dataclass(frozen=True, slots=True)
 class Rules:
-    """A schedule's misfire policy and bounds."""
+    """A schedule's misfire policy, bounds and jitter."""
 
     policy: str = MisfirePolicy.COALESCE
     grace_seconds: int | None = None
@@ -38,6 +47,8 @@ class Rules:
     start: datetime | None = None
     end: datetime | None = None
     max_fires: int | None = None
+    jitter_seconds: int = 0
+    jitter_key: object = None  # the schedule id: each schedule has its own spread
 
     def grace(self) -> timedelta | None:
         if self.grace_seconds is not None:
@@ -45,6 +56,14 @@ class Rules:
         if self.policy == MisfirePolicy.SKIP:
             return timedelta(seconds=app_settings.MISFIRE_GRACE_SECONDS)
         return None
+
+    def run_time(self, table: Timetable, slot: datetime) -> datetime:
+        """When ``slot`` fires: the slot plus its jitter (shorter than the gap to the next
+        slot)."""
+        if self.jitter_seconds <= 0:
+            return slot
+        following = table.slot_after(slot)
+        return slot + jitter(self.jitter_key, slot, self.jitter_seconds, following)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,24 +74,62 @@ class Decision:
 
 
 def first_slot(table: Timetable, rules: Rules, not_before: datetime) -> datetime | None:
-    """The schedule's first slot at or after ``not_before`` (and its start), within bounds."""
-    if rules.start is not None and rules.start > not_before:
-        not_before = rules.start
-    slot = table.slot_at_or_after(not_before)
+    """The schedule's first slot that runs at or after ``not_before`` (and is not before
+    its start), within bounds.
+
+    A slot just before ``not_before`` whose jittered run time is still ahead counts: it has
+    not fired yet.
+    """
+    slot = None
+    if rules.jitter_seconds > 0:
+        earlier = table.slot_at_or_before(not_before)
+        if (
+            earlier is not None
+            and (rules.start is None or earlier >= rules.start)
+            and rules.run_time(table, earlier) >= not_before
+        ):
+            slot = earlier
+    if slot is None:
+        if rules.start is not None and rules.start > not_before:
+            not_before = rules.start
+        slot = table.slot_at_or_after(not_before)
     if slot is not None and rules.end is not None and slot > rules.end:
         return None
     return slot
 
 
+def _latest_due(table: Timetable, rules: Rules, next_slot: datetime, now: datetime) -> datetime:
+    """The latest slot from ``next_slot`` on whose run time has come (``next_slot`` itself
+    when no later one has)."""
+    latest = table.slot_at_or_before(now)
+    if latest is None or latest <= next_slot:
+        return next_slot
+    if rules.run_time(table, latest) > now:
+        # Its jitter is still ahead; run times keep the slots' order, so the one before it
+        # is due.
+        earlier = table.slot_at_or_before(latest - MICROSECOND)
+        latest = earlier if earlier is not None and earlier > next_slot else next_slot
+    return latest
+
+
+def _first_running_at_or_after(
+    table: Timetable, rules: Rules, when: datetime, latest: datetime
+) -> datetime:
+    """The first slot whose run time is at or after ``when`` (``latest`` if none is known)."""
+    slot = table.slot_at_or_before(when)
+    if slot is None or rules.run_time(table, slot) < when:
+        slot = table.slot_at_or_after(when)
+    return latest if slot is None else slot
+
+
 def decide(
     table: Timetable, rules: Rules, next_slot: datetime, now: datetime, fire_count: int
 ) -> Decision:
-    """What to fire for a schedule due at ``next_slot`` (``<= now``), and what comes next."""
+    """What to fire for a schedule due at ``next_slot`` (its run time ``<= now``), and what
+    comes next."""
     grace = rules.grace()
     oldest_allowed = None if grace is None else now - grace
-    latest = table.slot_at_or_before(now)
-    if latest is None or latest < next_slot:
-        latest = next_slot
+    latest = _latest_due(table, rules, next_slot, now)
     several = latest > next_slot
     fire: datetime | None
     after: datetime | None
@@ -80,18 +137,18 @@ def decide(
     if rules.policy == MisfirePolicy.CATCH_UP:
         slot = _catch_up_slot(table, next_slot, latest, rules.catch_up_limit)
         missed = slot > next_slot
-        if oldest_allowed is not None and slot < oldest_allowed:
-            slot = table.slot_at_or_after(oldest_allowed) or latest
+        if oldest_allowed is not None and rules.run_time(table, slot) < oldest_allowed:
+            slot = max(_first_running_at_or_after(table, rules, oldest_allowed, latest), slot)
             missed = True
         fire = slot
-        if slot > now:  # nothing within the grace: wait for that slot
+        if slot > latest:  # nothing within the grace is due: wait for that slot
             fire, after = None, slot
         else:
             after = table.slot_after(slot)
     else:
         fire = latest
         missed = several
-        if oldest_allowed is not None and latest < oldest_allowed:
+        if oldest_allowed is not None and rules.run_time(table, latest) < oldest_allowed:
             fire, missed = None, True
         after = table.slot_after(latest)
 

@@ -1,12 +1,13 @@
 """A schedule's timetable: the slots it fires at, whatever its kind.
 
-:func:`timetable_for` builds one from a schedule's columns: an interval :class:`Grid`, a
-:class:`CronTimetable` on a zone's wall clock, or a single slot (:class:`Once`).
+:func:`timetable_for` builds one from a schedule's columns: an interval :class:`Grid` (day to
+year units on the wall clock of ``time_zone``), a :class:`CronTimetable` on that wall clock,
+or a single slot (:class:`Once`). Every slot comes back as a UTC instant.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Protocol
 
 from django_dsched.enums import ScheduleKind
@@ -33,7 +34,7 @@ class Once:
     """A single slot."""
 
     def __init__(self, at: datetime) -> None:
-        self.at = at
+        self.at = at.astimezone(UTC)
 
     def slot_after(self, when: datetime) -> datetime | None:
         return self.at if when < self.at else None
@@ -93,7 +94,7 @@ def timetable_for(
     if kind == ScheduleKind.INTERVAL:
         if unit is None or every is None:
             raise TimetableError("an interval schedule needs a frequency unit and count")
-        return IntervalTimetable(Grid(unit, every, start))
+        return IntervalTimetable(Grid(unit, every, start, time_zone))
     if kind == ScheduleKind.CRON:
         return CronTimetable(cron, time_zone)
     if kind == ScheduleKind.ONCE:
