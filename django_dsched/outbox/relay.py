@@ -1,10 +1,11 @@
 """The ``run_relay`` loop: claim pending outbox messages, deliver them, record the outcome.
 
-Any number of relays run at once, anywhere. Each round, a relay claims a batch (oldest first,
-higher priority first) with ``SKIP LOCKED`` and a visibility timeout (:mod:`.delivery`), sends
-each message with the transport its topic is configured for (:mod:`.transports`), then records
-every outcome in one statement: DELIVERED, a retry after a jittered exponential delay, or
-DELIVERY_FAILED (a dead letter) once the attempts are used up.
+Any number of relays run at once, anywhere. Each round, a relay claims a batch (higher priority
+first, then the longest claimable; at most ``RELAY_BATCH_SIZE`` messages and
+``RELAY_BATCH_BYTES`` of payload) with ``SKIP LOCKED`` and a visibility timeout
+(:mod:`.claims`), sends each message with the transport its topic is configured for
+(:mod:`.transports`), then records every outcome in one statement: DELIVERED, a retry after a
+jittered exponential delay, or DELIVERY_FAILED (a dead letter) once the attempts are used up.
 
 Delivery is at least once: a relay that dies after sending and before recording leaves the
 message claimed until its visibility timeout, then another relay sends it again, with the same
@@ -68,6 +69,7 @@ class Relay(DatabaseLoop):
         *,
         instance_id: str | None = None,
         batch_size: int | None = None,
+        batch_bytes: int | None = None,
         poll_interval: float | None = None,
         topics: Sequence[str] | None = None,
         transports: Transports | None = None,
@@ -75,6 +77,7 @@ class Relay(DatabaseLoop):
     ) -> None:
         super().__init__(instance_id, using)
         self.batch_size = batch_size or app_settings.RELAY_BATCH_SIZE
+        self.batch_bytes = batch_bytes or app_settings.RELAY_BATCH_BYTES
         self.poll_interval = poll_interval or app_settings.RELAY_POLL_INTERVAL
         self.topics = list(topics) if topics else None
         self.claimer = Claimer(
@@ -122,7 +125,7 @@ class Relay(DatabaseLoop):
         self._ensure_session()
         connection = connections[self.using]
         with connection.cursor() as cursor:
-            live, dead = claim(cursor, self.claimer, self.batch_size)
+            live, dead = claim(cursor, self.claimer, self.batch_size, self.batch_bytes)
         self._claimed_last = len(live) + len(dead)
         for message in dead:
             self.stats.dead_lettered += 1
@@ -140,7 +143,7 @@ class Relay(DatabaseLoop):
             self.deliver(live)
             return 0.0
         with connection.cursor() as cursor:
-            until = seconds_until_claimable(cursor, self.topics)
+            until = seconds_until_claimable(cursor, self.topics, within=self.poll_interval)
         wait = self.poll_interval if until is None else max(0.0, until)
         return min(wait, self.poll_interval)
 
