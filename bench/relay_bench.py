@@ -5,6 +5,7 @@
     .venv/bin/python bench/relay_bench.py throughput --waiting 1000000 --compare --runs 5
     .venv/bin/python bench/relay_bench.py latency --schedules 200 --seconds 20 --runs 5
     .venv/bin/python bench/relay_bench.py claim --waiting 1000000 --runs 11
+    .venv/bin/python bench/relay_bench.py fire-insert --runs 10
     .venv/bin/python bench/relay_bench.py memory --messages 3000 --batch-size 1000 --compare
 
 ``throughput``: a backlog of pending messages is drained by one relay (the ``Relay`` loop of
@@ -19,6 +20,9 @@ recording).
 ``claim``: ``EXPLAIN (ANALYZE, BUFFERS)`` of one claim of a batch (and of the idle relay's
 next-claimable query) with ``--waiting`` messages on a backoff: execution time, buffers and
 rows read, for the claim before and after the ready index, side by side in the same run.
+
+``fire-insert``: what the ready index costs the fire path: the fire statement's outbox insert
+(1,000 rows a statement) with the previous claim index and with the ready index, alternating.
 
 ``memory``: peak RSS (``VmHWM``) of a relay process delivering a backlog of events of
 ``--payload-kib`` KiB each (an ``event_data`` of many small objects, as a report or an order
@@ -546,6 +550,49 @@ def claim_cost(waiting: int, runs: int, batch_size: int) -> None:
     clear_all_but_waiting()
 
 
+# -- fire-insert ---------------------------------------------------------------------------------
+
+FIRE_INSERT = """
+INSERT INTO outbox_message_t (id, host_id, aggregate_id, aggregate_type, aggregate_version,
+    event_type, event_ts, payload, metadata, topic, status, priority)
+SELECT g.id, '00000000-0000-0000-0000-000000000000', g.id, 'Schedule', 1, 'bench.tick',
+       statement_timestamp(),
+       jsonb_build_object('specversion', '1.0', 'id', g.id, 'type', 'bench.tick',
+                          'source', '/django-dsched/bench', 'topic', %s,
+                          'time', statement_timestamp(), 'datacontenttype', 'application/json',
+                          'data', jsonb_build_object('n', g.n)),
+       '{}'::jsonb, %s, 'PENDING', 0
+FROM (SELECT gen_random_uuid() AS id, n FROM generate_series(1, 1000) AS n) g
+"""
+
+
+def fire_insert(runs: int) -> None:
+    """Milliseconds per 1,000-row outbox insert (as in a fire batch), old index vs new."""
+    times: dict[str, list[float]] = {}
+    per_run: dict[str, list[float]] = {}
+    for run in range(runs):
+        for code in codes_for(True, run):
+            reset()
+            use_code(code)
+            these = []
+            with connection.cursor() as cursor:
+                for _ in range(30):  # 30,000 rows
+                    started = time.perf_counter()
+                    cursor.execute(FIRE_INSERT, [TOPIC, TOPIC])
+                    these.append((time.perf_counter() - started) * 1000)
+            times.setdefault(code, []).extend(these)
+            per_run.setdefault(code, []).append(statistics.median(these))
+    for code, values in times.items():
+        quartiles = statistics.quantiles(values, n=4)
+        print(
+            f"fire-insert {code}: median {statistics.median(values):.2f} ms per 1,000 outbox "
+            f"rows (quartiles {quartiles[0]:.2f}-{quartiles[2]:.2f}; {len(values)} inserts)"
+        )
+    ratio_line("fire-insert time (per-run medians)", per_run, higher_is_better=False)
+    use_code("new")
+    reset()
+
+
 # -- memory --------------------------------------------------------------------------------------
 
 
@@ -619,7 +666,7 @@ def main() -> None:
     parser.add_argument(
         "what",
         nargs="?",
-        choices=["throughput", "latency", "claim", "memory", "all"],
+        choices=["throughput", "latency", "claim", "fire-insert", "memory", "all"],
         default="all",
     )
     parser.add_argument("--messages", type=int)
@@ -643,6 +690,7 @@ def main() -> None:
             args.waiting or 0, args.compare)),
         ("claim", lambda: claim_cost(
             1_000_000 if args.waiting is None else args.waiting, args.runs, args.batch_size)),
+        ("fire-insert", lambda: fire_insert(args.runs)),
         ("memory", lambda: memory(
             args.messages or 3000, args.payload_kib, args.batch_size, args.runs, args.compare)),
     ):  # fmt: skip
