@@ -605,28 +605,32 @@ def memory(messages: int, payload_kib: int, batch_size: int, runs: int, compare:
     idle = relay_process("new", 0, batch_size)[1]
     print(f"  relay process with nothing to deliver: peak RSS {idle:.0f} MB")
     peaks: dict[str, list[float]] = {}
+    rates: dict[str, list[float]] = {}
     for run in range(runs):
         for code in codes_for(compare, run):
             use_code(code)
             reset()
             insert_pending(messages, payload_kib)
-            delivered, peak = relay_process(code, messages, batch_size)
+            delivered, peak, seconds = relay_process(code, messages, batch_size)
             assert delivered == messages, (delivered, messages)
             peaks.setdefault(code, []).append(peak)
-            print(f"  run {run + 1} {code}: peak RSS {peak:.0f} MB")
+            rates.setdefault(code, []).append(messages / seconds)
+            print(f"  run {run + 1} {code}: peak RSS {peak:.0f} MB, {messages / seconds:.0f} msg/s")
     for code, values in peaks.items():
         cap = "no byte cap" if code == "old" else "default DSCHED_RELAY_BATCH_BYTES"
         print(
             f"memory {code}: relay peak RSS {spread(values)} MB delivering {messages:,} "
-            f"messages of {size / 1024:.0f} KiB, batch {batch_size}, {cap}"
+            f"messages of {size / 1024:.0f} KiB, batch {batch_size}, {cap}; "
+            f"{spread(rates[code])} msg/s"
         )
     ratio_line("memory", peaks, higher_is_better=False)
+    ratio_line("throughput", rates, higher_is_better=True)
     use_code("new")
     reset()
 
 
-def relay_process(code: str, messages: int, batch_size: int) -> tuple[int, float]:
-    """Run a relay in a process of its own; return (delivered, peak RSS in MB)."""
+def relay_process(code: str, messages: int, batch_size: int) -> tuple[int, float, float]:
+    """Run a relay in a process of its own; return (delivered, peak RSS in MB, seconds)."""
     out = subprocess.run(
         [sys.executable, __file__, "relay-process", code, str(batch_size)],
         check=True,
@@ -634,19 +638,22 @@ def relay_process(code: str, messages: int, batch_size: int) -> tuple[int, float
         text=True,
         env={**os.environ, "DATABASE_URL": URL},
     ).stdout.split()
-    return int(out[-2]), float(out[-1])
+    return int(out[-3]), float(out[-2]), float(out[-1])
 
 
 def relay_process_main(code: str, batch_size: int) -> None:
-    """The child of ``memory``: deliver what is claimable, print delivered and VmHWM (MB)."""
+    """The child of ``memory``: deliver what is claimable; print delivered, VmHWM (MB) and
+    the seconds it took."""
     relay.claim, relay.seconds_until_claimable = (  # type: ignore[assignment]
         OLD_FUNCTIONS if code == "old" else NEW_FUNCTIONS
     )
     registry.register(noop, topic=TOPIC)
-    delivered = Relay(
+    relay_ = Relay(
         instance_id="bench", batch_size=batch_size, transports=Transports(transports_for("", None))
-    ).run_until_idle()
-    print(delivered, peak_rss_mb())
+    )
+    started = time.perf_counter()
+    delivered = relay_.run_until_idle()
+    print(delivered, peak_rss_mb(), time.perf_counter() - started)
 
 
 def peak_rss_mb() -> float:

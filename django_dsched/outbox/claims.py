@@ -78,8 +78,8 @@ locked AS (
 ),
 -- The batch: the prefix of those within max_bytes of payload (JSON text), at least one.
 candidates AS (
-    SELECT id, n
-    FROM (SELECT id, row_number() OVER w AS n, sum(bytes) OVER w AS running
+    SELECT id, n, bytes
+    FROM (SELECT id, bytes, row_number() OVER w AS n, sum(bytes) OVER w AS running
           FROM locked
           WINDOW w AS (ORDER BY priority DESC, available_ts, id ROWS UNBOUNDED PRECEDING)) s
     WHERE n = 1 OR %(max_bytes)s::bigint IS NULL OR running <= %(max_bytes)s::bigint
@@ -100,7 +100,7 @@ SET attempts = CASE WHEN m.attempts >= %(max_attempts)s THEN m.attempts ELSE m.a
 FROM candidates c
 WHERE m.id = c.id
 RETURNING m.id, m.topic, m.event_type, m.payload, m.attempts, m.priority, m.event_ts, m.status,
-          c.n
+          c.n, c.bytes
 """
 
 # Keep a claim alive during a long batch; returns the ids still ours.
@@ -177,6 +177,7 @@ class Message:
     attempt: int
     priority: int = 0
     event_ts: datetime | None = None
+    size: int = 0  # bytes of payload as JSON text, as the claim counted them
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,12 +238,12 @@ def claim(
     )
     live: list[Message] = []
     dead: list[Message] = []
-    for id_, topic, event_type, payload, attempts, priority, event_ts, status, _ in sorted(
+    for id_, topic, event_type, payload, attempts, priority, event_ts, status, _, size in sorted(
         cursor.fetchall(), key=lambda row: row[8]
     ):
         if isinstance(payload, str | bytes):  # Django's psycopg setup leaves jsonb undecoded
             payload = json.loads(payload)
-        message = Message(id_, topic, event_type, payload, attempts, priority, event_ts)
+        message = Message(id_, topic, event_type, payload, attempts, priority, event_ts, size)
         (live if status == DeliveryStatus.PENDING else dead).append(message)
     return live, dead
 

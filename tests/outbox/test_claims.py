@@ -204,6 +204,33 @@ def test_relay_claims_by_bytes(settings: Any) -> None:
     assert OutboxMessage.objects.filter(status=DeliveryStatus.DELIVERED).count() == 12
 
 
+def test_a_relay_asks_for_no_more_rows_than_the_byte_cap_takes(settings: Any) -> None:
+    """The claim reads every row it asks for to count bytes: after a claim of large messages
+    a relay with a big batch size asks for about what the cap keeps, not the batch size."""
+    settings.DSCHED_TRANSPORTS = {"*": {"BACKEND": "handlers"}}
+
+    def ignore(event: dict[str, Any]) -> None:
+        pass
+
+    registry.register(ignore, topic="reports")
+    try:
+        ids = make_large_messages(20, 50_000)
+        size = payload_bytes(ids[-1:])
+        relay = Relay(instance_id="r1", batch_size=1000, batch_bytes=3 * size)
+        assert relay.claim_limit() == 1000  # nothing known yet
+        with connection.cursor() as cursor:
+            live, _ = claim(cursor, relay.claimer, relay.claim_limit(), relay.batch_bytes)
+        assert len(live) == 3 and all(m.size == payload_bytes([m.id]) for m in live)
+        relay.step()
+        assert relay.claim_limit() == 4  # 3 fit: a quarter to spare, plus one
+        OutboxMessage.objects.filter(id__in=ids).delete()
+        small = payload_bytes(make_messages(1))  # then a small one: ask for many again
+        relay.step()
+        assert relay.claim_limit() == int(3 * size / small * 1.25) + 1 > 400
+    finally:
+        registry.unregister(ignore, topic="reports")
+
+
 @pytest.mark.parametrize("value", [0, -1, "8MiB", 1.5, True])
 def test_batch_bytes_must_be_a_positive_whole_number(settings: Any, value: object) -> None:
     settings.DSCHED_RELAY_BATCH_BYTES = value
