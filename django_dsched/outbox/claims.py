@@ -60,21 +60,23 @@ TOPICS = "(%(topics)s::text[] IS NULL OR o.topic = ANY(%(topics)s::text[]))"
 CLAIM = f"""
 WITH {PRIORITIES},
 -- Per priority, the claimable rows in the order they became claimable: an index range, so
--- rows waiting on a backoff or a live claim are never read.
+-- rows waiting on a backoff or a live claim are never read. Each locked row's payload is
+-- turned into text once: its length is what the byte cap counts, the text what is returned.
 locked AS (
-    SELECT c.id, c.priority, c.available_ts, octet_length(c.payload::text) AS bytes
-    FROM levels l
-    CROSS JOIN LATERAL (
-        SELECT o.id, o.priority, {AVAILABLE_TS} AS available_ts, o.payload
-        FROM outbox_message_t o
-        WHERE o.status = %(pending)s AND o.priority = l.priority
-          AND {AVAILABLE_TS} <= statement_timestamp()
-          AND {TOPICS}
-        ORDER BY {AVAILABLE_TS}
-        LIMIT %(limit)s
-        FOR UPDATE OF o SKIP LOCKED
-    ) c
-    LIMIT %(limit)s
+    SELECT x.*, octet_length(x.body) AS bytes
+    FROM (SELECT c.id, c.priority, c.available_ts, c.payload::text AS body
+          FROM levels l
+          CROSS JOIN LATERAL (
+              SELECT o.id, o.priority, {AVAILABLE_TS} AS available_ts, o.payload
+              FROM outbox_message_t o
+              WHERE o.status = %(pending)s AND o.priority = l.priority
+                AND {AVAILABLE_TS} <= statement_timestamp()
+                AND {TOPICS}
+              ORDER BY {AVAILABLE_TS}
+              LIMIT %(limit)s
+              FOR UPDATE OF o SKIP LOCKED
+          ) c
+          LIMIT %(limit)s) x
 ),
 -- The batch: the prefix of those within max_bytes of payload (JSON text), at least one.
 candidates AS (
@@ -98,8 +100,9 @@ SET attempts = CASE WHEN m.attempts >= %(max_attempts)s THEN m.attempts ELSE m.a
                            || m.last_error
                       ELSE m.last_error END
 FROM candidates c
+JOIN locked l ON l.id = c.id
 WHERE m.id = c.id
-RETURNING m.id, m.topic, m.event_type, m.payload, m.attempts, m.priority, m.event_ts, m.status,
+RETURNING m.id, m.topic, m.event_type, l.body, m.attempts, m.priority, m.event_ts, m.status,
           c.n, c.bytes
 """
 
