@@ -91,6 +91,11 @@ def check_delivery_settings(**kwargs: Any) -> list[Error]:
                 "DSCHED_RELAY_BATCH_SIZE must be a whole number from 1 to 10000.", id="dsched.E008"
             )
         )
+    batch_bytes = app_settings.RELAY_BATCH_BYTES
+    if not (isinstance(batch_bytes, int) and not isinstance(batch_bytes, bool) and batch_bytes > 0):
+        errors.append(
+            Error("DSCHED_RELAY_BATCH_BYTES must be a positive whole number.", id="dsched.E008")
+        )
     if not (isinstance(attempts, int) and 1 <= attempts <= 1000):
         errors.append(
             Error(

@@ -118,6 +118,14 @@ class AppSettings:
         "every installed app's dsched_handlers module).",
     )
     RELAY_BATCH_SIZE = Setting(100, "Messages one relay claims per round trip.")
+    # 8 MiB is 128 events of 64 KiB: a relay then stays well under 200 MB RSS whatever its
+    # batch size (docs/performance.md).
+    RELAY_BATCH_BYTES = Setting(
+        8 * 1024 * 1024,
+        "Most bytes of payload (JSON text) one claim holds: a batch ends before the message "
+        "that would pass it, and always has at least one. Bounds a relay's memory.",
+        shown="8 * 1024 * 1024",
+    )
     RELAY_POLL_INTERVAL = Setting(
         2.0, "Longest sleep of an idle relay, in seconds (it also wakes on NOTIFY)."
     )

@@ -16,7 +16,8 @@ INSERT INTO outbox_message_t (id, host_id, aggregate_id, aggregate_type, aggrega
                               event_type, event_ts, payload, metadata, topic, status, priority,
                               delivered_ts)
 SELECT g.id, %(host)s::uuid, g.id, 'Schedule', 1, %(type)s,
-       statement_timestamp() - make_interval(secs => %(age)s) + g.n * interval '1 microsecond',
+       statement_timestamp() - make_interval(secs => %(age)s)
+           - (%(count)s - g.n) * interval '1 microsecond',
        jsonb_build_object('specversion', '1.0', 'id', g.id, 'type', %(type)s,
                           'source', '/django-dsched/' || %(host)s, 'subject', g.id,
                           'topic', %(topic)s, 'time', statement_timestamp(),

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from django.db import models
+from django.db.models.functions import Greatest
 from django.utils.translation import gettext_lazy as _
 
 from django_dsched.enums import DeliveryStatus, max_length_of
@@ -85,12 +86,15 @@ class OutboxMessage(EventRecord):
                 models.F("aggregate_version").desc(),
                 name="dsched_outbox_schedule_idx",
             ),
-            # Serves the relays' claim: pending rows in (priority desc, event_ts) order.
+            # Serves the relays' claim (outbox/claims.py): pending rows by priority, then by the
+            # time they become claimable (fired, backoff over, claim expired), so the rows
+            # claimable now are a range at the front of each priority and rows that wait are
+            # never read. The claim's SQL spells the expression exactly like this.
             models.Index(
                 models.F("priority").desc(),
-                "event_ts",
+                Greatest("event_ts", "next_attempt_ts", "claimed_until"),
                 condition=models.Q(status=DeliveryStatus.PENDING),
-                name="dsched_outbox_claim_idx",
+                name="dsched_outbox_ready_idx",
             ),
             # Serves retention: delivered rows by delivery time.
             models.Index(

@@ -1,10 +1,19 @@
 """Claim, extend, release and settle outbox messages: the relay's only raw SQL.
 
 A message is *claimable* when it is PENDING, its next attempt is due and nobody holds an
-unexpired claim on it (``claimed_until``, the visibility timeout). A claim is one statement
-(``UPDATE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED) RETURNING``) that stamps the
+unexpired claim on it (``claimed_until``, the visibility timeout): when the time it becomes
+available, ``GREATEST(event_ts, next_attempt_ts, claimed_until)``, has passed. A claim is one
+statement (``UPDATE ... FROM (SELECT ... FOR UPDATE SKIP LOCKED) RETURNING``) that stamps the
 claimer, the claim's expiry and the attempt number, so two relays never hold the same message
 at once.
+
+The claim reads only claimable rows, however many wait on a backoff or a claim: the index
+``dsched_outbox_ready_idx`` is keyed on ``(priority DESC, GREATEST(...))`` over pending rows,
+so within one priority the claimable rows are a range at the front. The statement visits the
+priorities present (one index probe each, a "skip scan" written as a recursive CTE) and reads
+each one's range in order until the batch is full. A batch is also capped in bytes of payload
+(``max_bytes``; always at least one message), so a relay's memory does not grow with the
+batch size times the largest event.
 
 ``(claimed_by, attempts)`` is the claim's fencing token: every claim bumps ``attempts``, and
 every later write for that claim (extend, release, outcome) matches both, so a relay whose
@@ -27,17 +36,55 @@ from django_dsched.enums import DeliveryStatus
 # Longest error text stored per message.
 ERROR_MAX_CHARS = 2000
 
-CLAIM = """
-WITH candidates AS (
-    SELECT id
-    FROM outbox_message_t
-    WHERE status = %(pending)s
-      AND (next_attempt_ts IS NULL OR next_attempt_ts <= statement_timestamp())
-      AND (claimed_until IS NULL OR claimed_until < statement_timestamp())
-      AND (%(topics)s::text[] IS NULL OR topic = ANY(%(topics)s::text[]))
-    ORDER BY priority DESC, event_ts
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+# When a pending message becomes claimable: its fire, the end of its backoff, the end of the
+# current claim, whichever is last (GREATEST ignores NULLs). It must read exactly as in the
+# index dsched_outbox_ready_idx (models/outbox.py) for PostgreSQL to use the index.
+AVAILABLE_TS = "GREATEST(o.event_ts, o.next_attempt_ts, o.claimed_until)"
+
+# The distinct priorities of pending messages, highest first: one index probe each, read
+# lazily (the claim stops asking once its batch is full).
+PRIORITIES = """
+RECURSIVE levels(priority) AS (
+    (SELECT o.priority FROM outbox_message_t o
+     WHERE o.status = %(pending)s ORDER BY o.priority DESC LIMIT 1)
+    UNION ALL
+    SELECT (SELECT o.priority FROM outbox_message_t o
+            WHERE o.status = %(pending)s AND o.priority < l.priority
+            ORDER BY o.priority DESC LIMIT 1)
+    FROM levels l
+    WHERE l.priority IS NOT NULL
+)"""
+
+TOPICS = "(%(topics)s::text[] IS NULL OR o.topic = ANY(%(topics)s::text[]))"
+
+CLAIM = f"""
+WITH {PRIORITIES},
+-- Per priority, the claimable rows in the order they became claimable: an index range, so
+-- rows waiting on a backoff or a live claim are never read. Each locked row's payload is
+-- turned into text once: its length is what the byte cap counts, the text what is returned.
+locked AS (
+    SELECT x.*, octet_length(x.body) AS bytes
+    FROM (SELECT c.id, c.priority, c.available_ts, c.payload::text AS body
+          FROM levels l
+          CROSS JOIN LATERAL (
+              SELECT o.id, o.priority, {AVAILABLE_TS} AS available_ts, o.payload
+              FROM outbox_message_t o
+              WHERE o.status = %(pending)s AND o.priority = l.priority
+                AND {AVAILABLE_TS} <= statement_timestamp()
+                AND {TOPICS}
+              ORDER BY {AVAILABLE_TS}
+              LIMIT %(limit)s
+              FOR UPDATE OF o SKIP LOCKED
+          ) c
+          LIMIT %(limit)s) x
+),
+-- The batch: the prefix of those within max_bytes of payload (JSON text), at least one.
+candidates AS (
+    SELECT id, n, bytes
+    FROM (SELECT id, bytes, row_number() OVER w AS n, sum(bytes) OVER w AS running
+          FROM locked
+          WINDOW w AS (ORDER BY priority DESC, available_ts, id ROWS UNBOUNDED PRECEDING)) s
+    WHERE n = 1 OR %(max_bytes)s::bigint IS NULL OR running <= %(max_bytes)s::bigint
 )
 UPDATE outbox_message_t m
 SET attempts = CASE WHEN m.attempts >= %(max_attempts)s THEN m.attempts ELSE m.attempts + 1 END,
@@ -53,8 +100,10 @@ SET attempts = CASE WHEN m.attempts >= %(max_attempts)s THEN m.attempts ELSE m.a
                            || m.last_error
                       ELSE m.last_error END
 FROM candidates c
+JOIN locked l ON l.id = c.id
 WHERE m.id = c.id
-RETURNING m.id, m.topic, m.event_type, m.payload, m.attempts, m.priority, m.event_ts, m.status
+RETURNING m.id, m.topic, m.event_type, l.body, m.attempts, m.priority, m.event_ts, m.status,
+          c.n, c.bytes
 """
 
 # Keep a claim alive during a long batch; returns the ids still ours.
@@ -101,13 +150,22 @@ WHERE m.id = o.id AND m.attempts = o.attempts AND m.claimed_by = %(relay)s
 RETURNING m.id, m.status, m.next_attempt_ts
 """
 
-# Seconds (database clock) until the next message becomes claimable; None if none is pending.
-NEXT_CLAIMABLE = """
-SELECT extract(epoch FROM min(GREATEST(next_attempt_ts, claimed_until, statement_timestamp()))
-                      - clock_timestamp())
-FROM outbox_message_t
-WHERE status = %(pending)s
-  AND (%(topics)s::text[] IS NULL OR topic = ANY(%(topics)s::text[]))
+# Seconds (database clock) until the next message becomes claimable, looking no further than
+# %(within)s seconds ahead; None if none does. Per priority, the first row of the same index
+# range, so rows claimable only later than that are never read.
+NEXT_CLAIMABLE = f"""
+WITH {PRIORITIES}
+SELECT extract(epoch FROM min(n.available_ts) - clock_timestamp())
+FROM levels l
+CROSS JOIN LATERAL (
+    SELECT {AVAILABLE_TS} AS available_ts
+    FROM outbox_message_t o
+    WHERE o.status = %(pending)s AND o.priority = l.priority
+      AND {AVAILABLE_TS} <= statement_timestamp() + make_interval(secs => %(within)s)
+      AND {TOPICS}
+    ORDER BY {AVAILABLE_TS}
+    LIMIT 1
+) n
 """
 
 
@@ -122,6 +180,7 @@ class Message:
     attempt: int
     priority: int = 0
     event_ts: datetime | None = None
+    size: int = 0  # bytes of payload as JSON text, as the claim counted them
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,8 +220,13 @@ def _statuses() -> dict[str, str]:
     }
 
 
-def claim(cursor: Any, claimer: Claimer, limit: int) -> tuple[list[Message], list[Message]]:
-    """Claim up to ``limit`` messages; return (to deliver, dead-lettered at claim)."""
+def claim(
+    cursor: Any, claimer: Claimer, limit: int, max_bytes: int | None = None
+) -> tuple[list[Message], list[Message]]:
+    """Claim up to ``limit`` messages holding at most ``max_bytes`` of payload (JSON text;
+    always at least one message, whatever its size; None: no cap), in claim order: higher
+    priority first, then the longest claimable. Return (to deliver, dead-lettered at claim).
+    """
     cursor.execute(
         CLAIM,
         {
@@ -172,16 +236,17 @@ def claim(cursor: Any, claimer: Claimer, limit: int) -> tuple[list[Message], lis
             "max_attempts": claimer.max_attempts,
             "topics": list(claimer.topics) if claimer.topics else None,
             "limit": limit,
+            "max_bytes": max_bytes,
         },
     )
     live: list[Message] = []
     dead: list[Message] = []
-    for id_, topic, event_type, payload, attempts, priority, event_ts, status in sorted(
-        cursor.fetchall(), key=lambda row: (-row[5], row[6], row[0])
+    for id_, topic, event_type, payload, attempts, priority, event_ts, status, _, size in sorted(
+        cursor.fetchall(), key=lambda row: row[8]
     ):
         if isinstance(payload, str | bytes):  # Django's psycopg setup leaves jsonb undecoded
             payload = json.loads(payload)
-        message = Message(id_, topic, event_type, payload, attempts, priority, event_ts)
+        message = Message(id_, topic, event_type, payload, attempts, priority, event_ts, size)
         (live if status == DeliveryStatus.PENDING else dead).append(message)
     return live, dead
 
@@ -234,10 +299,14 @@ def settle(cursor: Any, claimer: Claimer, outcomes: Sequence[DeliveryOutcome]) -
     return [Settled(*row) for row in cursor.fetchall()]
 
 
-def seconds_until_claimable(cursor: Any, topics: Sequence[str] | None = None) -> float | None:
-    """Seconds until the next pending message may be claimed (≤ 0: now); None if none."""
+def seconds_until_claimable(
+    cursor: Any, topics: Sequence[str] | None = None, *, within: float = 86_400.0
+) -> float | None:
+    """Seconds until the next pending message may be claimable (≤ 0: now); None if none
+    becomes claimable in the next ``within`` seconds."""
     cursor.execute(
-        NEXT_CLAIMABLE, {"pending": DeliveryStatus.PENDING.value, "topics": topics or None}
+        NEXT_CLAIMABLE,
+        {"pending": DeliveryStatus.PENDING.value, "topics": topics or None, "within": within},
     )
     (delay,) = cursor.fetchone()
     return None if delay is None else float(delay)

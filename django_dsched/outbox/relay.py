@@ -1,10 +1,11 @@
 """The ``run_relay`` loop: claim pending outbox messages, deliver them, record the outcome.
 
-Any number of relays run at once, anywhere. Each round, a relay claims a batch (oldest first,
-higher priority first) with ``SKIP LOCKED`` and a visibility timeout (:mod:`.delivery`), sends
-each message with the transport its topic is configured for (:mod:`.transports`), then records
-every outcome in one statement: DELIVERED, a retry after a jittered exponential delay, or
-DELIVERY_FAILED (a dead letter) once the attempts are used up.
+Any number of relays run at once, anywhere. Each round, a relay claims a batch (higher priority
+first, then the longest claimable; at most ``RELAY_BATCH_SIZE`` messages and
+``RELAY_BATCH_BYTES`` of payload) with ``SKIP LOCKED`` and a visibility timeout
+(:mod:`.claims`), sends each message with the transport its topic is configured for
+(:mod:`.transports`), then records every outcome in one statement: DELIVERED, a retry after a
+jittered exponential delay, or DELIVERY_FAILED (a dead letter) once the attempts are used up.
 
 Delivery is at least once: a relay that dies after sending and before recording leaves the
 message claimed until its visibility timeout, then another relay sends it again, with the same
@@ -48,6 +49,12 @@ logger = get_logger(__name__)
 # Renew claims once this share of the visibility timeout has passed since the last renewal.
 RENEW_AFTER = 0.5
 
+# A claim locks up to its count of rows and reads their payloads to count bytes, then keeps
+# the prefix within the byte cap: ask for about as many as the cap takes at the last claim's
+# bytes per message, with this much to spare, not the whole batch size (10,000 rows of 64 KiB
+# events to keep 128 would cost seconds a round).
+CLAIM_SPARE = 1.25
+
 
 @dataclass
 class RelayStats:
@@ -71,6 +78,7 @@ class Relay(DatabaseLoop):
         *,
         instance_id: str | None = None,
         batch_size: int | None = None,
+        batch_bytes: int | None = None,
         poll_interval: float | None = None,
         topics: Sequence[str] | None = None,
         transports: Transports | None = None,
@@ -78,6 +86,7 @@ class Relay(DatabaseLoop):
     ) -> None:
         super().__init__(instance_id, using)
         self.batch_size = batch_size or app_settings.RELAY_BATCH_SIZE
+        self.batch_bytes = batch_bytes or app_settings.RELAY_BATCH_BYTES
         self.poll_interval = poll_interval or app_settings.RELAY_POLL_INTERVAL
         self.topics = list(topics) if topics else None
         self.claimer = Claimer(
@@ -91,6 +100,7 @@ class Relay(DatabaseLoop):
         self.transports = transports if transports is not None else Transports()
         self.stats = RelayStats()
         self._claimed_last = 0
+        self._message_bytes = 0.0  # mean payload bytes per message of the last claim
         autodiscover()
 
     # -- control -------------------------------------------------------------------------
@@ -125,8 +135,11 @@ class Relay(DatabaseLoop):
         self._ensure_session()
         connection = connections[self.using]
         with connection.cursor() as cursor:
-            live, dead = claim(cursor, self.claimer, self.batch_size)
+            live, dead = claim(cursor, self.claimer, self.claim_limit(), self.batch_bytes)
         self._claimed_last = len(live) + len(dead)
+        if self._claimed_last:
+            claimed = live + dead
+            self._message_bytes = sum(m.size for m in claimed) / len(claimed)
         for message in dead:
             self.stats.dead_lettered += 1
             logger.error(
@@ -143,9 +156,17 @@ class Relay(DatabaseLoop):
             self.deliver(live)
             return 0.0
         with connection.cursor() as cursor:
-            until = seconds_until_claimable(cursor, self.topics)
+            until = seconds_until_claimable(cursor, self.topics, within=self.poll_interval)
         wait = self.poll_interval if until is None else max(0.0, until)
         return min(wait, self.poll_interval)
+
+    def claim_limit(self) -> int:
+        """Rows to ask of the next claim: the batch size, or fewer when the last claim's
+        messages were so large that the byte cap would keep only some of them."""
+        if self._message_bytes <= 0:
+            return self.batch_size
+        fits = self.batch_bytes / self._message_bytes
+        return max(1, min(self.batch_size, int(fits * CLAIM_SPARE) + 1))
 
     def deliver(self, messages: Sequence[Message]) -> None:
         """Send claimed messages in order, renewing the claim as needed, then record outcomes."""

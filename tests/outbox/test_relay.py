@@ -319,27 +319,3 @@ def test_atomic_handlers_leave_no_writes_behind(relay_settings, handle, atomic, 
         assert sql("SELECT count(*) FROM relay_test_writes")[0][0] == rows_left
     finally:
         sql("DROP TABLE relay_test_writes")
-
-
-def test_claim_walks_the_claim_index_in_order(relay_settings):
-    from django.db import connection, transaction
-
-    from django_dsched.outbox.claims import CLAIM
-
-    make_messages(50)
-    params = {
-        "pending": "PENDING",
-        "dead": "DELIVERY_FAILED",
-        "relay": "r1",
-        "visibility": 30.0,
-        "max_attempts": 3,
-        "topics": None,
-        "limit": 10,
-    }
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SET LOCAL enable_seqscan = off")
-        cursor.execute("EXPLAIN " + CLAIM, params)
-        plan = "\n".join(row[0] for row in cursor.fetchall())
-        transaction.set_rollback(True)
-    assert "dsched_outbox_claim_idx" in plan, plan
-    assert "Sort" not in plan, plan

@@ -31,6 +31,14 @@ class Command(BaseCommand):
             help=f"Messages claimed per round trip (default: {app_settings.RELAY_BATCH_SIZE}).",
         )
         parser.add_argument(
+            "--batch-bytes",
+            type=positive_int,
+            help=(
+                "Most bytes of payload claimed per round trip, at least one message "
+                f"(default: {app_settings.RELAY_BATCH_BYTES})."
+            ),
+        )
+        parser.add_argument(
             "--poll-interval",
             type=positive_float,
             help=(
@@ -62,6 +70,7 @@ class Command(BaseCommand):
         verbosity: int,
         instance_id: str | None,
         batch_size: int | None,
+        batch_bytes: int | None,
         poll_interval: float | None,
         topics: list[str] | None,
         once: bool,
@@ -74,6 +83,7 @@ class Command(BaseCommand):
         relay = Relay(
             instance_id=instance_id,
             batch_size=batch_size,
+            batch_bytes=batch_bytes,
             poll_interval=poll_interval,
             topics=topics,
         )

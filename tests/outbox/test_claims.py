@@ -1,0 +1,360 @@
+"""The claim statement on a real database: what it claims, in what order, what it reads.
+
+The plan tests run ``EXPLAIN (ANALYZE, BUFFERS)`` on the claim and on the next-claimable query
+with 300,000 messages waiting on a backoff or a live claim, and assert on the plan's shape and
+on the rows and buffers it read (never on time): a round must cost O(batch), however many
+messages wait.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+
+from django_dsched.checks import check_delivery_settings
+from django_dsched.enums import DeliveryStatus
+from django_dsched.handlers import registry
+from django_dsched.models import OutboxMessage
+from django_dsched.outbox.claims import (
+    CLAIM,
+    NEXT_CLAIMABLE,
+    Claimer,
+    claim,
+    seconds_until_claimable,
+)
+from django_dsched.outbox.relay import Relay
+from tests.helpers import sql
+from tests.outbox_helpers import make_messages
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+WAITING = 300_000
+BATCH = 50
+
+
+def claimer(name: str = "r1", topics: list[str] | None = None) -> Claimer:
+    return Claimer(name, visibility_timeout=30, max_attempts=5, topics=topics)
+
+
+def claim_ids(limit: int = 100, max_bytes: int | None = None, **kwargs: Any) -> list[Any]:
+    with connection.cursor() as cursor:
+        live, dead = claim(cursor, claimer(**kwargs), limit, max_bytes)
+    return [m.id for m in live + dead]
+
+
+def back_off(ids: list[Any], seconds: float) -> None:
+    """Put messages on a backoff that ends ``seconds`` from now (database clock)."""
+    sql(
+        "UPDATE outbox_message_t SET attempts = 1, last_error = 'down',"
+        " next_attempt_ts = clock_timestamp() + make_interval(secs => %s) WHERE id = ANY(%s)",
+        [seconds, ids],
+    )
+
+
+def hold(ids: list[Any], seconds: float, relay: str = "elsewhere") -> None:
+    """Give messages a live claim of another relay, expiring ``seconds`` from now."""
+    sql(
+        "UPDATE outbox_message_t SET attempts = attempts + 1, claimed_by = %s,"
+        " claimed_until = clock_timestamp() + make_interval(secs => %s) WHERE id = ANY(%s)",
+        [relay, seconds, ids],
+    )
+
+
+# -- what a claim takes, and in what order -----------------------------------------------------
+
+
+def test_waiting_messages_are_not_claimed_until_their_time() -> None:
+    ready = make_messages(2, age=30)
+    backed_off = make_messages(2, age=60)
+    back_off(backed_off, 600)
+    held = make_messages(2, age=90)
+    hold(held, 600)
+    expired = make_messages(1, age=120)
+    hold(expired, -1)  # its relay died: claimable again
+
+    # Claimable since its claim expired (1 s ago), after the others (30 s ago).
+    assert claim_ids() == ready + expired
+
+
+def test_higher_priorities_first_across_gaps_and_levels_with_only_waiting_rows() -> None:
+    waiting_top = make_messages(3, priority=900, age=60)
+    back_off(waiting_top, 600)
+    low = make_messages(3, priority=-5, age=60)
+    mid = make_messages(2, priority=7)
+    high = make_messages(2, priority=40)
+    default = make_messages(2, age=5)
+
+    # One batch spans several priorities; the top one has nothing claimable.
+    assert claim_ids(limit=5) == high + mid + default[:1]
+    assert claim_ids(limit=100) == default[1:] + low
+
+
+def test_claimable_since_orders_within_a_priority() -> None:
+    """A retried message whose backoff ended queues behind messages claimable before it."""
+    old = make_messages(1, age=120)
+    back_off(old, -10)  # failed long ago, backoff ended 10 s ago
+    fresh = make_messages(1, age=30)
+    newer = make_messages(1, age=1)
+
+    assert claim_ids() == fresh + old + newer
+
+
+def test_topic_filter() -> None:
+    make_messages(3, topic="a", priority=2)
+    b_low = make_messages(2, topic="b")
+    b_high = make_messages(1, topic="b", priority=2)
+    c = make_messages(1, topic="c", priority=1)
+
+    assert claim_ids(topics=["b", "c"]) == b_high + c + b_low
+
+
+def test_a_claimed_message_leaves_the_claimable_range_until_its_claim_expires() -> None:
+    (message_id,) = make_messages(1)
+    assert claim_ids() == [message_id]
+    assert claim_ids() == []
+    hold([message_id], -1)
+    assert claim_ids() == [message_id]
+
+
+def test_seconds_until_claimable_looks_only_as_far_as_asked() -> None:
+    assert seconds_until_claimable_now() is None
+    soon = make_messages(1, topic="a")
+    back_off(soon, 30)
+    later = make_messages(1, topic="b")
+    back_off(later, 10)
+    hold(make_messages(1, topic="a"), 20)
+
+    assert 8 < seconds_until_claimable_now() <= 10
+    assert 18 < seconds_until_claimable_now(["a"]) <= 20
+    assert seconds_until_claimable_now(["a"], within=15) is None
+    assert seconds_until_claimable_now(["c"]) is None
+    make_messages(1, topic="c", age=5)
+    assert seconds_until_claimable_now(["c"]) <= 0
+
+
+def seconds_until_claimable_now(
+    topics: list[str] | None = None, within: float = 60
+) -> float | None:
+    with connection.cursor() as cursor:
+        return seconds_until_claimable(cursor, topics, within=within)
+
+
+# -- bytes ---------------------------------------------------------------------------------------
+
+
+def make_large_messages(count: int, size: int, **kwargs: Any) -> list[Any]:
+    ids = make_messages(count, **kwargs)
+    sql(
+        "UPDATE outbox_message_t"
+        " SET payload = jsonb_set(payload, '{data,blob}', to_jsonb(repeat('x', %s)))"
+        " WHERE id = ANY(%s)",
+        [size, ids],
+    )
+    return ids
+
+
+def payload_bytes(ids: list[Any]) -> int:
+    return sql(
+        "SELECT coalesce(sum(octet_length(payload::text)), 0) FROM outbox_message_t"
+        " WHERE id = ANY(%s)",
+        [ids],
+    )[0][0]
+
+
+def test_a_claim_holds_no_more_than_max_bytes_of_payload() -> None:
+    ids = make_large_messages(10, 100_000)
+    one = payload_bytes(ids[:1])
+    cap = 3 * one + one // 2
+
+    first = claim_ids(limit=100, max_bytes=cap)
+    assert first == ids[:3]
+    assert payload_bytes(first) <= cap
+    assert claim_ids(limit=100, max_bytes=cap) == ids[3:6]
+    # The count still caps too.
+    assert claim_ids(limit=2, max_bytes=cap) == ids[6:8]
+
+
+def test_a_message_larger_than_max_bytes_is_claimed_alone() -> None:
+    ids = make_large_messages(3, 100_000)
+    assert claim_ids(limit=100, max_bytes=1000) == ids[:1]
+    assert claim_ids(limit=100, max_bytes=1000) == ids[1:2]
+
+
+def test_relay_claims_by_bytes(settings: Any) -> None:
+    settings.DSCHED_TRANSPORTS = {"*": {"BACKEND": "handlers"}}
+    seen: list[str] = []
+
+    def record(event: dict[str, Any]) -> None:
+        seen.append(event["id"])
+
+    registry.register(record, topic="reports")
+    try:
+        ids = make_large_messages(12, 50_000)
+        settings.DSCHED_RELAY_BATCH_BYTES = 3 * payload_bytes(ids[-1:])  # the largest
+        relay = Relay(instance_id="r1", batch_size=100)
+        assert relay.run_until_idle() == 12
+    finally:
+        registry.unregister(record, topic="reports")
+    assert seen == [str(i) for i in ids]
+    assert relay.stats.batches == 4  # 3 messages a batch, not all 12 in one
+    assert OutboxMessage.objects.filter(status=DeliveryStatus.DELIVERED).count() == 12
+
+
+def test_a_relay_asks_for_no_more_rows_than_the_byte_cap_takes(settings: Any) -> None:
+    """The claim reads every row it asks for to count bytes: after a claim of large messages
+    a relay with a big batch size asks for about what the cap keeps, not the batch size."""
+    settings.DSCHED_TRANSPORTS = {"*": {"BACKEND": "handlers"}}
+
+    def ignore(event: dict[str, Any]) -> None:
+        pass
+
+    registry.register(ignore, topic="reports")
+    try:
+        ids = make_large_messages(20, 50_000)
+        size = payload_bytes(ids[-1:])
+        relay = Relay(instance_id="r1", batch_size=1000, batch_bytes=3 * size)
+        assert relay.claim_limit() == 1000  # nothing known yet
+        with connection.cursor() as cursor:
+            live, _ = claim(cursor, relay.claimer, relay.claim_limit(), relay.batch_bytes)
+        assert len(live) == 3 and all(m.size == payload_bytes([m.id]) for m in live)
+        relay.step()
+        assert relay.claim_limit() == 4  # 3 fit: a quarter to spare, plus one
+        OutboxMessage.objects.filter(id__in=ids).delete()
+        small = payload_bytes(make_messages(1))  # then a small one: ask for many again
+        relay.step()
+        assert relay.claim_limit() == int(3 * size / small * 1.25) + 1 > 400
+    finally:
+        registry.unregister(ignore, topic="reports")
+
+
+@pytest.mark.parametrize("value", [0, -1, "8MiB", 1.5, True])
+def test_batch_bytes_must_be_a_positive_whole_number(settings: Any, value: object) -> None:
+    settings.DSCHED_RELAY_BATCH_BYTES = value
+    assert "dsched.E008" in [e.id for e in check_delivery_settings()]
+
+
+# -- what a claim reads: EXPLAIN (ANALYZE, BUFFERS) --------------------------------------------
+
+
+def explain(query: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The executed plan of ``query`` (as JSON), its writes rolled back."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + query, params)
+        (plan,) = cursor.fetchone()
+        transaction.set_rollback(True)
+    if isinstance(plan, str):
+        plan = json.loads(plan)
+    return plan[0]
+
+
+def nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node.get("Plans", []):
+        yield from nodes(child)
+
+
+def outbox_scans(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        n
+        for n in nodes(plan["Plan"])
+        if n.get("Relation Name") == "outbox_message_t" and n["Node Type"] != "ModifyTable"
+    ]
+
+
+def rows_read(scan: dict[str, Any]) -> int:
+    """Rows (or index entries) a scan node produced or threw away, over all its loops."""
+    per_loop = (
+        scan["Actual Rows"]
+        + scan.get("Rows Removed by Filter", 0)
+        + scan.get("Rows Removed by Index Recheck", 0)
+    )
+    return per_loop * scan["Actual Loops"]
+
+
+def buffers(plan: dict[str, Any]) -> int:
+    top = plan["Plan"]
+    return top["Shared Hit Blocks"] + top["Shared Read Blocks"]
+
+
+def params(**extra: Any) -> dict[str, Any]:
+    return {
+        "pending": DeliveryStatus.PENDING.value,
+        "dead": DeliveryStatus.DELIVERY_FAILED.value,
+        "relay": "r1",
+        "visibility": 30.0,
+        "max_attempts": 5,
+        "topics": None,
+        "limit": BATCH,
+        "max_bytes": 8 * 1024 * 1024,
+        "within": 2.0,
+        **extra,
+    }
+
+
+def add_waiting_messages(count: int) -> None:
+    """``count`` pending messages that are not claimable: on a backoff (the oldest ones, at
+    the default priority and above it) or held by a live claim."""
+    sql(
+        """
+        INSERT INTO outbox_message_t (id, host_id, aggregate_id, aggregate_type,
+            aggregate_version, event_type, event_ts, payload, metadata, topic, status, priority,
+            attempts, last_error, next_attempt_ts, claimed_by, claimed_until)
+        SELECT gen_random_uuid(), '00000000-0000-0000-0000-000000000000', gen_random_uuid(),
+               'Schedule', 1, 'report.build',
+               statement_timestamp() - interval '1 hour' + n * interval '1 microsecond',
+               jsonb_build_object('n', n), '{}', 'reports', 'PENDING',
+               CASE WHEN n %% 3 = 0 THEN 5 ELSE 0 END, 1, 'down',
+               CASE WHEN n %% 10 <> 0
+                    THEN statement_timestamp() + interval '1 hour' + (n %% 600) * interval '1s'
+               END,
+               CASE WHEN n %% 10 = 0 THEN 'elsewhere' ELSE '' END,
+               CASE WHEN n %% 10 = 0 THEN statement_timestamp() + interval '1 minute' END
+        FROM generate_series(1, %s) AS n
+        """,
+        [count],
+    )
+    sql("ANALYZE outbox_message_t")
+
+
+def assert_reads_o_of_batch(
+    plan: dict[str, Any], what: str, max_rows: int, max_buffers: int
+) -> None:
+    scans = outbox_scans(plan)
+    shape = [(s["Node Type"], s.get("Index Name")) for s in scans]
+    assert scans, f"{what}: no scan of outbox_message_t in {shape}"
+    assert all(s["Node Type"] in ("Index Scan", "Index Only Scan") for s in scans), (what, shape)
+    read = sum(rows_read(s) for s in scans)
+    assert read <= max_rows, f"{what} read {read} rows with {WAITING} waiting: {shape}"
+    assert buffers(plan) <= max_buffers, f"{what} touched {buffers(plan)} buffers"
+    assert {s["Index Name"] for s in scans} <= {"dsched_outbox_ready_idx", "outbox_message_t_pkey"}
+    # Anything sorted is the batch itself (the byte cap's running sum), never the table.
+    sorted_rows = [n["Actual Rows"] for n in nodes(plan["Plan"]) if n["Node Type"] == "Sort"]
+    assert all(rows <= BATCH for rows in sorted_rows), (what, sorted_rows)
+
+
+def test_an_idle_relay_asks_when_next_without_reading_the_waiting_messages() -> None:
+    add_waiting_messages(WAITING)  # nothing is claimable
+
+    for topics in (None, ["reports"]):
+        plan = explain(NEXT_CLAIMABLE, params(topics=topics))
+        # One probe per priority present (two here), each reading at most one row.
+        assert_reads_o_of_batch(plan, f"next claimable {topics}", max_rows=10, max_buffers=50)
+
+
+def test_a_claim_reads_o_of_batch_rows_however_many_messages_wait() -> None:
+    add_waiting_messages(WAITING)
+    make_messages(2 * BATCH, age=60)  # claimable, younger than the waiting ones
+    sql("ANALYZE outbox_message_t")
+
+    for topics in (None, ["reports"]):
+        plan = explain(CLAIM, params(topics=topics))
+        assert plan["Plan"]["Actual Rows"] == BATCH
+        # Per claimed row: its index entry (locked), then its update by primary key; plus
+        # the priority probes. Buffers: those reads, the heap updates and their index entries.
+        assert_reads_o_of_batch(
+            plan, f"claim {topics}", max_rows=2 * BATCH + 10, max_buffers=40 * BATCH
+        )
