@@ -12,9 +12,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db import connection, transaction
+
 from django_dsched.enums import ScheduleState
 from django_dsched.models import Schedule
-from django_dsched.scheduler.firing import plan
+from django_dsched.scheduler.firing import BatchResult, Fence, fire_batch, plan
 from django_dsched.timetables.grid import from_microseconds, to_microseconds
 
 
@@ -72,3 +74,12 @@ def run_fire_path(schedule: Schedule, polls: int, lag: timedelta = timedelta(0))
         next_slot = from_microseconds(decided.next_slots[0])
         next_run = from_microseconds(decided.next_runs[0])
     return run
+
+
+def fire(fence: Fence, batch_size: int = 500) -> BatchResult:
+    """One batch of the real fire path, committed (rolled back when fenced)."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        result = fire_batch(cursor, fence, batch_size)
+        if result.fenced:
+            transaction.set_rollback(True)
+    return result

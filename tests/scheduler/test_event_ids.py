@@ -13,21 +13,11 @@ from hypothesis import strategies as st
 from django_dsched import api
 from django_dsched.models import Event, OutboxMessage, Schedule
 from django_dsched.scheduler import event_ids
-from django_dsched.scheduler.firing import Fence, fire_batch
-from django_dsched.scheduler.lease import LeaseHolder
+from django_dsched.scheduler.firing import fire_batch
 from tests.factories import ScheduleFactory
 from tests.helpers import sql
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def fence():
-    lease = LeaseHolder(
-        connection, lease_id=1, instance_id="test", lease_seconds=30, fast_failover=True
-    )
-    assert lease.try_acquire()
-    return Fence(1, "test", lease.epoch, 30.0)
 
 
 def fire(fence):

@@ -7,29 +7,12 @@ from django.db import IntegrityError, connection, transaction
 
 from django_dsched.enums import DeliveryStatus, FrequencyUnit, ScheduleState
 from django_dsched.models import Event, OutboxMessage, Schedule
-from django_dsched.scheduler.firing import CLAIM, Fence, fire_batch
-from django_dsched.scheduler.lease import LeaseHolder
+from django_dsched.scheduler.firing import CLAIM, fire_batch
 from tests.factories import ScheduleFactory
+from tests.fire_path import fire
 from tests.helpers import other_session, sql
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def fence():
-    lease = LeaseHolder(
-        connection, lease_id=1, instance_id="test", lease_seconds=30, fast_failover=True
-    )
-    assert lease.try_acquire()
-    return Fence(1, "test", lease.epoch, 30.0)
-
-
-def fire(fence, batch_size=500):
-    with transaction.atomic(), connection.cursor() as cursor:
-        result = fire_batch(cursor, fence, batch_size)
-        if result.fenced:
-            transaction.set_rollback(True)
-    return result
 
 
 def make_due(db_now, ago=timedelta(seconds=1), **kwargs):

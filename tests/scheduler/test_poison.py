@@ -5,38 +5,19 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.db import connection, transaction
 
 from django_dsched import api, services
 from django_dsched.enums import ScheduleKind, ScheduleState
 from django_dsched.models import Event, OutboxMessage, Schedule
 from django_dsched.scheduler import Scheduler
-from django_dsched.scheduler.firing import Fence, fire_batch
-from django_dsched.scheduler.lease import LeaseHolder
 from tests.factories import ScheduleFactory
+from tests.fire_path import fire
 from tests.helpers import sql
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 # No tzdata has it (US/Pacific-New was removed from tzdata in 2020; this one never existed).
 UNKNOWN_ZONE = "Mars/Olympus"
-
-
-@pytest.fixture
-def fence():
-    lease = LeaseHolder(
-        connection, lease_id=1, instance_id="test", lease_seconds=30, fast_failover=True
-    )
-    assert lease.try_acquire()
-    return Fence(1, "test", lease.epoch, 30.0)
-
-
-def fire(fence, batch_size=500):
-    with transaction.atomic(), connection.cursor() as cursor:
-        result = fire_batch(cursor, fence, batch_size)
-        if result.fenced:
-            transaction.set_rollback(True)
-    return result
 
 
 def due_cron(db_now, **kwargs):
