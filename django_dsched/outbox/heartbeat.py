@@ -45,6 +45,10 @@ class ClaimHeartbeat:
         self.interval = interval
         self.using = using
         self.beats = 0  # renewal statements run (for tests and logs)
+        # Held around every statement that writes the batch's rows, the relay's (settle,
+        # renew, release) and the heartbeat's: two statements locking the same rows in
+        # different orders could deadlock each other.
+        self.writing = threading.Lock()
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -160,7 +164,7 @@ class ClaimHeartbeat:
             ids, since = running
             running_for = time.monotonic() - since
         try:
-            with connections[self.using].cursor() as cursor:
+            with self.writing, connections[self.using].cursor() as cursor:
                 held = extend(cursor, self.claimer, messages, ids, running_for)
         except Exception:  # the database is away: try again next beat, on a new connection
             logger.warning(

@@ -284,7 +284,7 @@ class Relay(DatabaseLoop):
         if not outcomes:
             return
         self.heartbeat.drop(o.message.id for o in outcomes)
-        with connections[self.using].cursor() as cursor:
+        with self.heartbeat.writing, connections[self.using].cursor() as cursor:
             settled = settle_outcomes(cursor, self.claimer, outcomes)
         by_id = {s.id: s for s in settled}
         delivered = 0
@@ -337,7 +337,7 @@ class Relay(DatabaseLoop):
             logger.info("delivered %d message(s) relay=%s", delivered, self.instance_id)
 
     def _renew(self, messages: list[Message]) -> set[uuid.UUID]:
-        with connections[self.using].cursor() as cursor:
+        with self.heartbeat.writing, connections[self.using].cursor() as cursor:
             held = extend(cursor, self.claimer, messages)
         lost = len(messages) - len(held)
         if lost:
@@ -351,7 +351,7 @@ class Relay(DatabaseLoop):
 
     def _release(self, messages: list[Message]) -> None:
         self.heartbeat.drop(m.id for m in messages)
-        with connections[self.using].cursor() as cursor:
+        with self.heartbeat.writing, connections[self.using].cursor() as cursor:
             released = release(cursor, self.claimer, messages)
         self.stats.released += released
         logger.info(
