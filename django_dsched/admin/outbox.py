@@ -1,17 +1,17 @@
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
+from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from django_dsched.admin.base import ReadOnlyAdmin
-from django_dsched.admin.display import EMPTY, age, badge
+from django_dsched.admin.display import duration, run_badge, run_duration
 from django_dsched.admin.filters import OutboxTopicFilter
 from django_dsched.changes import ChangeCount
 from django_dsched.models import OutboxMessage
@@ -48,10 +48,6 @@ OUTBOX_FIELDS = (
 )
 
 
-def _duration(value: timedelta | None) -> str:
-    return EMPTY if value is None else age(max(0.0, value.total_seconds()))
-
-
 @admin.register(OutboxMessage)
 class OutboxMessageAdmin(ReadOnlyAdmin):
     list_display = [
@@ -73,17 +69,16 @@ class OutboxMessageAdmin(ReadOnlyAdmin):
 
     # -- the run: derived status and durations (outbox.runs) ------------------------------
     @admin.display(description=_("run"))
-    def run_status_badge(self, obj: OutboxMessage) -> str:
-        status = runs.run_status(obj)
-        return badge(status.value, str(status.label))
+    def run_status_badge(self, obj: OutboxMessage) -> SafeString:
+        return run_badge(obj)
 
     @admin.display(description=_("queue wait"))
     def queue_wait_display(self, obj: OutboxMessage) -> str:
-        return _duration(runs.queue_wait(obj.event_ts, obj.picked_ts))
+        return duration(runs.queue_wait(obj.event_ts, obj.picked_ts))
 
     @admin.display(description=_("run time"))
     def run_time_display(self, obj: OutboxMessage) -> str:
-        return _duration(runs.run_time(obj.started_ts, obj.completed_ts, obj.failed_ts))
+        return run_duration(obj)
 
     @admin.display(description=_("last error"))
     def last_error_pretty(self, obj: OutboxMessage) -> str:

@@ -7,6 +7,7 @@ from django.contrib.auth.models import User
 from django.urls import reverse
 
 from django_dsched.enums import DeliveryStatus
+from tests.factories import ScheduleFactory
 from tests.helpers import sql
 from tests.outbox_helpers import make_messages
 
@@ -62,3 +63,19 @@ def test_changelist_shows_each_runs_status(admin_client_):
     assert 'dsched-bad">failed<' in text
     assert 'dsched-warn">pending<' in text
     assert "5.0 s" in text  # the failed run's time
+
+
+def test_schedule_page_lists_each_deliverys_run(admin_client_):
+    schedule = ScheduleFactory()
+    (id_,) = make_messages(1, status=DeliveryStatus.DELIVERED)
+    sql(
+        "UPDATE outbox_message_t SET aggregate_id = %s WHERE id = %s",
+        [schedule.schedule_id, id_],
+    )
+    set_phases(id_, picked=1, started=2, ended=14, ok=True)
+
+    page = admin_client_.get(reverse("admin:dsched_schedule_change", args=[schedule.pk]))
+
+    panel = page.content.decode().split('id="dsched-deliveries"')[1].split("</fieldset>")[0]
+    assert 'dsched-ok">succeeded<' in panel
+    assert "12 s" in panel
