@@ -31,6 +31,7 @@ admin and ``api.status`` use it); :func:`queue_wait` and :func:`run_time` are th
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -111,7 +112,7 @@ def report_failed(message_id: uuid.UUID | str, error: str, *, using: str | None 
     return id_ is not None and _report(REPORT_FAILED, [text, id_], id_, using)
 
 
-def report_quietly(report: Any, *args: Any) -> None:
+def report_quietly(report: Callable[..., bool], *args: Any) -> None:
     """Call a report hook from a worker without letting a database error fail the work."""
     try:
         report(*args)
