@@ -32,6 +32,7 @@ from django_dsched.enums import DeliveryStatus, ScheduleKind, ScheduleOrigin, Sc
 from django_dsched.exceptions import ValidationError
 from django_dsched.models import OutboxMessage, Schedule
 from django_dsched.models.schedule import resolve_host
+from django_dsched.outbox import runs
 
 ScheduleRef = Schedule | uuid.UUID | str
 
@@ -238,6 +239,12 @@ class Status:
     # Set when the scheduler set the schedule aside (state SET_ASIDE): why, and when.
     set_aside_reason: str = ""
     set_aside_at: datetime | None = None
+    # The newest message's run (outbox.runs): derived status and phases (database times).
+    last_run: str | None = None
+    last_picked: datetime | None = None
+    last_started: datetime | None = None
+    last_completed: datetime | None = None
+    last_failed: datetime | None = None
 
 
 def status(ref: ScheduleRef, *, host_id: uuid.UUID | str | None = None) -> Status:
@@ -246,7 +253,7 @@ def status(ref: ScheduleRef, *, host_id: uuid.UUID | str | None = None) -> Statu
     latest = (
         OutboxMessage.objects.filter(aggregate_id=schedule.schedule_id)
         .order_by("-aggregate_version")
-        .values("status", "last_error")
+        .values("status", "last_error", *_PHASES)
         .first()
     )
     return Status(
@@ -264,7 +271,22 @@ def status(ref: ScheduleRef, *, host_id: uuid.UUID | str | None = None) -> Statu
         version=schedule.aggregate_version,
         set_aside_reason=schedule.set_aside_reason,
         set_aside_at=schedule.set_aside_ts,
+        **_run_fields(latest),
     )
+
+
+_PHASES = ("picked_ts", "started_ts", "completed_ts", "failed_ts")
+
+
+def _run_fields(latest: dict[str, Any] | None) -> dict[str, Any]:
+    """``Status``'s fields on the newest message's run (none: no message yet)."""
+    if not latest:
+        return {}
+    phases = runs.Phases(latest["status"], *(latest[k] for k in _PHASES))
+    return {
+        "last_run": runs.run_status(phases).value,
+        **{f"last_{k.removesuffix('_ts')}": latest[k] for k in _PHASES},
+    }
 
 
 _WILL_FIRE = (ScheduleState.ACTIVE, ScheduleState.PAUSED)

@@ -17,3 +17,7 @@ class DschedConfig(AppConfig):
         from django_dsched.declared import sync_after_migrate
 
         post_migrate.connect(sync_after_migrate, sender=self)
+
+        from django_dsched.outbox.transports.tasks import connect_signals
+
+        connect_signals()  # Django Tasks workers report runs of dsched messages

@@ -116,6 +116,26 @@ def check_delivery_settings(**kwargs: Any) -> list[Error]:
         Error(f"DSCHED_{name} must be a positive number of seconds.", id="dsched.E010")
         for name in bad
     )
+    heartbeat = app_settings.RELAY_HEARTBEAT_INTERVAL
+    if heartbeat is not None and not (_is_number(heartbeat) and heartbeat > 0):
+        errors.append(
+            Error(
+                "DSCHED_RELAY_HEARTBEAT_INTERVAL must be a positive number of seconds, or None.",
+                id="dsched.E010",
+            )
+        )
+    elif (
+        heartbeat is not None
+        and "RELAY_VISIBILITY_TIMEOUT" not in bad
+        and heartbeat * 2 >= timings["RELAY_VISIBILITY_TIMEOUT"]
+    ):
+        errors.append(
+            Error(
+                "DSCHED_RELAY_HEARTBEAT_INTERVAL must be under half of "
+                "DSCHED_RELAY_VISIBILITY_TIMEOUT (a claim must be renewed before it expires).",
+                id="dsched.E010",
+            )
+        )
     if not bad and timings["RELAY_RETRY_BASE"] > timings["RELAY_RETRY_MAX"]:
         errors.append(
             Error(

@@ -133,6 +133,12 @@ class AppSettings:
     RELAY_VISIBILITY_TIMEOUT = Setting(
         60.0, "Seconds a claim lasts; a relay that dies holding messages frees them after this."
     )
+    RELAY_HEARTBEAT_INTERVAL: Setting[float | None] = Setting(
+        None,
+        "Seconds between a relay's renewals of the claims it holds while a batch runs (from a "
+        "thread of its own), so a handler longer than the visibility timeout keeps its claim; "
+        "under half the visibility timeout. None: a quarter of it.",
+    )
     RELAY_RETRY_BASE = Setting(
         2.0,
         "Retry delay after failed attempt n: min(RETRY_MAX, RETRY_BASE * 2**(n-1)), "

@@ -55,5 +55,26 @@ class DeliveryStatus(models.TextChoices):
     DELIVERY_FAILED = "DELIVERY_FAILED", _("delivery failed")
 
 
+class RunStatus(models.TextChoices):
+    """Where one delivery stands, derived from its phase timestamps (``outbox.runs``)."""
+
+    # Waiting to be claimed (new, or its claim was given back or expired unstarted).
+    PENDING = "PENDING", _("pending")
+    # Claimed by a relay, not started yet.
+    PICKED = "PICKED", _("picked")
+    # Started (by the relay's handler, or reported started by a worker), not finished.
+    RUNNING = "RUNNING", _("running")
+    # The last attempt failed; a retry is due at next_attempt_ts.
+    RETRYING = "RETRYING", _("retrying")
+    # Handed to a transport that runs the work elsewhere (Django Tasks, Celery); the worker
+    # has not reported yet.
+    HANDED_OFF = "HANDED_OFF", _("handed off")
+    SUCCEEDED = "SUCCEEDED", _("succeeded")
+    # Handed off, and the worker reported that the run failed.
+    FAILED = "FAILED", _("failed")
+    # A dead letter (DELIVERY_FAILED): no more attempts.
+    DEAD = "DEAD", _("dead letter")
+
+
 def max_length_of(choices: type[models.TextChoices]) -> int:
     return max(len(value) for value in choices.values)

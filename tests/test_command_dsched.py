@@ -32,6 +32,13 @@ def test_list_and_show(nightly):
     assert "At 02:00, Monday through Friday (Europe/Brussels)" in run("list")
     shown = run("show", "nightly")
     assert "state    ACTIVE" in shown and str(nightly.schedule_id) in shown
+    assert "run      None" in shown  # nothing fired yet
+
+
+def test_show_gives_the_newest_runs_status(nightly):
+    api.trigger("nightly")
+
+    assert "run      PENDING" in run("show", "nightly")
 
 
 def test_preview(nightly):

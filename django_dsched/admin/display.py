@@ -15,6 +15,8 @@ from django.utils.timesince import timesince, timeuntil
 from django.utils.translation import gettext as _
 
 from django_dsched.enums import ScheduleState
+from django_dsched.models import OutboxMessage
+from django_dsched.outbox import runs
 
 EMPTY = "-"
 
@@ -28,6 +30,14 @@ TONES = {
     "PENDING": "warn",
     "DELIVERED": "ok",
     "DELIVERY_FAILED": "bad",
+    # Run statuses (outbox.runs.run_status) not listed above.
+    "PICKED": "quiet",
+    "RUNNING": "warn",
+    "RETRYING": "warn",
+    "HANDED_OFF": "quiet",
+    "SUCCEEDED": "ok",
+    "FAILED": "bad",
+    "DEAD": "bad",
     "leader": "ok",
     "standby": "quiet",
     "stale": "bad",
@@ -91,3 +101,19 @@ def moment(value: datetime | None, now: datetime | None, *, quiet: bool = False)
         absolute(value),
         relative(value, now),
     )
+
+
+def duration(value: timedelta | None) -> str:
+    """A duration such as a run's, or "-"."""
+    return EMPTY if value is None else age(max(0.0, value.total_seconds()))
+
+
+def run_badge(message: OutboxMessage) -> SafeString:
+    """A delivery's run status (derived from its phases, ``outbox.runs``) as a badge."""
+    status = runs.run_status(message)
+    return badge(status.value, str(status.label))
+
+
+def run_duration(message: OutboxMessage) -> str:
+    """From the run's start to its end (completed or failed), or "-"."""
+    return duration(runs.run_time(message.started_ts, message.completed_ts, message.failed_ts))

@@ -6,14 +6,16 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
+from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from django_dsched.admin.base import ReadOnlyAdmin
+from django_dsched.admin.display import duration, run_badge, run_duration
 from django_dsched.admin.filters import OutboxTopicFilter
 from django_dsched.changes import ChangeCount
 from django_dsched.models import OutboxMessage
-from django_dsched.outbox import dead_letters
+from django_dsched.outbox import dead_letters, runs
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise
@@ -24,6 +26,13 @@ OUTBOX_FIELDS = (
     "topic",
     "event_type",
     "status",
+    "run_status_badge",
+    "picked_ts",
+    "started_ts",
+    "completed_ts",
+    "failed_ts",
+    "queue_wait_display",
+    "run_time_display",
     "priority",
     "attempts",
     "next_attempt_ts",
@@ -45,15 +54,31 @@ class OutboxMessageAdmin(ReadOnlyAdmin):
         "topic",
         "event_type",
         "status",
+        "run_status_badge",
         "attempts",
         "next_attempt_ts",
         "delivered_ts",
+        "queue_wait_display",
+        "run_time_display",
         "event_ts",
     ]
     list_filter = ["status", ("topic", OutboxTopicFilter)]
     search_fields = ["=id", "=aggregate_id", "topic", "event_type"]
     fields = readonly_fields = OUTBOX_FIELDS
     actions = ["retry_selected", "discard_selected"]
+
+    # -- the run: derived status and durations (outbox.runs) ------------------------------
+    @admin.display(description=_("run"))
+    def run_status_badge(self, obj: OutboxMessage) -> SafeString:
+        return run_badge(obj)
+
+    @admin.display(description=_("queue wait"))
+    def queue_wait_display(self, obj: OutboxMessage) -> str:
+        return duration(runs.queue_wait(obj.event_ts, obj.picked_ts))
+
+    @admin.display(description=_("run time"))
+    def run_time_display(self, obj: OutboxMessage) -> str:
+        return run_duration(obj)
 
     @admin.display(description=_("last error"))
     def last_error_pretty(self, obj: OutboxMessage) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.http import HttpRequest, QueryDict
 
-from django_dsched.admin.display import moment
+from django_dsched.admin.display import moment, run_badge, run_duration
 from django_dsched.models import Event, OutboxMessage, Schedule
 
 PREVIEW_COUNT = 10
@@ -99,5 +99,7 @@ def deliveries(request: HttpRequest, schedule: Schedule, now: datetime) -> Page:
         lambda message: {
             "at": moment(message.event_ts, now),
             "delivered": moment(message.delivered_ts, now) if message.delivered_ts else "-",
+            "run": run_badge(message),
+            "run_time": run_duration(message),
         },
     )

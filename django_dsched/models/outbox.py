@@ -56,6 +56,33 @@ class OutboxMessage(EventRecord):
         help_text=_("Visibility timeout: after this another relay may claim the message."),
     )
 
+    # Phases of the latest attempt (database clock; ``outbox.runs`` derives the run status from
+    # them). Nullable without defaults: the fire statement does not write them.
+    picked_ts = models.DateTimeField(
+        _("picked"),
+        null=True,
+        blank=True,
+        help_text=_("When a relay claimed the message for its latest attempt."),
+    )
+    started_ts = models.DateTimeField(
+        _("started"),
+        null=True,
+        blank=True,
+        help_text=_("When the latest attempt's run started (relay, or reported by a worker)."),
+    )
+    completed_ts = models.DateTimeField(
+        _("completed"),
+        null=True,
+        blank=True,
+        help_text=_("When the run completed successfully."),
+    )
+    failed_ts = models.DateTimeField(
+        _("failed"),
+        null=True,
+        blank=True,
+        help_text=_("When the latest attempt failed (its error is the last error)."),
+    )
+
     class Meta:
         db_table = "outbox_message_t"
         verbose_name = _("outbox message")

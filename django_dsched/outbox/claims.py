@@ -25,6 +25,7 @@ All times are the database's (``statement_timestamp()``, ``clock_timestamp()``).
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -98,7 +99,13 @@ SET attempts = CASE WHEN m.attempts >= %(max_attempts)s THEN m.attempts ELSE m.a
                       THEN 'claimed ' || m.attempts || ' times without a recorded outcome'
                            || ' (the relays holding it died or hung). Last error: '
                            || m.last_error
-                      ELSE m.last_error END
+                      ELSE m.last_error END,
+    -- Phases: a claim starts a new attempt (picked now, nothing started or finished yet).
+    picked_ts = CASE WHEN m.attempts >= %(max_attempts)s THEN m.picked_ts
+                     ELSE clock_timestamp() END,
+    started_ts = CASE WHEN m.attempts >= %(max_attempts)s THEN m.started_ts END,
+    completed_ts = NULL,
+    failed_ts = CASE WHEN m.attempts >= %(max_attempts)s THEN clock_timestamp() END
 FROM candidates c
 JOIN locked l ON l.id = c.id
 WHERE m.id = c.id
@@ -106,10 +113,16 @@ RETURNING m.id, m.topic, m.event_type, l.body, m.attempts, m.priority, m.event_t
           c.n, c.bytes
 """
 
-# Keep a claim alive during a long batch; returns the ids still ours.
+# Keep a claim alive during a long batch; returns the ids still ours. The message whose run is
+# under way (%(running)s, if any, run by the relay itself) gets its start time, %(running_for)s
+# seconds ago by the relay's monotonic clock, unless it has one.
 EXTEND = """
 UPDATE outbox_message_t m
-SET claimed_until = clock_timestamp() + make_interval(secs => %(visibility)s)
+SET claimed_until = clock_timestamp() + make_interval(secs => %(visibility)s),
+    started_ts = CASE WHEN m.id = ANY(%(running)s::uuid[])
+                      THEN COALESCE(m.started_ts,
+                                    clock_timestamp() - make_interval(secs => %(running_for)s))
+                      ELSE m.started_ts END
 FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS c(id, attempts)
 WHERE m.id = c.id AND m.attempts = c.attempts AND m.claimed_by = %(relay)s
   AND m.status = %(pending)s
@@ -120,7 +133,8 @@ RETURNING m.id
 # the unused attempt is not counted.
 RELEASE = """
 UPDATE outbox_message_t m
-SET claimed_by = '', claimed_until = NULL, attempts = m.attempts - 1
+SET claimed_by = '', claimed_until = NULL, attempts = m.attempts - 1, picked_ts = NULL,
+    started_ts = NULL
 FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS c(id, attempts)
 WHERE m.id = c.id AND m.attempts = c.attempts AND m.claimed_by = %(relay)s
   AND m.status = %(pending)s
@@ -141,10 +155,20 @@ SET status = CASE
         ELSE clock_timestamp() + make_interval(secs => o.delay) END,
     last_error = CASE WHEN o.delivered THEN m.last_error ELSE o.error END,
     claimed_by = '',
-    claimed_until = NULL
+    claimed_until = NULL,
+    -- Phases, from the relay's monotonic clock: started and ended that many seconds ago. A
+    -- message handed off to a worker (started_ago NULL) keeps what the worker reports.
+    started_ts = CASE WHEN o.started_ago IS NULL THEN m.started_ts
+                      ELSE clock_timestamp() - make_interval(secs => o.started_ago) END,
+    completed_ts = CASE WHEN o.delivered AND o.started_ago IS NOT NULL
+                        THEN clock_timestamp() - make_interval(secs => o.ended_ago)
+                        ELSE m.completed_ts END,
+    failed_ts = CASE WHEN o.delivered THEN m.failed_ts
+                     ELSE clock_timestamp() - make_interval(secs => o.ended_ago) END
 FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(delivered_flags)s::bool[],
-            %(permanent_flags)s::bool[], %(errors)s::text[], %(delays)s::float8[])
-     AS o(id, attempts, delivered, permanent, error, delay)
+            %(permanent_flags)s::bool[], %(errors)s::text[], %(delays)s::float8[],
+            %(started_ago)s::float8[], %(ended_ago)s::float8[])
+     AS o(id, attempts, delivered, permanent, error, delay, started_ago, ended_ago)
 WHERE m.id = o.id AND m.attempts = o.attempts AND m.claimed_by = %(relay)s
   AND m.status = %(pending)s
 RETURNING m.id, m.status, m.next_attempt_ts
@@ -189,6 +213,10 @@ class DeliveryOutcome:
     error: str = ""
     permanent: bool = False
     delay: float = 0.0
+    # When the send started and ended (time.monotonic()); started None: the transport hands
+    # the work off to a worker, which reports the run's phases itself (outbox.runs).
+    started: float | None = None
+    ended: float | None = None
 
     @property
     def delivered(self) -> bool:
@@ -255,8 +283,18 @@ def _tokens(messages: Sequence[Message]) -> dict[str, Any]:
     return {"ids": [m.id for m in messages], "attempts": [m.attempt for m in messages]}
 
 
-def extend(cursor: Any, claimer: Claimer, messages: Sequence[Message]) -> set[uuid.UUID]:
-    """Push the claim's expiry out again; return the ids this relay still holds."""
+def extend(
+    cursor: Any,
+    claimer: Claimer,
+    messages: Sequence[Message],
+    running: Sequence[uuid.UUID] = (),
+    running_for: float = 0.0,
+) -> set[uuid.UUID]:
+    """Push the claim's expiry out again; return the ids this relay still holds.
+
+    ``running``: messages the relay is running now, for ``running_for`` seconds (their
+    ``started_ts`` is set if not yet).
+    """
     if not messages:
         return set()
     cursor.execute(
@@ -266,6 +304,8 @@ def extend(cursor: Any, claimer: Claimer, messages: Sequence[Message]) -> set[uu
             **_tokens(messages),
             "relay": claimer.relay_id,
             "visibility": claimer.visibility_timeout,
+            "running": list(running),
+            "running_for": max(0.0, running_for),
         },
     )
     return {row[0] for row in cursor.fetchall()}
@@ -283,6 +323,7 @@ def settle(cursor: Any, claimer: Claimer, outcomes: Sequence[DeliveryOutcome]) -
     """Record outcomes of this relay's claims; outcomes of lost claims are not written."""
     if not outcomes:
         return []
+    now = time.monotonic()
     cursor.execute(
         SETTLE,
         {
@@ -294,6 +335,8 @@ def settle(cursor: Any, claimer: Claimer, outcomes: Sequence[DeliveryOutcome]) -
             "permanent_flags": [o.permanent for o in outcomes],
             "errors": [o.error[:ERROR_MAX_CHARS] for o in outcomes],
             "delays": [o.delay for o in outcomes],
+            "started_ago": [None if o.started is None else now - o.started for o in outcomes],
+            "ended_ago": [0.0 if o.ended is None else now - o.ended for o in outcomes],
         },
     )
     return [Settled(*row) for row in cursor.fetchall()]

@@ -18,7 +18,8 @@ from django_dsched.models import OutboxMessage
 def retry(messages: QuerySet[OutboxMessage]) -> ChangeCount:
     """Make dead letters PENDING again with a fresh set of attempts; relays wake at once.
 
-    ``last_error`` is kept until the next attempt replaces it.
+    ``last_error`` is kept until the next attempt replaces it; the phases of the failed run
+    (picked, started, completed, failed) are cleared.
     """
     using = app_settings.DATABASE
     with transaction.atomic(using=using):
@@ -32,6 +33,11 @@ def retry(messages: QuerySet[OutboxMessage]) -> ChangeCount:
                 next_attempt_ts=None,
                 claimed_by="",
                 claimed_until=None,
+                # A new run: the old one's phases go (its error stays in last_error).
+                picked_ts=None,
+                started_ts=None,
+                completed_ts=None,
+                failed_ts=None,
             )
         )
         if changed:

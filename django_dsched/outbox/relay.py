@@ -41,6 +41,7 @@ from django_dsched.outbox.claims import (
 )
 from django_dsched.outbox.claims import settle as settle_outcomes
 from django_dsched.outbox.handlers import autodiscover
+from django_dsched.outbox.heartbeat import ClaimHeartbeat
 from django_dsched.outbox.transports import Transport, Transports
 from django_dsched.outbox.transports.registry import host_of
 
@@ -98,6 +99,12 @@ class Relay(DatabaseLoop):
         self.retry_base = float(app_settings.RELAY_RETRY_BASE)
         self.retry_max = float(app_settings.RELAY_RETRY_MAX)
         self.transports = transports if transports is not None else Transports()
+        interval = app_settings.RELAY_HEARTBEAT_INTERVAL
+        self.heartbeat = ClaimHeartbeat(
+            self.claimer,
+            float(interval) if interval else self.claimer.visibility_timeout / 4,
+            self.using,
+        )
         self.stats = RelayStats()
         self._claimed_last = 0
         self._message_bytes = 0.0  # mean payload bytes per message of the last claim
@@ -119,6 +126,7 @@ class Relay(DatabaseLoop):
         return self.stats.delivered - delivered_before
 
     def shutdown(self) -> None:
+        self.heartbeat.stop()
         self.transports.close()
         self._close()
         logger.info(
@@ -171,13 +179,22 @@ class Relay(DatabaseLoop):
     def deliver(self, messages: Sequence[Message]) -> None:
         """Send claimed messages in order, renewing the claim as needed, then record outcomes."""
         messages = list(messages)
+        self.heartbeat.hold(messages)  # renewed from its own thread while the batch runs
+        try:
+            self._deliver(messages)
+        finally:
+            self.heartbeat.running((), None)
+            self.heartbeat.drop(m.id for m in messages)
+
+    def _deliver(self, messages: list[Message]) -> None:
         renew_at = time.monotonic() + self.claimer.visibility_timeout * RENEW_AFTER
         outcomes: list[DeliveryOutcome] = []
         lost: set[uuid.UUID] = set()  # claims another relay took over while this batch ran
         sent = 0  # messages[:sent] were attempted
-        for chunk, send in self._chunks(messages):
+        for chunk, send, hands_off in self._chunks(messages):
             if self.stopping.is_set():
                 break
+            lost |= self.heartbeat.lost()
             if time.monotonic() >= renew_at:
                 self._settle(outcomes)
                 outcomes = []
@@ -189,12 +206,20 @@ class Relay(DatabaseLoop):
                 chunk = [m for m in chunk if m.id not in lost]
                 if not chunk:
                     continue
+            started = time.monotonic()
+            if not hands_off:  # the heartbeat marks a long run RUNNING while it runs
+                self.heartbeat.running([m.id for m in chunk], started)
             try:
                 results = send(chunk)
             except Exception as exc:  # a transport bug must not kill the relay
                 logger.exception("transport failed unexpectedly relay=%s", self.instance_id)
                 results = [exc] * len(chunk)
-            outcomes.extend(self._outcome(m, exc) for m, exc in zip(chunk, results, strict=True))
+            ended = time.monotonic()
+            self.heartbeat.running((), None)
+            outcomes.extend(
+                self._outcome(m, exc, None if hands_off else started, ended)
+                for m, exc in zip(chunk, results, strict=True)
+            )
         self._settle(outcomes)
         unsent = [m for m in messages[sent:] if m.id not in lost]
         if unsent:
@@ -203,8 +228,11 @@ class Relay(DatabaseLoop):
     # -- delivery ------------------------------------------------------------------------
     def _chunks(
         self, messages: list[Message]
-    ) -> list[tuple[list[Message], Callable[[Sequence[Message]], list[BaseException | None]]]]:
-        """Runs of messages that share a transport, cut to the transport's batch size."""
+    ) -> list[
+        tuple[list[Message], Callable[[Sequence[Message]], list[BaseException | None]], bool]
+    ]:
+        """Runs of messages that share a transport, cut to the transport's batch size, each
+        with whether the transport hands the work off to workers that report its phases."""
         chunks = []
         for _, group in groupby(messages, key=lambda m: (m.topic, host_of(m))):
             run = list(group)
@@ -213,11 +241,11 @@ class Relay(DatabaseLoop):
             except Exception as exc:
                 transport, error = None, exc
             if transport is None:
-                chunks.append((run, self._failing(error)))
+                chunks.append((run, self._failing(error), False))
                 continue
             size = max(1, transport.batch_size)
             for start in range(0, len(run), size):
-                chunks.append((run[start : start + size], transport.send_many))
+                chunks.append((run[start : start + size], transport.send_many, transport.hands_off))
         return chunks
 
     @staticmethod
@@ -229,9 +257,15 @@ class Relay(DatabaseLoop):
 
         return send
 
-    def _outcome(self, message: Message, exc: BaseException | None) -> DeliveryOutcome:
+    def _outcome(
+        self,
+        message: Message,
+        exc: BaseException | None,
+        started: float | None = None,
+        ended: float | None = None,
+    ) -> DeliveryOutcome:
         if exc is None:
-            return DeliveryOutcome(message)
+            return DeliveryOutcome(message, started=started, ended=ended)
         error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         delay = retry_delay(message.attempt, self.retry_base, self.retry_max)
         asked = exc.retry_after if isinstance(exc, DeliveryError) else None
@@ -242,12 +276,15 @@ class Relay(DatabaseLoop):
             error=error,
             permanent=isinstance(exc, PermanentDeliveryError),
             delay=delay,
+            started=started,
+            ended=ended,
         )
 
     def _settle(self, outcomes: list[DeliveryOutcome]) -> None:
         if not outcomes:
             return
-        with connections[self.using].cursor() as cursor:
+        self.heartbeat.drop(o.message.id for o in outcomes)
+        with self.heartbeat.writing, connections[self.using].cursor() as cursor:
             settled = settle_outcomes(cursor, self.claimer, outcomes)
         by_id = {s.id: s for s in settled}
         delivered = 0
@@ -300,7 +337,7 @@ class Relay(DatabaseLoop):
             logger.info("delivered %d message(s) relay=%s", delivered, self.instance_id)
 
     def _renew(self, messages: list[Message]) -> set[uuid.UUID]:
-        with connections[self.using].cursor() as cursor:
+        with self.heartbeat.writing, connections[self.using].cursor() as cursor:
             held = extend(cursor, self.claimer, messages)
         lost = len(messages) - len(held)
         if lost:
@@ -313,7 +350,8 @@ class Relay(DatabaseLoop):
         return held
 
     def _release(self, messages: list[Message]) -> None:
-        with connections[self.using].cursor() as cursor:
+        self.heartbeat.drop(m.id for m in messages)
+        with self.heartbeat.writing, connections[self.using].cursor() as cursor:
             released = release(cursor, self.claimer, messages)
         self.stats.released += released
         logger.info(

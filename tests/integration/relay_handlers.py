@@ -14,3 +14,13 @@ def record(event: dict) -> None:
     time.sleep(float(os.environ.get("RELAY_TEST_DELAY", "0.02")))  # a sink that takes a while
     with open(os.environ["RELAY_TEST_LOG"], "a") as log:
         log.write(f"{os.getpid()} {event['id']} {start} {time.monotonic_ns()}\n")
+
+
+@handler(topic="long")
+def long_job(event: dict) -> None:
+    """A run longer than the visibility timeout: logs "start pid id", sleeps, "end pid id"."""
+    with open(os.environ["RELAY_TEST_LOG"], "a") as log:
+        log.write(f"start {os.getpid()} {event['id']}\n")
+    time.sleep(float(os.environ.get("RELAY_TEST_LONG", "5")))
+    with open(os.environ["RELAY_TEST_LOG"], "a") as log:
+        log.write(f"end {os.getpid()} {event['id']}\n")

@@ -20,8 +20,9 @@ import pytest
 
 from django_dsched import api
 from django_dsched.contrib.celery.models import TaskRun
-from django_dsched.enums import DeliveryStatus
+from django_dsched.enums import DeliveryStatus, RunStatus
 from django_dsched.models import Event, OutboxMessage
+from django_dsched.outbox.runs import run_status
 from tests.brokers import rabbitmq_url, redis_url, stop  # noqa: F401  (fixtures)
 from tests.helpers import wait_for
 from tests.integration.conftest import ROOT, Instance, database_url
@@ -125,6 +126,13 @@ def test_each_slot_runs_once_when_the_relay_dies_between_send_and_settle(
         )
         sent = {str(i) for i in OutboxMessage.objects.values_list("id", flat=True)}
         wait_for(lambda: {r[0] for r in runs(run_log)} >= sent, timeout=30, what="all runs")
+        # The worker reported every run back, the re-sent ones too: the rescuer's claim
+        # started a new attempt, and the skip reports that the earlier run completed.
+        wait_for(
+            lambda: {run_status(m) for m in OutboxMessage.objects.all()} == {RunStatus.SUCCEEDED},
+            timeout=30,
+            what="every run reported succeeded",
+        )
     except AssertionError:
         logs = "\n".join(f"--- {p.name}\n{p.log()}" for p in processes)
         raise AssertionError(f"{logs}\n--- worker\n{worker.log()}") from None

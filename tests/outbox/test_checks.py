@@ -26,6 +26,9 @@ def test_defaults_pass():
         ("DSCHED_RELAY_VISIBILITY_TIMEOUT", 0, "dsched.E010"),
         ("DSCHED_RELAY_POLL_INTERVAL", "soon", "dsched.E010"),
         ("DSCHED_RELAY_RETRY_BASE", 1000.0, "dsched.E010"),
+        ("DSCHED_RELAY_HEARTBEAT_INTERVAL", 0, "dsched.E010"),
+        ("DSCHED_RELAY_HEARTBEAT_INTERVAL", "often", "dsched.E010"),
+        ("DSCHED_RELAY_HEARTBEAT_INTERVAL", 30.0, "dsched.E010"),  # half the 60 s timeout
         ("DSCHED_RETENTION_DAYS", 0, "dsched.E011"),
         ("DSCHED_RETENTION_BATCH_SIZE", 0, "dsched.E011"),
         ("DSCHED_RETENTION_INTERVAL", -1, "dsched.E011"),
@@ -45,6 +48,13 @@ def test_defaults_pass():
 def test_bad_delivery_settings(settings, name, value, check_id):
     setattr(settings, name, value)
     assert check_id in ids(check_delivery_settings())
+
+
+def test_a_heartbeat_under_half_the_visibility_timeout_is_fine(settings):
+    settings.DSCHED_RELAY_HEARTBEAT_INTERVAL = 29.0
+    assert check_delivery_settings() == []
+    settings.DSCHED_RELAY_HEARTBEAT_INTERVAL = None  # a quarter of it
+    assert check_delivery_settings() == []
 
 
 def test_retention_can_be_turned_off(settings):

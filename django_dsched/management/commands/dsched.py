@@ -115,6 +115,7 @@ class Command(BaseCommand):
             ("next", status.next_fire),
             ("last", status.last_fired),
             ("delivery", status.last_delivery),
+            ("run", status.last_run),
             ("fires", status.fire_count),
             ("misfires", status.misfire_count),
             ("version", status.version),

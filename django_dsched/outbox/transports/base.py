@@ -23,6 +23,10 @@ class Transport:
     # Messages handed to one send_many() call. The relay renews its claims between calls, so
     # one call must finish well within the visibility timeout.
     batch_size: ClassVar[int] = 1
+    # True when a send hands the work to workers elsewhere (a task queue): the message is
+    # delivered once they have it, and they report the run's phases themselves
+    # (django_dsched.outbox.runs). False: the send is the run; the relay records its phases.
+    hands_off: ClassVar[bool] = False
     # Option names this transport accepts (upper case, as written in settings).
     options: ClassVar[frozenset[str]] = frozenset()
 

@@ -201,6 +201,7 @@ def _expiry(value: Any, fired_at: Any) -> datetime:
 
 class CeleryTransport(Transport):
     alias = "celery"
+    hands_off = True
     options = frozenset(
         {
             "APP",

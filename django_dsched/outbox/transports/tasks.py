@@ -8,17 +8,23 @@ there can be enqueued::
 
 The task is enqueued with one argument, the message's CloudEvents envelope (a JSON object;
 its ``id`` is the idempotency key). Delivery succeeds when the task backend accepts it.
+
+The run is reported back from the Tasks framework's own signals (``task_started``,
+``task_finished`` with the result's status and error), received in the worker (the app's
+``ready()`` connects them): a task whose one argument is a dsched envelope reports its
+message's phases (:mod:`django_dsched.outbox.runs`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from importlib import import_module
 from typing import Any
 
 from django.utils.module_loading import import_string
 
 from django_dsched.exceptions import ConfigurationError, DeliveryError
+from django_dsched.outbox import runs
 from django_dsched.outbox.claims import Message
 from django_dsched.outbox.transports.base import Transport
 
@@ -51,6 +57,7 @@ def load_tasks(mapping: Mapping[str, str]) -> dict[str, Any]:
 
 class TasksTransport(Transport):
     alias = "tasks"
+    hands_off = True
     options = frozenset({"TASKS"})
 
     def __init__(self, **options: Any) -> None:
@@ -76,3 +83,58 @@ class TasksTransport(Transport):
         if task is None:
             raise DeliveryError(f"no task is mapped to event type {message.event_type!r}")
         task.enqueue(message.payload)
+
+
+# -- the run's outcome, reported from the worker ------------------------------------------------
+def _message_id(task_result: Any) -> str | None:
+    """The outbox message id of a task run with a dsched envelope as its one argument."""
+    args: Sequence[Any] = getattr(task_result, "args", None) or ()
+    if len(args) != 1 or getattr(task_result, "kwargs", None):
+        return None
+    envelope = args[0]
+    if not isinstance(envelope, Mapping) or not str(envelope.get("source", "")).startswith(
+        "/django-dsched/"
+    ):
+        return None
+    id_ = envelope.get("id")
+    return str(id_) if id_ else None
+
+
+def _error(task_result: Any) -> str:
+    errors = getattr(task_result, "errors", None) or []
+    if not errors:
+        return "the task failed"
+    last = errors[-1]
+    lines = [line for line in str(getattr(last, "traceback", "")).splitlines() if line.strip()]
+    detail = lines[-1].strip() if lines else ""
+    return f"{last.exception_class_path}: {detail}" if detail else last.exception_class_path
+
+
+def task_started(sender: Any, task_result: Any, **kwargs: Any) -> None:
+    message_id = _message_id(task_result)
+    if message_id:
+        runs.report_quietly(runs.report_started, message_id)
+
+
+def task_finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
+    message_id = _message_id(task_result)
+    if not message_id:
+        return
+    status = str(getattr(task_result, "status", ""))
+    if status == "SUCCESSFUL":
+        runs.report_quietly(runs.report_completed, message_id)
+    elif status == "FAILED":
+        runs.report_quietly(runs.report_failed, message_id, _error(task_result))
+
+
+def connect_signals() -> bool:
+    """Receive the Tasks framework's started/finished signals (when it is installed)."""
+    for module in ("django.tasks.signals", "django_tasks.signals"):
+        try:
+            signals = import_module(module)
+        except ImportError:
+            continue
+        signals.task_started.connect(task_started, dispatch_uid="dsched_task_started")
+        signals.task_finished.connect(task_finished, dispatch_uid="dsched_task_finished")
+        return True
+    return False
