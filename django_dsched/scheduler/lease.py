@@ -23,6 +23,8 @@ Rules (all times are the database's clock):
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -249,8 +251,6 @@ def agree_bucket_count(using: Any, *, base: int, count: int, lease_seconds: floa
     fence FOR SHARE) and holds off every acquire and renewal until it commits; from then on
     those of the old count match nothing (``SAME_COUNT``). Never a split brain.
     """
-    from django.db import transaction
-
     from django_dsched.exceptions import BucketCountMismatch
     from django_dsched.scheduler.buckets import LOCK_STRIDE, lock_id
 
@@ -267,7 +267,7 @@ def agree_bucket_count(using: Any, *, base: int, count: int, lease_seconds: floa
             with connection.cursor() as cursor:
                 cursor.execute(CREATE_ROWS, params)
         return
-    with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+    with _transaction(connection) as cursor:
         cursor.execute("LOCK TABLE scheduler_lock_t IN EXCLUSIVE MODE")
         cursor.execute(STORED_COUNT, params)
         row = cursor.fetchone()
@@ -287,6 +287,22 @@ def agree_bucket_count(using: Any, *, base: int, count: int, lease_seconds: floa
                 params,
             )
         cursor.execute(CREATE_ROWS, params)
+
+
+@contextmanager
+def _transaction(connection: Any) -> Iterator[Any]:
+    """A transaction on ``connection`` (a Django connection, maybe not the thread's own)."""
+    with connection.cursor() as cursor:
+        if connection.in_atomic_block:
+            yield cursor
+            return
+        cursor.execute("BEGIN")
+        try:
+            yield cursor
+        except BaseException:
+            cursor.execute("ROLLBACK")
+            raise
+        cursor.execute("COMMIT")
 
 
 def stored_bucket_count(using: Any, base: int) -> int | None:
