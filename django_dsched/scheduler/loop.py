@@ -311,6 +311,8 @@ class Scheduler(DatabaseLoop):
                 return self._wait_for(due, time.monotonic() - read_at)
             if time.monotonic() >= self._next_heartbeat:
                 return 0.0
+            if isinstance(self.lease, BucketLeases) and time.monotonic() >= self._next_look:
+                return 0.0  # a busy owner still stands by for others' buckets on time
         return 0.0 if self.lease.is_leader and not self.stopping.is_set() else self.poll_interval
 
     def _count(self, result: BatchResult, epoch: int | None) -> None:
