@@ -193,17 +193,15 @@ class Scheduler(DatabaseLoop):
                         sorted(before - set(lease.held)),
                         self.instance_id,
                     )
-                if lease.is_leader:
+                if self._does_chores():
                     self._housekeeping()
             self._next_heartbeat = now + self.heartbeat_seconds
         if now >= self._next_look:
             self._rebalance(lease)
             self._next_look = now + self.standby_interval
-        if lease.is_leader:
+        if self._does_chores():
             self._start_retention()
-            wait = self._fire_due()
-        else:
-            wait = self.standby_interval
+        wait = self._fire_due() if lease.is_leader else self.standby_interval
         if wait <= 0:
             return 0.0
         soonest = min(self._next_heartbeat, self._next_look) - time.monotonic()
@@ -397,10 +395,17 @@ class Scheduler(DatabaseLoop):
         if resumed:
             logger.info("resumed %d schedule(s) whose pause ended", resumed)
 
+    def _does_chores(self) -> bool:
+        """Whether this instance runs the cluster's chores (resuming pauses, retention): the
+        leader, or with buckets the holder of bucket 0 (one instance at a time)."""
+        if isinstance(self.lease, BucketLeases):
+            return 0 in self.lease.held
+        return self.lease.is_leader
+
     def _start_retention(self) -> None:
         if self.retention is None and self._retention_wanted:
             self.retention = worker_for(
-                lambda: self.lease.is_leader and not self.stopping.is_set(),
+                lambda: self._does_chores() and not self.stopping.is_set(),
                 self.instance_id,
                 self.using,
                 pause=self.heartbeat_seconds,
