@@ -19,6 +19,7 @@ of memberships.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable, Sequence
 
@@ -74,8 +75,15 @@ def ranking(bucket: int, instances: Iterable[str], replicas: int | None = None) 
 
 def assignment(count: int, instances: Sequence[str], replicas: int) -> dict[int, list[str]]:
     """For every bucket, its owner then its standbys (at most ``replicas`` instances)."""
-    members = sorted(set(instances))
-    return {bucket: ranking(bucket, members, replicas) for bucket in range(count)}
+    table = rankings(count, tuple(sorted(set(instances))), replicas)
+    return {bucket: list(ranked) for bucket, ranked in enumerate(table)}
+
+
+@functools.lru_cache(maxsize=16)
+def rankings(count: int, members: tuple[str, ...], replicas: int) -> tuple[tuple[str, ...], ...]:
+    """Every bucket's ranking (``replicas`` long) over ``members`` (sorted), computed once
+    per membership: instances look at the cluster every standby interval."""
+    return tuple(tuple(ranking(bucket, members, replicas)) for bucket in range(count))
 
 
 def owned(count: int, instances: Sequence[str], instance_id: str) -> set[int]:

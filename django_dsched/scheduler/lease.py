@@ -362,14 +362,13 @@ def decide(view: View, instance_id: str, held: set[int], count: int, replicas: i
     * A bucket is held by at most one instance at any time whatever the views: taking one
       bumps its epoch, and every fire is fenced on the epochs of its buckets.
     """
-    from django_dsched.scheduler.buckets import ranking
+    from django_dsched.scheduler.buckets import rankings
 
-    members = sorted(set(view.members) | {instance_id})
+    table = rankings(count, tuple(sorted(set(view.members) | {instance_id})), replicas)
     release: list[int] = []
     owner_takes: list[int] = []
     standby_takes: list[int] = []
-    for bucket in range(count):
-        ranked = ranking(bucket, members, replicas)
+    for bucket, ranked in enumerate(table):
         row = view.leases.get(bucket)
         if bucket in held:
             top = ranked[0]
