@@ -12,11 +12,14 @@ from django_dsched.clock import database_now
 from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus
 from django_dsched.models import Event, Lease, OutboxMessage, Schedule, SchedulerInstance
+from django_dsched.scheduler.buckets import lock_id, ranking
 
 # Instances shown: seen within this many lease periods (and at least a minute).
 RECENT_LEASES = 12
 # Most instances listed.
 INSTANCE_LIMIT = 200
+# Most buckets listed.
+BUCKET_LIMIT = 4096
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,19 @@ class Leader:
 
 
 @dataclass(frozen=True)
+class Bucket:
+    """One bucket's lease and who should hold it (with DSCHED_BUCKETS > 1)."""
+
+    bucket: int
+    holder: str  # the instance in the lease row ("" when never taken)
+    epoch: int
+    heartbeat_seconds: float | None  # age of the holder's last renewal; None: released
+    live: bool  # held: renewed within the lease
+    owner: str | None  # the top of the rendezvous ranking over the live instances
+    standbys: list[str]  # the next ones (DSCHED_REPLICAS - 1)
+
+
+@dataclass(frozen=True)
 class ClusterStatus:
     now: datetime
     lease_seconds: float
@@ -51,6 +67,9 @@ class ClusterStatus:
     pending: int
     oldest_pending: OutboxMessage | None
     dead_letters: int
+    bucket_count: int = 1  # DSCHED_BUCKETS here
+    stored_bucket_count: int | None = None  # the count the cluster in the database runs with
+    buckets: list[Bucket] | None = None  # with buckets: each one's lease, owner and standbys
 
 
 def _seconds(later: datetime, earlier: datetime) -> float:
@@ -71,6 +90,35 @@ def _leader(now: datetime, lease_seconds: float) -> Leader | None:
         live=not released and heartbeat <= lease_seconds,
         released=released,
     )
+
+
+def _buckets(now: datetime, lease_seconds: float, instances: list[Instance]) -> list[Bucket]:
+    count = int(app_settings.BUCKETS)
+    base = app_settings.LEASE_ID
+    shown = min(count, BUCKET_LIMIT)
+    rows = {
+        row.lease_id: row
+        for row in Lease.objects.filter(lease_id__in=[lock_id(base, b) for b in range(shown)])
+    }
+    live = [i.row.instance_id for i in instances if i.seen_seconds <= lease_seconds]
+    result = []
+    for bucket in range(shown):
+        row = rows.get(lock_id(base, bucket))
+        ranked = ranking(bucket, live, int(app_settings.REPLICAS))
+        released = row is None or row.last_heartbeat.year <= 1970
+        heartbeat = None if released or row is None else _seconds(now, row.last_heartbeat)
+        result.append(
+            Bucket(
+                bucket=bucket,
+                holder=row.instance_id if row else "",
+                epoch=row.epoch if row else 0,
+                heartbeat_seconds=heartbeat,
+                live=heartbeat is not None and heartbeat <= lease_seconds,
+                owner=ranked[0] if ranked else None,
+                standbys=ranked[1:],
+            )
+        )
+    return result
 
 
 def cluster_status() -> ClusterStatus:
@@ -123,4 +171,9 @@ def cluster_status() -> ClusterStatus:
         pending=outbox["pending"],
         oldest_pending=oldest_pending,
         dead_letters=outbox["dead"],
+        bucket_count=int(app_settings.BUCKETS),
+        stored_bucket_count=Lease.objects.filter(lease_id=app_settings.LEASE_ID)
+        .values_list("buckets", flat=True)
+        .first(),
+        buckets=_buckets(now, lease, instances) if app_settings.BUCKETS > 1 else None,
     )

@@ -79,6 +79,17 @@ class AppSettings:
     LEASE_ID = Setting(
         1, "Row of the lease in scheduler_lock_t; two clusters on one database use two ids."
     )
+    BUCKETS = Setting(
+        1,
+        "Buckets the schedules are split into, each fired by one instance at a time (a power "
+        "of two, 1 to 32768; 1: one leader fires everything). The same on every instance; "
+        "change it only with every scheduler stopped (docs/reference.md, Buckets).",
+    )
+    REPLICAS = Setting(
+        2,
+        "Instances ranked for each bucket by rendezvous hashing: its owner and its standbys "
+        "(2: one standby ready to take the bucket over at once).",
+    )
     # -- schedules ---------------------------------------------------------------------------
     DEFAULT_HOST_ID = Setting(
         uuid.UUID(int=0),

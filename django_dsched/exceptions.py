@@ -80,3 +80,7 @@ class AddressRefused(PermanentDeliveryError):
 
 class NotImportable(DschedError):
     """A row of another scheduler's tables has no faithful equivalent (the message says why)."""
+
+
+class BucketCountMismatch(ConfigurationError):
+    """``DSCHED_BUCKETS`` differs from the bucket count the cluster in the database uses."""

@@ -66,6 +66,8 @@ DSCHED_LEASE_SECONDS = 3.0
 DSCHED_HEARTBEAT_SECONDS = 0.5
 DSCHED_POLL_INTERVAL = 1.0
 DSCHED_STANDBY_INTERVAL = 0.2
+# Cluster tests start instances with buckets (DSCHED_TEST_BUCKETS); the suite runs with one.
+DSCHED_BUCKETS = int(os.environ.get("DSCHED_TEST_BUCKETS", "1"))
 
 LOGGING = {
     "version": 1,

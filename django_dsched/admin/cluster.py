@@ -17,7 +17,7 @@ from django_dsched.models import SchedulerInstance
 
 
 def role_label(role: str) -> str:
-    return {"leader": _("leader"), "standby": _("standby")}.get(role, role)
+    return {"leader": _("leader"), "standby": _("standby"), "owner": _("owner")}.get(role, role)
 
 
 @admin.register(SchedulerInstance)
@@ -72,6 +72,22 @@ class ClusterAdmin(AnyModelAdmin):
                 }
                 for item in status.instances
             ],
+            "buckets": [
+                {
+                    "bucket": item.bucket,
+                    "holder": item.holder if item.live else "",
+                    "badge": badge("leader", _("held")) if item.live else badge("stale", _("free")),
+                    "owner": item.owner or "",
+                    "standbys": ", ".join(item.standbys),
+                    "moving": item.live and item.owner is not None and item.holder != item.owner,
+                    "epoch": item.epoch,
+                    "heartbeat": age(item.heartbeat_seconds)
+                    if item.heartbeat_seconds is not None
+                    else _("released"),
+                }
+                for item in status.buckets or []
+            ],
+            "buckets_held": sum(1 for item in status.buckets or [] if item.live),
             "recent": age(status.recent_seconds),
             "oldest_due": moment(status.oldest_due, now) if status.oldest_due else "",
             "oldest_pending_at": (

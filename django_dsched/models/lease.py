@@ -6,7 +6,8 @@ from django.utils.translation import gettext_lazy as _
 
 
 class Lease(models.Model):
-    """The leader's lease: one row per cluster (``DSCHED_LEASE_ID``).
+    """A bucket's lease: one row per bucket (``DSCHED_LEASE_ID`` for bucket 0, the only one
+    with ``DSCHED_BUCKETS = 1``; ``DSCHED_LEASE_ID + bucket * 65536`` for the others).
 
     Written only by :mod:`django_dsched.scheduler.lease`. ``epoch`` grows by one every time
     the lease changes hands; a fire commits only while its epoch is the row's epoch. The
@@ -22,6 +23,15 @@ class Lease(models.Model):
         _("leader backend pid"),
         default=0,
         help_text=_("The PostgreSQL backend the leader last renewed from."),
+    )
+    buckets = models.IntegerField(
+        _("buckets"),
+        default=1,
+        db_default=1,
+        help_text=_(
+            "The cluster's bucket count (DSCHED_BUCKETS), kept on bucket 0's row: instances "
+            "with another count refuse to start."
+        ),
     )
 
     class Meta:

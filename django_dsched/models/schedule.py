@@ -77,6 +77,22 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
         return self.filter(active=True, next_run_ts__lte=Now())
 
 
+# Bits of Schedule.bucket_key (scheduler.buckets.KEY_BITS; a test checks they agree).
+BUCKET_KEY_BITS = 15
+
+
+class BucketKey(Func):
+    """The bucket key of a schedule id: its last two bytes (random in UUIDv4 and UUIDv7
+    alike), kept to BUCKET_KEY_BITS bits. Immutable, so a stored generated column can use it."""
+
+    template = (
+        "((get_byte(uuid_send(%(expressions)s), 14) * 256"
+        " + get_byte(uuid_send(%(expressions)s), 15))"
+        f" & {(1 << BUCKET_KEY_BITS) - 1})"
+    )
+    output_field = models.SmallIntegerField()
+
+
 class Schedule(models.Model):
     schedule_id = models.UUIDField(_("schedule id"), primary_key=True, default=uuid.uuid4)
     host_id = models.UUIDField(
@@ -249,6 +265,14 @@ class Schedule(models.Model):
         help_text=_("Times missed slots were skipped or coalesced."),
     )
     last_fired_ts = models.DateTimeField(_("last fired"), null=True, editable=False)
+    # Which bucket fires this schedule: bucket_key & (DSCHED_BUCKETS - 1). Computed by the
+    # database from the id on every insert path (scheduler/buckets.py).
+    bucket_key = models.GeneratedField(
+        expression=BucketKey("schedule_id"),
+        output_field=models.SmallIntegerField(),
+        db_persist=True,
+        verbose_name=_("bucket key"),
+    )
     created_ts = models.DateTimeField(_("created"), db_default=Now(), editable=False)
     updated_ts = models.DateTimeField(_("updated"), db_default=Now(), editable=False)
 

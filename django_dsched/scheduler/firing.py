@@ -32,6 +32,7 @@ from typing import Any
 from django_dsched.enums import DeliveryStatus, MisfirePolicy, ScheduleKind, ScheduleState
 from django_dsched.exceptions import ScheduleDataError
 from django_dsched.scheduler import event_ids
+from django_dsched.scheduler.buckets import LOCK_STRIDE
 from django_dsched.timetables import Rules, decide, timetable_for
 from django_dsched.timetables.grid import due_slot_us, from_microseconds, to_microseconds
 
@@ -75,13 +76,24 @@ SELECT schedule_id::text, schedule_kind, frequency_unit, frequency_time,
        {microseconds("next_slot_ts")},
        (extract(epoch FROM statement_timestamp()) * 1000000)::bigint,
        cron_expression, time_zone, misfire_policy, misfire_grace_seconds, catch_up_limit,
-       {microseconds("end_ts")}, max_fires, fire_count, jitter_seconds
+       {microseconds("end_ts")}, max_fires, fire_count, jitter_seconds{{bucket_column}}
 FROM schedule_t
-WHERE active AND next_run_ts <= statement_timestamp()
+WHERE active AND next_run_ts <= statement_timestamp(){{bucket_filter}}
 ORDER BY next_run_ts, priority DESC
 LIMIT %s
 FOR UPDATE SKIP LOCKED
 """
+# With buckets (DSCHED_BUCKETS > 1) the claim takes only rows of the buckets this instance
+# holds (no filter when it holds them all) and returns each row's bucket key, so the write
+# fences exactly the buckets it touches.
+IN_BUCKETS = "(bucket_key & %(mask)s) = ANY(%(buckets)s::int[])"
+CLAIM_BUCKETS = CLAIM.format(
+    bucket_column=", bucket_key", bucket_filter=f" AND {IN_BUCKETS}"
+).replace("LIMIT %s", "LIMIT %(limit)s")
+CLAIM_ALL_BUCKETS = CLAIM.format(bucket_column=", bucket_key", bucket_filter="").replace(
+    "LIMIT %s", "LIMIT %(limit)s"
+)
+CLAIM = CLAIM.format(bucket_column="", bucket_filter="")
 
 # This instance still holds the unexpired lease at its epoch; FOR SHARE keeps anyone from
 # taking the lease until the transaction ends. dsched.firing keeps the NOTIFY trigger quiet.
@@ -104,8 +116,27 @@ FENCE = """fence AS MATERIALIZED (
     FROM scheduler_lock_t
     WHERE lock_id = %(lease_id)s AND instance_id = %(instance)s AND epoch = %(epoch)s
       AND last_heartbeat > clock_timestamp() - make_interval(secs => %(lease)s)
+      AND buckets = 1
     FOR SHARE
 )"""
+
+# With buckets: every bucket the batch touches is held by this instance at its epoch,
+# unexpired, FOR SHARE (nobody takes any of them until the transaction ends), and the
+# cluster still runs with this instance's bucket count.
+FENCE_BUCKETS = """fence AS MATERIALIZED (
+    SELECT max(f.epoch) AS epoch, set_config('dsched.firing', 'on', true)
+    FROM (SELECT l.epoch FROM scheduler_lock_t l
+          JOIN unnest(%(locks)s::int[], %(epochs)s::bigint[]) AS u(lock_id, epoch)
+            ON l.lock_id = u.lock_id AND l.epoch = u.epoch
+          WHERE l.instance_id = %(instance)s
+            AND l.last_heartbeat > clock_timestamp() - make_interval(secs => %(lease)s)
+          FOR SHARE OF l) AS f
+    HAVING count(*) = %(fenced)s
+       AND EXISTS (SELECT FROM scheduler_lock_t c
+                   WHERE c.lock_id = %(lease_id)s AND c.buckets = %(bucket_count)s)
+)"""
+# The epoch an event records: its bucket's.
+BUCKET_EPOCH = "(%(epoch_map)s::bigint[])[(bucket_key & %(mask)s) + 1]"
 
 WRITE = f"""
 WITH {FENCE},
@@ -138,7 +169,7 @@ batch AS MATERIALIZED (
     WHERE s.schedule_id = b.schedule_id AND s.schedule_id = ANY(%(ids)s::uuid[])
       AND EXISTS (SELECT FROM fence)
     RETURNING s.schedule_id, s.host_id, s.schedule_name, s.event_topic, s.event_type,
-              s.event_data, s.priority, s.aggregate_version AS version, b.slot_ts,
+              s.event_data, s.priority, s.aggregate_version AS version, b.slot_ts, s.bucket_key,
               {event_ids.sql("s.schedule_id", "b.slot")} AS event_id,
               statement_timestamp() AS fired_ts
 ),
@@ -191,7 +222,7 @@ aside AS (
     FROM unnest(%(ids)s::uuid[], %(reasons)s::text[]) AS u(schedule_id, reason)
     WHERE s.schedule_id = u.schedule_id AND s.active AND EXISTS (SELECT FROM fence)
     RETURNING s.schedule_id, s.host_id, s.schedule_name, s.origin, s.aggregate_version,
-              u.reason
+              u.reason, s.bucket_key
 ),
 audit AS (
     INSERT INTO event_store_t (id, host_id, aggregate_id, aggregate_type, aggregate_version,
@@ -216,6 +247,16 @@ audit AS (
 SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM aside)
 """
 
+
+def with_buckets(statement: str) -> str:
+    """``statement`` (WRITE or SET_ASIDE) fenced on the batch's buckets, each event carrying
+    its bucket's epoch."""
+    return statement.replace(FENCE, FENCE_BUCKETS).replace("%(epoch)s", BUCKET_EPOCH)
+
+
+WRITE_BUCKETS = with_buckets(WRITE)
+SET_ASIDE_BUCKETS = with_buckets(SET_ASIDE)
+
 # Longest error text kept on a set-aside schedule.
 REASON_MAX = 2000
 # Why a row whose start or next slot is +/-infinity is set aside (the claim reads them
@@ -225,12 +266,16 @@ NOT_FINITE = f"{ScheduleDataError.__name__}: start_ts or next_slot_ts is not a f
 
 @dataclass(frozen=True, slots=True)
 class Fence:
-    """Who may fire: the lease holder at one epoch."""
+    """Who may fire: the lease holder at one epoch; with buckets (``bucket_count > 1``), the
+    holder of ``buckets`` at ``epochs`` (``lease_id``: bucket 0's row, DSCHED_LEASE_ID)."""
 
     lease_id: int
     instance_id: str
     epoch: int
     lease_seconds: float
+    bucket_count: int = 1
+    buckets: tuple[int, ...] = ()
+    epochs: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -418,14 +463,8 @@ def fire_batch(
     this transaction); False means the lease is lost. The caller owns the transaction: it
     commits when ``fenced`` is False and rolls back otherwise.
     """
-    cursor.execute(CLAIM, [batch_size])
-    rows = cursor.fetchall()
-    if not rows:
-        return BatchResult(0, 0, 0, False)
-    decided = plan(rows, deadline)
-    if keep_lease is not None and not keep_lease():
-        return BatchResult(len(rows), 0, 0, True)
-    params = {
+    bucketed = fence.bucket_count > 1
+    params: dict[str, Any] = {
         "lease_id": fence.lease_id,
         "instance": fence.instance_id,
         "epoch": fence.epoch,
@@ -433,10 +472,32 @@ def fire_batch(
         "active": ACTIVE,
         "completed": COMPLETED,
     }
+    if bucketed:
+        if not fence.buckets:
+            return BatchResult(0, 0, 0, False)
+        params.update(bucket_params(fence), limit=batch_size)
+        claim = CLAIM_ALL_BUCKETS if len(fence.buckets) == fence.bucket_count else CLAIM_BUCKETS
+        cursor.execute(claim, params)
+        keyed = cursor.fetchall()
+        mask = fence.bucket_count - 1
+        touched = sorted({row[-1] & mask for row in keyed})
+        rows = [row[:-1] for row in keyed]
+        held = dict(zip(fence.buckets, fence.epochs, strict=True))
+        params["locks"] = [fence.lease_id + b * LOCK_STRIDE for b in touched]
+        params["epochs"] = [held[b] for b in touched]
+        params["fenced"] = len(touched)
+    else:
+        cursor.execute(CLAIM, [batch_size])
+        rows = cursor.fetchall()
+    if not rows:
+        return BatchResult(0, 0, 0, False)
+    decided = plan(rows, deadline)
+    if keep_lease is not None and not keep_lease():
+        return BatchResult(len(rows), 0, 0, True)
     set_aside = 0
     if decided.aside:
         cursor.execute(
-            SET_ASIDE,
+            SET_ASIDE_BUCKETS if bucketed else SET_ASIDE,
             {
                 **params,
                 "ids": [schedule_id for schedule_id, _ in decided.aside],
@@ -451,7 +512,7 @@ def fire_batch(
     names = None
     if decided.ids:
         cursor.execute(
-            WRITE,
+            WRITE_BUCKETS if bucketed else WRITE,
             {
                 **params,
                 "ids": array_literal(decided.ids),
@@ -488,9 +549,25 @@ def fire_batch(
 NEXT_DUE = """
 SELECT extract(epoch FROM (SELECT min(next_run_ts) FROM schedule_t
                            WHERE active AND next_run_ts > transaction_timestamp()
-                             AND next_run_ts < 'infinity') - clock_timestamp()),
-       EXISTS (SELECT FROM schedule_t WHERE active AND next_run_ts <= transaction_timestamp())
+                             AND next_run_ts < 'infinity'{bucket_filter}) - clock_timestamp()),
+       EXISTS (SELECT FROM schedule_t WHERE active AND next_run_ts <= transaction_timestamp()
+                                            {bucket_filter})
 """
+NEXT_DUE_BUCKETS = NEXT_DUE.format(bucket_filter=f" AND {IN_BUCKETS}")
+NEXT_DUE = NEXT_DUE.format(bucket_filter="")
+
+
+def bucket_params(fence: Fence) -> dict[str, Any]:
+    """The parameters of the bucket variants of the claim, the write and NEXT_DUE."""
+    epoch_map = [0] * fence.bucket_count
+    for bucket, epoch in zip(fence.buckets, fence.epochs, strict=True):
+        epoch_map[bucket] = epoch
+    return {
+        "mask": fence.bucket_count - 1,
+        "buckets": list(fence.buckets),
+        "bucket_count": fence.bucket_count,
+        "epoch_map": array_literal(epoch_map),
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -499,9 +576,13 @@ class NextDue:
     locked: bool  # a due schedule was skipped: another transaction holds its row
 
 
-def next_due(cursor: Any) -> NextDue:
-    """When to look again; call it in the transaction of the last (short) claim."""
-    cursor.execute(NEXT_DUE)
+def next_due(cursor: Any, fence: Fence | None = None) -> NextDue:
+    """When to look again; call it in the transaction of the last (short) claim (with
+    buckets: among the buckets ``fence`` holds)."""
+    if fence is not None and 1 < fence.bucket_count != len(fence.buckets):
+        cursor.execute(NEXT_DUE_BUCKETS, bucket_params(fence))
+    else:
+        cursor.execute(NEXT_DUE)
     delay, locked = cursor.fetchone()
     return NextDue(None if delay is None else float(delay), bool(locked))
 

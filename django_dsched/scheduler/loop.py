@@ -16,7 +16,12 @@ from django_dsched.logs import get_logger
 from django_dsched.loops import DatabaseLoop
 from django_dsched.scheduler import presence
 from django_dsched.scheduler.firing import BatchResult, Fence, NextDue, fire_batch, next_due
-from django_dsched.scheduler.lease import LeaseHolder
+from django_dsched.scheduler.lease import (
+    BucketLeases,
+    LeaseHolder,
+    agree_bucket_count,
+    decide,
+)
 from django_dsched.scheduler.retention_worker import RetentionWorker, worker_for
 
 logger = get_logger(__name__)
@@ -38,7 +43,8 @@ class Stats:
     duplicates: int = 0
     fenced: int = 0
     batches: int = 0
-    leaderships: int = 0
+    leaderships: int = 0  # times the lease was taken (with buckets: rounds that took any)
+    handoffs: int = 0  # buckets released to their new owner (with buckets)
     db_errors: int = 0
     claims: int = 0
     set_aside: int = 0
@@ -64,18 +70,33 @@ class Scheduler(DatabaseLoop):
         self.poll_interval = poll_interval or app_settings.POLL_INTERVAL
         self.heartbeat_seconds = float(app_settings.HEARTBEAT_SECONDS)
         self.standby_interval = float(app_settings.STANDBY_INTERVAL)
-        self.lease = LeaseHolder(
-            self.using,
-            lease_id=app_settings.LEASE_ID,
-            instance_id=self.instance_id,
-            lease_seconds=app_settings.LEASE_SECONDS,
-            fast_failover=app_settings.FAST_FAILOVER,
-        )
+        self.bucket_count = int(app_settings.BUCKETS)
+        self.lease: LeaseHolder | BucketLeases
+        if self.bucket_count > 1:
+            self.lease = BucketLeases(
+                self.using,
+                base=app_settings.LEASE_ID,
+                count=self.bucket_count,
+                replicas=int(app_settings.REPLICAS),
+                instance_id=self.instance_id,
+                lease_seconds=app_settings.LEASE_SECONDS,
+                fast_failover=app_settings.FAST_FAILOVER,
+            )
+        else:
+            self.lease = LeaseHolder(
+                self.using,
+                lease_id=app_settings.LEASE_ID,
+                instance_id=self.instance_id,
+                lease_seconds=app_settings.LEASE_SECONDS,
+                fast_failover=app_settings.FAST_FAILOVER,
+            )
         self.plan_budget = self.lease.lease_seconds * PLAN_BUDGET_OF_LEASE
         self.stats = Stats()
         self._next_heartbeat = 0.0
         self._standing_by = False
         self._next_presence = 0.0
+        self._next_look = 0.0
+        self._agreed = False
         self._locked_wait = LOCKED_RETRY_FIRST
         self._retention_wanted = True
         self.retention: RetentionWorker | None = None
@@ -119,6 +140,16 @@ class Scheduler(DatabaseLoop):
         """Do one round of work; return how long to sleep before the next one."""
         self._ensure_session()
         now = time.monotonic()
+        if not self._agreed:
+            agree_bucket_count(
+                self.using,
+                base=app_settings.LEASE_ID,
+                count=self.bucket_count,
+                lease_seconds=self.lease.lease_seconds,
+            )
+            self._agreed = True
+        if isinstance(self.lease, BucketLeases):
+            return self._bucket_step(self.lease, now)
         if now >= self._next_presence:
             self._report_presence(now)
         if not self.lease.is_leader:
@@ -148,6 +179,82 @@ class Scheduler(DatabaseLoop):
         until_heartbeat = self._next_heartbeat - time.monotonic()
         return max(0.0, min(wait, self.poll_interval, until_heartbeat))
 
+    def _bucket_step(self, lease: BucketLeases, now: float) -> float:
+        """One round with buckets: renew (every heartbeat), look at the cluster and apply
+        the ownership rule (every standby interval), fire what the held buckets have due."""
+        if now >= self._next_heartbeat or (lease.is_leader and not lease.is_trusted()):
+            self._report_presence(now)
+            if lease.is_leader:
+                before = set(lease.held)
+                lease.renew()
+                if set(lease.held) != before:
+                    logger.warning(
+                        "lost bucket(s) %s instance=%s: another instance took them",
+                        sorted(before - set(lease.held)),
+                        self.instance_id,
+                    )
+                if self._does_chores():
+                    self._housekeeping()
+            self._next_heartbeat = now + self.heartbeat_seconds
+        if now >= self._next_look:
+            self._rebalance(lease)
+            self._next_look = now + self.standby_interval
+        if self._does_chores():
+            self._start_retention()
+        wait = self._fire_due() if lease.is_leader else self.standby_interval
+        if wait <= 0:
+            return 0.0
+        soonest = min(self._next_heartbeat, self._next_look) - time.monotonic()
+        return max(0.0, min(wait, self.poll_interval, soonest))
+
+    def _rebalance(self, lease: BucketLeases) -> None:
+        """Apply the ownership rule (see lease.decide): hand off the buckets another live
+        instance now owns, take those this one owns or stands by for that are free. Runs
+        between batches, so a bucket is released only after its batch in flight."""
+        view = lease.look()
+        decision = decide(view, self.instance_id, set(lease.held), lease.count, lease.replicas)
+        if decision.release:
+            lease.release_some(decision.release)
+            self.stats.handoffs += len(decision.release)
+            logger.info(
+                "handed off bucket(s) %s instance=%s: their owner is back or new",
+                decision.release,
+                self.instance_id,
+            )
+        taken = lease.acquire(decision.take_as_owner, decision.take_as_standby)
+        if taken:
+            self.stats.leaderships += 1
+            standby = sorted(set(taken) & set(decision.take_as_standby))
+            logger.info(
+                "took bucket(s) %s instance=%s%s epochs=%s",
+                taken,
+                self.instance_id,
+                f" (as standby: {standby})" if standby else "",
+                [lease.held[b] for b in taken],
+            )
+            if not lease.is_trusted():
+                lease.renew()
+        if decision.release or taken:
+            self._report_presence(time.monotonic())
+
+    def _fence(self) -> Fence | None:
+        """The fence of the next batch (None: nothing trusted to fire)."""
+        lease = self.lease
+        if isinstance(lease, BucketLeases):
+            held = sorted(lease.held)
+            return Fence(
+                app_settings.LEASE_ID,
+                self.instance_id,
+                lease.epoch or 0,
+                lease.lease_seconds,
+                bucket_count=lease.count,
+                buckets=tuple(held),
+                epochs=tuple(lease.held[b] for b in held),
+            )
+        if lease.epoch is None:
+            return None
+        return Fence(app_settings.LEASE_ID, self.instance_id, lease.epoch, lease.lease_seconds)
+
     def _fire_due(self) -> float:
         """Fire batches while schedules are due; return how long to wait (0: go round at once).
 
@@ -156,10 +263,9 @@ class Scheduler(DatabaseLoop):
         shrinks; it never outlives the lease.
         """
         while self.lease.is_trusted() and not self.stopping.is_set():
-            epoch = self.lease.epoch
-            if epoch is None:  # trusted implies leading; for the type checker
+            fence = self._fence()
+            if fence is None:  # trusted implies leading; for the type checker
                 break
-            fence = Fence(app_settings.LEASE_ID, self.instance_id, epoch, self.lease.lease_seconds)
             due: NextDue | None = None
             read_at = 0.0
             with self.transaction() as cursor:
@@ -176,10 +282,19 @@ class Scheduler(DatabaseLoop):
                 elif result.claimed < self.batch_size and not result.deferred and not result.again:
                     # All that was due and free is done: when to look again, asked in the
                     # claim's own transaction (see firing.NEXT_DUE).
-                    due = next_due(cursor)
+                    due = next_due(cursor, fence)
                     read_at = time.monotonic()
             if result.fenced:
                 self.stats.fenced += 1
+                if isinstance(self.lease, BucketLeases):
+                    # Some bucket of the batch changed hands: keep the others.
+                    logger.warning(
+                        "fire refused: a bucket's lease is no longer ours instance=%s",
+                        self.instance_id,
+                    )
+                    self.lease.renew()
+                    self._next_look = 0.0
+                    return 0.0
                 logger.warning(
                     "fire refused: lease epoch %d is no longer ours instance=%s; stepping down",
                     fence.epoch,
@@ -194,6 +309,8 @@ class Scheduler(DatabaseLoop):
                 return self._wait_for(due, time.monotonic() - read_at)
             if time.monotonic() >= self._next_heartbeat:
                 return 0.0
+            if isinstance(self.lease, BucketLeases) and time.monotonic() >= self._next_look:
+                return 0.0  # a busy owner still stands by for others' buckets on time
         return 0.0 if self.lease.is_leader and not self.stopping.is_set() else self.poll_interval
 
     def _count(self, result: BatchResult, epoch: int | None) -> None:
@@ -246,10 +363,16 @@ class Scheduler(DatabaseLoop):
 
     def _report_presence(self, now: float) -> None:
         """Tell the cluster page this instance lives (leaders every heartbeat, others less)."""
-        role = "leader" if self.lease.is_leader else "standby"
+        bucketed = isinstance(self.lease, BucketLeases)
+        if bucketed:
+            role = "owner" if self.lease.is_leader else "standby"
+        else:
+            role = "leader" if self.lease.is_leader else "standby"
         with connections[self.using].cursor() as cursor:
             presence.report(cursor, self.instance_id, role, self.lease.epoch)
-        period = self.heartbeat_seconds if self.lease.is_leader else self.lease.lease_seconds
+        # With buckets every instance's presence is its membership: report every heartbeat.
+        leading = self.lease.is_leader or bucketed
+        period = self.heartbeat_seconds if leading else self.lease.lease_seconds
         self._next_presence = now + period
 
     def _housekeeping(self) -> None:
@@ -272,10 +395,17 @@ class Scheduler(DatabaseLoop):
         if resumed:
             logger.info("resumed %d schedule(s) whose pause ended", resumed)
 
+    def _does_chores(self) -> bool:
+        """Whether this instance runs the cluster's chores (resuming pauses, retention): the
+        leader, or with buckets the holder of bucket 0 (one instance at a time)."""
+        if isinstance(self.lease, BucketLeases):
+            return 0 in self.lease.held
+        return self.lease.is_leader
+
     def _start_retention(self) -> None:
         if self.retention is None and self._retention_wanted:
             self.retention = worker_for(
-                lambda: self.lease.is_leader and not self.stopping.is_set(),
+                lambda: self._does_chores() and not self.stopping.is_set(),
                 self.instance_id,
                 self.using,
                 pause=self.heartbeat_seconds,
@@ -295,6 +425,7 @@ class Scheduler(DatabaseLoop):
         return {"idle_in_transaction_session_timeout": str(idle_timeout_ms)}
 
     def on_new_session(self) -> None:
+        self._agreed = False
         self.lease.step_down()  # a new session cannot carry the old one's leadership
         # Behind a pooler the backend pid is not this process's life: offer none.
         self.lease.direct_session = not self.pooled

@@ -30,7 +30,10 @@ def aware_datetime(value: str) -> datetime:
 
 
 class Command(BaseCommand):
-    help = "Operate schedules: list, show, preview, pause, resume, cancel, trigger, backfill, sync."
+    help = (
+        "Operate schedules: list, show, preview, pause, resume, cancel, trigger, backfill, "
+        "sync; see the cluster."
+    )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--host", help="Tenant (host_id); default DSCHED_DEFAULT_HOST_ID.")
@@ -63,6 +66,10 @@ class Command(BaseCommand):
                 sub.add_argument("--start", type=aware_datetime, required=True)
                 sub.add_argument("--end", type=aware_datetime, required=True)
         actions.add_parser("sync", help="Sync schedules declared in code to the database.")
+        actions.add_parser(
+            "cluster",
+            help="The instances, the leader or each bucket's holder, owner and standbys.",
+        )
         importer = actions.add_parser(
             "import-celery-beat",
             help="Create schedules from django-celery-beat's periodic tasks (Celery transport).",
@@ -171,6 +178,52 @@ class Command(BaseCommand):
     ) -> None:
         fired, already = api.backfill(schedule, start, end, host_id=host, actor="manage.py")
         self.stdout.write(f"Fired {fired} slot(s); {already} had already fired.")
+
+    def do_cluster(self, **options: Any) -> None:
+        from django_dsched.cluster_status import cluster_status
+
+        status = cluster_status()
+        write = self.stdout.write
+        write(f"database time {status.now:%Y-%m-%d %H:%M:%S%z}, lease {status.lease_seconds:g} s")
+        if status.stored_bucket_count not in (None, status.bucket_count):
+            write(
+                f"WARNING: DSCHED_BUCKETS is {status.bucket_count} here but the cluster in the "
+                f"database runs with {status.stored_bucket_count}"
+            )
+        write("instances:")
+        for item in status.instances:
+            row = item.row
+            state = "stale" if item.stale else row.role
+            write(
+                f"  {shown(row.instance_id):<32} {state:<8} {shown(row.hostname)}:{row.pid}"
+                f"  seen {item.seen_seconds:.1f} s ago, up {item.up_seconds:.0f} s"
+            )
+        if status.buckets is None:
+            leader = status.leader
+            if leader is None:
+                write("leader: none (no scheduler has taken the lease)")
+            else:
+                state = "released" if leader.released else ("live" if leader.live else "expired")
+                write(
+                    f"leader: {shown(leader.instance_id)} epoch {leader.epoch} {state}, "
+                    f"heartbeat {leader.heartbeat_seconds:.1f} s ago"
+                )
+        else:
+            held = sum(1 for b in status.buckets if b.live)
+            write(f"buckets: {held} of {status.bucket_count} held")
+            header = f"{'held by':<24} {'owner':<24} {'standby':<24} epoch  heartbeat"
+            write(f"  {'bucket':>6}  {header}")
+            for b in status.buckets:
+                beat = "released" if b.heartbeat_seconds is None else f"{b.heartbeat_seconds:.1f} s"
+                write(
+                    f"  {b.bucket:>6}  {shown(b.holder if b.live else '-'):<24} "
+                    f"{shown(b.owner or '-'):<24} {shown(', '.join(b.standbys) or '-'):<24} "
+                    f"{b.epoch:>5}  {beat}"
+                )
+        write(
+            f"due now {status.due}; fires last minute {status.fires_minute}; "
+            f"undelivered {status.pending}; dead letters {status.dead_letters}"
+        )
 
     def do_sync(self, *, host: str | None, **options: Any) -> None:
         report = sync()

@@ -6,6 +6,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from django_dsched.conf import app_settings
+from django_dsched.exceptions import BucketCountMismatch
 from django_dsched.management._arguments import instance_id, positive_float, positive_int
 from django_dsched.management._process import configure_logging, relay_thread, stop_on_signals
 from django_dsched.outbox.relay import Relay
@@ -76,6 +77,20 @@ class Command(BaseCommand):
             instance_id=instance_id, batch_size=batch_size, poll_interval=poll_interval
         )
         relay = Relay(instance_id=f"{scheduler.instance_id}/relay") if with_relay else None
+        try:
+            self._run(scheduler, relay, once, max_iterations, verbosity)
+        except BucketCountMismatch as exc:
+            # Another DSCHED_BUCKETS than the running cluster's: never join it.
+            raise CommandError(str(exc)) from exc
+
+    def _run(
+        self,
+        scheduler: Scheduler,
+        relay: Relay | None,
+        once: bool,
+        max_iterations: int | None,
+        verbosity: int,
+    ) -> None:
         with stop_on_signals(scheduler):
             if once:
                 fired = scheduler.run_until_idle()
