@@ -1,0 +1,50 @@
+"""A Django view serving the database-wide gauges in Prometheus's text format.
+
+For deployments that scrape the web tier: include ``django_dsched.metrics.urls`` and scrape
+it with ``Authorization: Bearer <DSCHED_METRICS_TOKEN>``, or as a logged-in user with the
+``dsched.view_schedule`` permission. Every web worker answers the same (the gauges come from
+the database), so no multi-process setup is needed for it.
+"""
+
+from __future__ import annotations
+
+import hmac
+
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+
+from django_dsched.conf import app_settings
+from django_dsched.metrics import INSTALL_HINT, available
+
+_collector = None
+
+
+def _allowed(request: HttpRequest) -> bool:
+    token = app_settings.METRICS_TOKEN
+    header = request.headers.get("Authorization", "")
+    if token and header.startswith("Bearer "):
+        return hmac.compare_digest(header[len("Bearer ") :].encode(), token.encode())
+    return request.user.is_authenticated and request.user.has_perm("dsched.view_schedule")
+
+
+@never_cache
+@require_GET
+def metrics(request: HttpRequest) -> HttpResponse:
+    """The gauges of :mod:`django_dsched.metrics.database` (``text/plain; version=0.0.4``)."""
+    global _collector
+    if not _allowed(request):
+        response = HttpResponse("metrics need a bearer token or a permission\n", status=401)
+        response["WWW-Authenticate"] = 'Bearer realm="dsched-metrics"'
+        return response
+    if not available():
+        return HttpResponse(f"metrics need prometheus_client: {INSTALL_HINT}\n", status=501)
+    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+    from django_dsched.metrics.database import DatabaseCollector
+
+    if _collector is None:
+        _collector = DatabaseCollector()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_collector)
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
