@@ -31,15 +31,19 @@ def _allowed(request: HttpRequest) -> bool:
 @never_cache
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
-    """The gauges of :mod:`django_dsched.metrics.database` (``text/plain; version=0.0.4``)."""
+    """The gauges of :mod:`django_dsched.metrics.database`, in the format the scraper asks
+    for (Prometheus text or OpenMetrics)."""
     global _collector
     if not _allowed(request):
-        response = HttpResponse("metrics need a bearer token or a permission\n", status=401)
+        if request.user.is_authenticated:
+            return HttpResponse("metrics need the dsched.view_schedule permission\n", status=403)
+        response = HttpResponse("metrics need a bearer token or a login\n", status=401)
         response["WWW-Authenticate"] = 'Bearer realm="dsched-metrics"'
         return response
     if not available():
         return HttpResponse(f"metrics need prometheus_client: {INSTALL_HINT}\n", status=501)
-    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.exposition import choose_encoder
 
     from django_dsched.metrics.database import DatabaseCollector
 
@@ -47,4 +51,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
         _collector = DatabaseCollector()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_collector)
-    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+    # The format the scraper asks for (OpenMetrics or the text format), as prometheus_client's
+    # own server answers.
+    encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+    return HttpResponse(encoder(registry), content_type=content_type)
