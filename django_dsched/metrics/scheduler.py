@@ -26,7 +26,12 @@ class SchedulerMetrics:
     def __init__(self) -> None:
         from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 
-        self.fires = Counter("dsched_fires", "Fires committed by this process.", ["topic"])
+        self.fires = Counter(
+            "dsched_fires",
+            "Slots fired by this process's committed batches (a slot refused as already fired "
+            "also counts in dsched_duplicate_slots_total).",
+            ["topic"],
+        )
         self.fire_lag = BatchHistogram(
             "dsched_fire_lag_seconds",
             "Seconds from each fired slot to the database time of the statement that wrote "

@@ -32,6 +32,7 @@ from django_dsched.enums import DeliveryStatus
 from django_dsched.exceptions import DeliveryError, PermanentDeliveryError
 from django_dsched.logs import get_logger
 from django_dsched.loops import DatabaseLoop, retry_delay
+from django_dsched.metrics.relay import DEAD_LETTER, DELIVERED, LOST, RETRY, slot_of
 from django_dsched.outbox.claims import (
     Claimer,
     DeliveryOutcome,
@@ -48,7 +49,7 @@ from django_dsched.outbox.transports import Transport, Transports
 from django_dsched.outbox.transports.registry import host_of
 
 if TYPE_CHECKING:
-    from django_dsched.metrics.relay import RelayMetrics
+    from django_dsched.metrics.relay import RelayMetrics  # needs prometheus_client
 
 logger = get_logger(__name__)
 
@@ -163,7 +164,7 @@ class Relay(DatabaseLoop):
                 extra=self._log_context(message),
             )
         if dead and self.metrics is not None:
-            tally = Counter((self._transport_label(m), "dead_letter") for m in dead)
+            tally = Counter((self._transport_label(m), DEAD_LETTER) for m in dead)
             self.metrics.settled(tally, ())
         if self._claimed_last:
             self.stats.batches += 1
@@ -358,8 +359,6 @@ class Relay(DatabaseLoop):
         latencies: list[float],
     ) -> None:
         """Count one settled outcome for the metrics (and its latency, if delivered)."""
-        from django_dsched.metrics.relay import DEAD_LETTER, DELIVERED, LOST, RETRY, slot_of
-
         label = self._labels.get(message.id) or self._transport_label(message)
         if result is None:
             tally[label, LOST] += 1
