@@ -348,7 +348,12 @@ class Relay(DatabaseLoop):
             self.metrics.settled(tally, latencies)
         if delivered:
             self.stats.delivered += delivered
-            logger.info("delivered %d message(s) relay=%s", delivered, self.instance_id)
+            logger.info(
+                "delivered %d message(s) relay=%s",
+                delivered,
+                self.instance_id,
+                extra={"instance": self.instance_id},
+            )
 
     def _measure(
         self,
