@@ -10,6 +10,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from django.db import connection
+from prometheus_client.parser import text_string_to_metric_families
 
 from django_dsched.enums import DeliveryStatus, FrequencyUnit
 from django_dsched.models import OutboxMessage
@@ -134,3 +135,49 @@ def test_health_endpoints_follow_leadership_and_the_database(cluster):
         raise AssertionError(cluster.logs()) from None
     finally:
         proxy.close()
+
+
+def test_a_scheduler_with_its_relay_serves_both_loops_series_and_health(
+    cluster, tmp_path, monkeypatch, db_now
+):
+    monkeypatch.setenv("RELAY_TEST_LOG", str(tmp_path / "deliveries.log"))
+    monkeypatch.setenv("RELAY_TEST_DELAY", "0")
+    ScheduleFactory(start_ts=db_now() - timedelta(seconds=5))
+    metrics_port, health_port = free_port(), free_port()
+    cluster.start(
+        "both",
+        RELAY_SETTINGS,
+        "--with-relay",
+        f"--metrics-port={metrics_port}",
+        f"--health-port={health_port}",
+    )
+    try:
+        wait_for(
+            lambda: OutboxMessage.objects.filter(status=DeliveryStatus.DELIVERED).exists(),
+            timeout=30,
+            what="the fire delivered",
+        )
+
+        def scraped() -> str:
+            status, text = get(metrics_port, "/metrics")
+            return (
+                text
+                if status == 200 and "dsched_delivery_latency_seconds_count 1.0" in text
+                else ""
+            )
+
+        text = wait_for(scraped, timeout=10, what="both loops' series")
+        values = {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+        }
+        assert values[("dsched_fires_total", (("topic", "reports"),))] == 1
+        delivered = (("outcome", "delivered"), ("transport", "handlers"))
+        assert values[("dsched_deliveries_total", delivered)] == 1
+        assert values[("dsched_leader", ())] == 1
+        status, body = get(health_port, "/readyz")
+        assert status == 200
+        assert "scheduler: ready: leader" in body and "relay: ready: connected" in body
+    except AssertionError:
+        raise AssertionError(cluster.logs()) from None
