@@ -142,13 +142,22 @@ def endpoints(
             from django_dsched.metrics.database import DatabaseCollector
 
             REGISTRY.register(DatabaseCollector(close_connection=True))
-        serve(metrics_port, address)
+        try:
+            serve(metrics_port, address)
+        except OSError as exc:
+            where = f"{address}:{metrics_port}"
+            raise CommandError(f"--metrics-port: cannot listen on {where}: {exc}") from exc
         logger.info("serving metrics on http://%s:%d/metrics", address, metrics_port)
     health = None
     if health_port:
-        health = HealthServer(
-            loops, health_port, address, float(app_settings.HEALTH_STALL_SECONDS)
-        ).start()
+        try:
+            server = HealthServer(
+                loops, health_port, address, float(app_settings.HEALTH_STALL_SECONDS)
+            )
+        except OSError as exc:
+            where = f"{address}:{health_port}"
+            raise CommandError(f"--health-port: cannot listen on {where}: {exc}") from exc
+        health = server.start()
         logger.info("serving /livez and /readyz on http://%s:%d", address, health_port)
     try:
         yield

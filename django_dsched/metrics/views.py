@@ -25,7 +25,8 @@ def _allowed(request: HttpRequest) -> bool:
     header = request.headers.get("Authorization", "")
     if token and header.startswith("Bearer "):
         return hmac.compare_digest(header[len("Bearer ") :].encode(), token.encode())
-    return request.user.is_authenticated and request.user.has_perm("dsched.view_schedule")
+    user = getattr(request, "user", None)  # None without the authentication middleware
+    return user is not None and user.is_authenticated and user.has_perm("dsched.view_schedule")
 
 
 @never_cache
@@ -35,7 +36,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
     for (Prometheus text or OpenMetrics)."""
     global _collector
     if not _allowed(request):
-        if request.user.is_authenticated:
+        if getattr(request, "user", None) is not None and request.user.is_authenticated:
             return HttpResponse("metrics need the dsched.view_schedule permission\n", status=403)
         response = HttpResponse("metrics need a bearer token or a login\n", status=401)
         response["WWW-Authenticate"] = 'Bearer realm="dsched-metrics"'

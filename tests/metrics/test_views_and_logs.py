@@ -147,3 +147,18 @@ def test_metrics_port_without_prometheus_client_is_a_clear_error(monkeypatch):
         call_command("run_relay", "--metrics-port=9999", "--once")
     with pytest.raises(CommandError, match="needs --metrics-port"):
         call_command("run_relay", "--database-metrics", "--once")
+
+
+def test_a_port_in_use_is_a_clear_error():
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(CommandError, match=f"--health-port: cannot listen on 127.0.0.1:{port}"):
+            call_command("run_relay", f"--health-port={port}", "--once", verbosity=0)
+        with pytest.raises(
+            CommandError, match=f"--metrics-port: cannot listen on 127.0.0.1:{port}"
+        ):
+            call_command("run_relay", f"--metrics-port={port}", "--once", verbosity=0)
