@@ -4,6 +4,7 @@
     .venv/bin/python bench/fire_bench.py burst --schedules 10000 --runs 3
     .venv/bin/python bench/fire_bench.py steady --schedules 1000 --seconds 30
     .venv/bin/python bench/fire_bench.py memory --schedules 1000000
+    .venv/bin/python bench/fire_bench.py burst --metrics    # the same with --metrics-port
 
 Each measurement runs a real ``run_scheduler`` process against a ``dsched_bench`` database
 (on the embedded PostgreSQL unless DATABASE_URL is set) and reads the results from the
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -62,7 +64,19 @@ def insert_schedules(count: int, unit: str, every: int, start_sql: str) -> None:
     sql("ANALYZE schedule_t")
 
 
+# --metrics: run the scheduler with its Prometheus metrics on (docs/observability.md).
+METRICS = False
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 def start_scheduler(*args: str) -> subprocess.Popen[bytes]:
+    if METRICS:
+        args = (*args, f"--metrics-port={free_port()}")
     return subprocess.Popen(
         [
             sys.executable,
@@ -186,11 +200,15 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--seconds", type=int, default=30)
     parser.add_argument("--batch-size", type=int, default=1000)
+    parser.add_argument("--metrics", action="store_true", help="serve metrics (--metrics-port)")
     options = parser.parse_args()
+    global METRICS
+    METRICS = options.metrics
     call_command("migrate", verbosity=0)
     print(
         f"database: {connection.pg_version // 10000}.{connection.pg_version % 10000}, "
-        f"Python {sys.version.split()[0]}, Django {django.get_version()}"
+        f"Python {sys.version.split()[0]}, Django {django.get_version()}; "
+        f"metrics {'on' if METRICS else 'off'}"
     )
     if options.what in ("burst", "all"):
         burst(options.schedules or 10_000, options.runs, options.batch_size)

@@ -194,6 +194,27 @@ class AppSettings:
         1024 * 1024, "Largest request body the API reads, in bytes; a larger one is a 413."
     )
 
+    # -- observability (docs/observability.md) ------------------------------------------------
+    HTTP_BIND = Setting(
+        "127.0.0.1",
+        "Address the --metrics-port and --health-port servers of run_scheduler and run_relay "
+        "listen on ('0.0.0.0' in a container whose probes and scrapes come from outside).",
+    )
+    HEALTH_STALL_SECONDS = Setting(
+        60.0,
+        "/livez answers 503 once a loop has not gone round for this many seconds.",
+    )
+    METRICS_CACHE_SECONDS = Setting(
+        5.0,
+        "Seconds the database-wide gauges (backlogs, dead letters) are kept between two "
+        "reads of the database.",
+    )
+    METRICS_TOKEN: Setting[str | None] = Setting(
+        None,
+        "Bearer token that opens the metrics view (django_dsched.metrics.urls) to a scraper; "
+        "None: only logged-in users with the view_schedule permission.",
+    )
+
     @classmethod
     def all(cls) -> list[Setting[Any]]:
         """Every setting, in the order declared above."""

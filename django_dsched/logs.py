@@ -1,4 +1,5 @@
-"""The package's loggers: arguments are escaped, so user text cannot forge log lines.
+"""The package's loggers: arguments are escaped, so user text cannot forge log lines; and an
+opt-in JSON formatter (:class:`JsonFormatter`).
 
 Log messages are the package's own constants; what varies comes in as arguments (names,
 topics, reasons, error messages from endpoints), and those have their control characters
@@ -7,8 +8,10 @@ escaped (:mod:`django_dsched.text`) before any handler formats the record.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from django_dsched.text import escape_control_characters
@@ -39,3 +42,49 @@ def get_logger(name: str) -> logging.Logger:
     if not any(isinstance(f, EscapeControlCharacters) for f in logger.filters):
         logger.addFilter(EscapeControlCharacters())
     return logger
+
+
+# The context fields the package's log calls pass with ``extra=`` (about a fire or a
+# delivery); JsonFormatter writes each one a record carries.
+CONTEXT_FIELDS = (
+    "instance",
+    "epoch",
+    "schedule",
+    "schedules",
+    "slot",
+    "message_id",
+    "topic",
+    "attempt",
+)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ``time`` (UTC, ISO 8601), ``level``, ``logger``,
+    ``message``, the context fields a record carries (:data:`CONTEXT_FIELDS`: instance,
+    epoch, schedule, slot, message id, ...) and ``exception`` when there is one.
+
+    Opt in from ``LOGGING`` (docs/observability.md)::
+
+        "formatters": {"json": {"()": "django_dsched.logs.JsonFormatter"}}
+
+    ``json.dumps`` escapes every control character, so a line cannot be forged either.
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for name in CONTEXT_FIELDS:
+            value = record.__dict__.get(name)
+            if value is not None:
+                entry[name] = value
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            entry["exception"] = record.exc_text
+        if record.stack_info:
+            entry["stack"] = self.formatStack(record.stack_info)
+        return json.dumps(entry, default=str, ensure_ascii=False)

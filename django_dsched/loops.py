@@ -6,6 +6,7 @@ import os
 import random
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
@@ -105,6 +106,10 @@ class DatabaseLoop:
         # Set for each new session: whether it goes through a pooler, and whether we LISTEN.
         self.pooled = False
         self.listening = False
+        # For the health endpoints (django_dsched.health), read from another thread: when the
+        # loop last went round (monotonic), and whether its last round reached the database.
+        self.last_tick = time.monotonic()
+        self.connected = False
 
     # -- to implement ---------------------------------------------------------------------
     def step(self) -> float:
@@ -127,6 +132,16 @@ class DatabaseLoop:
     def on_connection_lost(self) -> None:
         """Called when the session is gone (everything it held is gone too)."""
 
+    def readiness(self) -> tuple[bool, str]:
+        """Whether this loop can do its work now, and why (the ``/readyz`` answer)."""
+        if not self.connected:
+            return False, "not connected to the database"
+        return True, "connected"
+
+    def tick(self) -> None:
+        """The loop is going round (the ``/livez`` answer is the age of the last tick)."""
+        self.last_tick = time.monotonic()
+
     # -- control ----------------------------------------------------------------------------
     def stop(self) -> None:
         """Ask the loop to stop after the work in hand (safe from a signal handler)."""
@@ -139,6 +154,7 @@ class DatabaseLoop:
         iterations = 0
         try:
             while not self.stopping.is_set():
+                self.tick()
                 wait = self._guarded(self.step)
                 iterations += 1
                 if max_iterations is not None and iterations >= max_iterations:
@@ -155,6 +171,7 @@ class DatabaseLoop:
             wait = work()
         except (OperationalError, InterfaceError) as exc:
             self.stats.db_errors += 1
+            self.connected = False
             self._lost_connection()
             delay = self._backoff.next()
             logger.warning(
@@ -167,6 +184,7 @@ class DatabaseLoop:
             return delay
         except DatabaseError:
             self.stats.db_errors += 1
+            self.connected = False
             self._lost_connection()
             delay = self._backoff.next()
             logger.exception(
@@ -174,9 +192,11 @@ class DatabaseLoop:
             )
             return delay
         self._backoff.reset()
+        self.connected = True
         return wait
 
     def _lost_connection(self) -> None:
+        self.connected = False
         self.on_connection_lost()
         self._session = None
         try:
@@ -196,6 +216,7 @@ class DatabaseLoop:
             yield cursor
 
     def _close(self) -> None:
+        self.connected = False
         connections[self.using].close()
         self._session = None
 

@@ -23,6 +23,9 @@ command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 # curl and jq for docs/api.md's examples, which the tests run (tests/rest/test_docs.py).
 command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v jq >/dev/null 2>&1 || missing+=(jq)
+# Prometheus, which scrapes real run_scheduler / run_relay processes in
+# tests/integration/test_observability.py.
+command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
 if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "== installing ${missing[*]}"

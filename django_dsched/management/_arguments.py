@@ -56,3 +56,11 @@ def topic(value: str) -> str:
     except ValidationError:
         raise argparse.ArgumentTypeError(f"{value!r} is not a valid topic") from None
     return value
+
+
+def port(value: str) -> int:
+    """A TCP port, or 0 for off."""
+    number = _number(value, int, "a port number")
+    if not 0 <= number <= 65535:
+        raise argparse.ArgumentTypeError("must be from 0 (off) to 65535")
+    return number

@@ -1,15 +1,22 @@
-"""Process plumbing shared by the long-running commands: signals, logging, a relay thread."""
+"""Process plumbing shared by the long-running commands: signals, logging, a relay thread,
+the metrics and health endpoints."""
 
 from __future__ import annotations
 
+import argparse
 import logging
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol
 
+from django.core.management.base import CommandError
+
 from django_dsched.conf import app_settings
+from django_dsched.exceptions import ConfigurationError
+from django_dsched.health import Checked, HealthServer
+from django_dsched.management._arguments import port
 from django_dsched.outbox.relay import Relay
 
 VERBOSITY_LEVELS = {0: logging.ERROR, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
@@ -71,3 +78,89 @@ def configure_logging(verbosity: int) -> None:
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         logger.addHandler(handler)
+
+
+def add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
+    """--metrics-port, --health-port, --database-metrics (docs/observability.md)."""
+    parser.add_argument(
+        "--metrics-port",
+        type=port,
+        default=0,
+        help=(
+            "Serve Prometheus metrics at /metrics on this port (0: off, the default; needs "
+            "django-dsched[metrics]). Listens on DSCHED_HTTP_BIND."
+        ),
+    )
+    parser.add_argument(
+        "--health-port",
+        type=port,
+        default=0,
+        help=(
+            "Serve /livez and /readyz on this port (0: off, the default). Listens on "
+            "DSCHED_HTTP_BIND."
+        ),
+    )
+    parser.add_argument(
+        "--database-metrics",
+        action="store_true",
+        help=(
+            "Also serve the database-wide gauges (backlogs, dead letters, set-aside "
+            "schedules) at /metrics, read at scrape time (one process per cluster is enough)."
+        ),
+    )
+
+
+def require_metrics(metrics_port: int, database_metrics: bool) -> bool:
+    """Whether metrics are on; a clear error if asked for without prometheus_client."""
+    if database_metrics and not metrics_port:
+        raise CommandError("--database-metrics needs --metrics-port.")
+    if not metrics_port:
+        return False
+    from django_dsched.metrics import require
+
+    try:
+        require()
+    except ConfigurationError as exc:
+        raise CommandError(str(exc)) from exc
+    return True
+
+
+@contextmanager
+def endpoints(
+    loops: Sequence[Checked], metrics_port: int, health_port: int, database_metrics: bool
+) -> Iterator[None]:
+    """Serve /metrics and the health endpoints (each when its port is not 0) while the
+    block runs. The loops' metrics objects must exist already (they register the series)."""
+    address = app_settings.HTTP_BIND
+    logger = logging.getLogger("django_dsched")
+    if metrics_port:
+        from django_dsched.metrics.registry import serve
+
+        if database_metrics:
+            from prometheus_client import REGISTRY
+
+            from django_dsched.metrics.database import DatabaseCollector
+
+            REGISTRY.register(DatabaseCollector(close_connection=True))
+        try:
+            serve(metrics_port, address)
+        except OSError as exc:
+            where = f"{address}:{metrics_port}"
+            raise CommandError(f"--metrics-port: cannot listen on {where}: {exc}") from exc
+        logger.info("serving metrics on http://%s:%d/metrics", address, metrics_port)
+    health = None
+    if health_port:
+        try:
+            server = HealthServer(
+                loops, health_port, address, float(app_settings.HEALTH_STALL_SECONDS)
+            )
+        except OSError as exc:
+            where = f"{address}:{health_port}"
+            raise CommandError(f"--health-port: cannot listen on {where}: {exc}") from exc
+        health = server.start()
+        logger.info("serving /livez and /readyz on http://%s:%d", address, health_port)
+    try:
+        yield
+    finally:
+        if health is not None:
+            health.stop()

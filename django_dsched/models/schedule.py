@@ -303,6 +303,13 @@ class Schedule(models.Model):
                 condition=models.Q(state=ScheduleState.PAUSED, paused_until__isnull=False),
                 name="dsched_schedule_paused_idx",
             ),
+            # The set-aside count of the metrics (django_dsched.metrics.database): few rows,
+            # never written by fires.
+            models.Index(
+                fields=["set_aside_ts"],
+                condition=models.Q(state=ScheduleState.SET_ASIDE),
+                name="dsched_schedule_set_aside_idx",
+            ),
         ]
         constraints = [
             models.UniqueConstraint(

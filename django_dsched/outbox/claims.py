@@ -171,7 +171,7 @@ FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(delivered_flags)s::bool[],
      AS o(id, attempts, delivered, permanent, error, delay, started_ago, ended_ago)
 WHERE m.id = o.id AND m.attempts = o.attempts AND m.claimed_by = %(relay)s
   AND m.status = %(pending)s
-RETURNING m.id, m.status, m.next_attempt_ts
+RETURNING m.id, m.status, m.next_attempt_ts, m.delivered_ts
 """
 
 # Seconds (database clock) until the next message becomes claimable, looking no further than
@@ -228,6 +228,7 @@ class Settled:
     id: uuid.UUID
     status: str
     next_attempt_ts: datetime | None
+    delivered_ts: datetime | None = None  # the database time the delivery was recorded
 
 
 @dataclass(frozen=True, slots=True)

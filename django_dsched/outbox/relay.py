@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import groupby
+from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 
@@ -30,10 +32,12 @@ from django_dsched.enums import DeliveryStatus
 from django_dsched.exceptions import DeliveryError, PermanentDeliveryError
 from django_dsched.logs import get_logger
 from django_dsched.loops import DatabaseLoop, retry_delay
+from django_dsched.metrics.relay import DEAD_LETTER, DELIVERED, LOST, RETRY, slot_of
 from django_dsched.outbox.claims import (
     Claimer,
     DeliveryOutcome,
     Message,
+    Settled,
     claim,
     extend,
     release,
@@ -44,6 +48,9 @@ from django_dsched.outbox.handlers import autodiscover
 from django_dsched.outbox.heartbeat import ClaimHeartbeat
 from django_dsched.outbox.transports import Transport, Transports
 from django_dsched.outbox.transports.registry import host_of
+
+if TYPE_CHECKING:
+    from django_dsched.metrics.relay import RelayMetrics  # needs prometheus_client
 
 logger = get_logger(__name__)
 
@@ -84,8 +91,13 @@ class Relay(DatabaseLoop):
         topics: Sequence[str] | None = None,
         transports: Transports | None = None,
         using: str | None = None,
+        metrics: RelayMetrics | None = None,
     ) -> None:
         super().__init__(instance_id, using)
+        # Prometheus series to feed (None: metrics off; see django_dsched.metrics).
+        self.metrics = metrics
+        # The transport of each message of the batch in hand, for the metrics' labels.
+        self._labels: dict[uuid.UUID, str] = {}
         self.batch_size = batch_size or app_settings.RELAY_BATCH_SIZE
         self.batch_bytes = batch_bytes or app_settings.RELAY_BATCH_BYTES
         self.poll_interval = poll_interval or app_settings.RELAY_POLL_INTERVAL
@@ -157,7 +169,11 @@ class Relay(DatabaseLoop):
                 message.topic,
                 message.event_type,
                 message.attempt,
+                extra=self._log_context(message),
             )
+        if dead and self.metrics is not None:
+            tally = Counter((self._transport_label(m), DEAD_LETTER) for m in dead)
+            self.metrics.settled(tally, ())
         if self._claimed_last:
             self.stats.batches += 1
             self.stats.claimed += len(live)
@@ -206,6 +222,10 @@ class Relay(DatabaseLoop):
                 chunk = [m for m in chunk if m.id not in lost]
                 if not chunk:
                     continue
+            if self.metrics is not None:
+                label = self._transport_label(chunk[0])
+                self.metrics.attempted(label, len(chunk))
+                self._labels.update((m.id, label) for m in chunk)
             started = time.monotonic()
             if not hands_off:  # the heartbeat marks a long run RUNNING while it runs
                 self.heartbeat.running([m.id for m in chunk], started)
@@ -216,14 +236,35 @@ class Relay(DatabaseLoop):
                 results = [exc] * len(chunk)
             ended = time.monotonic()
             self.heartbeat.running((), None)
+            self.tick()
             outcomes.extend(
                 self._outcome(m, exc, None if hands_off else started, ended)
                 for m, exc in zip(chunk, results, strict=True)
             )
         self._settle(outcomes)
+        self._labels = {}
         unsent = [m for m in messages[sent:] if m.id not in lost]
         if unsent:
             self._release(unsent)
+
+    def _transport_label(self, message: Message) -> str:
+        """The metrics' ``transport`` label of a message: its transport's alias."""
+        try:
+            transport = type(self.transports.for_message(message))
+        except Exception:
+            return "unconfigured"
+        return transport.alias or transport.__name__
+
+    def _log_context(self, message: Message) -> dict[str, Any]:
+        """The fields a JSON log line about a delivery carries (django_dsched.logs)."""
+        return {
+            "instance": self.instance_id,
+            "message_id": str(message.id),
+            "topic": message.topic,
+            "attempt": message.attempt,
+            "schedule": message.payload.get("subject"),
+            "slot": message.payload.get("scheduledtime"),
+        }
 
     # -- delivery ------------------------------------------------------------------------
     def _chunks(
@@ -288,9 +329,13 @@ class Relay(DatabaseLoop):
             settled = settle_outcomes(cursor, self.claimer, outcomes)
         by_id = {s.id: s for s in settled}
         delivered = 0
+        tally: Counter[tuple[str, str]] | None = Counter() if self.metrics is not None else None
+        latencies: list[float] = []
         for outcome in outcomes:
             message = outcome.message
             result = by_id.get(message.id)
+            if tally is not None:
+                self._measure(message, outcome, result, tally, latencies)
             if result is None:
                 self.stats.lost_claims += 1
                 logger.warning(
@@ -299,6 +344,7 @@ class Relay(DatabaseLoop):
                     message.id,
                     message.topic,
                     self.instance_id,
+                    extra=self._log_context(message),
                 )
             elif outcome.delivered:
                 delivered += 1
@@ -308,6 +354,7 @@ class Relay(DatabaseLoop):
                     message.topic,
                     message.event_type,
                     message.attempt,
+                    extra=self._log_context(message),
                 )
             elif result.status == DeliveryStatus.DELIVERY_FAILED:
                 self.stats.dead_lettered += 1
@@ -319,6 +366,7 @@ class Relay(DatabaseLoop):
                     message.attempt,
                     " (permanent failure)" if outcome.permanent else "",
                     outcome.error,
+                    extra=self._log_context(message),
                 )
             else:
                 self.stats.retried += 1
@@ -331,10 +379,40 @@ class Relay(DatabaseLoop):
                     self.claimer.max_attempts,
                     outcome.delay,
                     outcome.error,
+                    extra=self._log_context(message),
                 )
+        if tally is not None and self.metrics is not None:
+            self.metrics.settled(tally, latencies)
         if delivered:
             self.stats.delivered += delivered
-            logger.info("delivered %d message(s) relay=%s", delivered, self.instance_id)
+            logger.info(
+                "delivered %d message(s) relay=%s",
+                delivered,
+                self.instance_id,
+                extra={"instance": self.instance_id},
+            )
+
+    def _measure(
+        self,
+        message: Message,
+        outcome: DeliveryOutcome,
+        result: Settled | None,
+        tally: Counter[tuple[str, str]],
+        latencies: list[float],
+    ) -> None:
+        """Count one settled outcome for the metrics (and its latency, if delivered)."""
+        label = self._labels.get(message.id) or self._transport_label(message)
+        if result is None:
+            tally[label, LOST] += 1
+        elif outcome.delivered:
+            tally[label, DELIVERED] += 1
+            slot = slot_of(message.payload)
+            if slot is not None and result.delivered_ts is not None:
+                latencies.append((result.delivered_ts - slot).total_seconds())
+        elif result.status == DeliveryStatus.DELIVERY_FAILED:
+            tally[label, DEAD_LETTER] += 1
+        else:
+            tally[label, RETRY] += 1
 
     def _renew(self, messages: list[Message]) -> set[uuid.UUID]:
         with self.heartbeat.writing, connections[self.using].cursor() as cursor:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, connections, transaction
 
@@ -23,6 +24,9 @@ from django_dsched.scheduler.lease import (
     decide,
 )
 from django_dsched.scheduler.retention_worker import RetentionWorker, worker_for
+
+if TYPE_CHECKING:
+    from django_dsched.metrics.scheduler import SchedulerMetrics
 
 logger = get_logger(__name__)
 
@@ -64,8 +68,11 @@ class Scheduler(DatabaseLoop):
         batch_size: int | None = None,
         poll_interval: float | None = None,
         using: str | None = None,
+        metrics: SchedulerMetrics | None = None,
     ) -> None:
         super().__init__(instance_id, using)
+        # Prometheus series to feed (None: metrics off; see django_dsched.metrics).
+        self.metrics = metrics
         self.batch_size = batch_size or app_settings.BATCH_SIZE
         self.poll_interval = poll_interval or app_settings.POLL_INTERVAL
         self.heartbeat_seconds = float(app_settings.HEARTBEAT_SECONDS)
@@ -97,6 +104,7 @@ class Scheduler(DatabaseLoop):
         self._next_presence = 0.0
         self._next_look = 0.0
         self._agreed = False
+        self._presence_at: float | None = None  # monotonic time of the last presence report
         self._locked_wait = LOCKED_RETRY_FIRST
         self._retention_wanted = True
         self.retention: RetentionWorker | None = None
@@ -135,6 +143,31 @@ class Scheduler(DatabaseLoop):
             pass  # the row ages out of the cluster page
         self._close()
 
+    # -- health --------------------------------------------------------------------------
+    def leadership(self) -> str:
+        """This instance's part in the cluster: ``"leader"`` (holds a lease it trusts),
+        ``"standby"``, or ``"stale"`` (leads but its trust window closed). The one place the
+        health endpoints and metrics read leadership from."""
+        if not self.lease.is_leader:
+            return "standby"
+        return "leader" if self.lease.is_trusted() else "stale"
+
+    def readiness(self) -> tuple[bool, str]:
+        """Ready when connected and either leading with a trusted lease or standing by with
+        a fresh presence heartbeat (written within two of its periods)."""
+        ready, why = super().readiness()
+        if not ready:
+            return ready, why
+        role = self.leadership()
+        if role == "leader":
+            return True, "leader"
+        if role == "stale":
+            return False, "leader whose lease is not confirmed"
+        period = self.lease.lease_seconds
+        if self._presence_at is None or time.monotonic() - self._presence_at > 2 * period:
+            return False, "standby without a fresh presence heartbeat"
+        return True, "standby"
+
     # -- one iteration -------------------------------------------------------------------
     def step(self) -> float:
         """Do one round of work; return how long to sleep before the next one."""
@@ -161,17 +194,30 @@ class Scheduler(DatabaseLoop):
             self._standing_by = False
             self.stats.leaderships += 1
             self._next_heartbeat = now + self.heartbeat_seconds
-            logger.info("became leader instance=%s epoch=%d", self.instance_id, self.lease.epoch)
+            if self.metrics is not None:
+                self.metrics.became_leader()
+            logger.info(
+                "became leader instance=%s epoch=%d",
+                self.instance_id,
+                self.lease.epoch,
+                extra={"instance": self.instance_id, "epoch": self.lease.epoch},
+            )
             self._report_presence(now)
             self._start_retention()
         elif now >= self._next_heartbeat or not self.lease.is_trusted():
             if not self.lease.renew():
+                if self.metrics is not None:
+                    self.metrics.renew_failed()
+                    self.metrics.lost_leadership()
                 logger.warning(
                     "lost leadership instance=%s: another instance holds the lease",
                     self.instance_id,
+                    extra={"instance": self.instance_id},
                 )
                 return 0.0
             self._next_heartbeat = now + self.heartbeat_seconds
+            if self.metrics is not None:
+                self.metrics.heartbeat()
             self._housekeeping()
         wait = self._fire_due()
         if wait <= 0:
@@ -187,7 +233,13 @@ class Scheduler(DatabaseLoop):
             if lease.is_leader:
                 before = set(lease.held)
                 lease.renew()
+                if self.metrics is not None:
+                    self.metrics.heartbeat()
                 if set(lease.held) != before:
+                    if self.metrics is not None:
+                        self.metrics.renew_failed()
+                        self.metrics.lost_leadership()
+                        self.metrics.leader.set(int(lease.is_leader))  # it may hold others
                     logger.warning(
                         "lost bucket(s) %s instance=%s: another instance took them",
                         sorted(before - set(lease.held)),
@@ -224,6 +276,8 @@ class Scheduler(DatabaseLoop):
         taken = lease.acquire(decision.take_as_owner, decision.take_as_standby)
         if taken:
             self.stats.leaderships += 1
+            if self.metrics is not None:
+                self.metrics.became_leader()
             standby = sorted(set(taken) & set(decision.take_as_standby))
             logger.info(
                 "took bucket(s) %s instance=%s%s epochs=%s",
@@ -268,13 +322,15 @@ class Scheduler(DatabaseLoop):
                 break
             due: NextDue | None = None
             read_at = 0.0
+            started = time.monotonic()
             with self.transaction() as cursor:
                 result = fire_batch(
                     cursor,
                     fence,
                     self.batch_size,
-                    deadline=time.monotonic() + self.plan_budget,
+                    deadline=started + self.plan_budget,
                     keep_lease=self._keep_lease,
+                    metrics=self.metrics is not None,
                 )
                 self.stats.claims += 1
                 if result.fenced:
@@ -299,10 +355,16 @@ class Scheduler(DatabaseLoop):
                     "fire refused: lease epoch %d is no longer ours instance=%s; stepping down",
                     fence.epoch,
                     self.instance_id,
+                    extra={"instance": self.instance_id, "epoch": fence.epoch},
                 )
+                if self.metrics is not None:
+                    self.metrics.fence_refused()
+                    self.metrics.lost_leadership()
                 self.lease.step_down()
                 return 0.0
             if result.claimed:
+                if self.metrics is not None:
+                    self.metrics.batch(result, time.monotonic() - started)
                 self._count(result, fence.epoch)
             if due is not None:
                 # Less the time the commit took since the due time was read.
@@ -319,25 +381,34 @@ class Scheduler(DatabaseLoop):
         self.stats.duplicates += result.duplicates
         self.stats.set_aside += result.set_aside
         self.stats.deferred += result.deferred
+        context = {"instance": self.instance_id, "epoch": epoch}
         logger.info(
             "fired %d schedule(s)%s instance=%s epoch=%d",
             result.fired,
             f": {result.names}" if result.names else "",
             self.instance_id,
             epoch,
+            extra={**context, "schedules": result.names} if result.names else context,
         )
         if result.duplicates:
             logger.warning(
                 "skipped %d slot(s) that had already fired (refused by the database)",
                 result.duplicates,
+                extra=context,
             )
         for schedule_id, why in result.aside:
-            logger.error("set aside schedule %s: it cannot be planned: %s", schedule_id, why)
+            logger.error(
+                "set aside schedule %s: it cannot be planned: %s",
+                schedule_id,
+                why,
+                extra={**context, "schedule": schedule_id},
+            )
         if result.deferred:
             logger.warning(
                 "planning took longer than %.2fs: %d schedule(s) left for the next batch",
                 self.plan_budget,
                 result.deferred,
+                extra=context,
             )
 
     def _wait_for(self, due: NextDue, elapsed: float = 0.0) -> float:
@@ -370,6 +441,9 @@ class Scheduler(DatabaseLoop):
             role = "leader" if self.lease.is_leader else "standby"
         with connections[self.using].cursor() as cursor:
             presence.report(cursor, self.instance_id, role, self.lease.epoch)
+        self._presence_at = time.monotonic()
+        if self.metrics is not None and role == "standby":
+            self.metrics.heartbeat()
         # With buckets every instance's presence is its membership: report every heartbeat.
         leading = self.lease.is_leader or bucketed
         period = self.heartbeat_seconds if leading else self.lease.lease_seconds
@@ -432,5 +506,11 @@ class Scheduler(DatabaseLoop):
 
     def on_connection_lost(self) -> None:
         if self.lease.is_leader:
-            logger.warning("stepping down: connection lost instance=%s", self.instance_id)
+            logger.warning(
+                "stepping down: connection lost instance=%s",
+                self.instance_id,
+                extra={"instance": self.instance_id, "epoch": self.lease.epoch},
+            )
+            if self.metrics is not None:
+                self.metrics.lost_leadership()
         self.lease.step_down()

@@ -7,7 +7,13 @@ from django.core.management.base import BaseCommand, CommandError
 
 from django_dsched.conf import app_settings
 from django_dsched.management._arguments import instance_id, positive_float, positive_int, topic
-from django_dsched.management._process import configure_logging, stop_on_signals
+from django_dsched.management._process import (
+    add_endpoint_arguments,
+    configure_logging,
+    endpoints,
+    require_metrics,
+    stop_on_signals,
+)
 from django_dsched.outbox.relay import Relay
 
 
@@ -63,6 +69,7 @@ class Command(BaseCommand):
             type=positive_int,
             help="Stop after this many rounds of the loop (for tests and operators).",
         )
+        add_endpoint_arguments(parser)
 
     def handle(
         self,
@@ -75,19 +82,32 @@ class Command(BaseCommand):
         topics: list[str] | None,
         once: bool,
         max_iterations: int | None,
+        metrics_port: int = 0,
+        health_port: int = 0,
+        database_metrics: bool = False,
         **options: Any,
     ) -> None:
         if once and max_iterations:
             raise CommandError("Use --once or --max-iterations, not both.")
+        metrics_on = require_metrics(metrics_port, database_metrics)
         configure_logging(verbosity)
+        metrics = None
+        if metrics_on:
+            from django_dsched.metrics.relay import relay_metrics
+
+            metrics = relay_metrics()
         relay = Relay(
             instance_id=instance_id,
             batch_size=batch_size,
             batch_bytes=batch_bytes,
             poll_interval=poll_interval,
             topics=topics,
+            metrics=metrics,
         )
-        with stop_on_signals(relay):
+        with (
+            stop_on_signals(relay),
+            endpoints([relay], metrics_port, health_port, database_metrics),
+        ):
             if once:
                 delivered = relay.run_until_idle()
                 if verbosity:

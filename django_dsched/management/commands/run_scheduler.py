@@ -1,16 +1,39 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import BaseCommand, CommandError
 
 from django_dsched.conf import app_settings
 from django_dsched.exceptions import BucketCountMismatch
 from django_dsched.management._arguments import instance_id, positive_float, positive_int
-from django_dsched.management._process import configure_logging, relay_thread, stop_on_signals
+from django_dsched.management._process import (
+    add_endpoint_arguments,
+    configure_logging,
+    endpoints,
+    relay_thread,
+    require_metrics,
+    stop_on_signals,
+)
 from django_dsched.outbox.relay import Relay
 from django_dsched.scheduler import Scheduler
+
+if TYPE_CHECKING:
+    from django_dsched.metrics.relay import RelayMetrics
+    from django_dsched.metrics.scheduler import SchedulerMetrics
+
+
+def scheduler_metrics() -> SchedulerMetrics:
+    from django_dsched.metrics.scheduler import scheduler_metrics
+
+    return scheduler_metrics()
+
+
+def relay_metrics() -> RelayMetrics:
+    from django_dsched.metrics.relay import relay_metrics
+
+    return relay_metrics()
 
 
 class Command(BaseCommand):
@@ -57,6 +80,7 @@ class Command(BaseCommand):
                 "connection (one command for small deployments; off by default)."
             ),
         )
+        add_endpoint_arguments(parser)
 
     def handle(
         self,
@@ -68,17 +92,34 @@ class Command(BaseCommand):
         once: bool,
         max_iterations: int | None,
         with_relay: bool = False,
+        metrics_port: int = 0,
+        health_port: int = 0,
+        database_metrics: bool = False,
         **options: Any,
     ) -> None:
         if once and max_iterations:
             raise CommandError("Use --once or --max-iterations, not both.")
+        metrics_on = require_metrics(metrics_port, database_metrics)
         configure_logging(verbosity)
         scheduler = Scheduler(
-            instance_id=instance_id, batch_size=batch_size, poll_interval=poll_interval
+            instance_id=instance_id,
+            batch_size=batch_size,
+            poll_interval=poll_interval,
+            metrics=scheduler_metrics() if metrics_on else None,
         )
-        relay = Relay(instance_id=f"{scheduler.instance_id}/relay") if with_relay else None
+        relay = (
+            Relay(
+                instance_id=f"{scheduler.instance_id}/relay",
+                metrics=relay_metrics() if metrics_on else None,
+            )
+            if with_relay
+            else None
+        )
         try:
-            self._run(scheduler, relay, once, max_iterations, verbosity)
+            self._run(
+                scheduler, relay, once, max_iterations, verbosity,
+                metrics_port, health_port, database_metrics,
+            )
         except BucketCountMismatch as exc:
             # Another DSCHED_BUCKETS than the running cluster's: never join it.
             raise CommandError(str(exc)) from exc
@@ -90,8 +131,15 @@ class Command(BaseCommand):
         once: bool,
         max_iterations: int | None,
         verbosity: int,
+        metrics_port: int,
+        health_port: int,
+        database_metrics: bool,
     ) -> None:
-        with stop_on_signals(scheduler):
+        loops = [scheduler] if relay is None else [scheduler, relay]
+        with (
+            stop_on_signals(scheduler),
+            endpoints(loops, metrics_port, health_port, database_metrics),
+        ):
             if once:
                 fired = scheduler.run_until_idle()
                 if verbosity:

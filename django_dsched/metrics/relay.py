@@ -1,0 +1,77 @@
+"""The relay's own metrics: deliveries by transport and outcome, and their end-to-end latency.
+
+One :class:`RelayMetrics` per process (:func:`relay_metrics`), fed once per chunk sent and
+once per settle statement. The latency is the database time a delivery was recorded
+(``delivered_ts``) minus the fire's slot (the CloudEvent's ``scheduledtime``), both from
+the database's clock.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter as Tally
+from collections.abc import Iterable
+from datetime import datetime
+
+from django_dsched.metrics.registry import LAG_BUCKETS, BatchHistogram
+
+_lock = threading.Lock()
+_instance: RelayMetrics | None = None
+
+# Outcome labels of dsched_deliveries_total.
+DELIVERED, RETRY, DEAD_LETTER, LOST = "delivered", "retry", "dead_letter", "lost"
+
+
+class RelayMetrics:
+    """The ``dsched_*`` series of ``run_relay`` (on prometheus_client's registry)."""
+
+    def __init__(self) -> None:
+        from prometheus_client import REGISTRY, Counter
+
+        self.deliveries = Counter(
+            "dsched_deliveries",
+            "Delivery outcomes recorded by this process: delivered, retry (a failed attempt "
+            "to be retried), dead_letter, lost (the claim expired and another relay took it).",
+            ["transport", "outcome"],
+        )
+        self.attempts = Counter(
+            "dsched_delivery_attempts",
+            "Messages handed to a transport by this process (each attempt counts).",
+            ["transport"],
+        )
+        self.latency = BatchHistogram(
+            "dsched_delivery_latency_seconds",
+            "Seconds from a fire's slot to the database time its delivery was recorded.",
+            LAG_BUCKETS,
+        )
+        REGISTRY.register(self.latency)
+
+    def attempted(self, transport: str, count: int) -> None:
+        self.attempts.labels(transport).inc(count)
+
+    def settled(self, outcomes: Tally[tuple[str, str]], latencies: Iterable[float]) -> None:
+        """Record one settle statement: counts per (transport, outcome), and the
+        slot-to-delivered seconds of what was delivered."""
+        for (transport, outcome), count in outcomes.items():
+            self.deliveries.labels(transport, outcome).inc(count)
+        self.latency.observe_many(latencies)
+
+
+def slot_of(payload: dict[str, object]) -> datetime | None:
+    """The fire's slot from a CloudEvent payload (``scheduledtime``), if it has one."""
+    value = payload.get("scheduledtime")
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
+
+
+def relay_metrics() -> RelayMetrics:
+    """This process's :class:`RelayMetrics`, made (and registered) on first use."""
+    global _instance
+    with _lock:
+        if _instance is None:
+            _instance = RelayMetrics()
+        return _instance

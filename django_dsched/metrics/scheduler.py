@@ -1,0 +1,132 @@
+"""The scheduler's own metrics: what this process fired, how late, how its lease fares.
+
+One :class:`SchedulerMetrics` per process (:func:`scheduler_metrics`), fed once per batch
+by the loop (:meth:`SchedulerMetrics.batch`), never per fire. The fire lag is the database
+time of the write statement minus each fired slot, both from the database's clock.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from django_dsched.metrics.registry import DURATION_BUCKETS, LAG_BUCKETS, BatchHistogram
+
+if TYPE_CHECKING:
+    from django_dsched.scheduler.firing import BatchResult
+
+_lock = threading.Lock()
+_instance: SchedulerMetrics | None = None
+
+
+class SchedulerMetrics:
+    """The ``dsched_*`` series of ``run_scheduler`` (on prometheus_client's registry)."""
+
+    def __init__(self) -> None:
+        from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+
+        self.fires = Counter(
+            "dsched_fires",
+            "Slots fired by this process's committed batches (a slot refused as already fired "
+            "also counts in dsched_duplicate_slots_total).",
+            ["topic"],
+        )
+        self.fire_lag = BatchHistogram(
+            "dsched_fire_lag_seconds",
+            "Seconds from each fired slot to the database time of the statement that wrote "
+            "its fire (database clock).",
+            LAG_BUCKETS,
+        )
+        REGISTRY.register(self.fire_lag)
+        self.misfires = Counter(
+            "dsched_misfires",
+            "Schedules whose fire skipped or coalesced missed slots (misfire_count increments).",
+        )
+        self.duplicates = Counter(
+            "dsched_duplicate_slots",
+            "Slots the database refused because they had already fired.",
+        )
+        self.set_aside = Counter(
+            "dsched_set_aside",
+            "Schedules this process set aside because they could not be planned.",
+        )
+        self.deferred = Counter(
+            "dsched_deferred_schedules",
+            "Claimed schedules left for the next batch because planning ran out of time.",
+        )
+        self.batch_duration = Histogram(
+            "dsched_batch_duration_seconds",
+            "Seconds one fire batch took, claim to commit (process monotonic clock).",
+            buckets=DURATION_BUCKETS,
+        )
+        self.leadership_changes = Counter(
+            "dsched_leadership_changes",
+            "Times this process took or lost the lease.",
+            ["change"],
+        )
+        self.renew_failures = Counter(
+            "dsched_lease_renew_failures",
+            "Lease renewals that found the lease held by another instance.",
+        )
+        self.fenced = Counter(
+            "dsched_fenced_batches",
+            "Batches refused by the fence (the lease was no longer ours); nothing was written.",
+        )
+        self.leader = Gauge("dsched_leader", "1 while this process holds the lease, else 0.")
+        self.heartbeat_age = Gauge(
+            "dsched_heartbeat_age_seconds",
+            "Seconds since this process last wrote its lease (leader) or presence (standby) "
+            "heartbeat.",
+        )
+        self._heartbeat_at = time.monotonic()
+        self.heartbeat_age.set_function(lambda: time.monotonic() - self._heartbeat_at)
+
+    # -- fed by the loop ----------------------------------------------------------------------
+    def batch(self, result: BatchResult, seconds: float) -> None:
+        """Record one committed batch (``seconds``: its duration, claim to commit)."""
+        self.batch_duration.observe(seconds)
+        if result.topics:
+            for topic, count in result.topics.items():
+                self.fires.labels(topic).inc(count)
+        written = result.written_us
+        if written is not None and result.slots:
+            self.fire_lag.observe_many(
+                (written - slot) / 1e6 for slot in result.slots if slot is not None
+            )
+        if result.misfired:
+            self.misfires.inc(result.misfired)
+        if result.duplicates:
+            self.duplicates.inc(result.duplicates)
+        if result.set_aside:
+            self.set_aside.inc(result.set_aside)
+        if result.deferred:
+            self.deferred.inc(result.deferred)
+
+    def became_leader(self) -> None:
+        self.leadership_changes.labels("acquired").inc()
+        self.leader.set(1)
+        self.heartbeat()
+
+    def lost_leadership(self) -> None:
+        self.leadership_changes.labels("lost").inc()
+        self.leader.set(0)
+
+    def renew_failed(self) -> None:
+        self.renew_failures.inc()
+
+    def fence_refused(self) -> None:
+        self.fenced.inc()
+
+    def heartbeat(self) -> None:
+        """A lease or presence heartbeat was written."""
+        self._heartbeat_at = time.monotonic()
+
+
+def scheduler_metrics() -> SchedulerMetrics:
+    """This process's :class:`SchedulerMetrics`, made (and registered) on first use."""
+    global _instance
+    with _lock:
+        if _instance is None:
+            _instance = SchedulerMetrics()
+        return _instance

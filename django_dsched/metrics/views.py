@@ -1,0 +1,58 @@
+"""A Django view serving the database-wide gauges in Prometheus's text format.
+
+For deployments that scrape the web tier: include ``django_dsched.metrics.urls`` and scrape
+it with ``Authorization: Bearer <DSCHED_METRICS_TOKEN>``, or as a logged-in user with the
+``dsched.view_schedule`` permission. Every web worker answers the same (the gauges come from
+the database), so no multi-process setup is needed for it.
+"""
+
+from __future__ import annotations
+
+import hmac
+
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+
+from django_dsched.conf import app_settings
+from django_dsched.metrics import INSTALL_HINT, available
+
+_collector = None
+
+
+def _allowed(request: HttpRequest) -> bool:
+    token = app_settings.METRICS_TOKEN
+    header = request.headers.get("Authorization", "")
+    if token and header.startswith("Bearer "):
+        return hmac.compare_digest(header[len("Bearer ") :].encode(), token.encode())
+    user = getattr(request, "user", None)  # None without the authentication middleware
+    return user is not None and user.is_authenticated and user.has_perm("dsched.view_schedule")
+
+
+@never_cache
+@require_GET
+def metrics(request: HttpRequest) -> HttpResponse:
+    """The gauges of :mod:`django_dsched.metrics.database`, in the format the scraper asks
+    for (Prometheus text or OpenMetrics)."""
+    global _collector
+    if not _allowed(request):
+        if getattr(request, "user", None) is not None and request.user.is_authenticated:
+            return HttpResponse("metrics need the dsched.view_schedule permission\n", status=403)
+        response = HttpResponse("metrics need a bearer token or a login\n", status=401)
+        response["WWW-Authenticate"] = 'Bearer realm="dsched-metrics"'
+        return response
+    if not available():
+        return HttpResponse(f"metrics need prometheus_client: {INSTALL_HINT}\n", status=501)
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.exposition import choose_encoder
+
+    from django_dsched.metrics.database import DatabaseCollector
+
+    if _collector is None:
+        _collector = DatabaseCollector()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_collector)
+    # The format the scraper asks for (OpenMetrics or the text format), as prometheus_client's
+    # own server answers.
+    encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+    return HttpResponse(encoder(registry), content_type=content_type)
