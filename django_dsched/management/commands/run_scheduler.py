@@ -117,8 +117,14 @@ class Command(BaseCommand):
         )
         try:
             self._run(
-                scheduler, relay, once, max_iterations, verbosity,
-                metrics_port, health_port, database_metrics,
+                scheduler,
+                relay,
+                once,
+                max_iterations,
+                verbosity,
+                metrics_port,
+                health_port,
+                database_metrics,
             )
         except BucketCountMismatch as exc:
             # Another DSCHED_BUCKETS than the running cluster's: never join it.
