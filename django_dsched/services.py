@@ -9,13 +9,14 @@ rolled-back caller leaves nothing behind and every change is in the schedule's h
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections, transaction
-from django.db.models import QuerySet
+from django.db.models import DateTimeField, Field, Func, QuerySet
 from django.utils.translation import gettext as _
 
 from django_dsched import audit
@@ -37,6 +38,10 @@ def _atomic() -> transaction.Atomic:
     return transaction.atomic(using=app_settings.DATABASE)
 
 
+# Times a change is tried again when a schedule changed between the read and the write.
+MAX_ATTEMPTS = 20
+
+
 def _transition(
     schedules: QuerySet[Schedule],
     *,
@@ -45,30 +50,46 @@ def _transition(
     verb: str,
     actor: Any,
     change: Any = None,
-    accept: Callable[[Schedule], bool] | None = None,
+    accept: Callable[[Schedule, datetime], bool] | None = None,
     **details: Any,
 ) -> ChangeCount:
-    """Move each locked schedule whose state is ``allowed`` to ``target``, with an audit event.
+    """Move each schedule whose state is ``allowed`` to ``target``, with an audit event.
 
     ``change(schedule, now)`` may adjust more fields; it returns their names. ``accept``
     may turn more schedules away (they count as skipped).
+
+    Two statements, with no lock held between them: one reads the schedules and the
+    database's clock, one writes the changes and their audit events (:func:`_write`), each
+    row only if its ``aggregate_version`` is still the one read (compare-and-set). A row a
+    fire or another change moved meanwhile is read again and decided again (a fire in
+    flight is waited for by the write, as a lock would). So a change costs two round trips
+    and no transaction of its own.
     """
-    with _atomic():
-        locked = list(schedules.select_for_update().order_by("pk"))
-        eligible = [s for s in locked if s.state in allowed and (accept is None or accept(s))]
+    changed = skipped = 0
+    clock = Func(function="clock_timestamp", output_field=DateTimeField())
+    pending = schedules
+    for _attempt in range(MAX_ATTEMPTS):
+        rows = list(pending.annotate(dsched_now=clock).order_by("pk"))
+        if not rows:
+            break
+        now: datetime = rows[0].dsched_now
+        eligible = [s for s in rows if s.state in allowed and (accept is None or accept(s, now))]
+        skipped += len(rows) - len(eligible)
         if not eligible:
-            return ChangeCount(changed=0, skipped=len(locked))
-        now = database_now()
+            break
+        updates: list[tuple[Schedule, int, list[str]]] = []
         events = []
         for schedule in eligible:
+            read_version = schedule.aggregate_version
             before = schedule.state
             schedule.state = target
-            fields = ["state", "active", "aggregate_version", "updated_ts"]
+            fields = ["state", "active"]
             if change is not None:
                 fields += change(schedule, now)
+            schedule.active = schedule.state == ScheduleState.ACTIVE
             schedule.aggregate_version += 1
             schedule.updated_ts = now
-            schedule.save(update_fields=fields)
+            updates.append((schedule, read_version, fields))
             events.append(
                 audit.event_for(
                     schedule,
@@ -79,8 +100,70 @@ def _transition(
                     **details,
                 )
             )
-        Event.objects.bulk_create(events)
-    return ChangeCount(changed=len(eligible), skipped=len(locked) - len(eligible))
+        written = _write(updates, events, now)
+        changed += len(written)
+        moved = [schedule.pk for schedule, _v, _f in updates if schedule.pk not in written]
+        if not moved:
+            break
+        pending = Schedule.objects.filter(pk__in=moved)
+    else:
+        raise ConflictError(
+            _("These schedules kept changing while they were being changed; try again."),
+            code="conflict",
+        )
+    return ChangeCount(changed=changed, skipped=skipped)
+
+
+def _write(
+    updates: list[tuple[Schedule, int, list[str]]], events: list[Event], now: datetime
+) -> set[Any]:
+    """Write each schedule's ``fields`` (and its version and ``updated_ts``) where its
+    version is still the one read, and the audit events of the rows written, in one
+    statement. Returns the ids written."""
+    connection = connections[app_settings.DATABASE]
+    quote = connection.ops.quote_name
+    names = list(dict.fromkeys(name for _s, _v, fields in updates for name in fields))
+    columns = [
+        field for name in names if isinstance(field := Schedule._meta.get_field(name), Field)
+    ]
+    arrays = ", ".join(f"%s::{field.db_type(connection)}[]" for field in columns)
+    aliases = ", ".join(f"f{n}" for n in range(len(columns)))
+    sets = ", ".join(f"{quote(str(field.column))} = v.f{n}" for n, field in enumerate(columns))
+    statement = f"""
+        WITH v AS (
+            SELECT * FROM unnest(%s::uuid[], %s::bigint[], %s::uuid[], %s::jsonb[],
+                                 %s::jsonb[], {arrays})
+                AS v(id_, version_, event_id_, payload_, metadata_, {aliases})
+        ), c AS (
+            UPDATE {quote(Schedule._meta.db_table)} s
+            SET {sets}, aggregate_version = v.version_ + 1, updated_ts = %s
+            FROM v
+            WHERE s.schedule_id = v.id_ AND s.aggregate_version = v.version_
+            RETURNING s.schedule_id, s.host_id, s.aggregate_version, v.event_id_, v.payload_,
+                      v.metadata_
+        ), audit AS (
+            INSERT INTO {quote(Event._meta.db_table)} (id, host_id, aggregate_id,
+                aggregate_type, aggregate_version, event_type, event_ts, payload, metadata)
+            SELECT c.event_id_, c.host_id, c.schedule_id, 'Schedule', c.aggregate_version,
+                   %s, %s, c.payload_, c.metadata_
+            FROM c
+        )
+        SELECT schedule_id FROM c
+    """
+    params: list[Any] = [
+        [schedule.pk for schedule, _v, _f in updates],
+        [version for _s, version, _f in updates],
+        [event.id for event in events],
+        [json.dumps(event.payload) for event in events],
+        [json.dumps(event.metadata) for event in events],
+    ]
+    params += [
+        [getattr(schedule, field.attname) for schedule, _v, _f in updates] for field in columns
+    ]
+    params += [now, events[0].event_type, now]
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        return {row[0] for row in cursor.fetchall()}
 
 
 def pause(
@@ -141,7 +224,7 @@ def _resume(
         schedule.paused_reason, schedule.paused_until = "", None
         schedule.set_aside_reason, schedule.set_aside_ts = "", None
         fields = ["paused_reason", "paused_until", "set_aside_reason", "set_aside_ts"]
-        if not catch_up and schedule.next_slot_ts < since and planning_error(schedule) is None:
+        if not catch_up and schedule.next_slot_ts < since and planning_error(schedule, now) is None:
             schedule.place(since)
             fields += ["next_run_ts", "next_slot_ts", "state", "active"]
         return fields
@@ -153,19 +236,19 @@ def _resume(
         verb="resumed",
         actor=actor,
         change=replace,
-        accept=lambda schedule: (
-            schedule.state != ScheduleState.SET_ASIDE or planning_error(schedule) is None
+        accept=lambda schedule, now: (
+            schedule.state != ScheduleState.SET_ASIDE or planning_error(schedule, now) is None
         ),
         catch_up=catch_up,
     )
 
 
-def planning_error(schedule: Schedule) -> str | None:
+def planning_error(schedule: Schedule, now: datetime | None = None) -> str | None:
     """Why the scheduler could not plan ``schedule`` (as it would set it aside), or None."""
     try:
         table = schedule.timetable()
         table.slot_after(schedule.next_slot_ts)
-        table.slot_at_or_before(database_now())
+        table.slot_at_or_before(database_now() if now is None else now)
     except Exception as exc:  # whatever the fire path would trip on
         return reason(exc)
     return None
