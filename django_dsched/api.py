@@ -28,10 +28,11 @@ from django.db.models import Case, OuterRef, Q, QuerySet, Subquery, When
 from django.utils.translation import gettext as _
 
 from django_dsched import creates, services
+from django_dsched.bulk import bulk_cancel, bulk_create
 from django_dsched.changes import ChangeCount
 from django_dsched.clock import database_now
 from django_dsched.enums import DeliveryStatus, ScheduleState
-from django_dsched.exceptions import ValidationError
+from django_dsched.exceptions import BulkValidationError, ValidationError
 from django_dsched.models import OutboxMessage, Schedule
 from django_dsched.models.schedule import resolve_host
 from django_dsched.specs import OPTIONS, Cron, Interval, Once
@@ -381,9 +382,15 @@ def schedules(
 
 
 __all__ = [
+    "BulkValidationError",
+    "Cron",
     "DeliveryStatus",
+    "Interval",
+    "Once",
     "Status",
     "backfill",
+    "bulk_cancel",
+    "bulk_create",
     "cancel",
     "create_cron",
     "create_interval",

@@ -128,57 +128,90 @@ def _columns(schedule: Schedule) -> list[Field[Any, Any]]:
     return [field for field in Schedule._meta.concrete_fields if str(field.column) not in skipped]
 
 
-_statements: dict[tuple[tuple[str | None, ...], tuple[str, ...], bool, str], str] = {}
+_statements: dict[tuple[Any, ...], str] = {}
 
 
-def _statement(columns: list[Field[Any, Any]], returned: list[str], *, single: bool) -> str:
+def _statement(
+    columns: list[Field[Any, Any]], returned: list[str], *, single: bool, shared: frozenset[str]
+) -> str:
     key = (
-        tuple(field.column for field in columns),
+        tuple(str(field.column) for field in columns),
         tuple(returned),
         single,
+        shared,
         app_settings.DATABASE,
     )
     if key not in _statements:
-        _statements[key] = _build_statement(columns, returned, single=single)
+        _statements[key] = _build_statement(columns, returned, single=single, shared=shared)
     return _statements[key]
 
 
-def _build_statement(columns: list[Field[Any, Any]], returned: list[str], *, single: bool) -> str:
-    """The INSERT of schedules and their "created" events.
+def _build_statement(
+    columns: list[Field[Any, Any]], returned: list[str], *, single: bool, shared: frozenset[str]
+) -> str:
+    """The INSERT of schedules and their "created" events, with named parameters.
 
-    ``single``: one row as ``VALUES`` (cheaper to plan); else one array per column,
-    unnested (one statement for thousands of rows, with a constant number of parameters).
+    ``single``: one row as ``VALUES`` (cheaper to plan). Else the values that differ
+    between rows are arrays, unnested (one statement for thousands of rows); those in
+    ``shared`` (the same in every row: the topic of 10,000 reminders) are one parameter.
     """
     connection = connections[app_settings.DATABASE]
     quote = connection.ops.quote_name
     names = ", ".join(quote(str(field.column)) for field in columns)
     back = ", ".join(f"c.{quote(column)}" for column in returned)
+
+    def scalar(name: str, db_type: str) -> str:
+        return f"%({name})s::{db_type}"
+
     if single:
-        values = ", ".join(
-            "coalesce(%s::timestamptz, statement_timestamp() + %s::interval)"
-            if field.attname in TIMED
-            else f"%s::{field.db_type(connection)}"
+        inputs = {
+            str(field.column): scalar(str(field.column), field.db_type(connection) or "")
             for field in columns
-        )
-        source = f"VALUES ({values})"
-        head = ""
-        event_id, join, order = "%s::uuid", "", "1"
+        }
+        inputs["delay_"] = scalar("delay_", "interval")
+        inputs["event_id_"] = scalar("event_id_", "uuid")
+        head, source_from, join, order = "", "", "", "1"
     else:
-        arrays = ", ".join(f"%s::{field.db_type(connection)}[]" for field in columns)
-        aliases = ", ".join(f"c{n}" for n in range(len(columns)))
-        values = ", ".join(
-            f"coalesce(i.c{n}, statement_timestamp() + i.delay_)"
-            if field.attname in TIMED
-            else f"i.c{n}"
-            for n, field in enumerate(columns)
+        arrays = [
+            (str(field.column), f"{field.db_type(connection)}")
+            for field in columns
+            if str(field.column) not in shared
+        ]
+        arrays += [
+            (name, db_type)
+            for name, db_type in (("delay_", "interval"), ("event_id_", "uuid"))
+            if name not in shared
+        ]
+        inputs = {
+            str(field.column): scalar(str(field.column), field.db_type(connection) or "")
+            for field in columns
+            if str(field.column) in shared
+        }
+        inputs.update(
+            {
+                name: scalar(name, db_type)
+                for name, db_type in (("delay_", "interval"), ("event_id_", "uuid"))
+                if name in shared
+            }
         )
-        pk = next(n for n, field in enumerate(columns) if field.primary_key)
+        inputs.update({name: f"i.a{n}" for n, (name, _type) in enumerate(arrays)})
+        unnest = ", ".join(
+            scalar(f"a{n}", f"{db_type}[]") for n, (_name, db_type) in enumerate(arrays)
+        )
+        aliases = ", ".join(f"a{n}" for n in range(len(arrays)))
         head = f"""i AS (
-            SELECT * FROM unnest({arrays}, %s::interval[], %s::uuid[])
-                WITH ORDINALITY AS i({aliases}, delay_, event_id_, ord_)
+            SELECT * FROM unnest({unnest}) WITH ORDINALITY AS i({aliases}, ord_)
         ), """
-        source = f"SELECT {values} FROM i ORDER BY i.ord_"
-        event_id, join, order = "i.event_id_", f" JOIN i ON i.c{pk} = c.schedule_id", "i.ord_"
+        source_from = " FROM i ORDER BY i.ord_"
+        join = f" JOIN i ON {inputs['schedule_id']} = c.schedule_id"
+        order = "i.ord_"
+    values = ", ".join(
+        f"coalesce({inputs[str(field.column)]}, statement_timestamp() + {inputs['delay_']})"
+        if field.attname in TIMED
+        else inputs[str(field.column)]
+        for field in columns
+    )
+    source = f"VALUES ({values})" if single else f"SELECT {values}{source_from}"
     return f"""
         WITH {head}c AS (
             INSERT INTO {quote(Schedule._meta.db_table)} ({names})
@@ -188,11 +221,11 @@ def _build_statement(columns: list[Field[Any, Any]], returned: list[str], *, sin
         ), audit AS (
             INSERT INTO {quote(Event._meta.db_table)} (id, host_id, aggregate_id, aggregate_type,
                 aggregate_version, event_type, event_ts, payload, metadata)
-            SELECT {event_id}, c.host_id, c.schedule_id, 'Schedule', c.aggregate_version,
-                %s, c.created_ts,
-                jsonb_build_object('actor', %s::text, 'at', c.created_ts,
+            SELECT {inputs["event_id_"]}, c.host_id, c.schedule_id, 'Schedule',
+                c.aggregate_version, %(event_type_)s, c.created_ts,
+                jsonb_build_object('actor', %(actor_)s::text, 'at', c.created_ts,
                                    'definition', {audit.definition_sql("c")}),
-                jsonb_build_object('actor', %s::text, 'schedule_name', c.schedule_name,
+                jsonb_build_object('actor', %(actor_)s::text, 'schedule_name', c.schedule_name,
                                    'origin', c.origin)
             FROM c{join}
         )
@@ -217,40 +250,49 @@ def insert(items: Sequence[Prepared], *, actor: Any) -> None:
     connection = connections[app_settings.DATABASE]
     who = audit.actor_name(actor)
     columns = _columns(items[0].schedule)
-    returned = [*TIMED, *database_defaults(items[0].schedule)]
+    # Read back: the time (of a delay=) and what the database filled in. ``updated_ts``
+    # is ``created_ts`` (both now()); ``next_run_ts`` and ``next_slot_ts`` of a delay= are
+    # its start (no jitter: see Preparer._once_time).
+    returned = ["start_ts", *(c for c in database_defaults(items[0].schedule) if c != "updated_ts")]
     single = len(items) == 1
-    statement = _statement(columns, returned, single=single)
     by_column = {str(field.column): field for field in Schedule._meta.concrete_fields}
     assert Event._meta.pk is not None
     new_event_id = Event._meta.pk.get_default
     for offset in range(0, len(items), CHUNK):
         chunk = items[offset : offset + CHUNK]
         schedules = [item.schedule for item in chunk]
-        params: list[Any]
-        if single:
-            item = chunk[0]
-            params = []
-            for field in columns:
-                params.append(_value(field, getattr(item.schedule, field.attname)))
-                if field.attname in TIMED:
-                    params.append(item.delay)
-            params.append(new_event_id())
-        else:
-            params = [
-                [_value(field, getattr(schedule, field.attname)) for schedule in schedules]
-                for field in columns
+        inputs: dict[str, list[Any]] = {
+            str(field.column): [
+                _value(field, schedule.__dict__[field.attname]) for schedule in schedules
             ]
-            params += [[item.delay for item in chunk], [new_event_id() for _item in chunk]]
-        params += [audit.PREFIX + "created", who, who]
+            for field in columns
+        }
+        inputs["delay_"] = [item.delay for item in chunk]
+        inputs["event_id_"] = [new_event_id() for _item in chunk]
+        shared = frozenset(
+            name
+            for name, values in inputs.items()
+            if not single and name not in ("schedule_id", "event_id_") and _same(values)
+        )
+        statement = _statement(columns, returned, single=single, shared=shared)
+        params: dict[str, Any] = {"event_type_": audit.PREFIX + "created", "actor_": who}
+        if single:
+            params.update({name: values[0] for name, values in inputs.items()})
+        else:
+            params.update({name: inputs[name][0] for name in shared})
+            arrays = [name for name in inputs if name not in shared]
+            params.update({f"a{n}": inputs[name] for n, name in enumerate(arrays)})
         try:
             with connection.cursor() as cursor:
                 cursor.execute(statement, params)
                 rows = cursor.fetchall()
         except IntegrityError as exc:
             raise constraint_error(exc, schedules[0] if len(schedules) == 1 else None) from exc
-        inserted = {row[0] - 1 for row in rows}
+        inserted = set()
         for row in rows:
-            schedule = schedules[row[0] - 1]
+            index = row[0] - 1
+            inserted.add(index)
+            schedule = schedules[index]
             for column, value in zip(returned, row[1:], strict=True):
                 field = by_column[column]
                 converter = getattr(field, "from_db_value", None)
@@ -259,11 +301,19 @@ def insert(items: Sequence[Prepared], *, actor: Any) -> None:
                     field.attname,
                     converter(value, None, connection) if converter else value,
                 )
+            schedule.updated_ts = schedule.created_ts
+            if chunk[index].delay is not None:
+                schedule.next_run_ts = schedule.next_slot_ts = schedule.start_ts
             schedule._state.adding = False
             schedule._state.db = connection.alias
         for n, item in enumerate(chunk):
             if n not in inserted:
                 item.created = False
+
+
+def _same(values: list[Any]) -> bool:
+    first = values[0]
+    return all(value == first and type(value) is type(first) for value in values)
 
 
 def existing_by_key(items: Sequence[Prepared]) -> dict[tuple[uuid.UUID, str], Schedule]:

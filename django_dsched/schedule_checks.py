@@ -49,6 +49,13 @@ def _maybe(value: Any, test: Callable[[Any], bool]) -> bool:
     return value is None or test(value)
 
 
+_UNITS = frozenset([*FrequencyUnit.values, ""])
+_KINDS = frozenset(ScheduleKind.values)
+_POLICIES = frozenset(MisfirePolicy.values)
+_ORIGINS = frozenset(ScheduleOrigin.values)
+_STATES = frozenset(ScheduleState.values)
+
+
 # name: (the fields the constraint reads, whether a schedule satisfies it). A constraint
 # reading a field that already has an error is not checked, as full_clean() does.
 TWINS: dict[str, tuple[tuple[str, ...], Callable[[Schedule], bool]]] = {
@@ -58,11 +65,11 @@ TWINS: dict[str, tuple[tuple[str, ...], Callable[[Schedule], bool]]] = {
     ),
     "dsched_schedule_unit_valid": (
         ("frequency_unit",),
-        lambda s: _maybe(s.frequency_unit, lambda v: v in [*FrequencyUnit.values, ""]),
+        lambda s: _maybe(s.frequency_unit, lambda v: v in _UNITS),
     ),
     "dsched_schedule_kind_valid": (
         ("schedule_kind",),
-        lambda s: _maybe(s.schedule_kind, lambda v: v in ScheduleKind.values),
+        lambda s: _maybe(s.schedule_kind, lambda v: v in _KINDS),
     ),
     "dsched_schedule_interval_complete": (
         ("schedule_kind", "frequency_time", "frequency_unit"),
@@ -77,11 +84,11 @@ TWINS: dict[str, tuple[tuple[str, ...], Callable[[Schedule], bool]]] = {
     ),
     "dsched_schedule_misfire_policy_valid": (
         ("misfire_policy",),
-        lambda s: _maybe(s.misfire_policy, lambda v: v in MisfirePolicy.values),
+        lambda s: _maybe(s.misfire_policy, lambda v: v in _POLICIES),
     ),
     "dsched_schedule_origin_valid": (
         ("origin",),
-        lambda s: _maybe(s.origin, lambda v: v in ScheduleOrigin.values),
+        lambda s: _maybe(s.origin, lambda v: v in _ORIGINS),
     ),
     "dsched_schedule_end_after_start": (
         ("end_ts", "start_ts"),
@@ -101,7 +108,7 @@ TWINS: dict[str, tuple[tuple[str, ...], Callable[[Schedule], bool]]] = {
     ),
     "dsched_schedule_state_valid": (
         ("state",),
-        lambda s: _maybe(s.state, lambda v: v in ScheduleState.values),
+        lambda s: _maybe(s.state, lambda v: v in _STATES),
     ),
     "dsched_schedule_active_matches_state": (
         ("active", "state"),
@@ -152,36 +159,49 @@ class FieldCache:
 
     def __init__(self) -> None:
         self._results: dict[tuple[str, type, Hashable], tuple[Any, Any]] = {}
+        self._fields = [
+            (field, field.attname, field.name, field.blank, field.empty_values, field.primary_key)
+            for field in Schedule._meta.fields
+            if not field.generated
+        ]
 
     def clean_fields(self, schedule: Schedule) -> dict[str, list[Any]]:
         """``Model.clean_fields()``: set each field's cleaned value; return the errors."""
         errors: dict[str, list[Any]] = {}
-        for field in Schedule._meta.fields:
-            raw = getattr(schedule, field.attname)
-            if field.blank and raw in field.empty_values:
+        values = schedule.__dict__
+        results = self._results
+        for field, attname, name, blank, empty, primary in self._fields:
+            raw = values[attname]
+            if blank and raw in empty:
                 continue
-            if isinstance(raw, DatabaseDefault) or field.generated:
+            if isinstance(raw, DatabaseDefault):
                 continue
-            try:
-                key = None if field.primary_key else (field.attname, type(raw), raw)
-                hash(key)
-            except TypeError:
-                key = None
-            if key is not None and key in self._results:
-                cleaned, error = self._results[key]
-            else:
+            key: tuple[str, type, Hashable] | None = None
+            if not primary:
+                key = (attname, type(raw), raw)
                 try:
-                    cleaned, error = field.clean(raw, schedule), None
-                except django_exceptions.ValidationError as exc:
-                    cleaned, error = raw, exc.error_list
-                if key is not None:
-                    if len(self._results) >= self.LIMIT:
-                        self._results.clear()
-                    self._results[key] = (cleaned, error)
+                    found = results.get(key)
+                except TypeError:  # unhashable (event data): validated each time
+                    key, found = None, None
+                if found is not None:
+                    cleaned, error = found
+                    if error is not None:
+                        errors[name] = error
+                    else:
+                        values[attname] = cleaned
+                    continue
+            try:
+                cleaned, error = field.clean(raw, schedule), None
+            except django_exceptions.ValidationError as exc:
+                cleaned, error = raw, exc.error_list
+            if key is not None:
+                if len(results) >= self.LIMIT:
+                    results.clear()
+                results[key] = (cleaned, error)
             if error is not None:
-                errors[field.name] = error
+                errors[name] = error
             else:
-                setattr(schedule, field.attname, cleaned)
+                values[attname] = cleaned
         return errors
 
 
