@@ -102,6 +102,20 @@ class Preparer:
             schedule.place(schedule.start_ts)
         return Prepared(schedule, delay)
 
+    def prepare_instance(self, schedule: Schedule) -> Prepared:
+        """An unsaved ``Schedule`` built by a caller (admin, REST, declared schedules): no
+        start means now, as ``Schedule.save()`` has it."""
+        values = schedule.__dict__  # start_ts and next_run_ts are unset until saved
+        if values.get("start_ts") is None:
+            schedule.start_ts = self.clock.now()
+        validate_new(schedule, self.cache)
+        schedule.active = schedule.state == ScheduleState.ACTIVE
+        if schedule.schedule_kind != ScheduleKind.INTERVAL:
+            schedule.frequency_unit, schedule.frequency_time = "", None
+        if values.get("next_run_ts") is None:
+            schedule.place(schedule.start_ts)
+        return Prepared(schedule, None)
+
     def _once_time(self, schedule: Schedule, spec: Once) -> timedelta | None:
         if (spec.at is None) == (spec.delay is None):
             raise ValidationError(_("Give either at= or delay=."), code="at_or_delay")
@@ -337,16 +351,34 @@ def create(spec: Spec, *, actor: Any = None) -> Schedule:
     key exists): no transaction of its own, so it adds no BEGIN/COMMIT round trips and
     leaves a caller's transaction usable after a validation error.
     """
-    item = Preparer().prepare(spec)
+    return _create(Preparer().prepare(spec), actor=actor)[0]
+
+
+def create_instance(schedule: Schedule, *, actor: Any = None) -> tuple[Schedule, bool]:
+    """Insert the unsaved ``schedule`` (validated first) with its "created" event; or, if
+    its idempotency key exists, return the existing schedule. ``(schedule, created)``."""
+    return _create(Preparer().prepare_instance(schedule), actor=actor)
+
+
+def _create(item: Prepared, *, actor: Any) -> tuple[Schedule, bool]:
     insert([item], actor=actor)
     if item.created:
-        return item.schedule
+        return item.schedule, True
     key = item.schedule.idempotency_key
     if key is not None:
         existing = existing_by_key([item]).get((item.schedule.host_id, key))
         if existing is not None:
-            return existing
+            return existing, False
     raise unique_name_error(item.schedule)
 
 
-__all__ = ["MAX_DELAY", "Clock", "Prepared", "Preparer", "create", "existing_by_key", "insert"]
+__all__ = [
+    "MAX_DELAY",
+    "Clock",
+    "Prepared",
+    "Preparer",
+    "create",
+    "create_instance",
+    "existing_by_key",
+    "insert",
+]

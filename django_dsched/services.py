@@ -19,7 +19,7 @@ from django.db import connections, transaction
 from django.db.models import DateTimeField, Field, Func, QuerySet
 from django.utils.translation import gettext as _
 
-from django_dsched import audit
+from django_dsched import audit, creates
 from django_dsched.changes import ChangeCount
 from django_dsched.clock import database_now
 from django_dsched.conf import app_settings
@@ -406,21 +406,12 @@ def save_schedule(
     (a caller without those permissions, such as the admin for that user) it is refused
     with :class:`EditNotPermitted`, naming the field. Code is trusted: both default to True.
     """
+    if schedule._state.adding:
+        # Validated in Python, one INSERT with its "created" event (django_dsched.creates);
+        # with an idempotency key that exists, the existing schedule.
+        return creates.create_instance(schedule, actor=actor)[0]
     schedule.full_clean()
     with _atomic():
-        if schedule._state.adding:
-            schedule.save()
-            audit_event = audit.event_for(
-                schedule,
-                "created",
-                actor=actor,
-                at=schedule.created_ts
-                if isinstance(schedule.created_ts, datetime)
-                else database_now(),
-                definition=audit.definition(schedule),
-            )
-            audit_event.save()
-            return schedule
         current = Schedule.objects.select_for_update().get(pk=schedule.pk)
         if expected_version is not None and current.aggregate_version != expected_version:
             raise ConflictError(
