@@ -15,6 +15,17 @@ nothing written). Schedules are looked up by instance, id, or name within a host
                     event_type="reminder.send", data={"user": 42})
     api.pause("nightly-report", reason="quarter close", until=datetime(2026, 12, 1, tzinfo=UTC))
     api.status("nightly-report").next_fire
+
+    # Delayed messages: no name needed; a key makes the create idempotent.
+    api.create_once(delay=timedelta(minutes=15), topic="mail", event_type="reminder.send",
+                    key="order-42:reminder")
+    api.status(key="order-42:reminder").message_status  # PENDING, DELIVERED, ...
+    api.bulk_create([api.Once(at=deadline, topic="payments", event_type="payment.expire",
+                              key=f"pay-{n}") for n, deadline in deadlines])
+    api.bulk_cancel(keys=["pay-1", "pay-2"])
+
+A create is one statement (two when it must read the database's clock), a state change
+two; docs/python-api.md has the costs, the key rules and the bulk calls.
 """
 
 from __future__ import annotations

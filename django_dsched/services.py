@@ -126,15 +126,21 @@ def _write(
     columns = [
         field for name in names if isinstance(field := Schedule._meta.get_field(name), Field)
     ]
-    arrays = ", ".join(f"%s::{field.db_type(connection)}[]" for field in columns)
-    aliases = ", ".join(f"f{n}" for n in range(len(columns)))
+    single = len(updates) == 1
+    types = ["uuid", "bigint", "uuid", "jsonb", "jsonb"]
+    types += [str(field.db_type(connection)) for field in columns]
+    aliases = ["id_", "version_", "event_id_", "payload_", "metadata_"]
+    aliases += [f"f{n}" for n in range(len(columns))]
+    if single:  # one row: plain parameters plan faster than arrays
+        source = "SELECT " + ", ".join(
+            f"%s::{db_type} AS {alias}" for db_type, alias in zip(types, aliases, strict=True)
+        )
+    else:
+        arrays = ", ".join(f"%s::{db_type}[]" for db_type in types)
+        source = f"SELECT * FROM unnest({arrays}) AS v({', '.join(aliases)})"
     sets = ", ".join(f"{quote(str(field.column))} = v.f{n}" for n, field in enumerate(columns))
     statement = f"""
-        WITH v AS (
-            SELECT * FROM unnest(%s::uuid[], %s::bigint[], %s::uuid[], %s::jsonb[],
-                                 %s::jsonb[], {arrays})
-                AS v(id_, version_, event_id_, payload_, metadata_, {aliases})
-        ), c AS (
+        WITH v AS ({source}), c AS (
             UPDATE {quote(Schedule._meta.db_table)} s
             SET {sets}, aggregate_version = v.version_ + 1, updated_ts = %s
             FROM v
@@ -160,6 +166,8 @@ def _write(
     params += [
         [getattr(schedule, field.attname) for schedule, _v, _f in updates] for field in columns
     ]
+    if single:
+        params = [values[0] for values in params]
     params += [now, events[0].event_type, now]
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
