@@ -149,9 +149,9 @@ def bulk_cancel(
 
     All or nothing: a reference that names no schedule, or one given twice, raises
     :class:`BulkValidationError` (index into ``refs``, then into ``keys``, counted on from
-    the end of ``refs``) and nothing is cancelled. Three statements per call: one resolves
-    the references, one reads the schedules and the clock, one writes the changes and
-    their audit events.
+    the end of ``refs``) and nothing is cancelled. Two statements per call: one resolves
+    the references, one locks and cancels the schedules and writes their audit events
+    (whole or absent).
     """
     ref_list = _bounded(refs, _("items"))
     key_list = _bounded(keys, _("items"))
@@ -211,8 +211,7 @@ def bulk_cancel(
         )
     if not found:
         return ChangeCount(changed=0, skipped=0)
-    with transaction.atomic(using=app_settings.DATABASE):
-        return services.cancel(Schedule.objects.filter(pk__in=found), actor=actor)
+    return services.cancel_ids(sorted(found), actor=actor)
 
 
 __all__ = ["bulk_cancel", "bulk_create"]

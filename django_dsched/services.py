@@ -273,6 +273,68 @@ def cancel(schedules: QuerySet[Schedule], *, actor: Any = None) -> ChangeCount:
     )
 
 
+CANCELLABLE = [
+    ScheduleState.ACTIVE.value,
+    ScheduleState.PAUSED.value,
+    ScheduleState.SET_ASIDE.value,
+]
+
+
+def cancel_ids(ids: list[Any], *, actor: Any = None) -> ChangeCount:
+    """:func:`cancel` of the schedules with these ids in one statement (for bulk calls):
+    it locks them (waiting for a fire in flight), cancels those that may be cancelled and
+    writes their audit events, all in SQL, with no row read into Python."""
+    if not ids:
+        return ChangeCount(changed=0, skipped=0)
+    connection = connections[app_settings.DATABASE]
+    quote = connection.ops.quote_name
+    table, events = quote(Schedule._meta.db_table), quote(Event._meta.db_table)
+    assert Event._meta.pk is not None
+    new_event_id = Event._meta.pk.get_default
+    statement = f"""
+        WITH w AS (
+            SELECT * FROM unnest(%(ids)s::uuid[], %(event_ids)s::uuid[]) AS w(id_, event_id_)
+        ), old AS (
+            SELECT s.schedule_id, s.state, w.event_id_
+            FROM {table} s JOIN w ON s.schedule_id = w.id_
+            ORDER BY s.schedule_id
+            FOR UPDATE OF s
+        ), c AS (
+            UPDATE {table} s
+            SET state = %(target)s, active = false,
+                aggregate_version = s.aggregate_version + 1, updated_ts = statement_timestamp()
+            FROM old
+            WHERE s.schedule_id = old.schedule_id AND old.state = ANY(%(allowed)s)
+            RETURNING s.schedule_id, s.host_id, s.aggregate_version, s.schedule_name, s.origin,
+                      s.updated_ts, old.state AS before, old.event_id_
+        ), audit AS (
+            INSERT INTO {events} (id, host_id, aggregate_id, aggregate_type, aggregate_version,
+                event_type, event_ts, payload, metadata)
+            SELECT c.event_id_, c.host_id, c.schedule_id, 'Schedule', c.aggregate_version,
+                   %(event_type)s, c.updated_ts,
+                   jsonb_build_object('actor', %(actor)s::text, 'at', c.updated_ts,
+                       'changes', jsonb_build_object(
+                           'state', jsonb_build_array(c.before, %(target)s::text))),
+                   jsonb_build_object('actor', %(actor)s::text,
+                       'schedule_name', c.schedule_name, 'origin', c.origin)
+            FROM c
+        )
+        SELECT (SELECT count(*) FROM old), (SELECT count(*) FROM c)
+    """
+    params = {
+        "ids": ids,
+        "event_ids": [new_event_id() for _id in ids],
+        "target": ScheduleState.CANCELLED.value,
+        "allowed": CANCELLABLE,
+        "event_type": audit.PREFIX + "cancelled",
+        "actor": audit.actor_name(actor),
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        locked, changed = cursor.fetchone()
+    return ChangeCount(changed=changed, skipped=locked - changed)
+
+
 def resume_expired_pauses(limit: int = 100) -> int:
     """Resume schedules whose pause ended (the leader calls this every heartbeat).
 
