@@ -321,7 +321,7 @@ def cancel_ids(ids: list[Any], *, actor: Any = None) -> ChangeCount:
         )
         SELECT (SELECT count(*) FROM old), (SELECT count(*) FROM c)
     """
-    params = {
+    params: dict[str, Any] = {
         "ids": ids,
         "event_ids": [new_event_id() for _id in ids],
         "target": ScheduleState.CANCELLED.value,
