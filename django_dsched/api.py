@@ -15,6 +15,17 @@ nothing written). Schedules are looked up by instance, id, or name within a host
                     event_type="reminder.send", data={"user": 42})
     api.pause("nightly-report", reason="quarter close", until=datetime(2026, 12, 1, tzinfo=UTC))
     api.status("nightly-report").next_fire
+
+    # Delayed messages: no name needed; a key makes the create idempotent.
+    api.create_once(delay=timedelta(minutes=15), topic="mail", event_type="reminder.send",
+                    key="order-42:reminder")
+    api.status(key="order-42:reminder").message_status  # PENDING, DELIVERED, ...
+    api.bulk_create([api.Once(at=deadline, topic="payments", event_type="payment.expire",
+                              key=f"pay-{n}") for n, deadline in deadlines])
+    api.bulk_cancel(keys=["pay-1", "pay-2"])
+
+A create is one statement (two when it must read the database's clock), a state change
+two; docs/python-api.md has the costs, the key rules and the bulk calls.
 """
 
 from __future__ import annotations
@@ -24,64 +35,85 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Case, OuterRef, Q, QuerySet, Subquery, When
+from django.utils.translation import gettext as _
 
-from django_dsched import services
+from django_dsched import creates, services
+from django_dsched.bulk import bulk_cancel, bulk_create
+from django_dsched.changes import ChangeCount
 from django_dsched.clock import database_now
-from django_dsched.enums import DeliveryStatus, ScheduleKind, ScheduleOrigin, ScheduleState
-from django_dsched.exceptions import ValidationError
+from django_dsched.enums import DeliveryStatus, ScheduleState
+from django_dsched.exceptions import BulkValidationError, ValidationError
 from django_dsched.models import OutboxMessage, Schedule
 from django_dsched.models.schedule import resolve_host
 from django_dsched.outbox import runs
+from django_dsched.specs import OPTIONS, Cron, Interval, Once
 
 ScheduleRef = Schedule | uuid.UUID | str
 
 
-def get(ref: ScheduleRef, *, host_id: uuid.UUID | str | None = None) -> Schedule:
-    """A schedule by instance, id, or name (within ``host_id``, default DSCHED_DEFAULT_HOST_ID)."""
+def _lookup(
+    ref: ScheduleRef | None, key: str | None, host_id: uuid.UUID | str | None
+) -> QuerySet[Schedule]:
+    """The schedule ``ref`` or ``key`` names, as a query (run by the caller: no round trip)."""
+    if (ref is None) == (key is None):
+        raise ValidationError(_("Name a schedule, or give key=; not both."), code="ref_or_key")
+    if isinstance(ref, Schedule):
+        return Schedule.objects.filter(pk=ref.pk)
+    queryset = Schedule.objects.for_host(resolve_host(host_id))
+    if key is not None:
+        return queryset.filter(idempotency_key=key)
+    if isinstance(ref, uuid.UUID):
+        return queryset.filter(pk=ref)
+    assert ref is not None
+    if "\x00" in ref:  # PostgreSQL text cannot hold NUL: no name has one
+        return queryset.none()
+    try:
+        schedule_id = uuid.UUID(ref)
+    except ValueError:
+        return queryset.filter(schedule_name=ref)
+    # An id, or else a name: the schedule with that id wins, in the same query.
+    first = (
+        queryset.filter(Q(pk=schedule_id) | Q(schedule_name=ref))
+        .order_by(Case(When(pk=schedule_id, then=0), default=1))
+        .values("pk")[:1]
+    )
+    return Schedule.objects.filter(pk=Subquery(first))
+
+
+def get(
+    ref: ScheduleRef | None = None,
+    *,
+    key: str | None = None,
+    host_id: uuid.UUID | str | None = None,
+) -> Schedule:
+    """A schedule by instance, id, name or idempotency ``key`` (within ``host_id``, default
+    DSCHED_DEFAULT_HOST_ID). One query."""
     if isinstance(ref, Schedule):
         return ref
-    queryset = Schedule.objects.for_host(resolve_host(host_id))
-    if isinstance(ref, uuid.UUID):
-        return queryset.get(pk=ref)
     try:
-        return queryset.get(pk=uuid.UUID(ref))
-    except (ValueError, Schedule.DoesNotExist):
-        if "\x00" in ref:  # PostgreSQL text cannot hold NUL: no name has one
-            raise Schedule.DoesNotExist(f"No schedule named {ref!r}.") from None
-        return queryset.get(schedule_name=ref)
+        return _lookup(ref, key, host_id).get()
+    except Schedule.DoesNotExist:
+        what = f"with key {key!r}" if key is not None else f"named {ref!r}"
+        raise Schedule.DoesNotExist(f"No schedule {what}.") from None
 
 
-def _select(ref: ScheduleRef, host_id: uuid.UUID | str | None) -> QuerySet[Schedule]:
-    return Schedule.objects.filter(pk=get(ref, host_id=host_id).pk)
+def _changed(count: ChangeCount, ref: ScheduleRef | None, key: str | None) -> bool:
+    if count.changed + count.skipped == 0:
+        what = f"with key {key!r}" if key is not None else f"named {ref!r}"
+        raise Schedule.DoesNotExist(f"No schedule {what}.")
+    return bool(count.changed)
 
 
-def _create(
-    name: str,
-    kind: str,
-    *,
-    topic: str,
-    event_type: str,
-    data: Any,
-    host_id: uuid.UUID | str | None,
-    actor: Any,
-    **fields: Any,
-) -> Schedule:
-    schedule = Schedule(
-        schedule_name=name,
-        schedule_kind=kind,
-        host_id=resolve_host(host_id),
-        event_topic=topic,
-        event_type=event_type,
-        event_data={} if data is None else data,
-        origin=ScheduleOrigin.API,
-        **fields,
-    )
-    return services.save_schedule(schedule, actor=actor)
+def _options(options: dict[str, Any]) -> dict[str, Any]:
+    unknown = set(options) - set(OPTIONS)
+    if unknown:
+        raise TypeError(f"Unknown options: {', '.join(sorted(unknown))}.")
+    return options
 
 
 def create_interval(
-    name: str,
+    name: str | None = None,
     *,
     every: int,
     unit: str = "MINUTES",
@@ -89,6 +121,8 @@ def create_interval(
     event_type: str,
     data: dict[str, Any] | None = None,
     start: datetime | None = None,
+    time_zone: str | None = None,
+    key: str | None = None,
     host_id: uuid.UUID | str | None = None,
     actor: Any = None,
     **options: Any,
@@ -96,25 +130,27 @@ def create_interval(
     """Fire every ``every`` ``unit`` (SECONDS ... YEARS), on a grid anchored at ``start``.
 
     ``options``: ``end_ts``, ``max_fires``, ``misfire_policy``, ``misfire_grace_seconds``,
-    ``catch_up_limit``, ``jitter_seconds``, ``priority``.
+    ``catch_up_limit``, ``jitter_seconds``, ``priority``. With ``key``, a schedule of this
+    host with that key is returned as it is instead of creating a second one.
     """
-    return _create(
-        name,
-        ScheduleKind.INTERVAL,
+    spec = Interval(
+        name=name,
+        every=every,
+        unit=unit,
         topic=topic,
         event_type=event_type,
         data=data,
+        start=start,
+        time_zone=time_zone,
+        key=key,
         host_id=host_id,
-        actor=actor,
-        frequency_unit=unit,
-        frequency_time=every,
-        start_ts=start,
-        **options,
+        **_options(options),
     )
+    return creates.create(spec, actor=actor)
 
 
 def create_cron(
-    name: str,
+    name: str | None = None,
     *,
     cron: str,
     time_zone: str = "UTC",
@@ -122,87 +158,96 @@ def create_cron(
     event_type: str,
     data: dict[str, Any] | None = None,
     start: datetime | None = None,
+    key: str | None = None,
     host_id: uuid.UUID | str | None = None,
     actor: Any = None,
     **options: Any,
 ) -> Schedule:
     """Fire at the matches of a cron expression on the wall clock of ``time_zone``."""
-    return _create(
-        name,
-        ScheduleKind.CRON,
+    spec = Cron(
+        name=name,
+        cron=cron,
+        time_zone=time_zone,
         topic=topic,
         event_type=event_type,
         data=data,
+        start=start,
+        key=key,
         host_id=host_id,
-        actor=actor,
-        cron_expression=cron,
-        time_zone=time_zone,
-        start_ts=start,
-        **options,
+        **_options(options),
     )
+    return creates.create(spec, actor=actor)
 
 
 def create_once(
-    name: str,
+    name: str | None = None,
     *,
     at: datetime | None = None,
     delay: timedelta | None = None,
     topic: str,
     event_type: str,
     data: dict[str, Any] | None = None,
+    key: str | None = None,
     host_id: uuid.UUID | str | None = None,
     actor: Any = None,
     **options: Any,
 ) -> Schedule:
-    """Fire once, at ``at`` or after ``delay`` (database clock); then it is completed."""
-    if (at is None) == (delay is None):
-        raise ValidationError("Give either at= or delay=.")
-    if delay is not None:
-        if delay < timedelta(0):
-            raise ValidationError("The delay must not be negative.")
-        at = database_now() + delay
-    return _create(
-        name,
-        ScheduleKind.ONCE,
+    """Fire once, at ``at`` or after ``delay`` (database clock); then it is completed.
+
+    A delayed message needs no name: it defaults to ``key``, else to the schedule's id.
+    """
+    spec = Once(
+        name=name,
+        at=at,
+        delay=delay,
         topic=topic,
         event_type=event_type,
         data=data,
+        key=key,
         host_id=host_id,
-        actor=actor,
-        start_ts=at,
-        **options,
+        **_options(options),
     )
+    return creates.create(spec, actor=actor)
 
 
 def pause(
-    ref: ScheduleRef,
+    ref: ScheduleRef | None = None,
     *,
+    key: str | None = None,
     reason: str = "",
     until: datetime | None = None,
     host_id: uuid.UUID | str | None = None,
     actor: Any = None,
 ) -> bool:
     """Pause; with ``until`` it resumes by itself then. False if it was not active."""
-    return bool(
-        services.pause(_select(ref, host_id), actor=actor, reason=reason, until=until).changed
-    )
+    selected = _lookup(ref, key, host_id)
+    return _changed(services.pause(selected, actor=actor, reason=reason, until=until), ref, key)
 
 
 def resume(
-    ref: ScheduleRef,
+    ref: ScheduleRef | None = None,
     *,
+    key: str | None = None,
     catch_up: bool = False,
     host_id: uuid.UUID | str | None = None,
     actor: Any = None,
 ) -> bool:
     """Resume from now (or, with ``catch_up``, per the misfire policy). Also takes back a
     set-aside schedule once it can be planned. False if nothing was resumed."""
-    return bool(services.resume(_select(ref, host_id), actor=actor, catch_up=catch_up).changed)
+    selected = _lookup(ref, key, host_id)
+    return _changed(services.resume(selected, actor=actor, catch_up=catch_up), ref, key)
 
 
-def cancel(ref: ScheduleRef, *, host_id: uuid.UUID | str | None = None, actor: Any = None) -> bool:
-    """Cancel for good. False if it was already cancelled or completed."""
-    return bool(services.cancel(_select(ref, host_id), actor=actor).changed)
+def cancel(
+    ref: ScheduleRef | None = None,
+    *,
+    key: str | None = None,
+    host_id: uuid.UUID | str | None = None,
+    actor: Any = None,
+) -> bool:
+    """Cancel for good (by instance, id, name, or idempotency ``key``). False if it was
+    already cancelled or completed."""
+    return _changed(services.cancel(_lookup(ref, key, host_id), actor=actor), ref, key)
 
 
 def trigger(ref: ScheduleRef, *, host_id: uuid.UUID | str | None = None, actor: Any = None) -> int:
@@ -245,18 +290,59 @@ class Status:
     last_started: datetime | None = None
     last_completed: datetime | None = None
     last_failed: datetime | None = None
+    key: str | None = None
+    # Seed 001's status of a delayed message: the newest fire's delivery (PENDING,
+    # DELIVERED, DELIVERY_FAILED); PENDING too while it has not fired and still will;
+    # else the schedule's state (CANCELLED, COMPLETED).
+    message_status: str = DeliveryStatus.PENDING
 
 
-def status(ref: ScheduleRef, *, host_id: uuid.UUID | str | None = None) -> Status:
-    """Where a schedule stands: state, next and last fire, last delivery result, counts."""
-    schedule = get(ref, host_id=host_id)
-    latest = (
-        OutboxMessage.objects.filter(aggregate_id=schedule.schedule_id)
-        .order_by("-aggregate_version")
-        .values("status", "last_error", *_PHASES)
-        .first()
+def status(
+    ref: ScheduleRef | None = None,
+    *,
+    key: str | None = None,
+    host_id: uuid.UUID | str | None = None,
+) -> Status:
+    """Where a schedule stands: state, next and last fire, last delivery result, counts.
+
+    By instance, id, name, or idempotency ``key``; one query (the schedule and its newest
+    message together)."""
+    newest = OutboxMessage.objects.filter(aggregate_id=OuterRef("pk")).order_by(
+        "-aggregate_version"
     )
+    selected = Schedule.objects.filter(pk=ref.pk) if isinstance(ref, Schedule) else None
+    try:
+        schedule = (
+            (selected if selected is not None else _lookup(ref, key, host_id))
+            .annotate(
+                dsched_delivery=Subquery(newest.values("status")[:1]),
+                dsched_delivery_error=Subquery(newest.values("last_error")[:1]),
+                **{f"dsched_{name}": Subquery(newest.values(name)[:1]) for name in _PHASES},
+            )
+            .get()
+        )
+    except Schedule.DoesNotExist:
+        what = f"with key {key!r}" if key is not None else f"named {ref!r}"
+        raise Schedule.DoesNotExist(f"No schedule {what}.") from None
+    delivery: str | None = schedule.dsched_delivery
+    latest = (
+        None
+        if delivery is None
+        else {
+            "status": delivery,
+            "last_error": schedule.dsched_delivery_error,
+            **{name: getattr(schedule, f"dsched_{name}") for name in _PHASES},
+        }
+    )
+    if delivery is not None:
+        message_status = delivery
+    elif schedule.state in (*_WILL_FIRE, ScheduleState.SET_ASIDE):
+        message_status = DeliveryStatus.PENDING
+    else:
+        message_status = schedule.state
     return Status(
+        key=schedule.idempotency_key,
+        message_status=message_status,
         schedule_id=schedule.schedule_id,
         name=schedule.schedule_name,
         state=schedule.state,
@@ -334,9 +420,15 @@ def schedules(
 
 
 __all__ = [
+    "BulkValidationError",
+    "Cron",
     "DeliveryStatus",
+    "Interval",
+    "Once",
     "Status",
     "backfill",
+    "bulk_cancel",
+    "bulk_create",
     "cancel",
     "create_cron",
     "create_interval",

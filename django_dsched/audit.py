@@ -38,31 +38,40 @@ def actor_name(actor: Any) -> str:
     return username() if callable(username) else str(actor)
 
 
+# What a schedule is (not its runtime state), as recorded in a "created" event.
+DEFINITION_FIELDS = (
+    "schedule_name",
+    "schedule_kind",
+    "frequency_unit",
+    "frequency_time",
+    "cron_expression",
+    "time_zone",
+    "start_ts",
+    "end_ts",
+    "max_fires",
+    "misfire_policy",
+    "misfire_grace_seconds",
+    "catch_up_limit",
+    "jitter_seconds",
+    "priority",
+    "event_topic",
+    "event_type",
+    "event_data",
+    "origin",
+    "idempotency_key",
+)
+
+
 def definition(schedule: Schedule) -> dict[str, Any]:
     """What a schedule is (not its runtime state), as recorded in a "created" event."""
-    return {
-        name: plain(getattr(schedule, name))
-        for name in (
-            "schedule_name",
-            "schedule_kind",
-            "frequency_unit",
-            "frequency_time",
-            "cron_expression",
-            "time_zone",
-            "start_ts",
-            "end_ts",
-            "max_fires",
-            "misfire_policy",
-            "misfire_grace_seconds",
-            "catch_up_limit",
-            "jitter_seconds",
-            "priority",
-            "event_topic",
-            "event_type",
-            "event_data",
-            "origin",
-        )
-    }
+    return {name: plain(getattr(schedule, name)) for name in DEFINITION_FIELDS}
+
+
+def definition_sql(alias: str) -> str:
+    """:func:`definition` in SQL, of the row ``alias`` (a ``jsonb`` object; the fields'
+    columns have their names)."""
+    pairs = ", ".join(f"'{name}', {alias}.{name}" for name in DEFINITION_FIELDS)
+    return f"jsonb_build_object({pairs})"
 
 
 def event_for(

@@ -100,6 +100,11 @@ class AppSettings:
         64 * 1024, "Largest event_data accepted, in bytes of compact JSON."
     )
     EVENT_DATA_MAX_DEPTH = Setting(32, "Deepest nesting of event_data accepted.")
+    BULK_MAX_ITEMS = Setting(
+        10_000,
+        "Most items one api.bulk_create or api.bulk_cancel call takes; a larger call is "
+        "refused before anything is written.",
+    )
     MISFIRE_GRACE_SECONDS = Setting(
         60, "Grace of schedules with the SKIP misfire policy and no grace of their own (s)."
     )

@@ -22,6 +22,22 @@ class ValidationError(DschedError, django_exceptions.ValidationError):
     """
 
 
+class BulkValidationError(ValidationError):
+    """Items of a bulk call are invalid: nothing was written.
+
+    ``item_errors`` lists each problem as ``(index, field, message)``: the item's position
+    in the call, the keyword of the spec at fault (``"__all__"`` for the item as a whole),
+    and the message a single create would give.
+    """
+
+    def __init__(self, item_errors: list[tuple[int, str, str]]) -> None:
+        self.item_errors = sorted(item_errors)
+        super().__init__(
+            [f"Item {index}, {field}: {message}" for index, field, message in self.item_errors],
+            code="invalid_items",
+        )
+
+
 class ConflictError(ValidationError):
     """The schedule changed (it fired, or someone edited it) since the caller read it."""
 

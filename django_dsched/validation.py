@@ -16,6 +16,8 @@ from django_dsched.exceptions import ValidationError
 from django_dsched.text import has_control_characters
 
 NAME_MAX_LENGTH = 126
+# Idempotency keys: as long as a name (a name may be derived from one).
+KEY_MAX_LENGTH = 126
 
 # Topics and event types become stream names, routing keys and task names downstream.
 identifier_validator = RegexValidator(

@@ -74,7 +74,7 @@ class ScheduleAdmin(ScheduleActionsMixin):
         ("host_id", HostFilter),
         "origin",
     ]
-    search_fields = ["schedule_name", "event_topic", "event_type"]
+    search_fields = ["schedule_name", "event_topic", "event_type", "=idempotency_key"]
     ordering = ["next_run_ts"]
     show_full_result_count = False
     save_on_top = False
@@ -104,6 +104,7 @@ class ScheduleAdmin(ScheduleActionsMixin):
             {
                 "fields": [
                     ("state_badge", "origin"),
+                    "idempotency_key",
                     ("set_aside_reason", "set_aside_ts"),
                     ("paused_reason", "paused_until"),
                     ("next_run_ts", "last_fired_ts"),
@@ -115,6 +116,7 @@ class ScheduleAdmin(ScheduleActionsMixin):
         ),
     ]
     readonly_fields = [
+        "idempotency_key",
         "state_badge",
         "origin",
         "set_aside_reason",

@@ -31,6 +31,7 @@ from django_dsched.models.fields import EventDataField
 from django_dsched.timetables import Rules, Timetable, first_slot, timetable_for
 from django_dsched.timetables.grid import period_is_acceptable
 from django_dsched.validation import (
+    KEY_MAX_LENGTH,
     NAME_MAX_LENGTH,
     identifier_validator,
     validate_aware,
@@ -273,6 +274,19 @@ class Schedule(models.Model):
         db_persist=True,
         verbose_name=_("bucket key"),
     )
+    # NULL, not '': a schedule without a key is outside the partial unique index.
+    idempotency_key = models.CharField(  # noqa: DJ001
+        _("idempotency key"),
+        max_length=KEY_MAX_LENGTH,
+        null=True,
+        blank=True,
+        default=None,
+        validators=[validate_plain_text],
+        help_text=_(
+            "Optional, unique per host: creating a schedule with a key that exists returns "
+            "the existing schedule instead of a second one."
+        ),
+    )
     created_ts = models.DateTimeField(_("created"), db_default=Now(), editable=False)
     updated_ts = models.DateTimeField(_("updated"), db_default=Now(), editable=False)
 
@@ -314,6 +328,18 @@ class Schedule(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["host_id", "schedule_name"], name="dsched_schedule_name_unique"
+            ),
+            # Idempotent creates: one schedule per (host, key); schedules without a key
+            # are not in the index.
+            models.UniqueConstraint(
+                fields=["host_id", "idempotency_key"],
+                condition=models.Q(idempotency_key__isnull=False),
+                name="dsched_schedule_key_unique",
+            ),
+            models.CheckConstraint(
+                condition=~models.Q(idempotency_key=""),
+                name="dsched_schedule_key_not_empty",
+                violation_error_message=_("An idempotency key must not be empty."),
             ),
             models.CheckConstraint(
                 condition=models.Q(frequency_time__gt=0), name="dsched_schedule_frequency_positive"

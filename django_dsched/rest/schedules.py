@@ -22,7 +22,7 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from django_dsched import api, services
+from django_dsched import api, creates, services
 from django_dsched.changes import ChangeCount
 from django_dsched.clock import database_now
 from django_dsched.enums import ScheduleOrigin, ScheduleState
@@ -167,8 +167,16 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
     @described(
         summary="Create a schedule",
         request=ScheduleInputSerializer,
-        responses={201: ScheduleDetailSerializer, **errors(*WRITE, 409)},
+        responses={
+            201: ScheduleDetailSerializer,
+            200: ScheduleDetailSerializer,
+            **errors(*WRITE, 409),
+        },
         parameters=[ETAG],
+        description=(
+            "With a `key` that a schedule of the host already has, nothing is created: the "
+            "answer is 200 with that schedule, as it is (whatever the rest of the body says)."
+        ),
     )
     def create(self, request: Request) -> Response:
         values = body(ScheduleInputSerializer, request)
@@ -179,8 +187,10 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
         if host not in allowed:
             raise drf_serializers.ValidationError({"host_id": [_("You may not use this host.")]})
         schedule = Schedule(host_id=host, origin=ScheduleOrigin.API, **model_values(values))
-        self._save(lambda: services.save_schedule(schedule, actor=request.user))
-        response = with_etag(schedule, status.HTTP_201_CREATED)
+        outcome: list[tuple[Schedule, bool]] = []
+        self._save(lambda: outcome.append(creates.create_instance(schedule, actor=request.user)))
+        schedule, created = outcome[0]
+        response = with_etag(schedule, status.HTTP_201_CREATED if created else status.HTTP_200_OK)
         response["Location"] = request.build_absolute_uri(f"{schedule.pk}/")
         return response
 

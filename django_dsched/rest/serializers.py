@@ -28,7 +28,7 @@ from django_dsched.enums import (
 )
 from django_dsched.exceptions import ValidationError as DschedValidationError
 from django_dsched.models import Event, OutboxMessage, Schedule
-from django_dsched.validation import NAME_MAX_LENGTH, validate_aware
+from django_dsched.validation import KEY_MAX_LENGTH, NAME_MAX_LENGTH, validate_aware
 
 # The API's name of each writable field -> the model's.
 MODEL_FIELDS: Mapping[str, str] = {
@@ -49,6 +49,7 @@ MODEL_FIELDS: Mapping[str, str] = {
     "topic": "event_topic",
     "event_type": "event_type",
     "data": "event_data",
+    "key": "idempotency_key",
 }
 # The model's field -> the API's (for the model's validation errors).
 API_NAMES: Mapping[str, str] = {model: api for api, model in MODEL_FIELDS.items()}
@@ -228,6 +229,16 @@ class ScheduleInputSerializer(StrictSerializer):
         required=False,
         help_text=_("The tenant; one of the hosts the request may reach (default: the first)."),
     )
+    key = Text(
+        required=False,
+        allow_null=True,
+        max_length=KEY_MAX_LENGTH,
+        trim_whitespace=False,
+        help_text=_(
+            "Idempotency key, unique per host: a create with a key that exists answers 200 "
+            "with the existing schedule (unchanged) instead of creating a second one."
+        ),
+    )
 
 
 def model_values(validated: Mapping[str, Any]) -> dict[str, Any]:
@@ -268,6 +279,7 @@ class ScheduleSerializer(serializers.Serializer[Schedule]):
     priority = serializers.IntegerField(read_only=True)
     topic = serializers.CharField(source="event_topic", read_only=True)
     event_type = serializers.CharField(read_only=True)
+    key = serializers.CharField(source="idempotency_key", read_only=True, allow_null=True)
     data = ObjectField(  # type: ignore[assignment]  # the field, not .data
         source="event_data", read_only=True
     )

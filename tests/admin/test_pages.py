@@ -10,7 +10,7 @@ from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import User
 from django.urls import reverse
 
-from django_dsched import services
+from django_dsched import api, services
 from django_dsched.enums import DeliveryStatus, ScheduleState
 from django_dsched.models import Event, OutboxMessage, Schedule
 from tests.admin.test_admin import form_data
@@ -301,3 +301,17 @@ def test_an_event_page_links_to_its_schedule_and_shows_payload_and_metadata(admi
 def test_a_filter_value_the_database_cannot_hold_is_an_invalid_filter(admin_client, url):
     response = admin_client.get(url)
     assert response.status_code == 302 and "e=1" in response.url  # the admin's "invalid filter"
+
+
+def test_the_list_searches_the_idempotency_key_and_the_page_shows_it(admin_client):
+    keyed = api.create_once(
+        "reminder", key="order-42:reminder", delay=timedelta(hours=1), topic="mail", event_type="x"
+    )
+    api.create_once("other", key="order-4", delay=timedelta(hours=1), topic="mail", event_type="x")
+    url = reverse("admin:dsched_schedule_changelist")
+    response = admin_client.get(url, {"q": "order-42:reminder"})
+    assert [s.pk for s in response.context["cl"].result_list] == [keyed.pk]
+    page = admin_client.get(reverse("admin:dsched_schedule_change", args=[keyed.pk]))
+    assert page.status_code == 200
+    assert "order-42:reminder" in page.content.decode()
+    assert 'name="idempotency_key"' not in page.content.decode()  # shown, not editable

@@ -1,0 +1,217 @@
+"""Creating and cancelling many schedules at once, all or nothing.
+
+Every item is validated as a single create would validate it, before anything is written;
+all problems are reported together (:class:`BulkValidationError`: index, field, message).
+A call larger than ``DSCHED_BULK_MAX_ITEMS`` is refused before anything is read or
+written. The writes run in a savepoint (or a transaction of their own in autocommit), so
+a problem the database finds (a name taken meanwhile) undoes the whole call, and a caller's
+transaction makes them part of its own.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from django.core.exceptions import NON_FIELD_ERRORS
+from django.db import transaction
+from django.db.models import Q
+from django.utils.translation import gettext as _
+
+from django_dsched import services
+from django_dsched.changes import ChangeCount
+from django_dsched.conf import app_settings
+from django_dsched.creates import Prepared, Preparer, existing_by_key, insert
+from django_dsched.exceptions import BulkValidationError, ValidationError
+from django_dsched.models import Schedule
+from django_dsched.models.schedule import resolve_host
+from django_dsched.schedule_checks import unique_name_error
+from django_dsched.specs import Once, Spec
+
+# A model field's error, named by the spec keyword that set it.
+SPEC_FIELDS = {
+    "schedule_name": "name",
+    "idempotency_key": "key",
+    "event_topic": "topic",
+    "event_data": "data",
+    "frequency_time": "every",
+    "frequency_unit": "unit",
+    "cron_expression": "cron",
+}
+
+
+def _bounded(items: Iterable[Any], what: str) -> list[Any]:
+    """``items`` as a list, refused (having read one past the limit) when too many."""
+    limit = app_settings.BULK_MAX_ITEMS
+    taken = list(itertools.islice(items, limit + 1))
+    if len(taken) > limit:
+        raise ValidationError(
+            _("One call takes at most %(limit)d %(what)s (DSCHED_BULK_MAX_ITEMS); split it.")
+            % {"limit": limit, "what": what},
+            code="too_many_items",
+        )
+    return taken
+
+
+def _spec_field(field: str, spec: Any) -> str:
+    if field == "start_ts":
+        return "at" if isinstance(spec, Once) else "start"
+    return SPEC_FIELDS.get(field, field)
+
+
+def _item_errors(index: int, spec: Any, exc: ValidationError) -> list[tuple[int, str, str]]:
+    if not hasattr(exc, "error_dict"):
+        return [(index, NON_FIELD_ERRORS, message) for message in exc.messages]
+    return [
+        (index, _spec_field(field, spec), message)
+        for field, messages in exc.message_dict.items()
+        for message in messages
+    ]
+
+
+def bulk_create(specs: Iterable[Spec], *, actor: Any = None) -> list[Schedule]:
+    """Create the schedules ``specs`` describe (any mix of ``Once``, ``Interval``,
+    ``Cron``), in order; an item whose key exists gives the existing schedule.
+
+    All or nothing: any invalid item (or a key or a name given twice in the call) raises
+    :class:`BulkValidationError` and nothing is written. One statement per 5,000 items
+    (plus one to read the database's clock when an item needs it, and one to read the
+    schedules whose keys exist).
+    """
+    items = _bounded(specs, _("items"))
+    preparer = Preparer()
+    prepared: list[Prepared] = []
+    errors: list[tuple[int, str, str]] = []
+    keys: dict[tuple[uuid.UUID, str], int] = {}
+    names: dict[tuple[uuid.UUID, str], int] = {}
+    for index, spec in enumerate(items):
+        try:
+            item = preparer.prepare(spec)
+        except ValidationError as exc:
+            errors += _item_errors(index, spec, exc)
+            continue
+        schedule = item.schedule
+        key = schedule.idempotency_key
+        if key is not None:
+            first = keys.setdefault((schedule.host_id, key), index)
+            if first != index:
+                errors.append(
+                    (index, "key", _("Item %(first)d has the same key.") % {"first": first})
+                )
+                continue
+        first = names.setdefault((schedule.host_id, schedule.schedule_name), index)
+        if first != index:
+            errors.append(
+                (index, "name", _("Item %(first)d has the same name.") % {"first": first})
+            )
+            continue
+        prepared.append(item)
+    if errors:
+        raise BulkValidationError(errors)
+    positions = {id(item): n for n, item in enumerate(prepared)}
+    with transaction.atomic(using=app_settings.DATABASE):
+        insert(prepared, actor=actor)
+        skipped = [item for item in prepared if not item.created]
+        if not skipped:
+            return [item.schedule for item in prepared]
+        found = existing_by_key(skipped)
+        result = [item.schedule for item in prepared]
+        for item in skipped:
+            schedule = item.schedule
+            existing = (
+                found.get((schedule.host_id, schedule.idempotency_key))
+                if schedule.idempotency_key is not None
+                else None
+            )
+            if existing is None:
+                index = positions[id(item)]
+                errors += [
+                    (index, "name", message) for message in unique_name_error(schedule).messages
+                ]
+            else:
+                result[positions[id(item)]] = existing
+        if errors:
+            raise BulkValidationError(errors)
+    return result
+
+
+def bulk_cancel(
+    refs: Iterable[Schedule | uuid.UUID | str] = (),
+    *,
+    keys: Iterable[str] = (),
+    host_id: uuid.UUID | str | None = None,
+    actor: Any = None,
+) -> ChangeCount:
+    """Cancel the schedules ``refs`` (instances, ids or names) and ``keys`` (idempotency
+    keys) name, within ``host_id``. Already cancelled or completed ones count as skipped.
+
+    All or nothing: a reference that names no schedule, or one given twice, raises
+    :class:`BulkValidationError` (index into ``refs``, then into ``keys``, counted on from
+    the end of ``refs``) and nothing is cancelled. Two statements per call: one resolves
+    the references, one locks and cancels the schedules and writes their audit events
+    (whole or absent).
+    """
+    ref_list = _bounded(refs, _("items"))
+    key_list = _bounded(keys, _("items"))
+    if len(ref_list) + len(key_list) > app_settings.BULK_MAX_ITEMS:
+        _bounded(itertools.chain(ref_list, key_list), _("items"))
+    host = resolve_host(host_id)
+    ids: dict[uuid.UUID, int] = {}
+    names: dict[str, int] = {}
+    errors: list[tuple[int, str, str]] = []
+    for index, ref in enumerate(ref_list):
+        if isinstance(ref, Schedule):
+            ref = ref.pk
+        if isinstance(ref, str):
+            try:
+                ref = uuid.UUID(ref)
+            except ValueError:
+                if names.setdefault(ref, index) != index:
+                    errors.append((index, "ref", _("Given twice in this call.")))
+                continue
+        if not isinstance(ref, uuid.UUID):
+            errors.append((index, "ref", _("Give a schedule, its id or its name.")))
+        elif ids.setdefault(ref, index) != index:
+            errors.append((index, "ref", _("Given twice in this call.")))
+    by_key: dict[str, int] = {}
+    for offset, key in enumerate(key_list):
+        index = len(ref_list) + offset
+        if not isinstance(key, str):
+            errors.append((index, "key", _("Give the key as a string.")))
+        elif by_key.setdefault(key, index) != index:
+            errors.append((index, "key", _("Given twice in this call.")))
+    if errors:
+        raise BulkValidationError(errors)
+    clean_names = [name for name in names if "\x00" not in name]
+    rows = Schedule.objects.filter(
+        Q(host_id=host)
+        & (
+            Q(pk__in=list(ids))
+            | Q(schedule_name__in=clean_names)
+            | Q(idempotency_key__in=list(by_key))
+        )
+    ).values_list("pk", "host_id", "schedule_name", "idempotency_key")
+    found: set[uuid.UUID] = set()
+    seen_ids, seen_names, seen_keys = set(), set(), set()
+    for pk, _host, name, key in rows:
+        found.add(pk)
+        seen_ids.add(pk)
+        seen_names.add(name)
+        seen_keys.add(key)
+    missing = [
+        *((index, "ref") for ref, index in ids.items() if ref not in seen_ids),
+        *((index, "ref") for ref, index in names.items() if ref not in seen_names),
+        *((index, "key") for key, index in by_key.items() if key not in seen_keys),
+    ]
+    if missing:
+        raise BulkValidationError(
+            [(index, field, _("No such schedule.")) for index, field in missing]
+        )
+    if not found:
+        return ChangeCount(changed=0, skipped=0)
+    return services.cancel_ids(sorted(found), actor=actor)
+
+
+__all__ = ["bulk_cancel", "bulk_create"]

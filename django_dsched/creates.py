@@ -1,0 +1,384 @@
+"""Creating schedules in one statement each: validation in Python, then one ``INSERT`` that
+writes the schedules and their "created" audit events together.
+
+The statement (:func:`insert`) unnests one array per column, so one schedule or 5,000 cost
+one round trip, and inserts the audit events from the rows it inserted (a data-modifying
+CTE): a crash leaves both or neither. It skips rows that conflict with a unique constraint
+(``ON CONFLICT DO NOTHING``): a row with an idempotency key that exists is then the
+existing schedule (read back in a second statement, which under READ COMMITTED sees a
+winner that committed while this statement waited for it), and any other skipped row
+took a name in use, the same error ``full_clean()`` gives.
+
+A one-shot created with ``delay=`` gets its time from the statement itself
+(``statement_timestamp() + delay``): no round trip to read the database's clock first.
+Other kinds without a start read the clock once per call (:class:`Clock`).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import IntegrityError, connections
+from django.db.models import Field
+from django.utils.translation import gettext as _
+
+from django_dsched import audit
+from django_dsched.clock import database_now
+from django_dsched.conf import app_settings
+from django_dsched.enums import ScheduleKind, ScheduleState
+from django_dsched.exceptions import ValidationError
+from django_dsched.models import Event, Schedule
+from django_dsched.schedule_checks import (
+    FieldCache,
+    constraint_error,
+    unique_name_error,
+    validate_new,
+)
+from django_dsched.specs import Builder, Cron, Interval, Once, Spec, database_defaults
+
+# The longest delay= of a one-shot (its time is computed by the database, so the bound is
+# checked here: it keeps the time far inside the supported range).
+MAX_DELAY = timedelta(days=36_525)
+# Rows per INSERT statement.
+CHUNK = 5_000
+# Columns computed in SQL for a one-shot given by delay=.
+TIMED = ("start_ts", "next_run_ts", "next_slot_ts")
+
+
+class Clock:
+    """The database's now, read at most once per call, when some schedule needs it."""
+
+    def __init__(self) -> None:
+        self._now: datetime | None = None
+
+    def now(self) -> datetime:
+        if self._now is None:
+            self._now = database_now()
+        return self._now
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A validated, placed, unsaved schedule; ``delay`` set when SQL computes its time."""
+
+    schedule: Schedule
+    delay: timedelta | None
+    created: bool = True
+
+
+class Preparer:
+    """Turns specs into validated schedules, as ``full_clean()`` and ``save()`` would."""
+
+    def __init__(self) -> None:
+        self.clock = Clock()
+        self.cache = FieldCache.shared()
+        self.builder = Builder.shared()
+
+    def prepare(self, spec: Spec) -> Prepared:
+        if not isinstance(spec, Once | Interval | Cron):
+            raise ValidationError(
+                _("Give an api.Once, api.Interval or api.Cron, not %(type)s.")
+                % {"type": type(spec).__name__},
+                code="not_a_spec",
+            )
+        schedule = self.builder.build(spec)
+        delay = None
+        if isinstance(spec, Once):
+            delay = self._once_time(schedule, spec)
+        elif spec.start is None:
+            schedule.start_ts = self.clock.now()
+        validate_new(schedule, self.cache)
+        # What Schedule.save() does before an insert.
+        schedule.active = schedule.state == ScheduleState.ACTIVE
+        if schedule.schedule_kind != ScheduleKind.INTERVAL:
+            schedule.frequency_unit, schedule.frequency_time = "", None
+        if delay is None:
+            schedule.place(schedule.start_ts)
+        return Prepared(schedule, delay)
+
+    def prepare_instance(self, schedule: Schedule) -> Prepared:
+        """An unsaved ``Schedule`` built by a caller (admin, REST, declared schedules): no
+        start means now, as ``Schedule.save()`` has it."""
+        values = schedule.__dict__  # start_ts and next_run_ts are unset until saved
+        if values.get("start_ts") is None:
+            schedule.start_ts = self.clock.now()
+        validate_new(schedule, self.cache)
+        schedule.active = schedule.state == ScheduleState.ACTIVE
+        if schedule.schedule_kind != ScheduleKind.INTERVAL:
+            schedule.frequency_unit, schedule.frequency_time = "", None
+        if values.get("next_run_ts") is None:
+            schedule.place(schedule.start_ts)
+        return Prepared(schedule, None)
+
+    def _once_time(self, schedule: Schedule, spec: Once) -> timedelta | None:
+        if (spec.at is None) == (spec.delay is None):
+            raise ValidationError(_("Give either at= or delay=."), code="at_or_delay")
+        delay = spec.delay
+        if delay is None:
+            return None
+        if not isinstance(delay, timedelta):
+            raise ValidationError(
+                {"start_ts": _("Give the delay as a timedelta.")}, code="invalid_delay"
+            )
+        if delay < timedelta(0):
+            raise ValidationError(_("The delay must not be negative."), code="negative_delay")
+        if delay > MAX_DELAY:
+            raise ValidationError(_("The delay must be at most 100 years."), code="delay_too_long")
+        if schedule.jitter_seconds or schedule.end_ts is not None:
+            # Jitter and an end need the time in Python: read the clock (once per call).
+            schedule.start_ts = self.clock.now() + delay
+            return None
+        return delay
+
+
+def _columns(schedule: Schedule) -> list[Field[Any, Any]]:
+    skipped = set(database_defaults(schedule))
+    return [field for field in Schedule._meta.concrete_fields if str(field.column) not in skipped]
+
+
+_statements: dict[tuple[Any, ...], str] = {}
+
+
+def _statement(
+    columns: list[Field[Any, Any]], returned: list[str], *, single: bool, shared: frozenset[str]
+) -> str:
+    key = (
+        tuple(str(field.column) for field in columns),
+        tuple(returned),
+        single,
+        shared,
+        app_settings.DATABASE,
+    )
+    if key not in _statements:
+        _statements[key] = _build_statement(columns, returned, single=single, shared=shared)
+    return _statements[key]
+
+
+def _build_statement(
+    columns: list[Field[Any, Any]], returned: list[str], *, single: bool, shared: frozenset[str]
+) -> str:
+    """The INSERT of schedules and their "created" events, with named parameters.
+
+    ``single``: one row as ``VALUES`` (cheaper to plan). Else the values that differ
+    between rows are arrays, unnested (one statement for thousands of rows); those in
+    ``shared`` (the same in every row: the topic of 10,000 reminders) are one parameter.
+    """
+    connection = connections[app_settings.DATABASE]
+    quote = connection.ops.quote_name
+    names = ", ".join(quote(str(field.column)) for field in columns)
+    back = ", ".join(f"c.{quote(column)}" for column in returned)
+
+    def scalar(name: str, db_type: str) -> str:
+        return f"%({name})s::{db_type}"
+
+    if single:
+        inputs = {
+            str(field.column): scalar(str(field.column), field.db_type(connection) or "")
+            for field in columns
+        }
+        inputs["delay_"] = scalar("delay_", "interval")
+        inputs["event_id_"] = scalar("event_id_", "uuid")
+        head, source_from, join, order = "", "", "", "1"
+    else:
+        arrays = [
+            (str(field.column), f"{field.db_type(connection)}")
+            for field in columns
+            if str(field.column) not in shared
+        ]
+        arrays += [
+            (name, db_type)
+            for name, db_type in (("delay_", "interval"), ("event_id_", "uuid"))
+            if name not in shared
+        ]
+        inputs = {
+            str(field.column): scalar(str(field.column), field.db_type(connection) or "")
+            for field in columns
+            if str(field.column) in shared
+        }
+        inputs.update(
+            {
+                name: scalar(name, db_type)
+                for name, db_type in (("delay_", "interval"), ("event_id_", "uuid"))
+                if name in shared
+            }
+        )
+        inputs.update({name: f"i.a{n}" for n, (name, _type) in enumerate(arrays)})
+        unnest = ", ".join(
+            scalar(f"a{n}", f"{db_type}[]") for n, (_name, db_type) in enumerate(arrays)
+        )
+        aliases = ", ".join(f"a{n}" for n in range(len(arrays)))
+        head = f"""i AS (
+            SELECT * FROM unnest({unnest}) WITH ORDINALITY AS i({aliases}, ord_)
+        ), """
+        source_from = " FROM i ORDER BY i.ord_"
+        join = f" JOIN i ON {inputs['schedule_id']} = c.schedule_id"
+        order = "i.ord_"
+    values = ", ".join(
+        f"coalesce({inputs[str(field.column)]}, statement_timestamp() + {inputs['delay_']})"
+        if field.attname in TIMED
+        else inputs[str(field.column)]
+        for field in columns
+    )
+    source = f"VALUES ({values})" if single else f"SELECT {values}{source_from}"
+    return f"""
+        WITH {head}c AS (
+            INSERT INTO {quote(Schedule._meta.db_table)} ({names})
+            {source}
+            ON CONFLICT DO NOTHING
+            RETURNING *
+        ), audit AS (
+            INSERT INTO {quote(Event._meta.db_table)} (id, host_id, aggregate_id, aggregate_type,
+                aggregate_version, event_type, event_ts, payload, metadata)
+            SELECT {inputs["event_id_"]}, c.host_id, c.schedule_id, 'Schedule',
+                c.aggregate_version, %(event_type_)s, c.created_ts,
+                jsonb_build_object('actor', %(actor_)s::text, 'at', c.created_ts,
+                                   'definition', {audit.definition_sql("c")}),
+                jsonb_build_object('actor', %(actor_)s::text, 'schedule_name', c.schedule_name,
+                                   'origin', c.origin)
+            FROM c{join}
+        )
+        SELECT {order}, {back} FROM c{join}
+    """
+
+
+def _value(field: Field[Any, Any], value: Any) -> Any:
+    if field.get_internal_type() == "JSONField" and value is not None:
+        return json.dumps(value, cls=getattr(field, "encoder", None))
+    return value
+
+
+def insert(items: Sequence[Prepared], *, actor: Any) -> None:
+    """Insert ``items`` (one statement per :data:`CHUNK`) with their "created" events.
+
+    Each inserted item gets the values the database computed; one skipped by a unique
+    conflict gets ``created = False`` and is left as it was.
+    """
+    if not items:
+        return
+    connection = connections[app_settings.DATABASE]
+    who = audit.actor_name(actor)
+    columns = _columns(items[0].schedule)
+    # Read back: the time (of a delay=) and what the database filled in. ``updated_ts``
+    # is ``created_ts`` (both now()); ``next_run_ts`` and ``next_slot_ts`` of a delay= are
+    # its start (no jitter: see Preparer._once_time).
+    returned = ["start_ts", *(c for c in database_defaults(items[0].schedule) if c != "updated_ts")]
+    single = len(items) == 1
+    by_column = {str(field.column): field for field in Schedule._meta.concrete_fields}
+    assert Event._meta.pk is not None
+    new_event_id = Event._meta.pk.get_default
+    for offset in range(0, len(items), CHUNK):
+        chunk = items[offset : offset + CHUNK]
+        schedules = [item.schedule for item in chunk]
+        inputs: dict[str, list[Any]] = {
+            str(field.column): [
+                _value(field, schedule.__dict__[field.attname]) for schedule in schedules
+            ]
+            for field in columns
+        }
+        inputs["delay_"] = [item.delay for item in chunk]
+        inputs["event_id_"] = [new_event_id() for _item in chunk]
+        shared = frozenset(
+            name
+            for name, values in inputs.items()
+            if not single and name not in ("schedule_id", "event_id_") and _same(values)
+        )
+        statement = _statement(columns, returned, single=single, shared=shared)
+        params: dict[str, Any] = {"event_type_": audit.PREFIX + "created", "actor_": who}
+        if single:
+            params.update({name: values[0] for name, values in inputs.items()})
+        else:
+            params.update({name: inputs[name][0] for name in shared})
+            arrays = [name for name in inputs if name not in shared]
+            params.update({f"a{n}": inputs[name] for n, name in enumerate(arrays)})
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(statement, params)
+                rows = cursor.fetchall()
+        except IntegrityError as exc:
+            raise constraint_error(exc, schedules[0] if len(schedules) == 1 else None) from exc
+        inserted = set()
+        for row in rows:
+            index = row[0] - 1
+            inserted.add(index)
+            schedule = schedules[index]
+            for column, value in zip(returned, row[1:], strict=True):
+                field = by_column[column]
+                converter = getattr(field, "from_db_value", None)
+                setattr(
+                    schedule,
+                    field.attname,
+                    converter(value, None, connection) if converter else value,
+                )
+            schedule.updated_ts = schedule.created_ts
+            if chunk[index].delay is not None:
+                schedule.next_run_ts = schedule.next_slot_ts = schedule.start_ts
+            schedule._state.adding = False
+            schedule._state.db = connection.alias
+        for n, item in enumerate(chunk):
+            if n not in inserted:
+                item.created = False
+
+
+def _same(values: list[Any]) -> bool:
+    first = values[0]
+    return all(value == first and type(value) is type(first) for value in values)
+
+
+def existing_by_key(items: Sequence[Prepared]) -> dict[tuple[uuid.UUID, str], Schedule]:
+    """The stored schedules with the keys of ``items`` (one query per host)."""
+    keys: dict[uuid.UUID, set[str]] = defaultdict(set)
+    for item in items:
+        if item.schedule.idempotency_key is not None:
+            keys[item.schedule.host_id].add(item.schedule.idempotency_key)
+    found: dict[tuple[uuid.UUID, str], Schedule] = {}
+    for host_id, host_keys in keys.items():
+        for schedule in Schedule.objects.filter(host_id=host_id, idempotency_key__in=host_keys):
+            assert schedule.idempotency_key is not None
+            found[(host_id, schedule.idempotency_key)] = schedule
+    return found
+
+
+def create(spec: Spec, *, actor: Any = None) -> Schedule:
+    """Create the schedule ``spec`` describes, or return the one with its key.
+
+    One statement (two when the kind needs the database's clock first; one more when the
+    key exists): no transaction of its own, so it adds no BEGIN/COMMIT round trips and
+    leaves a caller's transaction usable after a validation error.
+    """
+    return _create(Preparer().prepare(spec), actor=actor)[0]
+
+
+def create_instance(schedule: Schedule, *, actor: Any = None) -> tuple[Schedule, bool]:
+    """Insert the unsaved ``schedule`` (validated first) with its "created" event; or, if
+    its idempotency key exists, return the existing schedule. ``(schedule, created)``."""
+    return _create(Preparer().prepare_instance(schedule), actor=actor)
+
+
+def _create(item: Prepared, *, actor: Any) -> tuple[Schedule, bool]:
+    insert([item], actor=actor)
+    if item.created:
+        return item.schedule, True
+    key = item.schedule.idempotency_key
+    if key is not None:
+        existing = existing_by_key([item]).get((item.schedule.host_id, key))
+        if existing is not None:
+            return existing, False
+    raise unique_name_error(item.schedule)
+
+
+__all__ = [
+    "MAX_DELAY",
+    "Clock",
+    "Prepared",
+    "Preparer",
+    "create",
+    "create_instance",
+    "existing_by_key",
+    "insert",
+]

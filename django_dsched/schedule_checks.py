@@ -1,0 +1,251 @@
+"""Validating a new schedule in Python, with no query: the same rules and messages as
+``Schedule.full_clean()``.
+
+``full_clean()`` checks each CHECK constraint of ``schedule_t`` with its own query (and the
+unique name with one more): some twenty round trips per schedule. Here each CHECK
+constraint has a Python twin (:data:`TWINS`) that gives the constraint's own message, and
+field validation is memoised per value within one call (a bulk create of 10,000 reminders
+to one topic validates the topic once). The unique constraints are left to the database:
+the insert skips a conflicting row (``ON CONFLICT DO NOTHING``) and the caller turns a
+skipped row into the same error ``full_clean()`` gives (:func:`unique_name_error`). The
+database's constraints stay as the last line: an ``IntegrityError`` naming one of them
+becomes that constraint's ``ValidationError`` (:func:`constraint_error`).
+
+A test walks ``Schedule._meta.constraints`` and checks that each CHECK constraint has a
+twin here that agrees with the database on the same instances, with the same message.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Hashable
+from typing import Any
+
+from django.core import exceptions as django_exceptions
+from django.core.exceptions import NON_FIELD_ERRORS
+from django.db import IntegrityError
+from django.db.models import CheckConstraint, UniqueConstraint
+from django.db.models.expressions import DatabaseDefault
+
+from django_dsched.enums import (
+    FrequencyUnit,
+    MisfirePolicy,
+    ScheduleKind,
+    ScheduleOrigin,
+    ScheduleState,
+)
+from django_dsched.exceptions import ValidationError
+from django_dsched.models import Schedule
+
+_IDENTIFIER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]*")
+
+
+def _identifier(value: Any) -> bool:
+    return not isinstance(value, str) or _IDENTIFIER.fullmatch(value) is not None
+
+
+def _maybe(value: Any, test: Callable[[Any], bool]) -> bool:
+    """SQL's rule for a CHECK: NULL passes."""
+    return value is None or test(value)
+
+
+_UNITS = frozenset([*FrequencyUnit.values, ""])
+_KINDS = frozenset(ScheduleKind.values)
+_POLICIES = frozenset(MisfirePolicy.values)
+_ORIGINS = frozenset(ScheduleOrigin.values)
+_STATES = frozenset(ScheduleState.values)
+
+
+# name: (the fields the constraint reads, whether a schedule satisfies it). A constraint
+# reading a field that already has an error is not checked, as full_clean() does.
+TWINS: dict[str, tuple[tuple[str, ...], Callable[[Schedule], bool]]] = {
+    "dsched_schedule_frequency_positive": (
+        ("frequency_time",),
+        lambda s: _maybe(s.frequency_time, lambda v: v > 0),
+    ),
+    "dsched_schedule_unit_valid": (
+        ("frequency_unit",),
+        lambda s: _maybe(s.frequency_unit, lambda v: v in _UNITS),
+    ),
+    "dsched_schedule_kind_valid": (
+        ("schedule_kind",),
+        lambda s: _maybe(s.schedule_kind, lambda v: v in _KINDS),
+    ),
+    "dsched_schedule_interval_complete": (
+        ("schedule_kind", "frequency_time", "frequency_unit"),
+        lambda s: (
+            s.schedule_kind != ScheduleKind.INTERVAL
+            or (s.frequency_time is not None and s.frequency_unit != "")
+        ),
+    ),
+    "dsched_schedule_cron_complete": (
+        ("schedule_kind", "cron_expression"),
+        lambda s: s.schedule_kind != ScheduleKind.CRON or s.cron_expression != "",
+    ),
+    "dsched_schedule_misfire_policy_valid": (
+        ("misfire_policy",),
+        lambda s: _maybe(s.misfire_policy, lambda v: v in _POLICIES),
+    ),
+    "dsched_schedule_origin_valid": (
+        ("origin",),
+        lambda s: _maybe(s.origin, lambda v: v in _ORIGINS),
+    ),
+    "dsched_schedule_end_after_start": (
+        ("end_ts", "start_ts"),
+        lambda s: s.end_ts is None or s.start_ts is None or s.end_ts > s.start_ts,
+    ),
+    "dsched_schedule_max_fires_positive": (
+        ("max_fires",),
+        lambda s: _maybe(s.max_fires, lambda v: v >= 1),
+    ),
+    "dsched_schedule_timing_bounds": (
+        ("catch_up_limit", "jitter_seconds", "misfire_grace_seconds"),
+        lambda s: (
+            _maybe(s.catch_up_limit, lambda v: 1 <= v <= 10_000)
+            and _maybe(s.jitter_seconds, lambda v: 0 <= v <= 86_400)
+            and _maybe(s.misfire_grace_seconds, lambda v: v >= 0)
+        ),
+    ),
+    "dsched_schedule_state_valid": (
+        ("state",),
+        lambda s: _maybe(s.state, lambda v: v in _STATES),
+    ),
+    "dsched_schedule_active_matches_state": (
+        ("active", "state"),
+        lambda s: (
+            (s.active is True and s.state == ScheduleState.ACTIVE)
+            or (s.active is False and s.state != ScheduleState.ACTIVE)
+        ),
+    ),
+    "dsched_schedule_name_not_empty": (
+        ("schedule_name",),
+        lambda s: s.schedule_name != "",
+    ),
+    "dsched_schedule_topic_valid": (("event_topic",), lambda s: _identifier(s.event_topic)),
+    "dsched_schedule_type_valid": (("event_type",), lambda s: _identifier(s.event_type)),
+    "dsched_schedule_event_data_object": (
+        ("event_data",),
+        lambda s: s.event_data is None or isinstance(s.event_data, dict),
+    ),
+    "dsched_schedule_key_not_empty": (
+        ("idempotency_key",),
+        lambda s: s.idempotency_key != "",
+    ),
+}
+
+CONSTRAINTS = {constraint.name: constraint for constraint in Schedule._meta.constraints}
+NAME_UNIQUE = "dsched_schedule_name_unique"
+KEY_UNIQUE = "dsched_schedule_key_unique"
+
+
+class FieldCache:
+    """Field validation memoised by value, for the schedules of one call.
+
+    A field's ``clean()`` depends on the value alone (no validator of ``Schedule`` reads
+    the instance), so a value seen before has the same result.
+    """
+
+    # Most results one cache holds; past it, it starts again (names and keys, unique to a
+    # schedule, would otherwise grow it without bound).
+    LIMIT = 50_000
+    _shared: FieldCache | None = None
+
+    @classmethod
+    def shared(cls) -> FieldCache:
+        """One cache per process: field validation depends on the value alone."""
+        if cls._shared is None:
+            cls._shared = cls()
+        return cls._shared
+
+    def __init__(self) -> None:
+        self._results: dict[tuple[str, type, Hashable], tuple[Any, Any]] = {}
+        self._fields = [
+            (field, field.attname, field.name, field.blank, field.empty_values, field.primary_key)
+            for field in Schedule._meta.fields
+            if not field.generated
+        ]
+
+    def clean_fields(self, schedule: Schedule) -> dict[str, list[Any]]:
+        """``Model.clean_fields()``: set each field's cleaned value; return the errors."""
+        errors: dict[str, list[Any]] = {}
+        values = schedule.__dict__
+        results = self._results
+        for field, attname, name, blank, empty, primary in self._fields:
+            raw = values[attname]
+            if blank and raw in empty:
+                continue
+            if isinstance(raw, DatabaseDefault):
+                continue
+            key: tuple[str, type, Hashable] | None = None
+            if not primary:
+                key = (attname, type(raw), raw)
+                try:
+                    found = results.get(key)
+                except TypeError:  # unhashable (event data): validated each time
+                    key, found = None, None
+                if found is not None:
+                    cleaned, error = found
+                    if error is not None:
+                        errors[name] = error
+                    else:
+                        values[attname] = cleaned
+                    continue
+            try:
+                cleaned, error = field.clean(raw, schedule), None
+            except django_exceptions.ValidationError as exc:
+                cleaned, error = raw, exc.error_list
+            if key is not None:
+                if len(results) >= self.LIMIT:
+                    results.clear()
+                results[key] = (cleaned, error)
+            if error is not None:
+                errors[name] = error
+            else:
+                values[attname] = cleaned
+        return errors
+
+
+def validate_new(schedule: Schedule, cache: FieldCache | None = None) -> None:
+    """What ``schedule.full_clean()`` checks before an insert, without a query.
+
+    Raises the package's :class:`ValidationError` with the same ``message_dict``.
+    """
+    errors: dict[str, list[Any]] = (cache or FieldCache()).clean_fields(schedule)
+    try:
+        schedule.clean()
+    except django_exceptions.ValidationError as exc:
+        errors = exc.update_error_dict(errors)
+    failed = set(errors)
+    for name, (fields, holds) in TWINS.items():
+        if failed.intersection(fields):
+            continue
+        if not holds(schedule):
+            message = CONSTRAINTS[name].get_violation_error_message()
+            errors.setdefault(NON_FIELD_ERRORS, []).append(
+                django_exceptions.ValidationError(message, code="constraint")
+            )
+    if errors:
+        raise ValidationError(errors)
+
+
+def unique_name_error(schedule: Schedule) -> ValidationError:
+    """The error ``full_clean()`` gives for a name already taken in the host."""
+    constraint = CONSTRAINTS[NAME_UNIQUE]
+    assert isinstance(constraint, UniqueConstraint)
+    return ValidationError(
+        {NON_FIELD_ERRORS: [schedule.unique_error_message(Schedule, tuple(constraint.fields))]}
+    )
+
+
+def constraint_error(exc: IntegrityError, schedule: Schedule | None = None) -> ValidationError:
+    """The ``ValidationError`` of the constraint an ``IntegrityError`` names (the last line:
+    Python validation should have refused the row first). Re-raises what it cannot map."""
+    name = getattr(getattr(exc.__cause__, "diag", None), "constraint_name", None)
+    if name == NAME_UNIQUE and schedule is not None:
+        return unique_name_error(schedule)
+    constraint = CONSTRAINTS.get(name or "")
+    if isinstance(constraint, CheckConstraint):
+        return ValidationError(
+            {NON_FIELD_ERRORS: [constraint.get_violation_error_message()]}, code="constraint"
+        )
+    raise exc

@@ -1,0 +1,160 @@
+"""What to create: one small frozen dataclass per kind of schedule.
+
+``api.create_once(...)`` and friends build one of these from their keywords;
+``api.bulk_create([...])`` takes a list of them, of any mix of kinds. Each field means
+what the keyword of the same name means on ``api.create_*`` (README, "The Python API").
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models.base import ModelState
+from django.db.models.expressions import DatabaseDefault
+
+from django_dsched.enums import ScheduleKind, ScheduleOrigin
+from django_dsched.models import Schedule
+from django_dsched.models.schedule import resolve_host
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Spec:
+    topic: str
+    event_type: str
+    data: Any = None
+    # Default: the key when there is one, else the schedule's id.
+    name: str | None = None
+    key: str | None = None
+    host_id: uuid.UUID | str | None = None
+    end_ts: datetime | None = None
+    max_fires: int | None = None
+    misfire_policy: str | None = None
+    misfire_grace_seconds: int | None = None
+    catch_up_limit: int | None = None
+    jitter_seconds: int | None = None
+    priority: int | None = None
+
+    kind = ""
+
+    def fields(self) -> dict[str, Any]:
+        """The kind's own ``Schedule`` fields."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Once(_Spec):
+    """Fire once, at ``at`` or after ``delay`` (database clock); then it is completed."""
+
+    at: datetime | None = None
+    delay: timedelta | None = None
+
+    kind = ScheduleKind.ONCE
+
+    def fields(self) -> dict[str, Any]:
+        return {"start_ts": self.at}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Interval(_Spec):
+    """Fire every ``every`` ``unit`` (SECONDS ... YEARS), on a grid anchored at ``start``."""
+
+    every: int
+    unit: str = "MINUTES"
+    start: datetime | None = None
+    time_zone: str | None = None
+
+    kind = ScheduleKind.INTERVAL
+
+    def fields(self) -> dict[str, Any]:
+        fields = {"frequency_unit": self.unit, "frequency_time": self.every, "start_ts": self.start}
+        if self.time_zone is not None:
+            fields["time_zone"] = self.time_zone
+        return fields
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Cron(_Spec):
+    """Fire at the matches of ``cron`` on the wall clock of ``time_zone``."""
+
+    cron: str
+    time_zone: str = "UTC"
+    start: datetime | None = None
+
+    kind = ScheduleKind.CRON
+
+    def fields(self) -> dict[str, Any]:
+        return {"cron_expression": self.cron, "time_zone": self.time_zone, "start_ts": self.start}
+
+
+Spec = Once | Interval | Cron
+
+OPTIONS = (
+    "end_ts",
+    "max_fires",
+    "misfire_policy",
+    "misfire_grace_seconds",
+    "catch_up_limit",
+    "jitter_seconds",
+    "priority",
+)
+
+
+class Builder:
+    """Unsaved ``Schedule`` instances from specs, as ``Schedule(**fields)`` would make them,
+    without running ``Model.__init__`` for each (a copy of one default instance's values)."""
+
+    _shared: Builder | None = None
+
+    @classmethod
+    def shared(cls) -> Builder:
+        """One builder per process (the defaults it copies do not change)."""
+        if cls._shared is None:
+            cls._shared = cls()
+        return cls._shared
+
+    def __init__(self) -> None:
+        template = Schedule()
+        self._defaults = {
+            name: value for name, value in template.__dict__.items() if name != "_state"
+        }
+        self._pk = Schedule._meta.pk
+        assert self._pk is not None
+
+    def build(self, spec: Spec) -> Schedule:
+        schedule = Schedule.__new__(Schedule)
+        values = schedule.__dict__
+        values.update(self._defaults)
+        values["_state"] = ModelState()
+        schedule_id = self._pk.get_default()
+        values["schedule_id"] = schedule_id
+        values["event_data"] = {} if spec.data is None else spec.data
+        values["host_id"] = resolve_host(spec.host_id)
+        values["schedule_kind"] = spec.kind
+        values["event_topic"] = spec.topic
+        values["event_type"] = spec.event_type
+        values["origin"] = ScheduleOrigin.API
+        values["idempotency_key"] = spec.key
+        values["schedule_name"] = (
+            spec.name
+            if spec.name is not None
+            else (spec.key if spec.key is not None else str(schedule_id))
+        )
+        for option in OPTIONS:
+            value = getattr(spec, option)
+            if value is not None:
+                values[option] = value
+        values.update(spec.fields())
+        return schedule
+
+
+def database_defaults(schedule: Schedule) -> list[str]:
+    """The columns the database fills (``db_default`` and no Python default): not named in
+    an insert, read back from its ``RETURNING``."""
+    return [
+        str(field.column)
+        for field in Schedule._meta.concrete_fields
+        if isinstance(getattr(schedule, field.attname), DatabaseDefault)
+    ]

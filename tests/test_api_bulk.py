@@ -1,0 +1,172 @@
+"""Bulk create and cancel: any mix of kinds, all or nothing, per-item errors."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connections, transaction
+from django.test.utils import CaptureQueriesContext
+
+from django_dsched import api
+from django_dsched.enums import ScheduleKind, ScheduleState
+from django_dsched.exceptions import BulkValidationError, ValidationError
+from django_dsched.models import Event, Schedule
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+COMMON = {"topic": "mail", "event_type": "reminder.send"}
+AT = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+def test_a_mix_of_kinds_in_one_call_in_order_with_their_events():
+    specs = [
+        api.Once(delay=timedelta(minutes=5), data={"n": 0}, **COMMON),
+        api.Once(at=AT, key="at-once", **COMMON),
+        api.Interval(name="every-5", every=5, unit="MINUTES", **COMMON),
+        api.Cron(name="nightly", cron="0 2 * * *", time_zone="Europe/Brussels", **COMMON),
+        api.Once(delay=timedelta(minutes=5), jitter_seconds=10, **COMMON),
+    ]
+    created = api.bulk_create(specs)
+    assert [s.schedule_kind for s in created] == [
+        ScheduleKind.ONCE,
+        ScheduleKind.ONCE,
+        ScheduleKind.INTERVAL,
+        ScheduleKind.CRON,
+        ScheduleKind.ONCE,
+    ]
+    for schedule in created:
+        stored = Schedule.objects.get(pk=schedule.pk)
+        assert (stored.start_ts, stored.next_run_ts, stored.next_slot_ts) == (
+            schedule.start_ts,
+            schedule.next_run_ts,
+            schedule.next_slot_ts,
+        )
+        assert stored.created_ts == schedule.created_ts == schedule.updated_ts
+    assert created[1].start_ts == AT and created[1].schedule_name == "at-once"
+    assert created[0].event_data == {"n": 0}
+    assert Event.objects.filter(event_type="dsched.schedule.created").count() == 5
+
+
+def test_a_thousand_one_shots_take_one_statement():
+    specs = [api.Once(delay=timedelta(hours=1), data={"n": n}, **COMMON) for n in range(1000)]
+    with CaptureQueriesContext(connections["default"]) as queries:
+        created = api.bulk_create(specs)
+    # BEGIN, the INSERT of the schedules and their events, COMMIT.
+    assert [q["sql"].split()[0] for q in queries] == ["BEGIN", "WITH", "COMMIT"]
+    assert len(created) == Schedule.objects.count() == Event.objects.count() == 1000
+
+
+def test_bad_items_are_named_by_index_and_field_and_nothing_is_written():
+    api.create_interval("taken", every=1, **COMMON)
+    specs = [
+        api.Once(delay=timedelta(minutes=1), **COMMON),
+        api.Interval(every=0, **COMMON),
+        api.Once(at=datetime(2030, 1, 1), **COMMON),
+        api.Cron(cron="61 * * * *", **COMMON),
+        api.Once(delay=timedelta(minutes=1), topic="two words", event_type="x"),
+        api.Once(delay=timedelta(minutes=1), key="dup", **COMMON),
+        api.Once(delay=timedelta(minutes=1), key="dup", **COMMON),
+        api.Once(**COMMON),
+        "not a spec",
+    ]
+    with pytest.raises(BulkValidationError) as excinfo:
+        api.bulk_create(specs)
+    found = {(index, field) for index, field, _message in excinfo.value.item_errors}
+    assert found == {
+        (1, "every"),
+        (2, "at"),
+        (3, "cron"),
+        (4, "topic"),
+        (6, "key"),
+        (7, "__all__"),
+        (8, "__all__"),
+    }
+    messages = {(i, f): m for i, f, m in excinfo.value.item_errors}
+    assert "greater than or equal to 1" in messages[(1, "every")]
+    assert messages[(6, "key")] == "Item 5 has the same key."
+    assert isinstance(excinfo.value, ValidationError)
+    assert Schedule.objects.count() == 1  # only "taken"
+
+
+def test_a_name_taken_in_the_database_undoes_the_whole_call():
+    api.create_interval("taken", every=1, **COMMON)
+    specs = [
+        api.Once(delay=timedelta(minutes=1), **COMMON),
+        api.Interval(name="taken", every=2, **COMMON),
+    ]
+    with transaction.atomic():
+        with pytest.raises(BulkValidationError) as excinfo:
+            api.bulk_create(specs)
+        assert [(i, f) for i, f, _m in excinfo.value.item_errors] == [(1, "name")]
+        # The caller's transaction goes on; the call left nothing.
+        assert Schedule.objects.count() == 1
+    assert Event.objects.count() == 1
+
+
+def test_keys_that_exist_give_the_existing_schedules():
+    existing = api.create_once(key="k1", delay=timedelta(minutes=1), **COMMON)
+    created = api.bulk_create(
+        [
+            api.Once(key="k1", delay=timedelta(hours=5), **COMMON),
+            api.Once(key="k2", delay=timedelta(minutes=1), **COMMON),
+        ]
+    )
+    assert created[0].schedule_id == existing.schedule_id
+    assert created[1].idempotency_key == "k2"
+    assert Schedule.objects.count() == 2
+
+
+def test_an_oversize_call_is_refused_before_anything_is_written(settings):
+    settings.DSCHED_BULK_MAX_ITEMS = 3
+
+    def endless():
+        n = 0
+        while True:
+            n += 1
+            yield api.Once(delay=timedelta(minutes=1), **COMMON)
+            assert n < 10, "read past the limit"
+
+    with CaptureQueriesContext(connections["default"]) as queries:
+        with pytest.raises(ValidationError, match="at most 3"):
+            api.bulk_create(endless())
+        with pytest.raises(ValidationError, match="at most 3"):
+            api.bulk_cancel(["a", "b", "c", "d"])
+    assert len(queries) == 0
+    assert api.bulk_create([api.Once(delay=timedelta(minutes=1), **COMMON)] * 0) == []
+
+
+def test_bulk_cancel_by_ref_and_key_all_or_nothing():
+    created = api.bulk_create(
+        [api.Once(key=f"k{n}", delay=timedelta(hours=1), **COMMON) for n in range(5)]
+    )
+    named = api.create_interval("named", every=1, **COMMON)
+    with pytest.raises(BulkValidationError) as excinfo:
+        api.bulk_cancel([created[0], "nobody"], keys=["k1", "missing", "k1"])
+    assert [(i, f) for i, f, _m in excinfo.value.item_errors] == [(4, "key")]
+    with pytest.raises(BulkValidationError) as excinfo:
+        api.bulk_cancel([created[0], "nobody"], keys=["k1", "missing"])
+    assert sorted((i, f) for i, f, _m in excinfo.value.item_errors) == [(1, "ref"), (3, "key")]
+    assert not Schedule.objects.filter(state=ScheduleState.CANCELLED).exists()
+
+    count = api.bulk_cancel(
+        [created[0], str(created[1].pk), "named"], keys=["k2", "k3"], actor="ops"
+    )
+    assert (count.changed, count.skipped) == (5, 0)
+    assert api.bulk_cancel([created[0]], keys=["k4"]).changed == 1
+    assert api.bulk_cancel([created[0]]).skipped == 1
+    named.refresh_from_db()
+    assert named.state == ScheduleState.CANCELLED
+    cancelled = Event.objects.filter(event_type="dsched.schedule.cancelled")
+    assert cancelled.count() == 6
+    assert {e.payload["actor"] for e in cancelled} == {"ops", "system"}
+    for event in cancelled:  # the shape services.cancel gives (audit.event_for)
+        stored = Schedule.objects.get(pk=event.aggregate_id)
+        assert event.payload["changes"] == {"state": ["ACTIVE", "CANCELLED"]}
+        assert datetime.fromisoformat(event.payload["at"]) == event.event_ts == stored.updated_ts
+        assert event.aggregate_version == stored.aggregate_version == 2
+        assert event.metadata == {
+            "actor": event.payload["actor"],
+            "schedule_name": stored.schedule_name,
+            "origin": stored.origin,
+        }

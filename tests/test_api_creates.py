@@ -1,0 +1,303 @@
+"""Fast creates and state changes: round trips, validation in Python with full_clean()'s
+rules and messages, the database's constraints as the last line, one statement for a
+schedule and its "created" event."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.core.exceptions import NON_FIELD_ERRORS
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import connection, transaction
+from django.db.models import CheckConstraint, UniqueConstraint
+from django.test.utils import CaptureQueriesContext
+
+from django_dsched import api, schedule_checks
+from django_dsched.enums import ScheduleKind, ScheduleOrigin, ScheduleState
+from django_dsched.exceptions import ValidationError
+from django_dsched.models import Event, Schedule
+from django_dsched.schedule_checks import TWINS, FieldCache, validate_new
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+COMMON = {"topic": "mail", "event_type": "reminder.send"}
+AT = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("create", "kwargs"),
+    [
+        (api.create_once, {"delay": timedelta(minutes=15)}),
+        (api.create_once, {"at": AT}),
+        (api.create_once, {"delay": timedelta(minutes=15), "jitter_seconds": 30}),
+        (api.create_interval, {"every": 5}),
+        (api.create_interval, {"every": 5, "start": AT}),
+        (api.create_cron, {"cron": "0 2 * * *"}),
+        (api.create_once, {"delay": timedelta(minutes=15), "key": "order-42"}),
+    ],
+)
+def test_a_create_takes_at_most_three_round_trips(create, kwargs):
+    with CaptureQueriesContext(connection) as queries:
+        schedule = create(**COMMON, **kwargs)
+    assert len(queries) <= 3, [q["sql"][:80] for q in queries]
+    assert Schedule.objects.filter(pk=schedule.pk).exists()
+    assert Event.objects.filter(
+        aggregate_id=schedule.pk, event_type="dsched.schedule.created"
+    ).exists()
+
+
+def test_a_delayed_message_is_one_statement():
+    with CaptureQueriesContext(connection) as queries:
+        api.create_once(delay=timedelta(minutes=15), data={"user": 42}, **COMMON)
+    assert len(queries) == 1
+    assert "INSERT INTO" in queries[0]["sql"] and "event_store_t" in queries[0]["sql"]
+
+
+@pytest.mark.parametrize("verb", ["pause", "resume", "cancel"])
+def test_a_state_change_takes_at_most_three_round_trips(verb):
+    schedule = api.create_interval("s", every=1, **COMMON)
+    if verb == "resume":
+        api.pause("s")
+    with CaptureQueriesContext(connection) as queries:
+        assert getattr(api, verb)("s") is True
+    assert len(queries) <= 3, [q["sql"][:80] for q in queries]
+    schedule.refresh_from_db()
+    expected = {"pause": "PAUSED", "resume": "ACTIVE", "cancel": "CANCELLED"}[verb]
+    assert schedule.state == expected
+    newest = Event.objects.filter(aggregate_id=schedule.pk).order_by("-aggregate_version")[0]
+    assert newest.aggregate_version == schedule.aggregate_version
+    assert newest.payload["changes"]["state"][1] == expected
+
+
+def test_a_state_change_of_a_missing_schedule_raises_does_not_exist():
+    with pytest.raises(Schedule.DoesNotExist):
+        api.cancel("nobody")
+    with pytest.raises(Schedule.DoesNotExist):
+        api.pause(key="nobody")
+
+
+def test_a_state_change_read_before_a_fire_is_decided_again_after_it(db_now):
+    """Compare-and-set: a row that moved between the read and the write is read again."""
+    from django_dsched import services
+
+    schedule = api.create_interval("moving", every=1, **COMMON)
+    original_write = services._write
+    calls = []
+
+    def write_after_a_concurrent_change(updates, events, now):
+        if not calls:  # the first write finds the row changed by someone else
+            Schedule.objects.filter(pk=schedule.pk).update(
+                aggregate_version=schedule.aggregate_version + 5
+            )
+        calls.append(1)
+        return original_write(updates, events, now)
+
+    services._write = write_after_a_concurrent_change
+    try:
+        assert api.pause("moving", reason="r") is True
+    finally:
+        services._write = original_write
+    assert len(calls) == 2
+    schedule.refresh_from_db()
+    assert schedule.state == ScheduleState.PAUSED
+    assert schedule.aggregate_version == 7  # created 1, moved to 6, paused 7
+    assert Event.objects.filter(aggregate_id=schedule.pk, aggregate_version=7).exists()
+
+
+def test_the_created_event_records_the_definition_the_database_computed():
+    schedule = api.create_once(delay=timedelta(hours=1), data={"user": 7}, actor="web", **COMMON)
+    event = Event.objects.get(aggregate_id=schedule.pk)
+    assert event.aggregate_version == 1
+    assert event.event_ts == schedule.created_ts
+    assert event.payload["actor"] == "web"
+    definition = event.payload["definition"]
+    assert datetime.fromisoformat(definition["start_ts"]) == schedule.start_ts
+    assert definition["event_data"] == {"user": 7}
+    assert definition["schedule_kind"] == "ONCE"
+    assert definition["schedule_name"] == schedule.schedule_name
+    assert event.metadata == {
+        "actor": "web",
+        "schedule_name": schedule.schedule_name,
+        "origin": ScheduleOrigin.API,
+    }
+    stored = Schedule.objects.get(pk=schedule.pk)
+    assert (stored.start_ts, stored.next_run_ts, stored.next_slot_ts) == (
+        schedule.start_ts,
+        schedule.next_run_ts,
+        schedule.next_slot_ts,
+    )
+
+
+def test_a_delay_is_counted_from_the_database_clock(db_now):
+    before = db_now()
+    schedule = api.create_once(delay=timedelta(minutes=15), **COMMON)
+    after = db_now()
+    assert before + timedelta(minutes=15) <= schedule.start_ts <= after + timedelta(minutes=15)
+    assert schedule.next_run_ts == schedule.next_slot_ts == schedule.start_ts
+    assert schedule.state == ScheduleState.ACTIVE
+
+
+def test_an_unnamed_schedule_is_named_by_its_key_or_its_id():
+    by_id = api.create_once(delay=timedelta(minutes=1), **COMMON)
+    assert by_id.schedule_name == str(by_id.schedule_id)
+    by_key = api.create_once(delay=timedelta(minutes=1), key="order-42:reminder", **COMMON)
+    assert by_key.schedule_name == "order-42:reminder"
+    assert api.get("order-42:reminder") == by_key
+
+
+def test_a_name_in_use_is_the_error_full_clean_gave_and_the_transaction_goes_on():
+    api.create_interval("taken", every=1, **COMMON)
+    with transaction.atomic():
+        with pytest.raises(ValidationError) as excinfo:
+            api.create_interval("taken", every=2, **COMMON)
+        assert excinfo.value.message_dict == {
+            NON_FIELD_ERRORS: ["Schedule with this Host id and Name already exists."]
+        }
+        # Nothing failed in the database: the caller's transaction is still usable.
+        api.create_interval("free", every=1, **COMMON)
+    assert Schedule.objects.count() == 2
+    assert Event.objects.count() == 2
+
+
+def test_a_check_the_python_twin_missed_is_still_refused_by_the_database(monkeypatch):
+    """The database's constraints stay as the last line, with the same error."""
+    fields, _holds = TWINS["dsched_schedule_end_after_start"]
+    monkeypatch.setitem(TWINS, "dsched_schedule_end_after_start", (fields, lambda s: True))
+    monkeypatch.setattr(Schedule, "clean", lambda self: None)
+    with pytest.raises(ValidationError) as excinfo:
+        api.create_interval("backwards", every=1, start=AT, end_ts=AT - timedelta(days=1), **COMMON)
+    assert excinfo.value.message_dict == {
+        NON_FIELD_ERRORS: ["Constraint “dsched_schedule_end_after_start” is violated."]
+    }
+    assert not Schedule.objects.exists()
+    assert not Event.objects.exists()
+
+
+# -- the Python twins of the constraints -------------------------------------------------
+
+
+def base(kind: str = ScheduleKind.INTERVAL) -> Schedule:
+    fields = {
+        ScheduleKind.INTERVAL: {"frequency_unit": "MINUTES", "frequency_time": 5},
+        ScheduleKind.CRON: {"cron_expression": "0 2 * * *"},
+        ScheduleKind.ONCE: {},
+    }[kind]
+    return Schedule(
+        schedule_name="twin",
+        schedule_kind=kind,
+        start_ts=AT,
+        event_topic="mail",
+        event_type="reminder.send",
+        event_data={"a": 1},
+        origin=ScheduleOrigin.API,
+        **fields,
+    )
+
+
+# Each changes a valid schedule so that one rule (or several) is broken.
+BROKEN = {
+    "frequency zero": {"frequency_time": 0},
+    "frequency negative": {"frequency_time": -4},
+    "frequency missing": {"frequency_time": None},
+    "unit unknown": {"frequency_unit": "FORTNIGHTS"},
+    "unit missing": {"frequency_unit": ""},
+    "kind unknown": {"schedule_kind": "SOMETIMES"},
+    "cron missing": {"schedule_kind": ScheduleKind.CRON, "cron_expression": ""},
+    "cron bad": {"schedule_kind": ScheduleKind.CRON, "cron_expression": "61 * * * *"},
+    "policy unknown": {"misfire_policy": "LATER"},
+    "origin unknown": {"origin": "ELSEWHERE"},
+    "end before start": {"end_ts": AT - timedelta(days=1)},
+    "end at start": {"end_ts": AT},
+    "max fires zero": {"max_fires": 0},
+    "catch-up zero": {"catch_up_limit": 0},
+    "catch-up huge": {"catch_up_limit": 10_001},
+    "jitter negative": {"jitter_seconds": -1},
+    "jitter huge": {"jitter_seconds": 86_401},
+    "grace negative": {"misfire_grace_seconds": -1},
+    "state unknown": {"state": "SLEEPING"},
+    "active but paused": {"state": ScheduleState.PAUSED, "active": True},
+    "inactive but active": {"state": ScheduleState.ACTIVE, "active": False},
+    "name empty": {"schedule_name": ""},
+    "name with a line break": {"schedule_name": "a\nb"},
+    "topic bad": {"event_topic": "two words"},
+    "topic trailing newline": {"event_topic": "mail\n"},
+    "type bad": {"event_type": "-x"},
+    "data not an object": {"event_data": ["a"]},
+    "key empty": {"idempotency_key": ""},
+    "key too long": {"idempotency_key": "k" * 127},
+    "key with an escape": {"idempotency_key": "k\x1b[31m"},
+    "zone unknown": {"time_zone": "Mars/Base"},
+    "naive start": {"start_ts": datetime(2030, 1, 1)},
+    "priority huge": {"priority": 5000},
+    "fine": {},
+    "fine with a key": {"idempotency_key": "order-1"},
+    "once fine": {"schedule_kind": ScheduleKind.ONCE, "frequency_unit": "", "frequency_time": None},
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_python_validation_gives_exactly_what_full_clean_gives(case):
+    """``full_clean()`` asks the database (one query per constraint); the twins must agree
+    with it on every case, message for message."""
+    schedule = base()
+    for name, value in BROKEN[case].items():
+        setattr(schedule, name, value)
+    by_database, in_python = copy.deepcopy(schedule), copy.deepcopy(schedule)
+    try:
+        by_database.full_clean()
+        expected = {}
+    except ValidationError as exc:
+        expected = exc.message_dict
+    try:
+        validate_new(in_python, FieldCache())
+        got = {}
+    except ValidationError as exc:
+        got = exc.message_dict
+    assert got == expected
+    assert (case.startswith(("fine", "once fine"))) == (expected == {})
+
+
+def test_every_check_constraint_has_a_python_twin_and_the_unique_ones_a_mapping():
+    for constraint in Schedule._meta.constraints:
+        if isinstance(constraint, CheckConstraint):
+            assert constraint.name in TWINS, f"{constraint.name} has no Python twin"
+            fields, _holds = TWINS[constraint.name]
+            for name in fields:
+                Schedule._meta.get_field(name)
+        else:
+            assert isinstance(constraint, UniqueConstraint)
+            assert constraint.name in (schedule_checks.NAME_UNIQUE, schedule_checks.KEY_UNIQUE)
+    assert set(TWINS) == {
+        c.name for c in Schedule._meta.constraints if isinstance(c, CheckConstraint)
+    }
+
+
+@pytest.mark.parametrize("name", sorted(TWINS))
+def test_each_twin_refuses_what_its_constraint_refuses_with_its_message(name):
+    """For each CHECK constraint: a row the twin refuses is refused by the database too,
+    and the twin's error is the constraint's own message."""
+    constraint = next(c for c in Schedule._meta.constraints if c.name == name)
+    violations = [case for case, change in BROKEN.items() if not TWINS[name][1](_changed(change))]
+    assert violations, f"no case in BROKEN breaks {name}"
+    for case in violations:
+        schedule = _changed(BROKEN[case])
+        with pytest.raises(DjangoValidationError):
+            constraint.validate(Schedule, schedule)  # asks the database
+        try:
+            validate_new(schedule, FieldCache())
+        except ValidationError as exc:
+            messages = exc.messages
+        else:
+            pytest.fail(f"{case}: validate_new accepted it")
+        twin_message = constraint.get_violation_error_message()
+        failed_fields = set(BROKEN[case]) & set(TWINS[name][0])
+        assert twin_message in messages or failed_fields, (case, messages)
+
+
+def _changed(change: dict) -> Schedule:
+    schedule = base()
+    for field, value in change.items():
+        setattr(schedule, field, value)
+    return schedule
