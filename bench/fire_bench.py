@@ -1,15 +1,35 @@
-"""Benchmark of the fire path: throughput, steady-state lag, memory.
+"""Benchmark of the fire path: throughput at 10,000 / 50,000 / 1,000,000 due schedules, the
+hand-written ceiling, steady-state lag, memory.
 
-    .venv/bin/python bench/fire_bench.py                 # all three, defaults below
-    .venv/bin/python bench/fire_bench.py burst --schedules 10000 --runs 3
+    .venv/bin/python bench/fire_bench.py burst --schedules 10000 --runs 5
+    .venv/bin/python bench/fire_bench.py burst --schedules 50000 --runs 5
+    .venv/bin/python bench/fire_bench.py drain --schedules 1000000 --runs 5
+    .venv/bin/python bench/fire_bench.py ceiling --schedules 50000 --runs 5
+    .venv/bin/python bench/fire_bench.py scale --runs 5      # all of them, interleaved: ratios
     .venv/bin/python bench/fire_bench.py steady --schedules 1000 --seconds 30
     .venv/bin/python bench/fire_bench.py memory --schedules 1000000
     .venv/bin/python bench/fire_bench.py burst --metrics    # the same with --metrics-port
 
-Each measurement runs a real ``run_scheduler`` process against a ``dsched_bench`` database
-(on the embedded PostgreSQL unless DATABASE_URL is set) and reads the results from the
-database: ``event_ts`` is the database time of the statement that wrote the fire, and
-``scheduled_ts`` its grid slot. Prints figures; asserts nothing.
+Each measurement of the product runs a real ``run_scheduler`` process against a
+``dsched_bench`` database (on the embedded PostgreSQL unless DATABASE_URL is set) and reads
+the results from the database: ``event_ts`` is the database time of the statement that wrote
+the fire, and ``scheduled_ts`` its grid slot. Prints figures; asserts nothing.
+
+Schedules are created in SQL (``INSERT ... SELECT generate_series``) with time-ordered ids,
+as the package's default (``django_dsched.ids.uuid7``) makes them; ``--random-ids`` gives
+them random (version 4) ids instead, as schedules created before that default have.
+
+``ceiling`` is the same work written by hand in plain psycopg on the same tables, indexes
+and server: per batch of 500 (one transaction), a ``SELECT ... FOR UPDATE SKIP LOCKED`` of
+due schedules, then per fire an INSERT into ``event_store_t``, one into
+``outbox_message_t`` (multi-row, from ``unnest``; the schedule's event data as payload, the
+same event ids) and an UPDATE of ``schedule_t`` (one statement each). Its rate is measured
+like the product's. ``scale`` runs the bursts, the drain and the ceiling at each size in
+rounds (the order alternating) and prints the medians and ratios.
+
+Rates are *fires/s while firing*: fires divided by the time from the first batch's fire
+statement to the last one's (database clock), scaled by batches / (batches - 1) for the
+first batch's own time.
 """
 
 from __future__ import annotations
@@ -27,11 +47,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from setup_django import ROOT, configure
 
+# A production scheduler: no query log (with DEBUG on, Django keeps the last 9,000 statements,
+# a fire statement's id arrays included: 340 MB at 1,000,000 fires, and time per batch).
+os.environ["DEBUG"] = "False"
 URL = configure("dsched_bench")
 
 import django  # noqa: E402
+import psycopg  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
+
+from django_dsched import ids  # noqa: E402
+from django_dsched.scheduler import event_ids  # noqa: E402
 
 
 def sql(query: str, params=None):
@@ -44,9 +71,17 @@ def reset() -> None:
     sql("TRUNCATE schedule_t, event_store_t, outbox_message_t, scheduler_lock_t")
 
 
+# Set by --random-ids: schedules get version-4 ids (the default before UUIDv7).
+RANDOM_IDS = False
+
+
 def insert_schedules(count: int, unit: str, every: int, start_sql: str) -> None:
-    """Insert ``count`` schedules in chunks, all on the same grid."""
+    """Insert ``count`` schedules in chunks, all on the same grid, in SQL.
+
+    Ids as ``django_dsched.ids.uuid7`` makes them one after another (``--random-ids``:
+    ``gen_random_uuid()``)."""
     chunk = 100_000
+    new_id = "gen_random_uuid()" if RANDOM_IDS else ids.sql("i - 1")
     for offset in range(0, count, chunk):
         size = min(chunk, count - offset)
         sql(
@@ -54,14 +89,14 @@ def insert_schedules(count: int, unit: str, every: int, start_sql: str) -> None:
             INSERT INTO schedule_t (schedule_id, host_id, schedule_name, frequency_unit,
                 frequency_time, start_ts, next_run_ts, next_slot_ts, event_topic, event_type,
                 event_data)
-            SELECT gen_random_uuid(), '00000000-0000-0000-0000-000000000000',
-                   'bench-' || (i + %s), %s, %s, {start_sql}, {start_sql}, {start_sql},
+            SELECT {new_id}, '00000000-0000-0000-0000-000000000000',
+                   'bench-' || i, %s, %s, {start_sql}, {start_sql}, {start_sql},
                    'bench', 'bench.tick', jsonb_build_object('n', i)
-            FROM generate_series(1, %s) AS i
+            FROM generate_series(%s + 1, %s + %s) AS i
             """,
-            [offset, unit, every, size],
+            [unit, every, offset, offset, size],
         )
-    sql("ANALYZE schedule_t")
+    sql("VACUUM ANALYZE schedule_t")
 
 
 # --metrics: run the scheduler with its Prometheus metrics on (docs/observability.md).
@@ -106,6 +141,141 @@ def wait_count(expected: int, timeout: float) -> None:
         time.sleep(0.05)
 
 
+# Nothing is due any more. (Polling count(*) of a million-row table every 50 ms would
+# compete with what is measured; this reads the front of the poll index.)
+NOTHING_DUE = """SELECT NOT EXISTS (SELECT FROM schedule_t
+                                  WHERE active AND next_run_ts <= statement_timestamp())"""
+
+
+def wait_drained(expected: int, timeout: float) -> None:
+    """Wait until no schedule is due, then check that ``expected`` events were written."""
+    deadline = time.monotonic() + timeout
+    while not sql(NOTHING_DUE)[0][0]:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out waiting for {expected} fires")
+        time.sleep(0.1)
+    (written,) = sql("SELECT count(*) FROM event_store_t")[0]
+    if written != expected:
+        raise SystemExit(f"expected {expected} fires, found {written}")
+
+
+def firing_rate(schedules: int) -> tuple[float, int, float]:
+    """(fires/s while firing, batches, span in s) from the events' statement times."""
+    span, batches = sql(
+        "SELECT extract(epoch FROM max(event_ts) - min(event_ts)), count(DISTINCT event_ts)"
+        " FROM event_store_t"
+    )[0]
+    # The first batch's own duration is not in the span: scale by batches/(batches-1).
+    rate = schedules / float(span) * (batches - 1) / batches if batches > 1 else float("nan")
+    return rate, batches, float(span)
+
+
+def duplicates() -> int:
+    return sql(
+        "SELECT count(*) FROM (SELECT 1 FROM event_store_t GROUP BY aggregate_id,"
+        " scheduled_ts HAVING count(*) > 1) d"
+    )[0][0]
+
+
+def load() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def fire_run(schedules: int, batch_size: int) -> dict[str, float]:
+    """One run of ``run_scheduler`` draining ``schedules`` due hourly schedules."""
+    reset()
+    insert_schedules(schedules, "HOURS", 1, "now() - interval '30 minutes'")
+    before = load()
+    spawned = time.monotonic()
+    process = start_scheduler(f"--batch-size={batch_size}")
+    wait_drained(schedules, timeout=1800)
+    wall = time.monotonic() - spawned
+    rss = peak_rss_mb(process.pid)
+    stop(process)
+    rate, batches, span = firing_rate(schedules)
+    print(
+        f"  fire {schedules:,}: {rate:,.0f} fires/s ({batches} batches in {span:.3f} s;"
+        f" all fired {wall:.2f} s after spawning; peak RSS {rss:.0f} MB; load {before})",
+        flush=True,
+    )
+    return {"rate": rate, "wall": wall, "rss": rss, "dups": duplicates()}
+
+
+# The ceiling: the same three writes per fire by hand, in batches (see the module's doc).
+CEILING_CLAIM = """
+SELECT schedule_id, host_id, event_topic, event_type, event_data::text, aggregate_version,
+       (extract(epoch FROM next_slot_ts) * 1000000)::bigint
+FROM schedule_t
+WHERE active AND next_run_ts <= statement_timestamp()
+ORDER BY next_run_ts, priority DESC
+LIMIT %s
+FOR UPDATE SKIP LOCKED
+"""
+CEILING_EVENTS = """
+INSERT INTO event_store_t (id, host_id, aggregate_id, aggregate_type, aggregate_version,
+                           event_type, event_ts, payload, metadata, scheduled_ts)
+SELECT u.id, u.host, u.sid, 'Schedule', u.version + 1, u.etype, statement_timestamp(),
+       u.data::jsonb, '{}', 'epoch'::timestamptz + u.slot * interval '1 microsecond'
+FROM unnest(%s::uuid[], %s::uuid[], %s::uuid[], %s::bigint[], %s::text[], %s::text[],
+            %s::bigint[]) AS u(id, host, sid, version, etype, data, slot)
+"""
+CEILING_OUTBOX = """
+INSERT INTO outbox_message_t (id, host_id, aggregate_id, aggregate_type, aggregate_version,
+                              event_type, event_ts, payload, metadata, topic, status)
+SELECT u.id, u.host, u.sid, 'Schedule', u.version + 1, u.etype, statement_timestamp(),
+       u.data::jsonb, '{}', u.topic, 'PENDING'
+FROM unnest(%s::uuid[], %s::uuid[], %s::uuid[], %s::bigint[], %s::text[], %s::text[],
+            %s::text[]) AS u(id, host, sid, version, etype, data, topic)
+"""
+CEILING_UPDATE = """
+UPDATE schedule_t s
+SET next_slot_ts = s.next_slot_ts + interval '1 hour',
+    next_run_ts = s.next_slot_ts + interval '1 hour',
+    aggregate_version = s.aggregate_version + 1,
+    fire_count = s.fire_count + 1,
+    last_fired_ts = statement_timestamp()
+FROM unnest(%s::uuid[]) AS u(sid)
+WHERE s.schedule_id = u.sid
+"""
+
+
+def ceiling_run(schedules: int, batch_size: int) -> dict[str, float]:
+    """The hand-written ceiling draining ``schedules`` due hourly schedules."""
+    reset()
+    insert_schedules(schedules, "HOURS", 1, "now() - interval '30 minutes'")
+    before = load()
+    started = time.monotonic()
+    with psycopg.connect(URL, autocommit=True) as conn, conn.cursor() as cur:
+        # As the fire path does: the schedules' NOTIFY trigger stays quiet.
+        cur.execute("SET dsched.firing = 'on'")
+        while True:
+            with conn.transaction():
+                rows = cur.execute(CEILING_CLAIM, [batch_size]).fetchall()
+                if not rows:
+                    break
+                sids, hosts, topics, types, data, versions, slots = map(
+                    list, zip(*rows, strict=True)
+                )
+                eids = [
+                    event_ids.event_id(sid, slot) for sid, slot in zip(sids, slots, strict=True)
+                ]
+                events = [eids, hosts, sids, versions, types, data, slots]
+                cur.execute(CEILING_EVENTS, events, binary=True)
+                cur.execute(CEILING_OUTBOX, [*events[:-1], topics], binary=True)
+                cur.execute(CEILING_UPDATE, [sids], binary=True)
+    wall = time.monotonic() - started
+    (written,) = sql("SELECT count(*) FROM event_store_t")[0]
+    if written != schedules:
+        raise SystemExit(f"ceiling: expected {schedules} fires, found {written}")
+    rate, batches, span = firing_rate(schedules)
+    print(
+        f"  ceiling {schedules:,}: {rate:,.0f} fires/s ({batches} batches in {span:.3f} s;"
+        f" {wall:.2f} s in all; load {before})",
+        flush=True,
+    )
+    return {"rate": rate, "wall": wall, "dups": duplicates()}
+
+
 def peak_rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -113,38 +283,58 @@ def peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def burst(schedules: int, runs: int, batch_size: int) -> None:
+def burst(schedules: int, runs: int, batch_size: int, what: str = "burst") -> None:
     """Fires/s for one scheduler draining ``schedules`` due hourly schedules."""
-    rates: list[float] = []
-    walls: list[float] = []
-    for run in range(runs):
-        reset()
-        insert_schedules(schedules, "HOURS", 1, "now() - interval '30 minutes'")
-        spawned = time.monotonic()
-        process = start_scheduler(f"--batch-size={batch_size}")
-        wait_count(schedules, timeout=600)
-        walls.append(time.monotonic() - spawned)
-        stop(process)
-        (span,) = sql(
-            "SELECT extract(epoch FROM max(event_ts) - min(event_ts)) FROM event_store_t"
-        )[0]
-        (batches,) = sql("SELECT count(DISTINCT event_ts) FROM event_store_t")[0]
-        # The first batch's own duration is not in the span: scale by batches/(batches-1).
-        rate = schedules / float(span) * (batches - 1) / batches if batches > 1 else float("nan")
-        rates.append(rate)
-        print(f"  run {run + 1}: {rate:,.0f} fires/s ({batches} batches in {float(span):.3f} s)")
-    dups = sql(
-        "SELECT count(*) FROM (SELECT 1 FROM event_store_t GROUP BY aggregate_id,"
-        " scheduled_ts HAVING count(*) > 1) d"
-    )[0][0]
-    wall = statistics.median(walls)
+    results = [fire_run(schedules, batch_size) for _ in range(runs)]
+    rates = [r["rate"] for r in results]
+    wall = statistics.median(r["wall"] for r in results)
     print(
-        f"burst: {schedules:,} due schedules, batch {batch_size}: median "
+        f"{what}: {schedules:,} due schedules, batch {batch_size}: median "
         f"{statistics.median(rates):,.0f} fires/s while firing (min {min(rates):,.0f}, "
         f"max {max(rates):,.0f}) over {runs} runs; all fired {wall:.2f} s after spawning "
-        f"the process (median: {schedules / wall:,.0f} fires/s with start-up); "
-        f"duplicates {dups}"
+        f"the process (median: {schedules / wall:,.0f} fires/s with start-up); peak RSS "
+        f"{max(r['rss'] for r in results):.0f} MB; duplicates "
+        f"{sum(int(r['dups']) for r in results)}"
     )
+
+
+def ceiling(schedules: int, runs: int, batch_size: int) -> None:
+    rates = [ceiling_run(schedules, batch_size)["rate"] for _ in range(runs)]
+    print(
+        f"ceiling: {schedules:,} due schedules, batch {batch_size}: median "
+        f"{statistics.median(rates):,.0f} fires/s (min {min(rates):,.0f}, "
+        f"max {max(rates):,.0f}) over {runs} runs"
+    )
+
+
+def scale(sizes: list[int], runs: int, batch_size: int, ceiling_batch: int) -> None:
+    """The fire path and the ceiling at each size, in rounds; medians and ratios."""
+    fires: dict[int, list[float]] = {n: [] for n in sizes}
+    ceil: dict[int, list[float]] = {n: [] for n in sizes}
+    for run in range(runs):
+        print(f"round {run + 1} (load {load()})", flush=True)
+        for n in sizes:
+            pair = [
+                lambda n=n: fires[n].append(fire_run(n, batch_size)["rate"]),
+                lambda n=n: ceil[n].append(ceiling_run(n, ceiling_batch)["rate"]),
+            ]
+            for step in pair if run % 2 == 0 else reversed(pair):
+                step()
+    base, base_ceiling = statistics.median(fires[sizes[0]]), statistics.median(ceil[sizes[0]])
+    print(f"scale: medians of {runs} rounds, batch {batch_size} (ceiling {ceiling_batch})")
+    print(
+        "| due schedules | fire path, fires/s | vs first size | ceiling, fires/s |"
+        " vs first size | fire path / ceiling (per round) |"
+    )
+    print("| --- | --- | --- | --- | --- | --- |")
+    for n in sizes:
+        f, c = statistics.median(fires[n]), statistics.median(ceil[n])
+        per_round = [a / b for a, b in zip(fires[n], ceil[n], strict=True)]
+        print(
+            f"| {n:,} | {f:,.0f} ({min(fires[n]):,.0f}-{max(fires[n]):,.0f}) | {f / base:.2f} |"
+            f" {c:,.0f} ({min(ceil[n]):,.0f}-{max(ceil[n]):,.0f}) | {c / base_ceiling:.2f} |"
+            f" {f / c:.2f} ({min(per_round):.2f}-{max(per_round):.2f}) |"
+        )
 
 
 def steady(schedules: int, seconds: int) -> None:
@@ -178,7 +368,7 @@ def memory(schedules: int) -> None:
     print(f"  inserted {schedules:,} schedules in {time.monotonic() - started:.0f} s")
     process = start_scheduler()
     started = time.monotonic()
-    wait_count(schedules, timeout=1800)
+    wait_drained(schedules, timeout=1800)
     elapsed = time.monotonic() - started
     rss = peak_rss_mb(process.pid)
     stop(process)
@@ -194,22 +384,48 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "what", nargs="?", choices=["burst", "steady", "memory", "all"], default="all"
+        "what",
+        nargs="?",
+        choices=["burst", "drain", "ceiling", "scale", "steady", "memory", "all"],
+        default="all",
     )
     parser.add_argument("--schedules", type=int)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--seconds", type=int, default=30)
     parser.add_argument("--batch-size", type=int, default=1000)
     parser.add_argument("--metrics", action="store_true", help="serve metrics (--metrics-port)")
+    parser.add_argument("--ceiling-batch-size", type=int, default=500)
+    parser.add_argument(
+        "--sizes", default="10000,50000,1000000", help="scale: the sizes, the first the base"
+    )
+    parser.add_argument(
+        "--random-ids", action="store_true", help="version-4 schedule ids (the old default)"
+    )
     options = parser.parse_args()
-    global METRICS
+    global RANDOM_IDS, METRICS
+    RANDOM_IDS = options.random_ids
     METRICS = options.metrics
     call_command("migrate", verbosity=0)
-    print(
-        f"database: {connection.pg_version // 10000}.{connection.pg_version % 10000}, "
-        f"Python {sys.version.split()[0]}, Django {django.get_version()}; "
-        f"metrics {'on' if METRICS else 'off'}"
+    settings = dict(
+        sql(
+            "SELECT name, current_setting(name) FROM unnest(ARRAY['shared_buffers',"
+            " 'max_wal_size', 'checkpoint_timeout', 'synchronous_commit', 'work_mem']) AS name"
+        )
     )
+    print(
+        f"database: {connection.pg_version // 10000}.{connection.pg_version % 10000} "
+        f"({', '.join(f'{k} {v}' for k, v in settings.items())}), Python "
+        f"{sys.version.split()[0]}, Django {django.get_version()}, "
+        f"{'random' if RANDOM_IDS else 'time-ordered'} schedule ids, "
+        f"metrics {'on' if METRICS else 'off'}, load {load()}"
+    )
+    if options.what == "drain":
+        burst(options.schedules or 1_000_000, options.runs, options.batch_size, "drain")
+    if options.what == "ceiling":
+        ceiling(options.schedules or 10_000, options.runs, options.ceiling_batch_size)
+    if options.what == "scale":
+        sizes = [int(n) for n in options.sizes.split(",")]
+        scale(sizes, options.runs, options.batch_size, options.ceiling_batch_size)
     if options.what in ("burst", "all"):
         burst(options.schedules or 10_000, options.runs, options.batch_size)
     if options.what in ("steady", "all"):

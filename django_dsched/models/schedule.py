@@ -27,6 +27,7 @@ from django_dsched.enums import (
     max_length_of,
 )
 from django_dsched.exceptions import CronError, ValidationError
+from django_dsched.ids import uuid7
 from django_dsched.models.fields import EventDataField
 from django_dsched.timetables import Rules, Timetable, first_slot, timetable_for
 from django_dsched.timetables.grid import period_is_acceptable
@@ -95,7 +96,8 @@ class BucketKey(Func):
 
 
 class Schedule(models.Model):
-    schedule_id = models.UUIDField(_("schedule id"), primary_key=True, default=uuid.uuid4)
+    # Time-ordered (UUIDv7): see django_dsched/ids.py. Rows made before keep their ids.
+    schedule_id = models.UUIDField(_("schedule id"), primary_key=True, default=uuid7)
     host_id = models.UUIDField(
         _("host id"), default=default_host_id, help_text=_("The tenant that owns the schedule.")
     )
