@@ -151,10 +151,12 @@ class Builder:
 
 
 def database_defaults(schedule: Schedule) -> list[str]:
-    """The columns the database fills (``db_default`` and no Python default): not named in
-    an insert, read back from its ``RETURNING``."""
+    """The columns the database fills (generated columns, and ``db_default`` with no Python
+    default): not named in an insert, read back from its ``RETURNING``."""
     return [
         str(field.column)
         for field in Schedule._meta.concrete_fields
-        if isinstance(getattr(schedule, field.attname), DatabaseDefault)
+        # A generated column is never in the instance's __dict__ before it is saved (reading
+        # it would query the database); it is the database's to fill.
+        if field.generated or isinstance(schedule.__dict__.get(field.attname), DatabaseDefault)
     ]

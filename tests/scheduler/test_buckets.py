@@ -12,6 +12,7 @@ from django.core import checks
 from django.core.management import CommandError, call_command
 from django.db import connection
 
+from django_dsched import api
 from django_dsched.exceptions import BucketCountMismatch
 from django_dsched.models import Event, Lease, Schedule
 from django_dsched.models.schedule import BUCKET_KEY_BITS
@@ -73,9 +74,14 @@ def test_the_database_fills_the_bucket_key_on_every_insert_path(db_now):
         f" SELECT %s, 'raw', {columns} FROM schedule_t LIMIT 1",
         [raw_id],
     )
+    # The API's one-statement insert and its bulk insert leave the column to the database
+    # too, and read it back onto the instance they return.
+    single = api.create_once(at=db_now() + timedelta(hours=1), topic="t", event_type="e")
+    assert single.bucket_key == key_of(single.schedule_id)
+    api.bulk_create([api.Once(at=db_now() + timedelta(hours=1), topic="t", event_type="e")] * 2)
     for schedule in Schedule.objects.all():
         assert schedule.bucket_key == key_of(schedule.schedule_id)
-    assert len(made) + 1 == Schedule.objects.count()
+    assert len(made) + 4 == Schedule.objects.count()
     # A time-ordered id (UUIDv7: the top 48 bits are time) spreads by its random tail.
     seven = [uuid.UUID(int=(0x0190_0000_0000 << 80) | (0x7 << 76) | i * 7919) for i in range(64)]
     assert len({bucket_of(key_of(i), 16) for i in seven}) == 16
