@@ -20,6 +20,7 @@ from django.db import connections
 
 from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus, ScheduleState
+from django_dsched.outbox.claims import PRIORITIES
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -31,17 +32,8 @@ COUNT_LIMIT = 100_000
 # due: dsched_schedule_due_idx; set aside: dsched_schedule_set_aside_idx; pending: the
 # relays' dsched_outbox_ready_idx, its oldest claimable entry per priority (a skip scan
 # over the few priorities); dead letters: dsched_outbox_dead_ts_idx.
-GAUGES = """
-WITH RECURSIVE levels(priority) AS (
-    (SELECT o.priority FROM outbox_message_t o
-     WHERE o.status = %(pending)s ORDER BY o.priority DESC LIMIT 1)
-    UNION ALL
-    SELECT (SELECT o.priority FROM outbox_message_t o
-            WHERE o.status = %(pending)s AND o.priority < l.priority
-            ORDER BY o.priority DESC LIMIT 1)
-    FROM levels l
-    WHERE l.priority IS NOT NULL
-)
+GAUGES = f"""
+WITH {PRIORITIES}
 SELECT
     (SELECT count(*) FROM (SELECT FROM schedule_t
                            WHERE active AND next_run_ts <= statement_timestamp()

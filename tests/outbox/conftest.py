@@ -4,6 +4,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from django_dsched.handlers import registry
 from tests.webhook_servers import Sink, serve_sink
 
 
@@ -16,3 +17,18 @@ def sink(settings) -> Iterator[str]:
     Sink.requests = []
     with serve_sink() as url:
         yield url
+
+
+@pytest.fixture
+def handle():
+    """``handle(func, topic=...)`` registers a handler for the test only."""
+    registered = []
+
+    def register(func, **key):
+        registry.register(func, **key)
+        registered.append((func, key))
+        return func
+
+    yield register
+    for func, key in registered:
+        registry.unregister(func, **key)

@@ -10,7 +10,6 @@ import pytest
 from django.core.management import call_command
 
 from django_dsched.enums import DeliveryStatus
-from django_dsched.handlers import registry
 from django_dsched.models import OutboxMessage
 from django_dsched.outbox.claims import Claimer, DeliveryOutcome, claim, settle
 from django_dsched.outbox.relay import Relay
@@ -21,21 +20,6 @@ from tests.helpers import other_session, sql, wait_for
 from tests.outbox_helpers import make_messages, statuses
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def handle():
-    """``handle(func, topic=...)`` registers a handler for the test only."""
-    registered = []
-
-    def register(func, **key):
-        registry.register(func, **key)
-        registered.append((func, key))
-        return func
-
-    yield register
-    for func, key in registered:
-        registry.unregister(func, **key)
 
 
 @pytest.fixture

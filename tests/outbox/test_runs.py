@@ -12,7 +12,6 @@ from celery import Celery
 from django_dsched import api
 from django_dsched.contrib.celery import ExactlyOnceTask
 from django_dsched.enums import DeliveryStatus, RunStatus
-from django_dsched.handlers import registry
 from django_dsched.models import OutboxMessage
 from django_dsched.outbox import dead_letters, runs
 from django_dsched.outbox.claims import Claimer, claim
@@ -34,20 +33,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @task()
 def failing_task(event: dict) -> None:
     raise ValueError("the task went wrong")
-
-
-@pytest.fixture
-def handle():
-    registered = []
-
-    def register(func, **key):
-        registry.register(func, **key)
-        registered.append((func, key))
-        return func
-
-    yield register
-    for func, key in registered:
-        registry.unregister(func, **key)
 
 
 @pytest.fixture
