@@ -77,10 +77,10 @@ def _transition(
         skipped += len(rows) - len(eligible)
         if not eligible:
             break
-        updates: list[tuple[Schedule, int, list[str]]] = []
+        updates: list[tuple[Schedule, tuple[int, str], list[str]]] = []
         events = []
         for schedule in eligible:
-            read_version = schedule.aggregate_version
+            read = (schedule.aggregate_version, str(schedule.state))
             before = schedule.state
             schedule.state = target
             fields = ["state", "active"]
@@ -89,7 +89,7 @@ def _transition(
             schedule.active = schedule.state == ScheduleState.ACTIVE
             schedule.aggregate_version += 1
             schedule.updated_ts = now
-            updates.append((schedule, read_version, fields))
+            updates.append((schedule, read, fields))
             events.append(
                 audit.event_for(
                     schedule,
@@ -115,11 +115,16 @@ def _transition(
 
 
 def _write(
-    updates: list[tuple[Schedule, int, list[str]]], events: list[Event], now: datetime
+    updates: list[tuple[Schedule, tuple[int, str], list[str]]],
+    events: list[Event],
+    now: datetime,
 ) -> set[Any]:
     """Write each schedule's ``fields`` (and its version and ``updated_ts``) where its
-    version is still the one read, and the audit events of the rows written, in one
-    statement. Returns the ids written."""
+    version and state are still the ones read, and the audit events of the rows written, in
+    one statement. Returns the ids written.
+
+    The state is compared too: the fire path completes a schedule without a new version
+    when it ends without firing (a fire limit reached, a missed one-shot, past its end)."""
     connection = connections[app_settings.DATABASE]
     quote = connection.ops.quote_name
     names = list(dict.fromkeys(name for _s, _v, fields in updates for name in fields))
@@ -127,9 +132,9 @@ def _write(
         field for name in names if isinstance(field := Schedule._meta.get_field(name), Field)
     ]
     single = len(updates) == 1
-    types = ["uuid", "bigint", "uuid", "jsonb", "jsonb"]
+    types = ["uuid", "bigint", "text", "uuid", "jsonb", "jsonb"]
     types += [str(field.db_type(connection)) for field in columns]
-    aliases = ["id_", "version_", "event_id_", "payload_", "metadata_"]
+    aliases = ["id_", "version_", "state_", "event_id_", "payload_", "metadata_"]
     aliases += [f"f{n}" for n in range(len(columns))]
     if single:  # one row: plain parameters plan faster than arrays
         source = "SELECT " + ", ".join(
@@ -145,6 +150,7 @@ def _write(
             SET {sets}, aggregate_version = v.version_ + 1, updated_ts = %s
             FROM v
             WHERE s.schedule_id = v.id_ AND s.aggregate_version = v.version_
+              AND s.state = v.state_
             RETURNING s.schedule_id, s.host_id, s.aggregate_version, v.event_id_, v.payload_,
                       v.metadata_
         ), audit AS (
@@ -158,7 +164,8 @@ def _write(
     """
     params: list[Any] = [
         [schedule.pk for schedule, _v, _f in updates],
-        [version for _s, version, _f in updates],
+        [version for _s, (version, _state), _f in updates],
+        [state for _s, (_version, state), _f in updates],
         [event.id for event in events],
         [json.dumps(event.payload) for event in events],
         [json.dumps(event.metadata) for event in events],
