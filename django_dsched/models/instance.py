@@ -16,6 +16,11 @@ class SchedulerInstance(models.Model):
     hostname = models.CharField(_("host"), max_length=255)
     pid = models.IntegerField(_("process id"))
     epoch = models.BigIntegerField(_("leader epoch"), null=True)
+    # Which cluster the instance belongs to: its DSCHED_LEASE_ID and DSCHED_BUCKETS (null for
+    # a process that is not a scheduler). Bucket owners rank only the members of their own
+    # cluster (scheduler/lease.py, MEMBERS).
+    lease_id = models.IntegerField(_("lease id"), null=True)
+    buckets = models.IntegerField(_("buckets"), null=True)
     started_ts = models.DateTimeField(_("started"))
     last_seen_ts = models.DateTimeField(_("last seen"))
 

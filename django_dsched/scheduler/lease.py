@@ -201,11 +201,15 @@ WITH released AS (
 SELECT pg_notify('dsched_leader', ''), count(*) FROM released
 """
 
-# The live instances: reported within one lease (database clock). Every scheduler reports
-# every heartbeat.
+# The live members of this cluster: instances with this DSCHED_LEASE_ID and DSCHED_BUCKETS
+# that reported within one lease (database clock; every bucketed scheduler reports every
+# heartbeat). Another cluster's instances, and instances left running with another bucket
+# count, are not members: ranked first for a bucket they never take, they would make its
+# holder hand it off for good.
 MEMBERS = """
 SELECT instance_id, last_seen_ts FROM scheduler_instance_t
-WHERE role IN ('owner', 'standby', 'leader')
+WHERE role IN ('owner', 'standby')
+  AND lease_id = %(base)s AND buckets = %(count)s
   AND last_seen_ts > clock_timestamp() - make_interval(secs => %(lease)s)
 """
 

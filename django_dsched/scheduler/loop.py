@@ -440,7 +440,14 @@ class Scheduler(DatabaseLoop):
         else:
             role = "leader" if self.lease.is_leader else "standby"
         with connections[self.using].cursor() as cursor:
-            presence.report(cursor, self.instance_id, role, self.lease.epoch)
+            presence.report(
+                cursor,
+                self.instance_id,
+                role,
+                self.lease.epoch,
+                lease_id=app_settings.LEASE_ID,
+                buckets=self.lease.count if isinstance(self.lease, BucketLeases) else 1,
+            )
         self._presence_at = time.monotonic()
         if self.metrics is not None and role == "standby":
             self.metrics.heartbeat()

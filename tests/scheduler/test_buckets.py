@@ -56,7 +56,7 @@ def report(wrapper, instance: str) -> None:
     from django_dsched.scheduler import presence
 
     with wrapper.cursor() as cursor:
-        presence.report(cursor, instance, "owner", None)
+        presence.report(cursor, instance, "owner", None, lease_id=1, buckets=COUNT)
 
 
 def test_the_database_fills_the_bucket_key_on_every_insert_path(db_now):

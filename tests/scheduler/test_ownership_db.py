@@ -43,7 +43,7 @@ class Instance:
 
     def round(self) -> None:
         with self.wrapper.cursor() as cursor:
-            presence.report(cursor, self.name, "owner", None)
+            presence.report(cursor, self.name, "owner", None, lease_id=1, buckets=COUNT)
         if self.leases.held:
             self.leases.renew()
         view = self.leases.look()
