@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -62,12 +63,31 @@ def _transition(
     database's clock, one writes the changes and their audit events (:func:`_write`), each
     row only if its ``aggregate_version`` is still the one read (compare-and-set). A row a
     fire or another change moved meanwhile is read again and decided again (a fire in
-    flight is waited for by the write, as a lock would). So a change costs two round trips
-    and no transaction of its own.
+    flight is waited for by the write, as a lock would). So a change of one schedule costs
+    two round trips and no transaction of its own; a change of several writes in one
+    transaction (or the caller's), so it is all or nothing.
     """
+    with ExitStack() as stack:
+        return _transition_rounds(
+            stack, schedules, allowed, target, verb, actor, change, accept, details
+        )
+
+
+def _transition_rounds(
+    stack: ExitStack,
+    schedules: QuerySet[Schedule],
+    allowed: set[str],
+    target: str,
+    verb: str,
+    actor: Any,
+    change: Any,
+    accept: Callable[[Schedule, datetime], bool] | None,
+    details: dict[str, Any],
+) -> ChangeCount:
     changed = skipped = 0
     clock = Func(function="clock_timestamp", output_field=DateTimeField())
     pending = schedules
+    atomic = False
     for _attempt in range(MAX_ATTEMPTS):
         rows = list(pending.annotate(dsched_now=clock).order_by("pk"))
         if not rows:
@@ -100,6 +120,11 @@ def _transition(
                     **details,
                 )
             )
+        if len(updates) > 1 and not atomic:
+            # Several rows: all or none, even if a later round gives up (ConflictError).
+            # (One row needs no transaction: a round that writes nothing changes nothing.)
+            stack.enter_context(_atomic())
+            atomic = True
         written = _write(updates, events, now)
         changed += len(written)
         moved = [schedule.pk for schedule, _v, _f in updates if schedule.pk not in written]

@@ -16,10 +16,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from django.db import connections
+from django.db import DatabaseError, connections
 
 from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus, ScheduleState
+from django_dsched.logs import get_logger
 from django_dsched.outbox.claims import PRIORITIES
 
 if TYPE_CHECKING:
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
 
 # Counts above this read as this (the gauges' help says so).
 COUNT_LIMIT = 100_000
+
+logger = get_logger(__name__)
 
 # Each subquery is an index probe or a bounded index walk:
 # due: dsched_schedule_due_idx; set aside: dsched_schedule_set_aside_idx; pending: the
@@ -122,7 +125,23 @@ class DatabaseCollector:
     def collect(self) -> Iterator[Metric]:
         from prometheus_client.metrics_core import GaugeMetricFamily
 
-        g = self.gauges()
+        try:
+            g = self.gauges()
+        except DatabaseError as exc:
+            # The process's own series (leadership, heartbeat age, errors) matter most while
+            # the database is away: the scrape goes on without the database-wide gauges.
+            logger.warning("database gauges unreadable: %s", exc)
+            yield GaugeMetricFamily(
+                "dsched_database_gauges_up",
+                "1 when the database-wide gauges were read at this scrape, else 0.",
+                value=0,
+            )
+            return
+        yield GaugeMetricFamily(
+            "dsched_database_gauges_up",
+            "1 when the database-wide gauges were read at this scrape, else 0.",
+            value=1,
+        )
         capped = f" (counted up to {COUNT_LIMIT:,})"
         yield GaugeMetricFamily(
             "dsched_due_schedules",

@@ -233,7 +233,7 @@ class Scheduler(DatabaseLoop):
             if lease.is_leader:
                 before = set(lease.held)
                 lease.renew()
-                if self.metrics is not None:
+                if self.metrics is not None and set(lease.held) == before:
                     self.metrics.heartbeat()
                 if set(lease.held) != before:
                     if self.metrics is not None:
@@ -267,6 +267,8 @@ class Scheduler(DatabaseLoop):
         decision = decide(view, self.instance_id, set(lease.held), lease.count, lease.replicas)
         if decision.release:
             lease.release_some(decision.release)
+            if self.metrics is not None:
+                self.metrics.leader.set(int(lease.is_leader))
             self.stats.handoffs += len(decision.release)
             logger.info(
                 "handed off bucket(s) %s instance=%s: their owner is back or new",
@@ -349,6 +351,9 @@ class Scheduler(DatabaseLoop):
                         self.instance_id,
                     )
                     self.lease.renew()
+                    if self.metrics is not None:
+                        self.metrics.fence_refused()
+                        self.metrics.leader.set(int(self.lease.is_leader))
                     self._next_look = 0.0
                     return 0.0
                 logger.warning(

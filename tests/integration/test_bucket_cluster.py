@@ -55,7 +55,8 @@ def check_epochs_only_grow_per_bucket() -> None:
     rows = sql(
         "SELECT s.bucket_key %% %s, e.leader_epoch, e.metadata->>'instance_id'"
         " FROM event_store_t e JOIN schedule_t s ON s.schedule_id = e.aggregate_id"
-        " WHERE e.scheduled_ts IS NOT NULL ORDER BY e.event_ts, e.leader_epoch",
+        # Ties on event_ts put the newer epoch first, so an equal-time stale commit fails.
+        " WHERE e.scheduled_ts IS NOT NULL ORDER BY e.event_ts, e.leader_epoch DESC",
         [BUCKETS],
     )
     newest: dict[int, int] = {}

@@ -199,3 +199,20 @@ def test_the_database_gauges_are_cached_for_the_configured_seconds(db_now, setti
     assert collector.gauges().due == 0  # the cached answer
     settings.DSCHED_METRICS_CACHE_SECONDS = 0
     assert collector.gauges().due == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_scrape_whose_gauges_fail_in_the_database_still_answers_without_them(settings):
+    settings.DSCHED_METRICS_CACHE_SECONDS = 0
+    registry = CollectorRegistry()
+    registry.register(DatabaseCollector())
+    assert "dsched_database_gauges_up 1.0" in generate_latest(registry).decode()
+    # A real database error at scrape time (the table the gauges read is gone for a moment):
+    # the collector must not take the whole scrape, and the process's own series, with it.
+    sql("ALTER TABLE outbox_message_t RENAME TO outbox_message_away")
+    try:
+        scraped = generate_latest(registry).decode()
+    finally:
+        sql("ALTER TABLE outbox_message_away RENAME TO outbox_message_t")
+    assert "dsched_database_gauges_up 0.0" in scraped
+    assert "dsched_due_schedules" not in scraped
