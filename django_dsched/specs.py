@@ -151,10 +151,14 @@ class Builder:
 
 
 def database_defaults(schedule: Schedule) -> list[str]:
-    """The columns the database fills (``db_default`` and no Python default): not named in
-    an insert, read back from its ``RETURNING``."""
+    """The columns the database fills (``db_default`` and no Python default, and generated
+    columns such as ``bucket_key``): not named in an insert, read back from its
+    ``RETURNING``. Reads the instance's values directly: a generated field is absent
+    until saved, and ``getattr`` would query for it."""
+    values = schedule.__dict__
     return [
         str(field.column)
         for field in Schedule._meta.concrete_fields
-        if isinstance(getattr(schedule, field.attname), DatabaseDefault)
+        if getattr(field, "generated", False)
+        or isinstance(values.get(field.attname), DatabaseDefault)
     ]
