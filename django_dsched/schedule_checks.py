@@ -18,13 +18,14 @@ twin here that agrees with the database on the same instances, with the same mes
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Callable, Hashable
 from typing import Any
 
 from django.core import exceptions as django_exceptions
 from django.core.exceptions import NON_FIELD_ERRORS
 from django.db import IntegrityError
-from django.db.models import CheckConstraint, UniqueConstraint
+from django.db.models import CheckConstraint, UniqueConstraint, UUIDField
 from django.db.models.expressions import DatabaseDefault
 
 from django_dsched.enums import (
@@ -160,7 +161,15 @@ class FieldCache:
     def __init__(self) -> None:
         self._results: dict[tuple[str, type, Hashable], tuple[Any, Any]] = {}
         self._fields = [
-            (field, field.attname, field.name, field.blank, field.empty_values, field.primary_key)
+            (
+                field,
+                field.attname,
+                field.name,
+                field.blank,
+                field.empty_values,
+                field.primary_key,
+                _identity_type(field),
+            )
             for field in Schedule._meta.fields
             if not field.generated
         ]
@@ -170,8 +179,10 @@ class FieldCache:
         errors: dict[str, list[Any]] = {}
         values = schedule.__dict__
         results = self._results
-        for field, attname, name, blank, empty, primary in self._fields:
+        for field, attname, name, blank, empty, primary, identity in self._fields:
             raw = values[attname]
+            if identity is not None and type(raw) is identity:
+                continue  # clean() returns it unchanged and cannot refuse it
             if blank and raw in empty:
                 continue
             if isinstance(raw, DatabaseDefault):
@@ -203,6 +214,15 @@ class FieldCache:
             else:
                 values[attname] = cleaned
         return errors
+
+
+def _identity_type(field: Any) -> type | None:
+    """The type whose values ``field.clean()`` returns unchanged and never refuses: a UUID
+    in a ``UUIDField`` with no validators and no choices (each schedule's own id, unique
+    per schedule, so memoising it by value would not help)."""
+    if isinstance(field, UUIDField) and not field.validators and not field.choices:
+        return uuid.UUID
+    return None
 
 
 def validate_new(schedule: Schedule, cache: FieldCache | None = None) -> None:

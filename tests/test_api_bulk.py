@@ -8,7 +8,7 @@ import pytest
 from django.db import connections, transaction
 from django.test.utils import CaptureQueriesContext
 
-from django_dsched import api
+from django_dsched import api, audit
 from django_dsched.enums import ScheduleKind, ScheduleState
 from django_dsched.exceptions import BulkValidationError, ValidationError
 from django_dsched.models import Event, Schedule
@@ -170,3 +170,23 @@ def test_bulk_cancel_by_ref_and_key_all_or_nothing():
             "schedule_name": stored.schedule_name,
             "origin": stored.origin,
         }
+
+
+@pytest.mark.parametrize(
+    "specs",
+    [
+        # Every field but the name and data the same: most of the definition is shared.
+        [api.Once(delay=timedelta(minutes=5), data={"n": n}, **COMMON) for n in range(3)],
+        [api.Once(at=AT, data={"same": 1}, priority=3, **COMMON) for _n in range(3)],
+        [
+            api.Interval(every=n + 1, start=AT, time_zone="Europe/Brussels", **COMMON)
+            for n in range(3)
+        ],
+    ],
+)
+def test_each_created_event_records_its_schedules_whole_definition(specs):
+    created = api.bulk_create(specs)
+    for schedule in created:
+        stored = Schedule.objects.get(pk=schedule.pk)
+        event = Event.objects.get(aggregate_id=schedule.pk, event_type="dsched.schedule.created")
+        assert event.payload["definition"] == audit.definition(stored)
