@@ -137,24 +137,26 @@ class Preparer:
         return delay
 
 
-def _columns(schedule: Schedule) -> list[Field[Any, Any]]:
-    skipped = set(database_defaults(schedule))
-    return [field for field in Schedule._meta.concrete_fields if str(field.column) not in skipped]
+_column_lists: dict[tuple[str, ...], list[Field[Any, Any]]] = {}
+
+
+def _columns(skipped: tuple[str, ...]) -> list[Field[Any, Any]]:
+    """The columns an insert names: all but ``skipped`` (those the database fills)."""
+    if skipped not in _column_lists:
+        _column_lists[skipped] = [
+            field for field in Schedule._meta.concrete_fields if str(field.column) not in skipped
+        ]
+    return _column_lists[skipped]
 
 
 _statements: dict[tuple[Any, ...], str] = {}
+_plans: dict[tuple[str, ...], list[tuple[Field[Any, Any], str, bool]]] = {}
 
 
 def _statement(
     columns: list[Field[Any, Any]], returned: list[str], *, single: bool, shared: frozenset[str]
 ) -> str:
-    key = (
-        tuple(str(field.column) for field in columns),
-        tuple(returned),
-        single,
-        shared,
-        app_settings.DATABASE,
-    )
+    key = (id(columns), tuple(returned), single, shared, app_settings.DATABASE)
     if key not in _statements:
         _statements[key] = _build_statement(columns, returned, single=single, shared=shared)
     return _statements[key]
@@ -281,11 +283,12 @@ def insert(items: Sequence[Prepared], *, actor: Any) -> None:
         return
     connection = connections[app_settings.DATABASE]
     who = audit.actor_name(actor)
-    columns = _columns(items[0].schedule)
+    filled = tuple(database_defaults(items[0].schedule))
+    columns = _columns(filled)
     # Read back: the time (of a delay=) and what the database filled in. ``updated_ts``
     # is ``created_ts`` (both now()); ``next_run_ts`` and ``next_slot_ts`` of a delay= are
     # its start (no jitter: see Preparer._once_time).
-    returned = ["start_ts", *(c for c in database_defaults(items[0].schedule) if c != "updated_ts")]
+    returned = ["start_ts", *(c for c in filled if c != "updated_ts")]
     single = len(items) == 1
     by_column = {str(field.column): field for field in Schedule._meta.concrete_fields}
     # (attribute, from_db_value or None) of each column read back.
@@ -293,31 +296,46 @@ def insert(items: Sequence[Prepared], *, actor: Any) -> None:
         (by_column[column].attname, getattr(by_column[column], "from_db_value", None))
         for column in returned
     ]
+    # (field, column, whether its value is sent as JSON text) of each column inserted.
+    plan = _plans.get(filled)
+    if plan is None:
+        plan = _plans[filled] = [
+            (field, str(field.column), field.get_internal_type() == "JSONField")
+            for field in columns
+        ]
     assert Event._meta.pk is not None
     new_event_id = Event._meta.pk.get_default
     for offset in range(0, len(items), CHUNK):
         chunk = items[offset : offset + CHUNK]
         schedules = [item.schedule for item in chunk]
-        rows_values = [schedule.__dict__ for schedule in schedules]
-        inputs: dict[str, list[Any]] = {}
-        for field in columns:
-            attname = field.attname
-            column = [values[attname] for values in rows_values]
-            if field.get_internal_type() == "JSONField":
-                column = [_value(field, value) for value in column]
-            inputs[str(field.column)] = column
-        inputs["delay_"] = [item.delay for item in chunk]
-        inputs["event_id_"] = [new_event_id() for _item in chunk]
-        shared = frozenset(
-            name
-            for name, values in inputs.items()
-            if not single and name not in ("schedule_id", "event_id_") and _same(values)
-        )
-        statement = _statement(columns, returned, single=single, shared=shared)
         params: dict[str, Any] = {"event_type_": audit.PREFIX + "created", "actor_": who}
         if single:
-            params.update({name: values[0] for name, values in inputs.items()})
+            values = schedules[0].__dict__
+            params.update(
+                {
+                    column: _value(field, values[field.attname]) if json else values[field.attname]
+                    for field, column, json in plan
+                }
+            )
+            params["delay_"] = chunk[0].delay
+            params["event_id_"] = new_event_id()
+            statement = _statement(columns, returned, single=True, shared=frozenset())
         else:
+            rows_values = [schedule.__dict__ for schedule in schedules]
+            inputs: dict[str, list[Any]] = {}
+            for field, column, json in plan:
+                attname = field.attname
+                inputs[column] = [values[attname] for values in rows_values]
+                if json:
+                    inputs[column] = [_value(field, value) for value in inputs[column]]
+            inputs["delay_"] = [item.delay for item in chunk]
+            inputs["event_id_"] = [new_event_id() for _item in chunk]
+            shared = frozenset(
+                name
+                for name, values in inputs.items()
+                if name not in ("schedule_id", "event_id_") and _same(values)
+            )
+            statement = _statement(columns, returned, single=False, shared=shared)
             params.update({name: inputs[name][0] for name in shared})
             arrays = [name for name in inputs if name not in shared]
             params.update({f"a{n}": inputs[name] for n, name in enumerate(arrays)})

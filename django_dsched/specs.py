@@ -157,8 +157,23 @@ def database_defaults(schedule: Schedule) -> list[str]:
     until saved, and ``getattr`` would query for it."""
     values = schedule.__dict__
     return [
-        str(field.column)
-        for field in Schedule._meta.concrete_fields
-        if getattr(field, "generated", False)
-        or isinstance(values.get(field.attname), DatabaseDefault)
+        column
+        for column, attname, generated in _filled_by_database()
+        if generated or isinstance(values.get(attname), DatabaseDefault)
     ]
+
+
+_FILLED: list[tuple[str, str, bool]] = []
+
+
+def _filled_by_database() -> list[tuple[str, str, bool]]:
+    """(column, attribute, generated) of the fields the database may fill, in column
+    order: the generated ones and those with a ``db_default`` (only those can hold a
+    ``DatabaseDefault``)."""
+    if not _FILLED:
+        _FILLED.extend(
+            (str(field.column), field.attname, bool(getattr(field, "generated", False)))
+            for field in Schedule._meta.concrete_fields
+            if getattr(field, "generated", False) or field.has_db_default()
+        )
+    return _FILLED
