@@ -190,3 +190,29 @@ def test_each_created_event_records_its_schedules_whole_definition(specs):
         stored = Schedule.objects.get(pk=schedule.pk)
         event = Event.objects.get(aggregate_id=schedule.pk, event_type="dsched.schedule.created")
         assert event.payload["definition"] == audit.definition(stored)
+
+
+def test_an_item_shaped_like_a_valid_one_still_gets_every_error_of_its_own():
+    # Items 1.. have the shape (every field but id, name, key and data) of item 0, which
+    # passed: validated quickly, yet each gets exactly the errors it gets alone.
+    bad = [
+        api.Once(delay=timedelta(minutes=5), data=[1], **COMMON),
+        api.Once(delay=timedelta(minutes=5), name="", **COMMON),
+        api.Once(delay=timedelta(minutes=5), key="", **COMMON),
+        api.Once(delay=timedelta(minutes=5), name="x" * 1000, data={"a": "\x00"}, **COMMON),
+        api.Once(delay=timedelta(minutes=5), misfire_policy="BOGUS", **COMMON),
+    ]
+    alone = []
+    for spec in bad:
+        with pytest.raises(BulkValidationError) as excinfo:
+            api.bulk_create([spec])
+        alone.append(excinfo.value.item_errors)
+    with pytest.raises(BulkValidationError) as excinfo:
+        api.bulk_create([api.Once(delay=timedelta(minutes=5), **COMMON), *bad])
+    together = excinfo.value.item_errors
+    for n, errors in enumerate(alone, start=1):
+        assert errors, bad[n - 1]
+        assert [(index + n, field, message) for index, field, message in errors] == [
+            error for error in together if error[0] == n
+        ]
+    assert not Schedule.objects.exists()
