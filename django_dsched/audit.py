@@ -9,6 +9,7 @@ Audit events have no ``scheduled_ts`` and no outbox message.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
@@ -67,10 +68,10 @@ def definition(schedule: Schedule) -> dict[str, Any]:
     return {name: plain(getattr(schedule, name)) for name in DEFINITION_FIELDS}
 
 
-def definition_sql(alias: str) -> str:
+def definition_sql(alias: str, names: Sequence[str] = DEFINITION_FIELDS) -> str:
     """:func:`definition` in SQL, of the row ``alias`` (a ``jsonb`` object; the fields'
-    columns have their names)."""
-    pairs = ", ".join(f"'{name}', {alias}.{name}" for name in DEFINITION_FIELDS)
+    columns have their names); only ``names`` (of :data:`DEFINITION_FIELDS`) if given."""
+    pairs = ", ".join(f"'{name}', {alias}.{name}" for name in names)
     return f"jsonb_build_object({pairs})"
 
 

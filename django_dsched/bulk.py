@@ -16,8 +16,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.core.exceptions import NON_FIELD_ERRORS
-from django.db import transaction
-from django.db.models import Q
+from django.db import connections, transaction
 from django.utils.translation import gettext as _
 
 from django_dsched import services
@@ -69,6 +68,25 @@ def _item_errors(index: int, spec: Any, exc: ValidationError) -> list[tuple[int,
         for field, messages in exc.message_dict.items()
         for message in messages
     ]
+
+
+def _resolve(
+    host: uuid.UUID, ids: list[uuid.UUID], names: list[str], keys: list[str]
+) -> list[tuple[uuid.UUID, str, str | None]]:
+    """(id, name, key) of the schedules of ``host`` with these ids, names or keys: one
+    query with one array parameter each (an ``IN`` list would be 10,000 parameters to
+    quote, send and parse)."""
+    connection = connections[app_settings.DATABASE]
+    table = connection.ops.quote_name(Schedule._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT schedule_id, schedule_name, idempotency_key FROM {table}"
+            " WHERE host_id = %s AND (schedule_id = ANY(%s::uuid[])"
+            " OR schedule_name = ANY(%s::text[]) OR idempotency_key = ANY(%s::text[]))",
+            [host, ids, names, keys],
+        )
+        rows: list[tuple[uuid.UUID, str, str | None]] = cursor.fetchall()
+    return rows
 
 
 def bulk_create(specs: Iterable[Spec], *, actor: Any = None) -> list[Schedule]:
@@ -185,17 +203,10 @@ def bulk_cancel(
     if errors:
         raise BulkValidationError(errors)
     clean_names = [name for name in names if "\x00" not in name]
-    rows = Schedule.objects.filter(
-        Q(host_id=host)
-        & (
-            Q(pk__in=list(ids))
-            | Q(schedule_name__in=clean_names)
-            | Q(idempotency_key__in=list(by_key))
-        )
-    ).values_list("pk", "host_id", "schedule_name", "idempotency_key")
+    rows = _resolve(host, list(ids), clean_names, list(by_key))
     found: set[uuid.UUID] = set()
     seen_ids, seen_names, seen_keys = set(), set(), set()
-    for pk, _host, name, key in rows:
+    for pk, name, key in rows:
         found.add(pk)
         seen_ids.add(pk)
         seen_names.add(name)

@@ -1,8 +1,9 @@
 """The app's settings: one typed attribute per ``DSCHED_*`` setting, with its default.
 
-Read them through :data:`app_settings` (``app_settings.BATCH_SIZE``). Each access reads
-``django.conf.settings`` at that moment, so ``override_settings`` reaches every caller, and
-nothing is read at import time. A setting's default and its documentation live here and
+Read them through :data:`app_settings` (``app_settings.BATCH_SIZE``). A value is read from
+``django.conf.settings`` on first use and kept until a ``DSCHED_*`` setting changes
+(``setting_changed``: ``override_settings`` reaches every caller), and nothing is read at
+import time. A setting's default and its documentation live here and
 nowhere else; docs/reference.md lists them all (a test keeps the two in step).
 """
 
@@ -13,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Generic, TypeVar, overload
 
 from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 
 T = TypeVar("T")
 
@@ -44,8 +47,27 @@ class Setting(Generic[T]):
     def __get__(self, instance: object | None, owner: type) -> T | Setting[T]:
         if instance is None:
             return self
+        try:
+            cached: T = _values[self.name]
+            return cached
+        except KeyError:
+            pass
         value: T = getattr(settings, self.setting_name, self.default)
+        _values[self.name] = value
         return value
+
+
+# The settings read so far, by name; emptied whenever a DSCHED_* setting changes
+# (override_settings and pytest-django's ``settings`` send ``setting_changed``). A read of
+# an unset setting costs an AttributeError inside django.conf.settings: bulk creates read
+# a few settings per item.
+_values: dict[str, Any] = {}
+
+
+@receiver(setting_changed)
+def _forget_values(*, setting: str, **kwargs: Any) -> None:
+    if setting.startswith(PREFIX):
+        _values.clear()
 
 
 class AppSettings:

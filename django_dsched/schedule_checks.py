@@ -18,13 +18,14 @@ twin here that agrees with the database on the same instances, with the same mes
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Callable, Hashable
 from typing import Any
 
 from django.core import exceptions as django_exceptions
 from django.core.exceptions import NON_FIELD_ERRORS
 from django.db import IntegrityError
-from django.db.models import CheckConstraint, UniqueConstraint
+from django.db.models import CheckConstraint, UniqueConstraint, UUIDField
 from django.db.models.expressions import DatabaseDefault
 
 from django_dsched.enums import (
@@ -133,6 +134,12 @@ TWINS: dict[str, tuple[tuple[str, ...], Callable[[Schedule], bool]]] = {
     ),
 }
 
+# The fields whose values differ from one schedule to the next (each its own id, name, key
+# and data): validated for every schedule; the others once per shape (FieldCache).
+PER_ITEM = ("schedule_id", "schedule_name", "event_data", "idempotency_key")
+# The twins that read a PER_ITEM field.
+ITEM_TWINS = [holds for fields, holds in TWINS.values() if set(fields) & set(PER_ITEM)]
+
 CONSTRAINTS = {constraint.name: constraint for constraint in Schedule._meta.constraints}
 NAME_UNIQUE = "dsched_schedule_name_unique"
 KEY_UNIQUE = "dsched_schedule_key_unique"
@@ -148,6 +155,8 @@ class FieldCache:
     # Most results one cache holds; past it, it starts again (names and keys, unique to a
     # schedule, would otherwise grow it without bound).
     LIMIT = 50_000
+    # Most shapes remembered (see known_good); past it, it starts again.
+    SHAPES = 1_000
     _shared: FieldCache | None = None
 
     @classmethod
@@ -160,18 +169,86 @@ class FieldCache:
     def __init__(self) -> None:
         self._results: dict[tuple[str, type, Hashable], tuple[Any, Any]] = {}
         self._fields = [
-            (field, field.attname, field.name, field.blank, field.empty_values, field.primary_key)
+            (
+                field,
+                field.attname,
+                field.name,
+                field.blank,
+                field.empty_values,
+                field.primary_key,
+                _identity_type(field),
+            )
             for field in Schedule._meta.fields
             if not field.generated
         ]
 
-    def clean_fields(self, schedule: Schedule) -> dict[str, list[Any]]:
+        self._item_fields = [entry for entry in self._fields if entry[1] in PER_ITEM]
+        self._shape_names = [entry[1] for entry in self._fields if entry[1] not in PER_ITEM]
+        # Shape (the values of every field but PER_ITEM's) -> its cleaned values, for the
+        # shapes that passed every check: fields, clean() (one-shots) and the twins.
+        self._shapes: dict[tuple[tuple[Any, ...], tuple[type, ...]], dict[str, Any]] = {}
+
+    def shape(self, schedule: Schedule) -> tuple[tuple[Any, ...], tuple[type, ...]] | None:
+        """The key of ``schedule``'s shape, or None when a value cannot be hashed."""
+        found = tuple(map(schedule.__dict__.__getitem__, self._shape_names))
+        key = (found, tuple(map(type, found)))
+        try:
+            hash(key)
+        except TypeError:
+            return None
+        return key
+
+    def known_good(
+        self, schedule: Schedule, key: tuple[tuple[Any, ...], tuple[type, ...]] | None
+    ) -> bool:
+        """Validate ``schedule`` quickly when its shape passed before: set the shape's
+        cleaned values, then check only what differs between schedules (PER_ITEM's fields
+        and the twins that read them; ``clean()`` again unless a one-shot, whose ``clean()``
+        reads the shape alone). False (nothing decided) when the shape is new or anything
+        fails: the caller then validates the whole schedule, for the exact errors."""
+        if key is None:
+            return False
+        cleaned = self._shapes.get(key)
+        if cleaned is None:
+            return False
+        values = schedule.__dict__
+        saved = {attname: values[attname] for attname in PER_ITEM}
+        values.update(cleaned)
+        ok = not self.clean_fields(schedule, self._item_fields) and all(
+            holds(schedule) for holds in ITEM_TWINS
+        )
+        if ok and values["schedule_kind"] != ScheduleKind.ONCE:
+            try:
+                schedule.clean()
+            except django_exceptions.ValidationError:
+                ok = False
+        if not ok:  # put back the values as given (the key holds the shape's)
+            values.update(saved)
+            values.update(zip(self._shape_names, key[0], strict=True))
+        return ok
+
+    def remember(
+        self, key: tuple[tuple[Any, ...], tuple[type, ...]] | None, schedule: Schedule
+    ) -> None:
+        """Record that the shape ``key`` (read before cleaning) passed every check."""
+        if key is None:
+            return
+        if len(self._shapes) >= self.SHAPES:
+            self._shapes.clear()
+        values = schedule.__dict__
+        self._shapes[key] = {attname: values[attname] for attname in self._shape_names}
+
+    def clean_fields(
+        self, schedule: Schedule, fields: list[tuple[Any, ...]] | None = None
+    ) -> dict[str, list[Any]]:
         """``Model.clean_fields()``: set each field's cleaned value; return the errors."""
         errors: dict[str, list[Any]] = {}
         values = schedule.__dict__
         results = self._results
-        for field, attname, name, blank, empty, primary in self._fields:
+        for field, attname, name, blank, empty, primary, identity in fields or self._fields:
             raw = values[attname]
+            if identity is not None and type(raw) is identity:
+                continue  # clean() returns it unchanged and cannot refuse it
             if blank and raw in empty:
                 continue
             if isinstance(raw, DatabaseDefault):
@@ -205,11 +282,23 @@ class FieldCache:
         return errors
 
 
+def _identity_type(field: Any) -> type | None:
+    """The type whose values ``field.clean()`` returns unchanged and never refuses: a UUID
+    in a ``UUIDField`` with no validators and no choices (each schedule's own id, unique
+    per schedule, so memoising it by value would not help)."""
+    if isinstance(field, UUIDField) and not field.validators and not field.choices:
+        return uuid.UUID
+    return None
+
+
 def validate_new(schedule: Schedule, cache: FieldCache | None = None) -> None:
     """What ``schedule.full_clean()`` checks before an insert, without a query.
 
     Raises the package's :class:`ValidationError` with the same ``message_dict``.
     """
+    key = cache.shape(schedule) if cache is not None else None
+    if cache is not None and cache.known_good(schedule, key):
+        return
     errors: dict[str, list[Any]] = (cache or FieldCache()).clean_fields(schedule)
     try:
         schedule.clean()
@@ -226,6 +315,8 @@ def validate_new(schedule: Schedule, cache: FieldCache | None = None) -> None:
             )
     if errors:
         raise ValidationError(errors)
+    if cache is not None:
+        cache.remember(key, schedule)
 
 
 def unique_name_error(schedule: Schedule) -> ValidationError:

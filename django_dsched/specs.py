@@ -151,12 +151,29 @@ class Builder:
 
 
 def database_defaults(schedule: Schedule) -> list[str]:
-    """The columns the database fills (generated columns, and ``db_default`` with no Python
-    default): not named in an insert, read back from its ``RETURNING``."""
+    """The columns the database fills (``db_default`` and no Python default, and generated
+    columns such as ``bucket_key``): not named in an insert, read back from its
+    ``RETURNING``. Reads the instance's values directly: a generated field is absent
+    until saved, and ``getattr`` would query for it."""
+    values = schedule.__dict__
     return [
-        str(field.column)
-        for field in Schedule._meta.concrete_fields
-        # A generated column is never in the instance's __dict__ before it is saved (reading
-        # it would query the database); it is the database's to fill.
-        if field.generated or isinstance(schedule.__dict__.get(field.attname), DatabaseDefault)
+        column
+        for column, attname, generated in _filled_by_database()
+        if generated or isinstance(values.get(attname), DatabaseDefault)
     ]
+
+
+_FILLED: list[tuple[str, str, bool]] = []
+
+
+def _filled_by_database() -> list[tuple[str, str, bool]]:
+    """(column, attribute, generated) of the fields the database may fill, in column
+    order: the generated ones and those with a ``db_default`` (only those can hold a
+    ``DatabaseDefault``)."""
+    if not _FILLED:
+        _FILLED.extend(
+            (str(field.column), field.attname, bool(getattr(field, "generated", False)))
+            for field in Schedule._meta.concrete_fields
+            if getattr(field, "generated", False) or field.has_db_default()
+        )
+    return _FILLED

@@ -8,7 +8,7 @@ import pytest
 from django.db import connections, transaction
 from django.test.utils import CaptureQueriesContext
 
-from django_dsched import api
+from django_dsched import api, audit
 from django_dsched.enums import ScheduleKind, ScheduleState
 from django_dsched.exceptions import BulkValidationError, ValidationError
 from django_dsched.models import Event, Schedule
@@ -170,3 +170,54 @@ def test_bulk_cancel_by_ref_and_key_all_or_nothing():
             "schedule_name": stored.schedule_name,
             "origin": stored.origin,
         }
+
+
+@pytest.mark.parametrize(
+    "specs",
+    [
+        # Every field but the name and data the same: most of the definition is shared.
+        [api.Once(delay=timedelta(minutes=5), data={"n": n}, **COMMON) for n in range(3)],
+        [api.Once(at=AT, data={"same": 1}, priority=3, **COMMON) for _n in range(3)],
+        [
+            api.Interval(every=n + 1, start=AT, time_zone="Europe/Brussels", **COMMON)
+            for n in range(3)
+        ],
+    ],
+)
+def test_each_created_event_records_its_schedules_whole_definition(specs):
+    created = api.bulk_create(specs)
+    for schedule in created:
+        stored = Schedule.objects.get(pk=schedule.pk)
+        event = Event.objects.get(aggregate_id=schedule.pk, event_type="dsched.schedule.created")
+        recorded, expected = event.payload["definition"], audit.definition(stored)
+        for name in ("start_ts", "end_ts"):  # PostgreSQL drops trailing zeros of microseconds
+            for values in (recorded, expected):
+                if values[name] is not None:
+                    values[name] = datetime.fromisoformat(values[name])
+        assert recorded == expected
+
+
+def test_an_item_shaped_like_a_valid_one_still_gets_every_error_of_its_own():
+    # Items 1.. have the shape (every field but id, name, key and data) of item 0, which
+    # passed: validated quickly, yet each gets exactly the errors it gets alone.
+    bad = [
+        api.Once(delay=timedelta(minutes=5), data=[1], **COMMON),
+        api.Once(delay=timedelta(minutes=5), name="", **COMMON),
+        api.Once(delay=timedelta(minutes=5), key="", **COMMON),
+        api.Once(delay=timedelta(minutes=5), name="x" * 1000, data={"a": "\x00"}, **COMMON),
+        api.Once(delay=timedelta(minutes=5), misfire_policy="BOGUS", **COMMON),
+    ]
+    alone = []
+    for spec in bad:
+        with pytest.raises(BulkValidationError) as excinfo:
+            api.bulk_create([spec])
+        alone.append(excinfo.value.item_errors)
+    with pytest.raises(BulkValidationError) as excinfo:
+        api.bulk_create([api.Once(delay=timedelta(minutes=5), **COMMON), *bad])
+    together = excinfo.value.item_errors
+    for n, errors in enumerate(alone, start=1):
+        assert errors, bad[n - 1]
+        assert [(index + n, field, message) for index, field, message in errors] == [
+            error for error in together if error[0] == n
+        ]
+    assert not Schedule.objects.exists()

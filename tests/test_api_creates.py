@@ -55,6 +55,17 @@ def test_a_delayed_message_is_one_statement():
     assert "INSERT INTO" in queries[0]["sql"] and "event_store_t" in queries[0]["sql"]
 
 
+def test_a_created_schedule_carries_the_bucket_key_the_database_generated():
+    with CaptureQueriesContext(connection) as queries:
+        schedule = api.create_once(delay=timedelta(minutes=15), **COMMON)
+        bulk = api.bulk_create([api.Once(delay=timedelta(minutes=15), **COMMON)])[0]
+        key, bulk_key = schedule.bucket_key, bulk.bucket_key
+    # Read back by the insert itself: no query to load the generated column.
+    assert not [q["sql"] for q in queries if q["sql"].lstrip().startswith("SELECT")]
+    stored = dict(Schedule.objects.values_list("pk", "bucket_key"))
+    assert (key, bulk_key) == (stored[schedule.pk], stored[bulk.pk])
+
+
 @pytest.mark.parametrize("verb", ["pause", "resume", "cancel"])
 def test_a_state_change_takes_at_most_three_round_trips(verb):
     schedule = api.create_interval("s", every=1, **COMMON)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from django.test import override_settings
+
 from django_dsched.conf import AppSettings, app_settings
 
 REFERENCE = Path(__file__).resolve().parent.parent / "docs" / "reference.md"
@@ -35,3 +37,15 @@ def test_the_reference_lists_every_setting_with_its_default():
 
 def test_every_setting_has_a_doc():
     assert all(s.doc.strip() for s in AppSettings.all())
+
+
+def test_a_setting_read_before_is_read_again_when_it_changes(settings):
+    def current() -> int:
+        return app_settings.EVENT_DATA_MAX_BYTES
+
+    before = current()  # read (and kept) once
+    with override_settings(DSCHED_EVENT_DATA_MAX_BYTES=before + 1):
+        assert current() == before + 1
+    assert current() == before
+    settings.DSCHED_EVENT_DATA_MAX_BYTES = 123
+    assert current() == 123
