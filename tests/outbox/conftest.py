@@ -32,3 +32,14 @@ def handle():
     yield register
     for func, key in registered:
         registry.unregister(func, **key)
+
+
+@pytest.fixture
+def relay_settings(settings):
+    """Handlers for every topic, short backoffs, three attempts, a 30 s visibility timeout."""
+    settings.DSCHED_TRANSPORTS = {"*": {"BACKEND": "handlers"}}
+    settings.DSCHED_RELAY_RETRY_BASE = 1.0
+    settings.DSCHED_RELAY_RETRY_MAX = 4.0
+    settings.DSCHED_RELAY_MAX_ATTEMPTS = 3
+    settings.DSCHED_RELAY_VISIBILITY_TIMEOUT = 30.0
+    return settings

@@ -22,16 +22,6 @@ from tests.outbox_helpers import make_messages, statuses
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def relay_settings(settings):
-    settings.DSCHED_TRANSPORTS = {"*": {"BACKEND": "handlers"}}
-    settings.DSCHED_RELAY_RETRY_BASE = 1.0
-    settings.DSCHED_RELAY_RETRY_MAX = 4.0
-    settings.DSCHED_RELAY_MAX_ATTEMPTS = 3
-    settings.DSCHED_RELAY_VISIBILITY_TIMEOUT = 30.0
-    return settings
-
-
 def db_now():
     return sql("SELECT clock_timestamp()")[0][0]
 
