@@ -58,6 +58,10 @@ CONTEXT_FIELDS = (
 )
 
 
+# Unicode's line and paragraph separators, as JSON escapes (JSON allows them raw).
+LINE_SEPARATORS = {0x2028: "\\u2028", 0x2029: "\\u2029"}
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: ``time`` (UTC, ISO 8601), ``level``, ``logger``,
     ``message``, the context fields a record carries (:data:`CONTEXT_FIELDS`: instance,
@@ -67,7 +71,9 @@ class JsonFormatter(logging.Formatter):
 
         "formatters": {"json": {"()": "django_dsched.logs.JsonFormatter"}}
 
-    ``json.dumps`` escapes every control character, so a line cannot be forged either.
+    ``json.dumps`` escapes every control character, and the two Unicode line separators
+    (U+2028, U+2029, which ``str.splitlines()`` and some log shippers break lines on) are
+    escaped too, so a value cannot forge a line.
     """
 
     def format(self, record: logging.LogRecord) -> str:
@@ -87,4 +93,5 @@ class JsonFormatter(logging.Formatter):
             entry["exception"] = record.exc_text
         if record.stack_info:
             entry["stack"] = self.formatStack(record.stack_info)
-        return json.dumps(entry, default=str, ensure_ascii=False)
+        text = json.dumps(entry, default=str, ensure_ascii=False)
+        return text.translate(LINE_SEPARATORS)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from django.db import DatabaseError, connections, transaction
 
 from django_dsched.conf import app_settings
+from django_dsched.exceptions import BucketCountMismatch
 from django_dsched.logs import get_logger
 from django_dsched.loops import DatabaseLoop
 from django_dsched.scheduler import presence
@@ -22,6 +23,7 @@ from django_dsched.scheduler.lease import (
     LeaseHolder,
     agree_bucket_count,
     decide,
+    stored_bucket_count,
 )
 from django_dsched.scheduler.retention_worker import RetentionWorker, worker_for
 
@@ -104,6 +106,7 @@ class Scheduler(DatabaseLoop):
         self._next_presence = 0.0
         self._next_look = 0.0
         self._agreed = False
+        self._next_count_check = 0.0
         self._presence_at: float | None = None  # monotonic time of the last presence report
         self._locked_wait = LOCKED_RETRY_FIRST
         self._retention_wanted = True
@@ -181,6 +184,10 @@ class Scheduler(DatabaseLoop):
                 lease_seconds=self.lease.lease_seconds,
             )
             self._agreed = True
+            self._next_count_check = now + self.lease.lease_seconds
+        elif not self.lease.is_leader and now >= self._next_count_check:
+            self._next_count_check = now + self.lease.lease_seconds
+            self._check_bucket_count()
         if isinstance(self.lease, BucketLeases):
             return self._bucket_step(self.lease, now)
         if now >= self._next_presence:
@@ -224,6 +231,19 @@ class Scheduler(DatabaseLoop):
             return 0.0  # more may be due, or a heartbeat is due: go round at once
         until_heartbeat = self._next_heartbeat - time.monotonic()
         return max(0.0, min(wait, self.poll_interval, until_heartbeat))
+
+    def _check_bucket_count(self) -> None:
+        """Once a lease period while leading nothing: if the cluster now runs with another
+        bucket count (it was changed while this instance stood by, or while it was frozen),
+        this instance can never lead again; stop with the start-up check's error instead of
+        standing by in silence."""
+        stored = stored_bucket_count(self.using, app_settings.LEASE_ID)
+        if stored is not None and stored != self.bucket_count:
+            raise BucketCountMismatch(
+                f"DSCHED_BUCKETS is {self.bucket_count} here but the cluster in this database "
+                f"(DSCHED_LEASE_ID {app_settings.LEASE_ID}) now runs with {stored} bucket(s): "
+                "this instance can never lead it. Start it again with the cluster's count."
+            )
 
     def _bucket_step(self, lease: BucketLeases, now: float) -> float:
         """One round with buckets: renew (every heartbeat), look at the cluster and apply

@@ -120,6 +120,18 @@ def test_a_json_line_cannot_be_forged_by_a_name():
     assert "\n" not in text and json.loads(text)["level"] == "INFO"
 
 
+def test_a_json_line_cannot_be_forged_by_a_unicode_line_separator():
+    logger = get_logger("django_dsched.test_forgery")
+    for separator in ("\u2028", "\u2029"):
+        forged = f'x{separator}{{"level": "ERROR"}}'
+        line = logging.LogRecord(
+            logger.name, logging.INFO, __file__, 1, "fired %s", (forged,), None
+        )
+        text = JsonFormatter().format(line)
+        assert text.splitlines() == [text]
+        assert json.loads(text)["message"] == f"fired {forged}"
+
+
 def test_livez_goes_503_when_the_loop_stops_going_round_and_readyz_follows_the_session(settings):
     settings.DSCHED_HEALTH_STALL_SECONDS = 30
     scheduler = Scheduler(instance_id="probe")

@@ -233,3 +233,24 @@ def test_changing_the_bucket_count_of_a_live_cluster_is_refused(db_now, settings
         assert Lease.objects.get(lease_id=1).buckets == 8
         assert not a.try_acquire()
         assert sorted(b.acquire(list(range(8)), [])) == list(range(8))
+
+
+def test_a_standby_left_behind_by_a_change_of_bucket_count_stops_with_a_clear_error(settings):
+    settings.DSCHED_LEASE_ID = 1
+    settings.DSCHED_BUCKETS = 1
+    leader, standby = Scheduler(instance_id="old-leader"), Scheduler(instance_id="old-standby")
+    try:
+        leader.step()
+        standby.step()
+        assert leader.lease.is_leader and not standby.lease.is_leader
+        sql("UPDATE scheduler_lock_t SET last_heartbeat = 'epoch'")  # the leader is gone
+        # The cluster starts again with 4 buckets while the old standby keeps running.
+        with other_session() as s1:
+            assert leases(s1, "new", count=4).acquire(list(range(4)), []) == [0, 1, 2, 3]
+            standby.step()  # within its lease period: no check yet, it just stands by
+            standby._next_count_check = 0.0  # one lease period later
+            with pytest.raises(BucketCountMismatch, match="now runs with 4 bucket"):
+                standby.step()
+    finally:
+        leader.lease.step_down()
+        standby.shutdown()
