@@ -219,6 +219,14 @@ def check_delivery_settings(**kwargs: Any) -> list[Error]:
                 id="dsched.E010",
             )
         )
+    max_run = app_settings.RELAY_MAX_RUN_SECONDS
+    if max_run is not None and not (_is_number(max_run) and max_run > 0):
+        errors.append(
+            Error(
+                "DSCHED_RELAY_MAX_RUN_SECONDS must be a positive number of seconds, or None.",
+                id="dsched.E010",
+            )
+        )
     if not bad and timings["RELAY_RETRY_BASE"] > timings["RELAY_RETRY_MAX"]:
         errors.append(
             Error(

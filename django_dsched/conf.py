@@ -177,6 +177,13 @@ class AppSettings:
         "thread of its own), so a handler longer than the visibility timeout keeps its claim; "
         "under half the visibility timeout. None: a quarter of it.",
     )
+    RELAY_MAX_RUN_SECONDS: Setting[float | None] = Setting(
+        None,
+        "Longest a relay keeps renewing the claims of a batch whose send (an in-process "
+        "handler, a webhook, a broker) has not returned, in seconds; past it the relay gives "
+        "the batch up, its claims expire and another relay delivers them again. None: no "
+        "limit (a hung handler holds its batch while its relay lives).",
+    )
     RELAY_RETRY_BASE = Setting(
         2.0,
         "Retry delay after failed attempt n: min(RETRY_MAX, RETRY_BASE * 2**(n-1)), "

@@ -14,6 +14,13 @@ claims expire after the timeout and another relay delivers them again.
 The beat also records when the message the relay is running now started (``started_ts``), so
 a long run shows as RUNNING while it runs; the settle statement writes it for every message.
 
+With ``DSCHED_RELAY_MAX_RUN_SECONDS`` set, a send that has not returned after that long (a
+hung handler, an endpoint that never answers) makes the heartbeat give the whole batch up: it
+renews none of its claims again and reports them all lost, so they expire and another relay
+delivers them (a new attempt), while this relay, if its send ever returns, sends none of the
+rest. The late send's own outcome is still settled, fenced on its claim as always: it counts
+only if nobody took the message over meanwhile.
+
 The thread opens its connection at the first renewal of a batch and closes it when the batch
 is done, so a relay whose batches finish within an interval never opens it.
 """
@@ -40,10 +47,14 @@ MARK_RUNNING_AFTER = 1.0
 class ClaimHeartbeat:
     """Renews the claims of the batch a relay is delivering, from its own thread."""
 
-    def __init__(self, claimer: Claimer, interval: float, using: str) -> None:
+    def __init__(
+        self, claimer: Claimer, interval: float, using: str, max_run: float | None = None
+    ) -> None:
         self.claimer = claimer
         self.interval = interval
         self.using = using
+        # Seconds a send may run before the batch is given up (None: no limit).
+        self.max_run = max_run
         self.beats = 0  # renewal statements run (for tests and logs)
         # Held around every statement that writes the batch's rows, the relay's (settle,
         # renew, release) and the heartbeat's: two statements locking the same rows in
@@ -150,6 +161,25 @@ class ClaimHeartbeat:
             mark = self._unmarked_run()
             return mark is not None and now >= mark[1] + MARK_RUNNING_AFTER
 
+    def _give_up(self, running: Sequence[uuid.UUID], running_for: float) -> None:
+        """The send in hand has run past the maximum: renew nothing of the batch again and
+        report every claim lost, so the relay sends none of the rest if it ever returns."""
+        with self._lock:
+            given_up = set(self._held)
+            self._lost |= given_up
+            self._held.clear()
+        logger.error(
+            "gave up %d claim(s) relay=%s: a send has run %.0f s, longer than "
+            "DSCHED_RELAY_MAX_RUN_SECONDS (%g s), ids=%s; they expire after the visibility "
+            "timeout and another relay delivers them",
+            len(given_up),
+            self.claimer.relay_id,
+            running_for,
+            self.max_run,
+            ", ".join(str(i) for i in running),
+            extra={"message_id": str(running[0])} if running else None,
+        )
+
     def beat(self) -> None:
         """Renew every held claim now (one statement); note the ones lost."""
         with self._lock:
@@ -163,6 +193,9 @@ class ClaimHeartbeat:
         if running is not None:
             ids, since = running
             running_for = time.monotonic() - since
+            if self.max_run is not None and running_for > self.max_run:
+                self._give_up(ids, running_for)
+                return
         try:
             with self.writing, connections[self.using].cursor() as cursor:
                 held = extend(cursor, self.claimer, messages, ids, running_for)

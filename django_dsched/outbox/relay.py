@@ -116,6 +116,7 @@ class Relay(DatabaseLoop):
             self.claimer,
             float(interval) if interval else self.claimer.visibility_timeout / 4,
             self.using,
+            max_run=app_settings.RELAY_MAX_RUN_SECONDS,
         )
         self.stats = RelayStats()
         self._claimed_last = 0

@@ -29,6 +29,8 @@ def test_defaults_pass():
         ("DSCHED_RELAY_HEARTBEAT_INTERVAL", 0, "dsched.E010"),
         ("DSCHED_RELAY_HEARTBEAT_INTERVAL", "often", "dsched.E010"),
         ("DSCHED_RELAY_HEARTBEAT_INTERVAL", 30.0, "dsched.E010"),  # half the 60 s timeout
+        ("DSCHED_RELAY_MAX_RUN_SECONDS", 0, "dsched.E010"),
+        ("DSCHED_RELAY_MAX_RUN_SECONDS", "1h", "dsched.E010"),
         ("DSCHED_RETENTION_DAYS", 0, "dsched.E011"),
         ("DSCHED_RETENTION_BATCH_SIZE", 0, "dsched.E011"),
         ("DSCHED_RETENTION_INTERVAL", -1, "dsched.E011"),
@@ -54,6 +56,8 @@ def test_a_heartbeat_under_half_the_visibility_timeout_is_fine(settings):
     settings.DSCHED_RELAY_HEARTBEAT_INTERVAL = 29.0
     assert check_delivery_settings() == []
     settings.DSCHED_RELAY_HEARTBEAT_INTERVAL = None  # a quarter of it
+    assert check_delivery_settings() == []
+    settings.DSCHED_RELAY_MAX_RUN_SECONDS = 3600
     assert check_delivery_settings() == []
 
 

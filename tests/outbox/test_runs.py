@@ -186,6 +186,69 @@ def test_a_handler_longer_than_the_visibility_timeout_runs_once(relay_settings, 
     assert second.stats.claimed == 0
 
 
+def test_a_hung_handler_past_the_maximum_run_gives_its_batch_up_to_another_relay(
+    relay_settings, handle
+):
+    relay_settings.DSCHED_RELAY_VISIBILITY_TIMEOUT = 2.0
+    relay_settings.DSCHED_RELAY_HEARTBEAT_INTERVAL = 0.25
+    relay_settings.DSCHED_RELAY_MAX_RUN_SECONDS = 1.0
+    calls: list[tuple[str, int]] = []
+    release = threading.Event()
+
+    def job(event):
+        calls.append((threading.current_thread().name, event["data"]["n"]))
+        if threading.current_thread().name == "r1":
+            release.wait(30)  # hangs on the first relay only
+
+    handle(job, topic="reports")
+    ids = make_messages(2)
+    first = Relay(instance_id="r1")
+    second = Relay(instance_id="r2", poll_interval=0.05)
+    t1 = threading.Thread(target=first.run_until_idle, name="r1")
+    t2 = threading.Thread(target=second.run, name="r2")
+    t1.start()
+    try:
+        wait_for(lambda: calls, what="the first run to start")
+        t2.start()
+        # r1 gives both claims up; they expire and r2 delivers both (a second attempt).
+        wait_for(
+            lambda: (
+                OutboxMessage.objects.filter(id__in=ids, status=DeliveryStatus.DELIVERED).count()
+                == 2
+            ),
+            timeout=30,
+            what="the other relay to deliver the batch r1 gave up",
+        )
+    finally:
+        release.set()
+        t1.join(20)
+        second.stop()
+        if t2.is_alive():
+            t2.join(20)
+
+    assert sorted(calls) == [("r1", 1), ("r2", 1), ("r2", 2)]  # r1 never sent the second
+    rows = OutboxMessage.objects.filter(id__in=ids)
+    # Delivered by r2's attempt; r1's late outcome was fenced out.
+    assert {(r.status, r.attempts) for r in rows} == {(DeliveryStatus.DELIVERED, 2)}
+
+
+def test_without_a_maximum_run_the_heartbeat_never_gives_up(relay_settings):
+    ids = make_messages(1)
+    with other_session() as session, session.cursor() as cursor:
+        live, _ = claim(cursor, Claimer("r1", 30, 5), 10)
+    beat = ClaimHeartbeat(Claimer("r1", 30, 5), 60, "default", max_run=None)
+    try:
+        beat.hold(live)
+        beat.running(ids, 0.0)  # running since the monotonic clock's origin
+        beat.beat()
+        assert beat.lost() == set() and beat.beats == 1
+        beat.max_run = 5.0
+        beat.beat()
+        assert beat.lost() == set(ids) and beat.beats == 1  # given up: nothing renewed
+    finally:
+        beat.stop()
+
+
 def test_the_heartbeat_never_extends_a_claim_another_relay_took(relay_settings):
     (id_,) = make_messages(1)
     with other_session() as session, session.cursor() as cursor:
