@@ -17,6 +17,7 @@ from django_dsched import api
 from django_dsched.clock import database_now
 from django_dsched.enums import ScheduleState
 from django_dsched.models import Event, Schedule
+from django_dsched.rest.bulk import Blanks
 from tests.rest.conftest import INTERVAL, APIClient
 
 pytestmark = pytest.mark.django_db
@@ -387,3 +388,18 @@ def test_bulk_create_needs_add_and_bulk_cancel_needs_cancel(api_as, four):
     assert Schedule.objects.get(pk=four["active"].pk).state == ScheduleState.ACTIVE
     assert adder.post(BULK, [INTERVAL]).status_code == 201
     assert canceller.post(CANCEL, body).status_code == 200
+
+
+def test_a_blank_schedule_is_what_the_model_makes():
+    """The bulk create builds its unsaved schedules without Model.__init__; they must be
+    the single create's ``Schedule(**fields)`` (every field not given at its default)."""
+    fields = {"host_id": uuid.uuid4(), "origin": "API", "schedule_name": "x", "priority": 3}
+    blanks = Blanks()
+    made, model = blanks.make(**fields), Schedule(**fields)
+    mine, theirs = dict(vars(made)), dict(vars(model))
+    assert mine.pop("schedule_id") != theirs.pop("schedule_id")
+    assert type(mine.pop("_state")) is type(theirs.pop("_state"))
+    assert mine.keys() == theirs.keys()
+    assert mine == theirs
+    assert blanks.make(**fields).event_data is not made.event_data
+    assert made._state.adding and made._state.db is None
