@@ -17,7 +17,8 @@ from django_dsched import api
 from django_dsched.clock import database_now
 from django_dsched.enums import ScheduleState
 from django_dsched.models import Event, Schedule
-from django_dsched.rest.bulk import Blanks
+from django_dsched.rest.bulk import Blanks, BulkCancelView, BulkCreateView
+from django_dsched.rest.schedules import ScheduleViewSet
 from tests.rest.conftest import INTERVAL, APIClient
 
 pytestmark = pytest.mark.django_db
@@ -403,3 +404,17 @@ def test_a_blank_schedule_is_what_the_model_makes():
     assert mine == theirs
     assert blanks.make(**fields).event_data is not made.event_data
     assert made._state.adding and made._state.db is None
+
+
+@pytest.mark.parametrize("view", [BulkCreateView, BulkCancelView])
+def test_the_bulk_views_authenticate_throttle_and_answer_as_the_others(view):
+    """Same authentication, permission check, throttles (the project's), parser, renderer
+    and error handler as the schedules' endpoints."""
+    one, other = view(), ScheduleViewSet()
+    assert [type(a) for a in one.get_authenticators()] == [
+        type(a) for a in other.get_authenticators()
+    ]
+    for name in ("permission_classes", "throttle_classes", "parser_classes", "renderer_classes"):
+        assert getattr(view, name) == getattr(ScheduleViewSet, name), name
+    assert one.get_exception_handler() is other.get_exception_handler()
+    assert view.permission_table is ScheduleViewSet.permission_table
