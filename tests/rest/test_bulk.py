@@ -250,6 +250,25 @@ def test_the_bulk_body_limit_is_its_own(root, settings):
     assert root.post("schedules/", big).status_code == 413
 
 
+def test_a_middleware_that_reads_the_body_brings_djangos_limit_back(root, settings):
+    """What docs/api.md says to a project whose middleware reads ``request.body``: Django's
+    DATA_UPLOAD_MAX_MEMORY_SIZE then applies first (Django's 400, before the API); under it,
+    the API reads Django's copy of the body, within its own limits."""
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, "tests.rest.middleware.reads_body"]
+    items = [{**INTERVAL, "name": f"s{n}"} for n in range(50)]
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    response = root.post(BULK, items)
+    assert response.status_code == 400 and b"Bad Request" in response.content
+    assert nothing_written()
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 100_000
+    settings.DSCHED_API_MAX_BULK_BODY_BYTES = 1000
+    response = root.post(BULK, items)
+    assert response.status_code == 413 and response.body["code"] == "too_large"
+    settings.DSCHED_API_MAX_BULK_BODY_BYTES = 100_000
+    assert root.post(BULK, items).status_code == 201
+    assert Schedule.objects.count() == 50
+
+
 # -- malformed bodies -------------------------------------------------------------------
 
 
