@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/rest_bench.py                         # 10,000 items, 5 rounds
     .venv/bin/python bench/rest_bench.py bulk-create --count 10000 --runs 5
+    .venv/bin/python bench/rest_bench.py bulk-cancel --count 10000 --runs 5
     .venv/bin/python bench/rest_bench.py rss --count 10000 [--pad 600]
 
 ``bulk-create``: each round creates ``--count`` one-shot reminders (a name, a time, a key,
@@ -10,6 +11,8 @@ a small ``data``) twice, on an emptied table each time: once by ``POST schedules
 middleware included, without a socket; the body is encoded beforehand, as a client
 would), once by ``api.bulk_create`` of the same items as ``api.Once`` specs. Prints the
 items/s of each (medians of ``--runs``) and their ratio (median of the per-round ratios).
+``bulk-cancel``: the same for cancelling ``--count`` schedules by id, ``POST
+schedules/bulk-cancel/`` against ``api.bulk_cancel`` (the schedules made afresh each time).
 ``rss``: a separate process makes one such request and prints the most memory Python had
 allocated for it at once (``tracemalloc``: parsing, validating and answering the body)
 and the process's peak RSS before and after.
@@ -30,6 +33,7 @@ import subprocess
 import sys
 import time
 import tracemalloc
+import uuid
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -52,6 +56,7 @@ from django_dsched import api  # noqa: E402
 from django_dsched.clock import database_now  # noqa: E402
 
 PATH = "/api/dsched/schedules/bulk/"
+CANCEL_PATH = "/api/dsched/schedules/bulk-cancel/"
 
 
 def reset() -> None:
@@ -150,6 +155,45 @@ def bench_bulk_create(count: int, runs: int) -> None:
     report("REST / Python, per round", ratios, unit="")
 
 
+def bench_bulk_cancel(count: int, runs: int) -> None:
+    """``POST schedules/bulk-cancel/`` by ids against ``api.bulk_cancel`` of the same ids."""
+    http = client()
+    at = database_now() + timedelta(days=1)
+
+    def made() -> list[str]:
+        reset()
+        return [str(schedule.pk) for schedule in api.bulk_create(specs(count, at))]
+
+    def over_rest(ids: list[str]) -> float:
+        body = json.dumps({"ids": ids}).encode()
+        started = time.perf_counter()
+        response = http.post(CANCEL_PATH, body, content_type="application/json")
+        elapsed = time.perf_counter() - started
+        assert response.status_code == 200, response.content[:500]
+        assert json.loads(response.content)["cancelled"] == len(ids)
+        return elapsed
+
+    def direct(ids: list[str]) -> float:
+        refs = [uuid.UUID(i) for i in ids]
+        started = time.perf_counter()
+        changed = api.bulk_cancel(refs).changed
+        elapsed = time.perf_counter() - started
+        assert changed == len(ids)
+        return elapsed
+
+    over_rest(made()[:10])
+    rest_rates, python_rates, ratios = [], [], []
+    for _round in range(runs):
+        rest = count / over_rest(made())
+        python_rate = count / direct(made())
+        rest_rates.append(rest)
+        python_rates.append(python_rate)
+        ratios.append(rest / python_rate)
+    report(f"POST schedules/bulk-cancel/ ({count:,} ids per request)", rest_rates)
+    report(f"api.bulk_cancel ({count:,} ids per call)", python_rates)
+    report("REST / Python, per round", ratios, unit="")
+
+
 def rss_process(count: int, pad: int) -> None:
     http = client()
     at = database_now() + timedelta(days=1)
@@ -183,7 +227,10 @@ def bench_rss(count: int, pad: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
-        "mode", nargs="?", default="all", choices=["all", "bulk-create", "rss", "rss-process"]
+        "mode",
+        nargs="?",
+        default="all",
+        choices=["all", "bulk-create", "bulk-cancel", "rss", "rss-process"],
     )
     parser.add_argument("--count", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=5)
@@ -195,6 +242,8 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     if args.mode in ("all", "bulk-create"):
         bench_bulk_create(args.count, args.runs)
+    if args.mode in ("all", "bulk-cancel"):
+        bench_bulk_cancel(args.count, args.runs)
     if args.mode in ("all", "rss"):
         bench_rss(args.count, args.pad)
 
