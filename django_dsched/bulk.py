@@ -55,6 +55,8 @@ def _bounded(items: Iterable[Any], what: str) -> list[Any]:
 
 
 def _spec_field(field: str, spec: Any) -> str:
+    if isinstance(spec, Schedule):
+        return field  # an instance's errors keep the model's field names
     if field == "start_ts":
         return "at" if isinstance(spec, Once) else "start"
     return SPEC_FIELDS.get(field, field)
@@ -89,9 +91,13 @@ def _resolve(
     return rows
 
 
-def bulk_create(specs: Iterable[Spec], *, actor: Any = None) -> list[Schedule]:
+def bulk_create(specs: Iterable[Spec | Schedule], *, actor: Any = None) -> list[Schedule]:
     """Create the schedules ``specs`` describe (any mix of ``Once``, ``Interval``,
     ``Cron``), in order; an item whose key exists gives the existing schedule.
+
+    An item may also be an unsaved ``Schedule`` built by the caller (the REST API's items:
+    validated as ``creates.create_instance`` validates one); its errors name the model's
+    fields (``schedule_name``, ``idempotency_key``, ...).
 
     All or nothing: any invalid item (or a key or a name given twice in the call) raises
     :class:`BulkValidationError` and nothing is written. One statement per 5,000 items
@@ -106,7 +112,10 @@ def bulk_create(specs: Iterable[Spec], *, actor: Any = None) -> list[Schedule]:
     names: dict[tuple[uuid.UUID, str], int] = {}
     for index, spec in enumerate(items):
         try:
-            item = preparer.prepare(spec)
+            if isinstance(spec, Schedule):
+                item = preparer.prepare_instance(spec)
+            else:
+                item = preparer.prepare(spec)
         except ValidationError as exc:
             errors += _item_errors(index, spec, exc)
             continue
@@ -116,13 +125,21 @@ def bulk_create(specs: Iterable[Spec], *, actor: Any = None) -> list[Schedule]:
             first = keys.setdefault((schedule.host_id, key), index)
             if first != index:
                 errors.append(
-                    (index, "key", _("Item %(first)d has the same key.") % {"first": first})
+                    (
+                        index,
+                        _spec_field("idempotency_key", spec),
+                        _("Item %(first)d has the same key.") % {"first": first},
+                    )
                 )
                 continue
         first = names.setdefault((schedule.host_id, schedule.schedule_name), index)
         if first != index:
             errors.append(
-                (index, "name", _("Item %(first)d has the same name.") % {"first": first})
+                (
+                    index,
+                    _spec_field("schedule_name", spec),
+                    _("Item %(first)d has the same name.") % {"first": first},
+                )
             )
             continue
         prepared.append(item)
@@ -145,8 +162,9 @@ def bulk_create(specs: Iterable[Spec], *, actor: Any = None) -> list[Schedule]:
             )
             if existing is None:
                 index = positions[id(item)]
+                field = _spec_field("schedule_name", items[index])
                 errors += [
-                    (index, "name", message) for message in unique_name_error(schedule).messages
+                    (index, field, message) for message in unique_name_error(schedule).messages
                 ]
             else:
                 result[positions[id(item)]] = existing

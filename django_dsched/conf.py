@@ -227,6 +227,11 @@ class AppSettings:
     API_MAX_BODY_BYTES = Setting(
         1024 * 1024, "Largest request body the API reads, in bytes; a larger one is a 413."
     )
+    API_MAX_BULK_BODY_BYTES = Setting(
+        8 * 1024 * 1024,
+        "Largest body of the API's bulk endpoints (schedules/bulk/, schedules/bulk-cancel/), "
+        "in bytes; a larger one is a 413. 10,000 one-shot reminders take about 2 MB.",
+    )
 
     # -- observability (docs/observability.md) ------------------------------------------------
     HTTP_BIND = Setting(

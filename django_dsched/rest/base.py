@@ -25,7 +25,7 @@ from django_dsched.conf import app_settings
 from django_dsched.rest import auth, tenancy
 from django_dsched.rest.errors import exception_handler
 from django_dsched.rest.pagination import KeysetPagination, without_page_parameters
-from django_dsched.rest.parsers import JSONBodyParser, check_content_length
+from django_dsched.rest.parsers import JSONBodyParser, body_limit, check_content_length
 from django_dsched.rest.permissions import ActionPermission
 
 if TYPE_CHECKING:
@@ -62,8 +62,17 @@ class APIMixin(APIView):
     def get_exception_handler(self) -> Callable[..., Response | None]:
         return exception_handler
 
+    def max_body_bytes(self) -> int:
+        """The largest body this view reads (a larger one is a 413)."""
+        return app_settings.API_MAX_BODY_BYTES
+
+    def check_size(self, request: Request) -> None:
+        """Limits checked before authentication (and so before any query): by default the
+        announced body length; the bulk endpoints count their items too."""
+        check_content_length(request, body_limit(self))  # 413 before anything is read
+
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
-        check_content_length(request)  # 413 before anything is read
+        self.check_size(request)
         super().initial(request, *args, **kwargs)
 
 

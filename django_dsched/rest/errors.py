@@ -40,6 +40,24 @@ class PayloadTooLarge(DschedError, exceptions.APIException):
     default_code = "too_large"
 
 
+class TooManyItems(DschedError, exceptions.APIException):
+    """A bulk call with more items than ``DSCHED_BULK_MAX_ITEMS``: refused before
+    authentication, so before any query (a size limit, like the body's)."""
+
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_detail = _("The call has more items than the API takes in one call.")
+    default_code = "too_many_items"
+
+    def __init__(self, count: int, limit: int) -> None:
+        super().__init__(
+            _(
+                "One call takes at most %(limit)d items (DSCHED_BULK_MAX_ITEMS); this one has "
+                "%(count)d. Split it into several calls."
+            )
+            % {"limit": limit, "count": count}
+        )
+
+
 class PreconditionRequired(DschedError, exceptions.APIException):
     status_code = 428
     default_detail = _(

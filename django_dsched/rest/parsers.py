@@ -1,8 +1,13 @@
 """Reading request bodies: JSON only, bounded in size (413) and in nesting (400).
 
 The body is read through the limit, never past it: a request announcing more than
-``DSCHED_API_MAX_BODY_BYTES`` is refused before anything is read (see
-:func:`check_content_length`), and one that sends more than it announced stops at the limit.
+the view's limit (``DSCHED_API_MAX_BODY_BYTES``; ``DSCHED_API_MAX_BULK_BODY_BYTES`` for the
+bulk endpoints) is refused before anything is read (see :func:`check_content_length`), and
+one that sends more than it announced stops at the limit.
+
+Django's ``DATA_UPLOAD_MAX_MEMORY_SIZE`` bounds ``request.body``, which this parser does not
+use: it reads the request's stream itself (REST framework hands it the stream unless
+something read ``request.body`` first), so the limits above are the ones that apply.
 """
 
 from __future__ import annotations
@@ -22,14 +27,21 @@ from django_dsched.conf import app_settings
 from django_dsched.rest.errors import PayloadTooLarge
 
 
-def check_content_length(request: Request | HttpRequest) -> None:
-    """413 when the announced body is over the limit (nothing has been read yet)."""
+def body_limit(view: Any) -> int:
+    """The largest body ``view`` reads (its ``max_body_bytes()``, else the API's limit)."""
+    limit = getattr(view, "max_body_bytes", None)
+    return int(limit()) if limit is not None else app_settings.API_MAX_BODY_BYTES
+
+
+def check_content_length(request: Request | HttpRequest, limit: int | None = None) -> None:
+    """413 when the announced body is over ``limit`` (default: the API's), before anything
+    has been read."""
     header = request.headers.get("content-length") or "0"
     try:
         length = int(header)
     except ValueError:
         raise ParseError(_("The Content-Length header is not a number.")) from None
-    if length > app_settings.API_MAX_BODY_BYTES:
+    if length > (app_settings.API_MAX_BODY_BYTES if limit is None else limit):
         raise PayloadTooLarge()
 
 
@@ -69,7 +81,7 @@ class JSONBodyParser(BaseParser):
         media_type: str | None = None,
         parser_context: Mapping[str, Any] | None = None,
     ) -> Any:
-        limit = app_settings.API_MAX_BODY_BYTES
+        limit = body_limit((parser_context or {}).get("view"))
         raw = stream.read(limit + 1) if stream is not None else b""
         if len(raw) > limit:
             raise PayloadTooLarge()

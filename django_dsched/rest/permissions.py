@@ -34,6 +34,8 @@ SCHEDULES: Mapping[str, tuple[str, ...]] = {
     "resume": ("dsched.pause_schedule",),
     "trigger": ("dsched.trigger_schedule",),
     "backfill": ("dsched.trigger_schedule",),  # fires past slots, as run now fires one
+    "bulk_create": ("dsched.add_schedule",),
+    "bulk_cancel": ("dsched.cancel_schedule",),
 }
 OUTBOX: Mapping[str, tuple[str, ...]] = {
     "list": VIEW_OUTBOX,

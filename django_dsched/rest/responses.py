@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from drf_spectacular.openapi import AutoSchema
@@ -23,11 +23,13 @@ WHY = {
 }
 
 
-def errors(*codes: int) -> dict[int, OpenApiResponse]:
+def errors(*codes: int, why: Mapping[int, str] | None = None) -> dict[int, OpenApiResponse]:
+    """The error answers ``codes``, described by :data:`WHY` (or ``why``, which wins)."""
+    reasons = {**WHY, **(why or {})}
     return {
         code: OpenApiResponse(
             PreconditionFailedSerializer if code == 412 else ErrorSerializer,
-            description=WHY[code],
+            description=reasons[code],
         )
         for code in sorted(set(codes))
     }

@@ -9,6 +9,7 @@ from __future__ import annotations
 from django.urls import URLPattern, URLResolver, path, re_path
 from rest_framework.routers import SimpleRouter
 
+from django_dsched.rest.bulk import BulkCancelView, BulkCreateView
 from django_dsched.rest.cluster import ClusterView
 from django_dsched.rest.outbox import OutboxViewSet
 from django_dsched.rest.schedules import ScheduleViewSet
@@ -21,6 +22,9 @@ router.register("schedules", ScheduleViewSet, basename="schedule")
 router.register("outbox", OutboxViewSet, basename="outbox")
 
 urlpatterns: list[URLPattern | URLResolver] = [
+    # Before the router's, whose schedules/<id>/ would take "bulk" for an id.
+    path("schedules/bulk/", BulkCreateView.as_view(), name="schedule-bulk-create"),
+    path("schedules/bulk-cancel/", BulkCancelView.as_view(), name="schedule-bulk-cancel"),
     *router.urls,
     path("cluster/", ClusterView.as_view(), name="cluster"),
     path("schema/", SchemaView.as_view(), name="schema"),

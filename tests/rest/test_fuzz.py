@@ -3,9 +3,10 @@ against the live test server on real PostgreSQL (schemathesis + Hypothesis).
 
 Each operation gets ``FUZZ_EXAMPLES`` generated requests (valid and invalid), as a
 superuser with a token, about half of them aimed at schedules and messages that exist and
-sent with their current version in If-Match, so the fuzzing reaches the code behind the
-404 and the 412. Every response must be a non-5xx that the schema documents (status code,
-content type, headers, body).
+sent with their current version in If-Match (and bulk cancels aimed at them), so the
+fuzzing reaches the code behind the 404, the 412 and a bulk cancel's success. Every
+response must be a non-5xx that the schema documents (status code, content type, headers,
+body).
 """
 
 from __future__ import annotations
@@ -110,6 +111,9 @@ def _aim(case: Any, choice: tuple[int, bool]) -> Any:
         pool = KNOWN.messages if case.path.startswith("/outbox/") else KNOWN.schedules
         if pool:
             params["id"] = pool[index % len(pool)]
+    if case.path == "/schedules/bulk-cancel/" and index >= 0 and KNOWN.schedules:
+        # Aimed at schedules that exist (a random id names none: always a 400).
+        case.body = {"ids": [KNOWN.schedules[index % len(KNOWN.schedules)]]}
     headers = case.headers
     if current and headers is not None and "If-Match" in headers and "id" in params:
         version = _current_version(str(params["id"]))
@@ -154,3 +158,5 @@ def test_every_endpoint_answers_as_documented_and_never_500(
     case.validate_response(response, checks=CHECKS)
     if case.method == "POST" and case.path == "/schedules/" and response.status_code == 201:
         KNOWN.schedules.append(response.json()["id"])
+    if case.path == "/schedules/bulk/" and response.status_code == 201:
+        KNOWN.schedules.extend(result["id"] for result in response.json()["results"])

@@ -81,6 +81,16 @@ ENDPOINTS = {
     "cluster": Endpoint(
         "GET", "cluster/", frozenset({"view_schedulerinstance", "change_schedulerinstance"})
     ),
+    "bulk create": Endpoint(
+        "POST",
+        "schedules/bulk/",
+        frozenset({"add_schedule"}),
+        [{**INTERVAL, "name": "new"}],
+        ok=201,
+    ),
+    "bulk cancel": Endpoint(
+        "POST", "schedules/bulk-cancel/", frozenset({"cancel_schedule"}), "{cancel active}"
+    ),
 }
 CODENAMES = sorted(
     {
@@ -140,10 +150,17 @@ def snapshot() -> tuple[Any, ...]:
     )
 
 
+def body_of(endpoint: Endpoint, world: dict[str, Any]) -> Any:
+    if endpoint.body == "{range}":
+        return world["range_body"]
+    if endpoint.body == "{cancel active}":
+        return {"ids": [world["active"]]}
+    return endpoint.body
+
+
 def call(client: APIClient, endpoint: Endpoint, world: dict[str, Any]) -> Any:
     path = endpoint.path.format(**world)
-    body = world["range_body"] if endpoint.body == "{range}" else endpoint.body
-    return client.request(endpoint.method, path, body, **endpoint.headers)
+    return client.request(endpoint.method, path, body_of(endpoint, world), **endpoint.headers)
 
 
 @pytest.mark.parametrize("role", ROLES)

@@ -21,6 +21,8 @@ from tests.rest.test_permissions import ENDPOINTS
 
 pytestmark = pytest.mark.django_db
 
+COMMON = {"topic": "ops", "event_type": "ping"}
+
 
 @pytest.fixture(autouse=True)
 def resolver(settings: Any) -> None:
@@ -125,3 +127,51 @@ def test_the_default_resolver_reaches_the_default_host_only(settings, of_b):
     assert root.get(f"schedules/{of_b['active']}/").status_code == 404
     response = root.post("schedules/", INTERVAL)
     assert response.body["host_id"] == str(uuid.UUID(int=0))
+
+
+def test_bulk_create_reaches_the_requests_hosts_only(of_b):
+    api.create_once("b-keyed", delay=timedelta(hours=1), key="k", host_id=HOST_B, **COMMON)
+    alice, both = client("alice-a"), client("both-ab")
+    keyed = {**INTERVAL, "name": "keyed", "key": "k"}
+    response = alice.post("schedules/bulk/", [keyed, {**INTERVAL, "host_id": str(HOST_B)}])
+    assert response.status_code == 400
+    assert response.body["errors"] == {"1.host_id": ["You may not use this host."]}
+    # Another host's key is not seen: the same key in A is a new schedule of A.
+    response = alice.post("schedules/bulk/", [keyed])
+    assert response.status_code == 201
+    assert response.body["results"][0]["outcome"] == "created"
+    assert response.body["results"][0]["host_id"] == str(HOST_A)
+    # A request that reaches both hosts may name either; the first is the default.
+    response = both.post("schedules/bulk/", [INTERVAL, {**INTERVAL, "host_id": str(HOST_B)}])
+    assert response.status_code == 201
+    assert [r["host_id"] for r in response.body["results"]] == [str(HOST_A), str(HOST_B)]
+    assert client("nobody-").post("schedules/bulk/", [INTERVAL]).status_code == 403
+
+
+def test_bulk_cancel_cannot_reach_another_hosts_schedules(of_b):
+    api.create_once("b-keyed", delay=timedelta(hours=1), key="k", host_id=HOST_B, **COMMON)
+    alice = client("alice-a")
+    before = state()
+    for field, theirs, missing in [
+        ("ids", of_b["active"], str(uuid.uuid4())),
+        ("keys", "k", "no-such-key"),
+    ]:
+        found = alice.post("schedules/bulk-cancel/", {field: [theirs]})
+        absent = alice.post("schedules/bulk-cancel/", {field: [missing]})
+        assert found.status_code == absent.status_code == 400
+        assert found.content == absent.content  # exactly like one that does not exist
+    response = alice.post(
+        "schedules/bulk-cancel/", {"ids": [of_b["active"]], "host_id": str(HOST_B)}
+    )
+    assert response.status_code == 400 and "host_id" in response.body["errors"]
+    assert client("nobody-").post("schedules/bulk-cancel/", {"keys": ["k"]}).status_code == 403
+    assert state() == before
+
+    both = client("both-ab")
+    response = both.post(
+        "schedules/bulk-cancel/",
+        {"ids": [of_b["active"]], "keys": ["k"], "host_id": str(HOST_B)},
+    )
+    assert response.status_code == 200, response.body
+    assert response.body["cancelled"] == 2
+    assert Schedule.objects.get(pk=of_b["active"]).state == "CANCELLED"
