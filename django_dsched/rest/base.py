@@ -67,8 +67,8 @@ class APIMixin(APIView):
         return app_settings.API_MAX_BODY_BYTES
 
     def check_size(self, request: Request) -> None:
-        """Limits checked before authentication (and so before any query): by default the
-        announced body length; the bulk endpoints count their items too."""
+        """Limits checked before authentication (and so before any query): the announced
+        body length (the bulk endpoints count their items after authentication)."""
         check_content_length(request, body_limit(self))  # 413 before anything is read
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:

@@ -4,8 +4,9 @@ nothing, through :func:`django_dsched.api.bulk_create` and :func:`~django_dsched
 Each item of a bulk create is read by the single create's serializer and becomes the
 ``Schedule`` the single create would build, so it is validated by the same code and an
 invalid item gets the single create's messages, under ``<index>.<field>``. A call with more
-than ``DSCHED_BULK_MAX_ITEMS`` items is refused (413) before authentication, so before any
-query: its body is parsed first, within ``DSCHED_API_MAX_BULK_BODY_BYTES``.
+than ``DSCHED_BULK_MAX_ITEMS`` items is refused (413) once the caller is authenticated and allowed,
+before any item is read: the body is parsed only then, within
+``DSCHED_API_MAX_BULK_BODY_BYTES``.
 """
 
 from __future__ import annotations
@@ -56,8 +57,8 @@ WHY = {
     409: "A concurrent change won a race the validation could not see: read and retry.",
     413: (
         "The body is larger than DSCHED_API_MAX_BULK_BODY_BYTES, or has more items than "
-        "DSCHED_BULK_MAX_ITEMS (code too_many_items; checked before authentication, so "
-        "before any query)."
+        "DSCHED_BULK_MAX_ITEMS (code too_many_items; checked after authentication, "
+        "before any item is read)."
     ),
 }
 
@@ -123,8 +124,11 @@ class BulkView(APIMixin):
     def max_body_bytes(self) -> int:
         return app_settings.API_MAX_BULK_BODY_BYTES
 
-    def check_size(self, request: Request) -> None:
-        super().check_size(request)
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        # The byte limit, authentication, permissions and throttles first: a body is parsed
+        # only for a caller allowed to send it. Then the items are counted, before any of
+        # them is looked at or anything is read from the schedules.
+        super().initial(request, *args, **kwargs)
         count = self.count(request.data)  # parsed here, within the body limit
         limit = app_settings.BULK_MAX_ITEMS
         if count > limit:
@@ -132,7 +136,7 @@ class BulkView(APIMixin):
 
     def count(self, data: Any) -> int:
         """The items ``data`` holds (0 when it is not shaped as the endpoint expects: the
-        endpoint's own checks answer that, after authentication)."""
+        endpoint's own checks answer that)."""
         raise NotImplementedError
 
 

@@ -211,25 +211,33 @@ def test_an_empty_list_creates_nothing(root):
 # -- limits -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("who", ["root", "anonymous"])
-def test_more_items_than_the_limit_is_413_before_any_query(root, settings, who):
+def test_more_items_than_the_limit_is_413_before_any_item_is_read(root, settings):
     settings.DSCHED_BULK_MAX_ITEMS = 3
-    client = root if who == "root" else APIClient(None)
     items = [{**INTERVAL, "name": f"s{n}"} for n in range(4)]
     for path, body in [
         (BULK, items),
         (CANCEL, {"ids": [str(uuid.uuid4()) for _ in range(2)], "keys": ["a", "b"]}),
     ]:
         with CaptureQueriesContext(connection) as queries:
-            response = client.post(path, body)
+            response = root.post(path, body)
         assert response.status_code == 413, response.body
         assert response.body["code"] == "too_many_items"
         assert "at most 3 items (DSCHED_BULK_MAX_ITEMS)" in response.body["detail"]
         assert "this one has 4" in response.body["detail"]
-        assert len(queries) == 0, [q["sql"] for q in queries]
+        # Authentication's queries only: no schedule was read, nothing written.
+        assert not [q["sql"] for q in queries if "schedule_t" in q["sql"]]
     assert nothing_written()
     # At the limit: taken.
     assert root.post(BULK, items[:3]).status_code == 201
+
+
+def test_an_anonymous_bulk_call_is_refused_before_its_body_is_read(settings):
+    settings.DSCHED_BULK_MAX_ITEMS = 3
+    items = [{**INTERVAL, "name": f"s{n}"} for n in range(4)]
+    for path, body in [(BULK, items), (CANCEL, {"ids": [], "keys": ["a", "b", "c", "d"]})]:
+        response = APIClient(None).post(path, body)
+        assert response.status_code in (401, 403), response.body  # not the items' 413
+    assert nothing_written()
 
 
 def test_the_bulk_body_limit_is_its_own(root, settings):
