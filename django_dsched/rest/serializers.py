@@ -8,7 +8,7 @@ services' (the Python API's own checks and messages), mapped onto these field na
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.utils import timezone
@@ -22,12 +22,14 @@ from django_dsched.enums import (
     DeliveryStatus,
     FrequencyUnit,
     MisfirePolicy,
+    RunStatus,
     ScheduleKind,
     ScheduleOrigin,
     ScheduleState,
 )
 from django_dsched.exceptions import ValidationError as DschedValidationError
 from django_dsched.models import Event, OutboxMessage, Schedule
+from django_dsched.outbox import runs
 from django_dsched.validation import KEY_MAX_LENGTH, NAME_MAX_LENGTH, validate_aware
 
 # The API's name of each writable field -> the model's.
@@ -527,6 +529,36 @@ class MessageSerializer(serializers.Serializer[OutboxMessage]):
     claimed_by = serializers.CharField(read_only=True)
     claimed_until = AwareDateTimeField(read_only=True, allow_null=True)
     at = AwareDateTimeField(source="event_ts", read_only=True)
+    # The latest attempt's run (docs/delivery.md "Runs and their phases"; database times).
+    picked = AwareDateTimeField(source="picked_ts", read_only=True, allow_null=True)
+    started = AwareDateTimeField(source="started_ts", read_only=True, allow_null=True)
+    completed = AwareDateTimeField(source="completed_ts", read_only=True, allow_null=True)
+    failed = AwareDateTimeField(source="failed_ts", read_only=True, allow_null=True)
+    run_status = serializers.SerializerMethodField(
+        help_text=_("The latest attempt's run, derived from the status and the phases.")
+    )
+    queue_wait_seconds = serializers.SerializerMethodField(
+        help_text=_("From the fire to the latest claim (null before one).")
+    )
+    run_seconds = serializers.SerializerMethodField(
+        help_text=_("From the run's start to its end, completed or failed (null until both).")
+    )
+
+    @extend_schema_field(serializers.ChoiceField(RunStatus.choices))
+    def get_run_status(self, message: OutboxMessage) -> str:
+        return str(runs.run_status(message))
+
+    @extend_schema_field(serializers.FloatField(allow_null=True))
+    def get_queue_wait_seconds(self, message: OutboxMessage) -> float | None:
+        return seconds(runs.queue_wait(message.event_ts, message.picked_ts))
+
+    @extend_schema_field(serializers.FloatField(allow_null=True))
+    def get_run_seconds(self, message: OutboxMessage) -> float | None:
+        return seconds(runs.run_time(message.started_ts, message.completed_ts, message.failed_ts))
+
+
+def seconds(span: timedelta | None) -> float | None:
+    return None if span is None else span.total_seconds()
 
 
 class MessageDetailSerializer(MessageSerializer):

@@ -97,3 +97,34 @@ def test_the_cluster_shows_the_leader_the_instances_and_the_backlog(root, messag
     assert body["backlog"]["pending"] == OutboxMessage.objects.count()
     assert body["backlog"]["due"] >= 1  # "busy" started in the past
     assert timezone.datetime.fromisoformat(body["now"]) >= now
+
+
+def test_a_message_shows_its_run_phases(root, messages):
+    picked, done, waiting = messages[0], messages[1], messages[2]
+    OutboxMessage.objects.filter(pk=picked.pk).update(
+        picked_ts=picked.event_ts + timedelta(seconds=2)
+    )
+    OutboxMessage.objects.filter(pk=done.pk).update(
+        status=DeliveryStatus.DELIVERED,
+        delivered_ts=done.event_ts + timedelta(seconds=5),
+        picked_ts=done.event_ts + timedelta(seconds=1),
+        started_ts=done.event_ts + timedelta(seconds=2),
+        completed_ts=done.event_ts + timedelta(seconds=4.5),
+    )
+    body = root.get(f"outbox/{done.pk}/").body
+    assert body["run_status"] == "SUCCEEDED"
+    assert body["queue_wait_seconds"] == 1.0 and body["run_seconds"] == 2.5
+    assert body["picked"] and body["started"] and body["completed"] and body["failed"] is None
+    rows = {
+        row["id"]: row for row in root.get("outbox/?topic=billing&page_size=200").body["results"]
+    }
+    assert rows[str(picked.pk)]["run_status"] == "PICKED"
+    assert rows[str(picked.pk)]["queue_wait_seconds"] == 2.0
+    assert rows[str(picked.pk)]["run_seconds"] is None
+    assert (
+        rows[str(waiting.pk)]["run_status"] == "PENDING" and rows[str(waiting.pk)]["picked"] is None
+    )
+    deliveries = root.get(f"schedules/{done.aggregate_id}/deliveries/?page_size=200").body[
+        "results"
+    ]
+    assert {row["id"]: row["run_status"] for row in deliveries}[str(done.pk)] == "SUCCEEDED"
