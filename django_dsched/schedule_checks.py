@@ -162,7 +162,7 @@ def plainly_valid_event_data(value: Any) -> bool:
         return False
     try:
         text = _COMPACT.encode(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):  # the full check says which
         return False
     # The same text validate_event_data measures; ASCII (ensure_ascii), so one character
     # is one byte.

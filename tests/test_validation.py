@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from typing import Any
 
 import pytest
 from django.core.exceptions import ValidationError
@@ -114,6 +115,16 @@ ODD_EVENT_DATA = [
     "text",
     None,
 ]
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    value: Any = 1
+    for _n in range(depth):
+        value = [value]
+    return {"deep": value}
+
+
+ODD_EVENT_DATA.append(_nested(10_000))  # past Python's recursion limit
 
 
 @pytest.mark.parametrize("value", ODD_EVENT_DATA, ids=range(len(ODD_EVENT_DATA)))
