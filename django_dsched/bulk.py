@@ -73,11 +73,19 @@ def _item_errors(index: int, spec: Any, exc: ValidationError) -> list[tuple[int,
 def _probe(table: str, column: str, db_type: str) -> str:
     """A select of the host's schedules whose ``column`` is in an array: one index probe
     per element (a LATERAL subquery that ``OFFSET 0`` keeps from being flattened into a
-    join), so its cost never depends on the table's statistics."""
+    join), so its cost never depends on the table's statistics. An id is probed alone (the
+    host is checked on the row found: with ``host_id`` in the probe, the planner may take
+    the name index's ``host_id`` prefix and filter every row of the host, per item); a
+    name or a key is probed with its host (both columns of its unique index)."""
+    if column == "schedule_id":
+        inner, outer = f"s.{column} = r.v_", " WHERE l.host_id = %s"
+    else:
+        inner, outer = f"s.host_id = %s AND s.{column} = r.v_", ""
     return (
-        f"SELECT l.* FROM unnest(%s::{db_type}[]) AS r(v_) CROSS JOIN LATERAL ("
-        f"SELECT s.schedule_id, s.schedule_name, s.idempotency_key FROM {table} s"
-        f" WHERE s.host_id = %s AND s.{column} = r.v_ OFFSET 0) l"
+        f"SELECT l.schedule_id, l.schedule_name, l.idempotency_key"
+        f" FROM unnest(%s::{db_type}[]) AS r(v_) CROSS JOIN LATERAL ("
+        f"SELECT s.schedule_id, s.schedule_name, s.idempotency_key, s.host_id FROM {table} s"
+        f" WHERE {inner} OFFSET 0) l{outer}"
     )
 
 
