@@ -72,21 +72,47 @@ def _item_errors(index: int, spec: Any, exc: ValidationError) -> list[tuple[int,
     ]
 
 
+def _probe(table: str, column: str, db_type: str) -> str:
+    """A select of the host's schedules whose ``column`` is in an array: one index probe
+    per element (a LATERAL subquery that ``OFFSET 0`` keeps from being flattened into a
+    join), so its cost never depends on the table's statistics. An id is probed alone (the
+    host is checked on the row found: with ``host_id`` in the probe, the planner may take
+    the name index's ``host_id`` prefix and filter every row of the host, per item); a
+    name or a key is probed with its host (both columns of its unique index)."""
+    if column == "schedule_id":
+        inner, outer = f"s.{column} = r.v_", " WHERE l.host_id = %s"
+    else:
+        inner, outer = f"s.host_id = %s AND s.{column} = r.v_", ""
+    return (
+        f"SELECT l.schedule_id, l.schedule_name, l.idempotency_key"
+        f" FROM unnest(%s::{db_type}[]) AS r(v_) CROSS JOIN LATERAL ("
+        f"SELECT s.schedule_id, s.schedule_name, s.idempotency_key, s.host_id FROM {table} s"
+        f" WHERE {inner} OFFSET 0) l{outer}"
+    )
+
+
 def _resolve(
     host: uuid.UUID, ids: list[uuid.UUID], names: list[str], keys: list[str]
 ) -> list[tuple[uuid.UUID, str, str | None]]:
     """(id, name, key) of the schedules of ``host`` with these ids, names or keys: one
     query with one array parameter each (an ``IN`` list would be 10,000 parameters to
-    quote, send and parse)."""
+    quote, send and parse), probing the primary key, the name and the key indexes once per
+    element (a row named twice comes back twice)."""
     connection = connections[app_settings.DATABASE]
     table = connection.ops.quote_name(Schedule._meta.db_table)
+    parts, params = [], []
+    for column, db_type, values in (
+        ("schedule_id", "uuid", ids),
+        ("schedule_name", "text", names),
+        ("idempotency_key", "text", keys),
+    ):
+        if values:
+            parts.append(_probe(table, column, db_type))
+            params += [values, host]
+    if not parts:
+        return []
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT schedule_id, schedule_name, idempotency_key FROM {table}"
-            " WHERE host_id = %s AND (schedule_id = ANY(%s::uuid[])"
-            " OR schedule_name = ANY(%s::text[]) OR idempotency_key = ANY(%s::text[]))",
-            [host, ids, names, keys],
-        )
+        cursor.execute(" UNION ALL ".join(parts), params)
         rows: list[tuple[uuid.UUID, str, str | None]] = cursor.fetchall()
     return rows
 

@@ -365,8 +365,10 @@ def insert(items: Sequence[Prepared], *, actor: Any) -> None:
 
 
 def _same(values: list[Any]) -> bool:
+    """Whether every value is the first one, of the same type (1, 1.0 and True are equal
+    but not the same parameter). Both tests run in C (a column of 5,000 values)."""
     first = values[0]
-    return all(value == first and type(value) is type(first) for value in values)
+    return values.count(first) == len(values) and len(set(map(type, values))) == 1
 
 
 def existing_by_key(items: Sequence[Prepared]) -> dict[tuple[uuid.UUID, str], Schedule]:

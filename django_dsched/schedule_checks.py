@@ -17,6 +17,7 @@ twin here that agrees with the database on the same instances, with the same mes
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections.abc import Callable, Hashable
@@ -28,6 +29,7 @@ from django.db import IntegrityError
 from django.db.models import CheckConstraint, UniqueConstraint, UUIDField
 from django.db.models.expressions import DatabaseDefault
 
+from django_dsched.conf import app_settings
 from django_dsched.enums import (
     FrequencyUnit,
     MisfirePolicy,
@@ -141,6 +143,39 @@ PER_ITEM = ("schedule_id", "schedule_name", "event_data", "idempotency_key")
 ITEM_TWINS = [holds for fields, holds in TWINS.values() if set(fields) & set(PER_ITEM)]
 
 CONSTRAINTS = {constraint.name: constraint for constraint in Schedule._meta.constraints}
+
+# The text of a UUID, as a schedule named after its own id is named.
+_UUID_TEXT = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+# json.dumps(value, separators=(",", ":"), allow_nan=False), built once (json.dumps makes
+# a new encoder per call when given options).
+_COMPACT = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+
+
+def plainly_valid_event_data(value: Any) -> bool:
+    """True only when ``value`` passes every rule of the event data's full validation
+    (``EventDataField.clean()``: its JSON check and :func:`validate_event_data`'s object,
+    depth, text and size rules), decided with one ``json.dumps``; False means "not
+    decided": the full validation then runs and gives the exact error, if any."""
+    if type(value) is not dict:
+        return False
+    try:
+        text = _COMPACT.encode(value)
+    except (TypeError, ValueError, RecursionError):  # the full check says which
+        return False
+    # The same text validate_event_data measures; ASCII (ensure_ascii), so one character
+    # is one byte.
+    if len(text) > app_settings.EVENT_DATA_MAX_BYTES:
+        return False
+    # A NUL or any surrogate (lone or paired) is written as an escape: left undecided.
+    if "\\u0000" in text or "\\ud" in text:
+        return False
+    # Every level of nesting opens a bracket: no more brackets than levels allowed (in
+    # strings or not) cannot be too deep.
+    return text.count("{") + text.count("[") <= app_settings.EVENT_DATA_MAX_DEPTH
+
+
 NAME_UNIQUE = "dsched_schedule_name_unique"
 KEY_UNIQUE = "dsched_schedule_key_unique"
 
@@ -177,6 +212,7 @@ class FieldCache:
                 field.empty_values,
                 field.primary_key,
                 _identity_type(field),
+                self._fast_accept(field),
             )
             for field in Schedule._meta.fields
             if not field.generated
@@ -187,6 +223,25 @@ class FieldCache:
         # Shape (the values of every field but PER_ITEM's) -> its cleaned values, for the
         # shapes that passed every check: fields, clean() (one-shots) and the twins.
         self._shapes: dict[tuple[tuple[Any, ...], tuple[type, ...]], dict[str, Any]] = {}
+
+    @staticmethod
+    def _fast_accept(field: Any) -> Callable[[Any], bool] | None:
+        """For the fields whose value differs in every schedule (so memoising by value
+        does not help), a test that accepts the common valid values without ``clean()``
+        (whose result they would get unchanged); anything it does not accept is cleaned
+        as usual."""
+        if field.attname == "event_data":
+            return plainly_valid_event_data
+        if field.attname == "schedule_name":
+            # A name that is a UUID's text (a one-shot named after its id): its validators
+            # (length, printable characters) read only its length and characters, which
+            # every UUID's text shares; accepted when one such text passes.
+            try:
+                field.clean(str(uuid.UUID(int=0)), None)
+            except django_exceptions.ValidationError:
+                return None
+            return lambda value: type(value) is str and _UUID_TEXT.fullmatch(value) is not None
+        return None
 
     def shape(self, schedule: Schedule) -> tuple[tuple[Any, ...], tuple[type, ...]] | None:
         """The key of ``schedule``'s shape, or None when a value cannot be hashed."""
@@ -245,10 +300,12 @@ class FieldCache:
         errors: dict[str, list[Any]] = {}
         values = schedule.__dict__
         results = self._results
-        for field, attname, name, blank, empty, primary, identity in fields or self._fields:
+        for field, attname, name, blank, empty, primary, identity, fast in fields or self._fields:
             raw = values[attname]
             if identity is not None and type(raw) is identity:
                 continue  # clean() returns it unchanged and cannot refuse it
+            if fast is not None and fast(raw):
+                continue  # clean() would return it unchanged
             if blank and raw in empty:
                 continue
             if isinstance(raw, DatabaseDefault):

@@ -323,33 +323,45 @@ def cancel_ids(ids: list[Any], *, actor: Any = None) -> ChangeCount:
     table, events = quote(Schedule._meta.db_table), quote(Event._meta.db_table)
     assert Event._meta.pk is not None
     new_event_id = Event._meta.pk.get_default
+    # Every access to the table is an index probe per id, whatever the statistics say (a
+    # table filled moments ago, or analysed while the rows were still uncommitted, reads as
+    # empty: a join planned on that went quadratic). ``old`` locks each row through a
+    # LATERAL subquery with FOR UPDATE (never flattened: a nested loop over the ids, an
+    # index probe each, in the callers' sorted order, so concurrent calls lock alike). The
+    # UPDATE takes the ids ``old`` found cancellable as one array (probes of the primary
+    # key; it reads ``old`` whole first, so every lock is held before any write), and the
+    # audit events are built from ``old``: the rows are locked, so the version and state
+    # it read are the ones the UPDATE changes. No join between the CTEs at all.
     statement = f"""
         WITH w AS (
             SELECT * FROM unnest(%(ids)s::uuid[], %(event_ids)s::uuid[]) AS w(id_, event_id_)
         ), old AS (
-            SELECT s.schedule_id, s.state, w.event_id_
-            FROM {table} s JOIN w ON s.schedule_id = w.id_
-            ORDER BY s.schedule_id
-            FOR UPDATE OF s
+            SELECT l.schedule_id, l.state, l.host_id, l.aggregate_version, l.schedule_name,
+                   l.origin, w.event_id_
+            FROM w CROSS JOIN LATERAL (
+                SELECT s.schedule_id, s.state, s.host_id, s.aggregate_version,
+                       s.schedule_name, s.origin
+                FROM {table} s WHERE s.schedule_id = w.id_
+                FOR UPDATE
+            ) l
         ), c AS (
             UPDATE {table} s
             SET state = %(target)s, active = false,
                 aggregate_version = s.aggregate_version + 1, updated_ts = statement_timestamp()
-            FROM old
-            WHERE s.schedule_id = old.schedule_id AND old.state = ANY(%(allowed)s)
-            RETURNING s.schedule_id, s.host_id, s.aggregate_version, s.schedule_name, s.origin,
-                      s.updated_ts, old.state AS before, old.event_id_
+            WHERE s.schedule_id = ANY(ARRAY(
+                SELECT old.schedule_id FROM old WHERE old.state = ANY(%(allowed)s)))
+            RETURNING 1
         ), audit AS (
             INSERT INTO {events} (id, host_id, aggregate_id, aggregate_type, aggregate_version,
                 event_type, event_ts, payload, metadata)
-            SELECT c.event_id_, c.host_id, c.schedule_id, 'Schedule', c.aggregate_version,
-                   %(event_type)s, c.updated_ts,
-                   jsonb_build_object('actor', %(actor)s::text, 'at', c.updated_ts,
+            SELECT old.event_id_, old.host_id, old.schedule_id, 'Schedule',
+                   old.aggregate_version + 1, %(event_type)s, statement_timestamp(),
+                   jsonb_build_object('actor', %(actor)s::text, 'at', statement_timestamp(),
                        'changes', jsonb_build_object(
-                           'state', jsonb_build_array(c.before, %(target)s::text))),
+                           'state', jsonb_build_array(old.state, %(target)s::text))),
                    jsonb_build_object('actor', %(actor)s::text,
-                       'schedule_name', c.schedule_name, 'origin', c.origin)
-            FROM c
+                       'schedule_name', old.schedule_name, 'origin', old.origin)
+            FROM old WHERE old.state = ANY(%(allowed)s)
         )
         SELECT (SELECT count(*) FROM old), (SELECT count(*) FROM c)
     """

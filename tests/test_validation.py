@@ -1,12 +1,15 @@
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
+from typing import Any
 
 import pytest
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
 from django_dsched.models import Schedule
+from django_dsched.schedule_checks import FieldCache, plainly_valid_event_data
 from tests.factories import ScheduleFactory
 from tests.helpers import sql
 
@@ -90,3 +93,58 @@ def test_database_constraints_refuse_what_slips_past_validation(assignment, cons
     ScheduleFactory()
     with pytest.raises(IntegrityError, match=constraint), transaction.atomic():
         sql(f"UPDATE schedule_t SET {assignment}")
+
+
+# The bulk path's shortcut for event data accepts only what the full validation accepts.
+ODD_EVENT_DATA = [
+    {},
+    {"user": 1, "tags": ["a", "b"], "nested": {"x": [1, 2.5, None, True]}},
+    {"emoji": "\U0001f600"},  # a pair of surrogates in the JSON text: left to the full check
+    {"nul": "a\x00b"},
+    {"lone": "\ud800"},
+    {"nan": float("nan")},
+    {"inf": float("-inf")},
+    {"when": datetime(2030, 1, 1)},
+    {(1, 2): "tuple key"},
+    {1: "int key"},
+    {"big": "x" * 70_000},
+    {"deep": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]},
+    {"brackets in text": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["},
+    {"backslash": "\\u0000 \\ud800"},
+    ["a", "list"],
+    "text",
+    None,
+]
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    value: Any = 1
+    for _n in range(depth):
+        value = [value]
+    return {"deep": value}
+
+
+ODD_EVENT_DATA.append(_nested(10_000))  # past Python's recursion limit
+
+
+@pytest.mark.parametrize("value", ODD_EVENT_DATA, ids=range(len(ODD_EVENT_DATA)))
+def test_the_event_data_shortcut_never_accepts_what_clean_refuses(value):
+    field = Schedule._meta.get_field("event_data")
+    try:
+        field.clean(value, None)
+        valid = True
+    except ValidationError:
+        valid = False
+    assert not plainly_valid_event_data(value) or valid
+    # What it accepts (the common case, so that the shortcut is taken at all).
+    if value in ({}, ODD_EVENT_DATA[1], {1: "int key"}):
+        assert plainly_valid_event_data(value) and valid
+
+
+def test_a_generated_name_shortcut_matches_uuid_text_only():
+    cache = FieldCache()
+    (accept,) = [entry[-1] for entry in cache._fields if entry[1] == "schedule_name"]
+    assert accept is not None
+    assert accept(str(uuid.uuid4()))
+    for name in ["nightly", str(uuid.uuid4()).upper(), str(uuid.uuid4()) + "\n", "x" * 36, 36]:
+        assert not accept(name)
