@@ -48,6 +48,7 @@ from django_dsched.models import OutboxMessage, Schedule
 from django_dsched.models.schedule import resolve_host
 from django_dsched.outbox import runs
 from django_dsched.specs import OPTIONS, Cron, Interval, Once
+from django_dsched.validation import storable_text
 
 ScheduleRef = Schedule | uuid.UUID | str
 
@@ -62,11 +63,13 @@ def _lookup(
         return Schedule.objects.filter(pk=ref.pk)
     queryset = Schedule.objects.for_host(resolve_host(host_id))
     if key is not None:
+        if isinstance(key, str) and not storable_text(key):
+            return queryset.none()  # no key holds a NUL or a lone surrogate
         return queryset.filter(idempotency_key=key)
     if isinstance(ref, uuid.UUID):
         return queryset.filter(pk=ref)
     assert ref is not None
-    if "\x00" in ref:  # PostgreSQL text cannot hold NUL: no name has one
+    if not storable_text(ref):  # PostgreSQL text cannot hold it: no name has it
         return queryset.none()
     try:
         schedule_id = uuid.UUID(ref)

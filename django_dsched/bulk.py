@@ -28,6 +28,7 @@ from django_dsched.models import Schedule
 from django_dsched.models.schedule import resolve_host
 from django_dsched.schedule_checks import unique_name_error
 from django_dsched.specs import Once, Spec
+from django_dsched.validation import storable_text
 
 # A model field's error, named by the spec keyword that set it.
 SPEC_FIELDS = {
@@ -246,8 +247,10 @@ def bulk_cancel(
             errors.append((index, "key", _("Given twice in this call.")))
     if errors:
         raise BulkValidationError(errors)
-    clean_names = [name for name in names if "\x00" not in name]
-    rows = _resolve(host, list(ids), clean_names, list(by_key))
+    # A name or key PostgreSQL cannot hold (NUL, a lone surrogate) matches nothing.
+    clean_names = [name for name in names if storable_text(name)]
+    clean_keys = [key for key in by_key if storable_text(key)]
+    rows = _resolve(host, list(ids), clean_names, clean_keys)
     found: set[uuid.UUID] = set()
     seen_ids, seen_names, seen_keys = set(), set(), set()
     for pk, name, key in rows:

@@ -135,16 +135,23 @@ def _depth(value: Any, limit: int) -> int:
     return depth
 
 
+def storable_text(text: str) -> bool:
+    """PostgreSQL text (and jsonb) can hold ``text``: no NUL, no lone surrogate. A lookup by
+    a name or key that cannot be stored finds nothing, without asking the database (which
+    would refuse the parameter)."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _has_bad_text(value: Any) -> bool:
     """NUL characters and lone surrogates: PostgreSQL's jsonb refuses both."""
     if isinstance(value, str):
-        if "\x00" in value:
-            return True
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return True
-        return False
+        return not storable_text(value)
     if isinstance(value, dict):
         return any(_has_bad_text(k) or _has_bad_text(v) for k, v in value.items())
     if isinstance(value, list):

@@ -147,3 +147,24 @@ def test_cancel_and_status_by_key_and_the_seed_statuses(db_now):
         api.status(key="nobody")
     with pytest.raises(ValidationError):
         api.status("remind-1", key="remind-1")
+
+
+@pytest.mark.parametrize("bad", ["a\x00b", "a\ud800b"])
+def test_a_key_or_name_the_database_cannot_hold_is_simply_not_found(bad):
+    api.create_once(delay=timedelta(hours=1), key="real", name="real", topic="t", event_type="e")
+    for lookup in (
+        lambda: api.get(key=bad),
+        lambda: api.cancel(key=bad),
+        lambda: api.status(key=bad),
+        lambda: api.get(bad),
+        lambda: api.pause(bad),
+    ):
+        with pytest.raises(Schedule.DoesNotExist):
+            lookup()
+    for call in (lambda: api.bulk_cancel(keys=[bad]), lambda: api.bulk_cancel([bad])):
+        with pytest.raises(ValidationError) as excinfo:
+            call()
+        assert [(index, message) for index, _, message in excinfo.value.item_errors] == [
+            (0, "No such schedule.")
+        ]
+    assert Schedule.objects.get(idempotency_key="real").state == ScheduleState.ACTIVE
