@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from functools import cached_property
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, models
@@ -177,10 +176,10 @@ class OutboxMessage(EventRecord):
     def __str__(self) -> str:
         return f"{self.topic}: {self.event_type} ({self.status})"
 
-    @cached_property
+    @property
     def delivered_payload(self) -> Any:
         """The payload the relay delivers: the row's own copy (rows written before the payload
-        was stored once) or its event's; None only if that event is gone."""
+        was stored once) or its event's (one query); None only if that event is gone."""
         if self.payload is not None:
             return self.payload
         return (
