@@ -179,7 +179,10 @@ OLD_FUNCTIONS = (old_claim, old_seconds_until_claimable)
 
 
 def use_code(code: str, *, both_indexes: bool = False) -> None:
-    """Make the relay in this process run ``code`` ("old" or "new"), with only its index."""
+    """Make the relay in this process run ``code`` ("old" or "new"), with only its index.
+    The old claim predates the payload stored once: its messages keep their own copy."""
+    global WITH_COPY
+    WITH_COPY = code == "old"
     relay.claim, relay.seconds_until_claimable = (  # type: ignore[assignment]
         OLD_FUNCTIONS if code == "old" else NEW_FUNCTIONS
     )
@@ -255,8 +258,15 @@ def ensure_waiting(count: int) -> None:
     print(f"  {count:,} messages waiting on a backoff (inserted in {elapsed:.0f} s)")
 
 
+# Messages as a fire writes them: the payload and metadata once, in the event (the message's
+# are NULL and the claim reads the event's). --copies also measures messages that keep their
+# own copy (as every message did before migration 0019), alternating in the same run.
+WITH_COPY = False
+
+
 def insert_pending(count: int, payload_kib: int = 0) -> None:
-    """``count`` claimable messages, oldest first (all in the past: claimable at once)."""
+    """``count`` claimable messages with their events, oldest first (all in the past:
+    claimable at once)."""
     data = (
         "jsonb_build_object('n', g.n, 'report', 'monthly')"
         if not payload_kib
@@ -271,20 +281,30 @@ def insert_pending(count: int, payload_kib: int = 0) -> None:
                                                 'tags', jsonb_build_array('a', 'b'))) AS rows
             FROM generate_series(1, %s) AS i
         )
+        , events AS (
+            INSERT INTO event_store_t (id, host_id, aggregate_id, aggregate_type,
+                aggregate_version, event_type, event_ts, payload, metadata)
+            SELECT g.id, '00000000-0000-0000-0000-000000000000', g.id, 'Schedule', 1,
+                   'bench.tick',
+                   statement_timestamp() - interval '1 minute' + g.n * interval '1 microsecond',
+                   jsonb_build_object('specversion', '1.0', 'id', g.id, 'type', 'bench.tick',
+                                      'source', '/django-dsched/bench', 'topic', %s,
+                                      'time', statement_timestamp(),
+                                      'datacontenttype', 'application/json',
+                                      'data', {data}),
+                   '{{}}'::jsonb
+            FROM (SELECT gen_random_uuid() AS id, n FROM generate_series(1, %s) AS n) g
+            RETURNING id, host_id, aggregate_id, event_type, event_ts, payload, metadata
+        )
         INSERT INTO outbox_message_t (id, host_id, aggregate_id, aggregate_type,
             aggregate_version, event_type, event_ts, payload, metadata, topic, status)
-        SELECT g.id, '00000000-0000-0000-0000-000000000000', g.id, 'Schedule', 1, 'bench.tick',
-               statement_timestamp() - interval '1 minute' + g.n * interval '1 microsecond',
-               jsonb_build_object('specversion', '1.0', 'id', g.id, 'type', 'bench.tick',
-                                  'source', '/django-dsched/bench', 'topic', %s,
-                                  'time', statement_timestamp(),
-                                  'datacontenttype', 'application/json',
-                                  'data', {data}),
-               '{{}}'::jsonb, %s, 'PENDING'
-        FROM (SELECT gen_random_uuid() AS id, n FROM generate_series(1, %s) AS n) g
+        SELECT id, host_id, aggregate_id, 'Schedule', 1, event_type, event_ts,
+               CASE WHEN %s THEN payload END, CASE WHEN %s THEN metadata END, %s, 'PENDING'
+        FROM events
         """,
-        [max(1, payload_kib * 1024 // 80), TOPIC, TOPIC, count],
+        [max(1, payload_kib * 1024 // 80), TOPIC, count, WITH_COPY, WITH_COPY, TOPIC],
     )
+    sql("ANALYZE event_store_t")
     sql("ANALYZE outbox_message_t")
 
 
@@ -363,15 +383,21 @@ def ratio_line(what: str, results: dict[str, list[float]], higher_is_better: boo
 # -- throughput ----------------------------------------------------------------------------------
 
 
-def throughput(messages: int, runs: int, batch_size: int, waiting: int, compare: bool) -> None:
+def throughput(
+    messages: int, runs: int, batch_size: int, waiting: int, compare: bool, copies: bool = False
+) -> None:
+    """Messages/s of one relay draining a backlog. ``copies``: instead of the old claim, compare
+    messages that keep their own payload copy ("old") with messages stored once ("new")."""
+    global WITH_COPY
     registry.register(noop, topic=TOPIC)
     ensure_waiting(waiting)
     with redis_server() as redis_url:
         for kind in ("handlers", "redis"):
             rates: dict[str, list[float]] = {}
             for run in range(runs):
-                for code in codes_for(compare, run):
-                    use_code(code)
+                for code in codes_for(compare or copies, run):
+                    use_code("new" if copies else code)
+                    WITH_COPY = code == "old"
                     clear_all_but_waiting()
                     insert_pending(messages)
                     relay_ = Relay(
@@ -684,6 +710,11 @@ def main() -> None:
     parser.add_argument("--waiting", type=int, help="default: 0 (claim: 1,000,000)")
     parser.add_argument("--payload-kib", type=int, default=64)
     parser.add_argument("--compare", action="store_true")
+    parser.add_argument(
+        "--copies",
+        action="store_true",
+        help="throughput: messages with their own payload copy (old) against stored once (new)",
+    )
     args = parser.parse_args()
     call_command("migrate", verbosity=0)
     print(f"PostgreSQL {connection.pg_version}; load average {os.getloadavg()[0]:.1f}")
@@ -691,7 +722,7 @@ def main() -> None:
     for what, step in (
         ("throughput", lambda: throughput(
             args.messages or 20_000, args.runs, args.batch_size, args.waiting or 0,
-            args.compare)),
+            args.compare, args.copies)),
         ("latency", lambda: latency(
             args.schedules, args.seconds, args.runs if args.what == "latency" else 1,
             args.waiting or 0, args.compare)),

@@ -1,10 +1,13 @@
 from __future__ import annotations
 
-from django.db import models
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS, models
 from django.db.models.functions import Greatest
 from django.utils.translation import gettext_lazy as _
 
 from django_dsched.enums import DeliveryStatus, max_length_of
+from django_dsched.models.event import Event
 from django_dsched.models.records import EventRecord
 
 
@@ -15,7 +18,25 @@ class OutboxMessage(EventRecord):
     (:mod:`django_dsched.outbox.relay`) and the dead-letter actions
     (:mod:`django_dsched.outbox.dead_letters`) write it. The delivery columns have database
     defaults because the fire statement does not name them.
+
+    The payload and metadata are stored once, in the event (``event_store_t``, same id): a
+    message written by a fire has NULL in both, and every reader takes the event's
+    (:attr:`delivered_payload`, the relay's claim). Rows written before that keep their own
+    copy, which readers prefer. Retention never deletes an event whose message reads it.
     """
+
+    payload = models.JSONField(
+        _("payload"),
+        null=True,
+        blank=True,
+        help_text=_("NULL: the event's payload (same id) is the one delivered."),
+    )
+    metadata = models.JSONField(
+        _("metadata"),
+        null=True,
+        blank=True,
+        help_text=_("NULL: the event's metadata (same id)."),
+    )
 
     topic = models.CharField(_("topic"), max_length=126)
     status = models.CharField(
@@ -154,3 +175,16 @@ class OutboxMessage(EventRecord):
 
     def __str__(self) -> str:
         return f"{self.topic}: {self.event_type} ({self.status})"
+
+    @property
+    def delivered_payload(self) -> Any:
+        """The payload the relay delivers: the row's own copy (rows written before the payload
+        was stored once) or its event's (one query); None only if that event is gone."""
+        if self.payload is not None:
+            return self.payload
+        return (
+            Event.objects.using(self._state.db or DEFAULT_DB_ALIAS)
+            .filter(pk=self.pk)
+            .values_list("payload", flat=True)
+            .first()
+        )

@@ -58,14 +58,23 @@ RECURSIVE levels(priority) AS (
 
 TOPICS = "(%(topics)s::text[] IS NULL OR o.topic = ANY(%(topics)s::text[]))"
 
+# The payload a claimed message delivers (``c``: the locked row): COALESCE evaluates the
+# probe only for rows without their own copy. NULL only if the event was deleted by hand
+# (retention keeps it while the message exists): such a message is dead-lettered at claim.
+PAYLOAD = "COALESCE(c.payload, (SELECT e.payload FROM event_store_t e WHERE e.id = c.id))"
+# Dead-lettered at claim: claimed max_attempts times with no outcome, or nothing to deliver.
+DEAD_AT_CLAIM = "(m.attempts >= %(max_attempts)s OR l.body IS NULL)"
+
 CLAIM = f"""
 WITH {PRIORITIES},
 -- Per priority, the claimable rows in the order they became claimable: an index range, so
 -- rows waiting on a backoff or a live claim are never read. Each locked row's payload is
 -- turned into text once: its length is what the byte cap counts, the text what is returned.
+-- The payload is the message's own copy (rows written before it was stored once) or else
+-- its event's, one primary-key probe of event_store_t by the shared id.
 locked AS (
     SELECT x.*, octet_length(x.body) AS bytes
-    FROM (SELECT c.id, c.priority, c.available_ts, c.payload::text AS body
+    FROM (SELECT c.id, c.priority, c.available_ts, {PAYLOAD}::text AS body
           FROM levels l
           CROSS JOIN LATERAL (
               SELECT o.id, o.priority, {AVAILABLE_TS} AS available_ts, o.payload
@@ -88,24 +97,26 @@ candidates AS (
     WHERE n = 1 OR %(max_bytes)s::bigint IS NULL OR running <= %(max_bytes)s::bigint
 )
 UPDATE outbox_message_t m
-SET attempts = CASE WHEN m.attempts >= %(max_attempts)s THEN m.attempts ELSE m.attempts + 1 END,
-    claimed_by = CASE WHEN m.attempts >= %(max_attempts)s THEN '' ELSE %(relay)s END,
-    claimed_until = CASE WHEN m.attempts >= %(max_attempts)s THEN NULL
+SET attempts = CASE WHEN {DEAD_AT_CLAIM} THEN m.attempts ELSE m.attempts + 1 END,
+    claimed_by = CASE WHEN {DEAD_AT_CLAIM} THEN '' ELSE %(relay)s END,
+    claimed_until = CASE WHEN {DEAD_AT_CLAIM} THEN NULL
                          ELSE clock_timestamp() + make_interval(secs => %(visibility)s) END,
-    -- Claimed max_attempts times with no outcome recorded (each claimer died or hung):
-    -- dead-letter it here rather than let it crash one more relay.
-    status = CASE WHEN m.attempts >= %(max_attempts)s THEN %(dead)s ELSE m.status END,
-    last_error = CASE WHEN m.attempts >= %(max_attempts)s
+    -- Claimed max_attempts times with no outcome recorded (each claimer died or hung), or
+    -- its payload is gone: dead-letter it here rather than let it crash one more relay.
+    status = CASE WHEN {DEAD_AT_CLAIM} THEN %(dead)s ELSE m.status END,
+    last_error = CASE WHEN l.body IS NULL
+                      THEN 'no payload to deliver: the message has no copy of its own and'
+                           || ' its event (the same id) was deleted from event_store_t'
+                      WHEN m.attempts >= %(max_attempts)s
                       THEN 'claimed ' || m.attempts || ' times without a recorded outcome'
                            || ' (the relays holding it died or hung). Last error: '
                            || m.last_error
                       ELSE m.last_error END,
     -- Phases: a claim starts a new attempt (picked now, nothing started or finished yet).
-    picked_ts = CASE WHEN m.attempts >= %(max_attempts)s THEN m.picked_ts
-                     ELSE clock_timestamp() END,
-    started_ts = CASE WHEN m.attempts >= %(max_attempts)s THEN m.started_ts END,
+    picked_ts = CASE WHEN {DEAD_AT_CLAIM} THEN m.picked_ts ELSE clock_timestamp() END,
+    started_ts = CASE WHEN {DEAD_AT_CLAIM} THEN m.started_ts END,
     completed_ts = NULL,
-    failed_ts = CASE WHEN m.attempts >= %(max_attempts)s THEN clock_timestamp() END
+    failed_ts = CASE WHEN {DEAD_AT_CLAIM} THEN clock_timestamp() END
 FROM candidates c
 JOIN locked l ON l.id = c.id
 WHERE m.id = c.id
@@ -273,9 +284,11 @@ def claim(
     for id_, topic, event_type, payload, attempts, priority, event_ts, status, _, size in sorted(
         cursor.fetchall(), key=lambda row: row[8]
     ):
-        if isinstance(payload, str | bytes):  # Django's psycopg setup leaves jsonb undecoded
+        if payload is None:  # dead-lettered at claim: its event is gone
+            payload = {}
+        elif isinstance(payload, str | bytes):  # Django's psycopg setup leaves jsonb undecoded
             payload = json.loads(payload)
-        message = Message(id_, topic, event_type, payload, attempts, priority, event_ts, size)
+        message = Message(id_, topic, event_type, payload, attempts, priority, event_ts, size or 0)
         (live if status == DeliveryStatus.PENDING else dead).append(message)
     return live, dead
 

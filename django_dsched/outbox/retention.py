@@ -2,7 +2,10 @@
 
 ``DSCHED_RETENTION_DAYS`` (default 45): a DELIVERED message goes once it was delivered that
 long ago; an event goes once it fired that long ago, unless its outbox message is still
-pending or dead-lettered (dead letters and their events stay until an operator handles them).
+pending or dead-lettered (dead letters and their events stay until an operator handles them)
+or has no payload of its own: a message written by a fire reads its payload from its event
+(stored once), so that event stays as long as the message does, whatever its status, and goes
+in the pass that deletes the message (messages are purged first).
 
 Each batch is its own short transaction that deletes at most ``DSCHED_RETENTION_BATCH_SIZE``
 rows picked with ``FOR UPDATE SKIP LOCKED``, so it never waits on, or holds up, a relay or a
@@ -38,7 +41,8 @@ WHERE id IN (
     SELECT e.id FROM event_store_t e
     WHERE e.event_ts < statement_timestamp() - make_interval(secs => %(seconds)s)
       AND NOT EXISTS (
-          SELECT FROM outbox_message_t o WHERE o.id = e.id AND o.status <> %(delivered)s
+          SELECT FROM outbox_message_t o
+          WHERE o.id = e.id AND (o.status <> %(delivered)s OR o.payload IS NULL)
       )
     LIMIT %(limit)s
     FOR UPDATE OF e SKIP LOCKED
@@ -55,7 +59,8 @@ COUNT_EVENTS = """
 SELECT count(*) FROM event_store_t e
 WHERE e.event_ts < statement_timestamp() - make_interval(secs => %(seconds)s)
   AND NOT EXISTS (
-      SELECT FROM outbox_message_t o WHERE o.id = e.id AND o.status <> %(delivered)s
+      SELECT FROM outbox_message_t o
+      WHERE o.id = e.id AND (o.status <> %(delivered)s OR o.payload IS NULL)
   )
 """
 

@@ -562,7 +562,11 @@ def seconds(span: timedelta | None) -> float | None:
 
 
 class MessageDetailSerializer(MessageSerializer):
-    payload = ObjectField(read_only=True, help_text=_("The CloudEvents envelope delivered."))
+    payload = ObjectField(
+        source="delivered_payload",  # the event's, unless the row kept its own copy
+        read_only=True,
+        help_text=_("The CloudEvents envelope delivered."),
+    )
 
 
 class DeliveriesQuery(StrictSerializer):

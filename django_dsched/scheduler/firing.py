@@ -13,7 +13,8 @@ This is the product's hot loop, so it is set-based SQL on the raw connection. Pe
    at its epoch, taken ``FOR SHARE`` so nobody can take the lease until we commit), advances
    every schedule (``UPDATE ... RETURNING`` the columns the event needs), and inserts every
    event and outbox row from what the update returned. The payload is built in SQL from the
-   locked rows, so event data never round-trips through Python.
+   locked rows, so event data never round-trips through Python, and stored once: in the
+   event (the outbox row reads it by the shared id).
 
 If the fence fails the statement writes nothing and the caller rolls back and steps down.
 A second event for the same (schedule, slot) is refused by the database
@@ -57,9 +58,14 @@ OUTBOX_COLUMNS = """(id, host_id, aggregate_id, aggregate_type, aggregate_versio
 # An outbox row from an inserted event (``e``: the INSERT's RETURNING): the topic and the
 # priority travel in the event itself, so no join with estimated row counts is needed
 # (a nested loop over two 1,000-row CTEs once cost more than the rest of the batch).
+# The payload and the metadata are stored once, in the event: the message has NULL in both
+# and its readers take the event's by the shared id (the relay's claim, the admin, REST).
+# That is 543 of the 696 bytes an outbox row had, a fifth of what a fire writes.
 OUTBOX_FROM_EVENT = """e.id, e.host_id, e.aggregate_id, 'Schedule', e.aggregate_version,
-           e.event_type, e.event_ts, e.payload, e.metadata, e.payload->>'topic',
-           %(pending)s, (e.metadata->>'priority')::smallint"""
+           e.event_type, e.event_ts, NULL, NULL, e.topic, %(pending)s, e.priority"""
+# What the event insert returns for it (the topic and the priority, not the whole payload).
+EVENT_FOR_OUTBOX = """id, host_id, aggregate_id, aggregate_version, event_type, event_ts,
+              payload->>'topic' AS topic, (metadata->>'priority')::smallint AS priority"""
 
 
 def microseconds(column: str) -> str:
@@ -190,8 +196,7 @@ events AS (
     FROM batch
     WHERE slot_ts IS NOT NULL
     ON CONFLICT DO NOTHING
-    RETURNING id, host_id, aggregate_id, aggregate_version, event_type, event_ts, payload,
-              metadata
+    RETURNING {EVENT_FOR_OUTBOX}
 ),
 outbox AS (
     INSERT INTO outbox_message_t {OUTBOX_COLUMNS}
@@ -648,8 +653,7 @@ events AS (
            slot_ts
     FROM fired
     ON CONFLICT DO NOTHING
-    RETURNING id, host_id, aggregate_id, aggregate_version, event_type, event_ts, payload,
-              metadata
+    RETURNING {EVENT_FOR_OUTBOX}
 ),
 outbox AS (
     INSERT INTO outbox_message_t {OUTBOX_COLUMNS}

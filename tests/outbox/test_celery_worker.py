@@ -150,5 +150,5 @@ def test_each_slot_runs_once_when_the_relay_dies_between_send_and_settle(
     assert TaskRun.objects.filter(task_id__in=sent).count() == len(sent)
     # The headers carry the slot to the task.
     assert {run[2] for run in runs(run_log)} == {
-        OutboxMessage.objects.get(id=i).payload["scheduledtime"] for i in sent
+        OutboxMessage.objects.get(id=i).delivered_payload["scheduledtime"] for i in sent
     }

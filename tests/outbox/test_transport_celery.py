@@ -94,7 +94,7 @@ def test_each_message_becomes_a_celery_task_sent_by_name(settings, broker):
     assert (args, kwargs) == (["pdf", 3], {"lang": "nl"})
     assert task.properties["priority"] == 5
     assert (task.headers["team"], task.headers["periodic_task_name"]) == ("ops", "r")
-    event = OutboxMessage.objects.get(id=first).payload
+    event = OutboxMessage.objects.get(id=first).delivered_payload
     assert task.headers["dsched_slot"] == event["scheduledtime"]
     expires = datetime.fromisoformat(task.headers["expires"])
     assert expires == datetime.fromisoformat(event["time"]) + timedelta(hours=1)

@@ -46,7 +46,9 @@ def test_a_fire_writes_event_and_outbox_and_advances(fence, db_now):
     assert payload["data"] == {"k": [1, 2]}
     assert payload["subject"] == str(schedule.schedule_id)
     assert payload["scheduledtime"].startswith(schedule.start_ts.isoformat()[:19])
-    assert message.payload == payload
+    # Stored once: the message reads the event's payload and metadata by the shared id.
+    assert message.payload is None and message.metadata is None
+    assert message.delivered_payload == payload
     assert event.metadata["instance_id"] == "test"
 
 

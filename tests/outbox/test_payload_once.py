@@ -1,0 +1,207 @@
+"""The payload and metadata are stored once, in the event: a message written by a fire (or a
+manual trigger, or a backfill) has none of its own and every reader takes the event's by the
+shared id; rows written before that keep their copy and keep working; retention never
+deletes an event a message still reads."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+
+from django_dsched import api
+from django_dsched.clock import database_now
+from django_dsched.enums import DeliveryStatus
+from django_dsched.models import Event, OutboxMessage
+from django_dsched.outbox.claims import claim
+from django_dsched.outbox.relay import Relay
+from django_dsched.outbox.retention import count_expired, purge_expired
+from django_dsched.scheduler.firing import Fence, fire_batch
+from django_dsched.scheduler.lease import LeaseHolder
+from tests.factories import ScheduleFactory
+from tests.helpers import sql
+from tests.webhook_servers import Sink
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+DAY = 86400
+
+
+def fire_due() -> int:
+    """Fire every due schedule through the real fire path; how many fired."""
+    lease = LeaseHolder(
+        connection, lease_id=1, instance_id="t", lease_seconds=30, fast_failover=True
+    )
+    assert lease.try_acquire() and lease.epoch is not None
+    with transaction.atomic(), connection.cursor() as cursor:
+        result = fire_batch(cursor, Fence(1, "t", lease.epoch, 30.0), 100)
+    return result.fired
+
+
+def fired(count: int = 1, **data: Any) -> list[Any]:
+    """``count`` schedules fired once each; the ids of their messages (oldest first)."""
+    start = database_now() - timedelta(seconds=1)
+    for n in range(count):
+        ScheduleFactory(start_ts=start, event_data={"n": n, **data})
+    assert fire_due() == count
+    return list(OutboxMessage.objects.order_by("event_ts", "id").values_list("id", flat=True))
+
+
+def keep_own_copy(ids: list[Any]) -> None:
+    """Make messages look written before the payload was stored once: with their copy."""
+    sql(
+        "UPDATE outbox_message_t o SET payload = e.payload, metadata = e.metadata"
+        " FROM event_store_t e WHERE e.id = o.id AND o.id = ANY(%s)",
+        [ids],
+    )
+
+
+def test_every_outbox_writer_stores_the_payload_only_in_the_event():
+    fired(2)  # the leader's fire
+    schedule = api.create_interval(
+        "manual", every=1, unit="HOURS", topic="reports", event_type="report.build"
+    )
+    api.trigger(schedule)  # run now
+    start = database_now().replace(microsecond=0) - timedelta(hours=3)
+    backfilled = api.create_interval(
+        "past", every=1, unit="HOURS", start=start, topic="reports", event_type="report.build"
+    )
+    api.backfill(backfilled, start, start + timedelta(hours=1))
+
+    rows = sql(
+        "SELECT o.payload IS NULL, o.metadata IS NULL, e.payload IS NOT NULL,"
+        " o.topic = e.payload->>'topic', o.priority = (e.metadata->>'priority')::int"
+        " FROM outbox_message_t o JOIN event_store_t e ON e.id = o.id"
+    )
+    assert len(rows) == 5
+    assert set(rows) == {(True, True, True, True, True)}
+
+
+@pytest.mark.parametrize("own_copy", [False, True], ids=["stored-once", "old-row-with-copy"])
+def test_the_relay_delivers_the_same_bytes_as_from_a_copy(settings, sink, own_copy):
+    settings.DSCHED_TRANSPORTS = {
+        "*": {"BACKEND": "webhook", "OPTIONS": {"URL": sink + "/ok/{topic}", "TIMEOUT": 2}}
+    }
+    ids = fired(3, text="é ✓ <b>", nested={"a": [1, 2.5, None, True]})
+    if own_copy:
+        keep_own_copy(ids)
+
+    assert Relay(instance_id="r1").run_until_idle() == 3
+
+    assert len(Sink.requests) == 3
+    for (_, headers, body), id_ in zip(Sink.requests, ids, strict=True):
+        event = Event.objects.get(pk=id_)
+        # What a row with its own copy delivered: the event's payload, serialised alike.
+        expected = json.dumps(event.payload, separators=(",", ":"), ensure_ascii=False).encode()
+        assert body == expected
+        assert json.loads(body)["id"] == str(id_) == headers["Idempotency-Key"]
+    assert set(OutboxMessage.objects.values_list("status", flat=True)) == {DeliveryStatus.DELIVERED}
+
+
+def test_the_byte_cap_counts_the_events_payload(relay_settings):
+    ids = fired(4, blob="x" * 5000)
+    sizes = dict(
+        sql("SELECT id, octet_length(payload::text) FROM event_store_t WHERE id = ANY(%s)", [ids])
+    )
+    relay = Relay(instance_id="r1")
+    with connection.cursor() as cursor:
+        live, dead = claim(cursor, relay.claimer, 100, max_bytes=2 * sizes[ids[0]] + 10)
+    assert [m.id for m in live] == ids[:2] and not dead
+    assert [m.size for m in live] == [sizes[i] for i in ids[:2]]
+    assert [m.payload for m in live] == [Event.objects.get(pk=i).payload for i in ids[:2]]
+
+
+def test_a_message_whose_event_was_deleted_is_dead_lettered_with_its_reason(relay_settings, handle):
+    delivered: list[dict[str, Any]] = []
+    handle(delivered.append, topic="reports")
+    gone, kept = fired(2)
+    sql("DELETE FROM event_store_t WHERE id = %s", [gone])  # by hand: retention never does
+
+    relay = Relay(instance_id="r1")
+    assert relay.run_until_idle() == 1
+
+    message = OutboxMessage.objects.get(pk=gone)
+    assert message.status == DeliveryStatus.DELIVERY_FAILED
+    assert "its event (the same id) was deleted" in message.last_error
+    assert OutboxMessage.objects.get(pk=kept).status == DeliveryStatus.DELIVERED
+    assert [event["id"] for event in delivered] == [str(kept)]
+    assert relay.stats.dead_lettered == 1
+
+
+def test_the_message_reads_its_payload_from_the_event(relay_settings):
+    (id_,) = fired(1)
+    message = OutboxMessage.objects.get(pk=id_)
+    assert message.payload is None
+    assert message.delivered_payload == Event.objects.get(pk=id_).payload
+    keep_own_copy([id_])
+    sql("UPDATE event_store_t SET payload = '{\"other\": 1}' WHERE id = %s", [id_])
+    # A row with its own copy delivers that copy, as before.
+    assert OutboxMessage.objects.get(pk=id_).delivered_payload["id"] == str(id_)
+
+
+# -- retention --------------------------------------------------------------------------------
+
+
+def age(ids: list[Any], *, fired_days: float, delivered_days: float | None) -> None:
+    """Move the fires ``fired_days`` back; mark them delivered ``delivered_days`` ago."""
+    sql(
+        "UPDATE event_store_t SET event_ts = event_ts - make_interval(secs => %s)"
+        " WHERE id = ANY(%s)",
+        [fired_days * DAY, ids],
+    )
+    sql(
+        "UPDATE outbox_message_t SET event_ts = event_ts - make_interval(secs => %s),"
+        " status = CASE WHEN %s::float8 IS NULL THEN status ELSE 'DELIVERED' END,"
+        " delivered_ts = statement_timestamp() - make_interval(secs => %s)"
+        " WHERE id = ANY(%s)",
+        [fired_days * DAY, delivered_days, (delivered_days or 0) * DAY, ids],
+    )
+
+
+def remaining(ids: list[Any]) -> tuple[int, int]:
+    return (
+        OutboxMessage.objects.filter(id__in=ids).count(),
+        Event.objects.filter(id__in=ids).count(),
+    )
+
+
+def test_retention_keeps_an_event_while_a_message_reads_it(settings):
+    settings.DSCHED_RETENTION_DAYS = 45
+    late, old, copied = fired(3)
+    # Fired 60 days ago, delivered yesterday (a dead letter retried): the message stays, so
+    # does the event it reads its payload from.
+    age([late], fired_days=60, delivered_days=1)
+    # Both expired: the message goes, then its event, in the same pass.
+    age([old], fired_days=60, delivered_days=50)
+    # A row written before the payload was stored once keeps its copy: its event may go
+    # (as before).
+    keep_own_copy([copied])
+    age([copied], fired_days=60, delivered_days=1)
+
+    found = count_expired()
+    assert (found.outbox, found.events) == (1, 1)  # the copy's event; `old`'s message
+    purged = purge_expired()
+    assert (purged.outbox, purged.events) == (1, 2)
+    assert remaining([late]) == (1, 1)
+    assert remaining([old]) == (0, 0)
+    assert remaining([copied]) == (1, 0)
+    assert OutboxMessage.objects.get(pk=copied).delivered_payload["id"] == str(copied)
+    assert OutboxMessage.objects.get(pk=late).delivered_payload["id"] == str(late)
+
+    # Once the late message expires too, it and its event go.
+    age([late], fired_days=0, delivered_days=50)
+    purged = purge_expired()
+    assert (purged.outbox, purged.events) == (1, 1)
+    assert remaining([late]) == (0, 0)
+
+
+def test_retention_keeps_the_event_of_a_pending_or_dead_message(settings):
+    settings.DSCHED_RETENTION_DAYS = 45
+    pending, dead = fired(2)
+    age([pending, dead], fired_days=60, delivered_days=None)
+    OutboxMessage.objects.filter(pk=dead).update(status=DeliveryStatus.DELIVERY_FAILED)
+    assert purge_expired() == purge_expired().__class__(0, 0, False)
+    assert remaining([pending, dead]) == (2, 2)
