@@ -164,12 +164,16 @@ class Relay(DatabaseLoop):
         for message in dead:
             self.stats.dead_lettered += 1
             logger.error(
-                "dead-lettered id=%s topic=%s type=%s after %d attempts with no recorded "
-                "outcome (relays died or hung while delivering it)",
+                "dead-lettered id=%s topic=%s type=%s %s",
                 message.id,
                 message.topic,
                 message.event_type,
-                message.attempt,
+                # A claimed payload is never empty text: size 0 is a message whose event
+                # (holding its payload, stored once) is gone.
+                "with no payload to deliver: its event was deleted from event_store_t"
+                if message.size == 0
+                else f"after {message.attempt} attempts with no recorded outcome (relays "
+                "died or hung while delivering it)",
                 extra=self._log_context(message),
             )
         if dead and self.metrics is not None:

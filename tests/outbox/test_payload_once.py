@@ -114,7 +114,9 @@ def test_the_byte_cap_counts_the_events_payload(relay_settings):
     assert [m.payload for m in live] == [Event.objects.get(pk=i).payload for i in ids[:2]]
 
 
-def test_a_message_whose_event_was_deleted_is_dead_lettered_with_its_reason(relay_settings, handle):
+def test_a_message_whose_event_was_deleted_is_dead_lettered_with_its_reason(
+    relay_settings, handle, caplog
+):
     delivered: list[dict[str, Any]] = []
     handle(delivered.append, topic="reports")
     gone, kept = fired(2)
@@ -129,6 +131,8 @@ def test_a_message_whose_event_was_deleted_is_dead_lettered_with_its_reason(rela
     assert OutboxMessage.objects.get(pk=kept).status == DeliveryStatus.DELIVERED
     assert [event["id"] for event in delivered] == [str(kept)]
     assert relay.stats.dead_lettered == 1
+    (logged,) = [r.getMessage() for r in caplog.records if "dead-lettered" in r.getMessage()]
+    assert "no payload to deliver: its event was deleted" in logged
 
 
 def test_the_message_reads_its_payload_from_the_event(relay_settings):
