@@ -200,15 +200,19 @@ def check_delivery_settings(**kwargs: Any) -> list[Error]:
         for name in bad
     )
     heartbeat = app_settings.RELAY_HEARTBEAT_INTERVAL
-    if heartbeat is not None and not (_is_number(heartbeat) and heartbeat > 0):
-        errors.append(
-            Error(
-                "DSCHED_RELAY_HEARTBEAT_INTERVAL must be a positive number of seconds, or None.",
-                id="dsched.E010",
-            )
-        )
-    elif (
+    not_positive = [
+        name
+        for name in ("RELAY_HEARTBEAT_INTERVAL", "RELAY_MAX_RUN_SECONDS")
+        if (value := getattr(app_settings, name)) is not None
+        and not (_is_number(value) and value > 0)
+    ]
+    errors.extend(
+        Error(f"DSCHED_{name} must be a positive number of seconds, or None.", id="dsched.E010")
+        for name in not_positive
+    )
+    if (
         heartbeat is not None
+        and "RELAY_HEARTBEAT_INTERVAL" not in not_positive
         and "RELAY_VISIBILITY_TIMEOUT" not in bad
         and heartbeat * 2 >= timings["RELAY_VISIBILITY_TIMEOUT"]
     ):
@@ -216,14 +220,6 @@ def check_delivery_settings(**kwargs: Any) -> list[Error]:
             Error(
                 "DSCHED_RELAY_HEARTBEAT_INTERVAL must be under half of "
                 "DSCHED_RELAY_VISIBILITY_TIMEOUT (a claim must be renewed before it expires).",
-                id="dsched.E010",
-            )
-        )
-    max_run = app_settings.RELAY_MAX_RUN_SECONDS
-    if max_run is not None and not (_is_number(max_run) and max_run > 0):
-        errors.append(
-            Error(
-                "DSCHED_RELAY_MAX_RUN_SECONDS must be a positive number of seconds, or None.",
                 id="dsched.E010",
             )
         )

@@ -163,7 +163,11 @@ class ClaimHeartbeat:
 
     def _give_up(self, running: Sequence[uuid.UUID], running_for: float) -> None:
         """The send in hand has run past the maximum: renew nothing of the batch again and
-        report every claim lost, so the relay sends none of the rest if it ever returns."""
+        report every claim lost, so the relay sends none of the rest if it ever returns.
+
+        A send that returns just as the batch is given up may let the relay start the next
+        chunk before it sees the loss: that chunk can then be delivered twice (once here,
+        once by the relay that takes it over), never lost, as with any expired claim."""
         with self._lock:
             given_up = set(self._held)
             self._lost |= given_up
