@@ -16,14 +16,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from django.db import IntegrityError, connections
+from django.db import IntegrityError
 from django.db.models.base import ModelState
 from django.utils.translation import gettext as _
 from rest_framework import exceptions, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from django_dsched import api, services
+from django_dsched import api, bulk, services
 from django_dsched.conf import app_settings
 from django_dsched.creates import Preparer
 from django_dsched.enums import ScheduleOrigin, ScheduleState
@@ -311,44 +311,27 @@ class BulkCancelView(BulkView):
         ids: list[uuid.UUID] = values["ids"]
         keys: list[str] = values["keys"]
         with refusals():
-            before = locked(host, ids, keys)
             try:
-                count = api.bulk_cancel(ids, keys=keys, host_id=host, actor=request.user)
+                count, rows = bulk.cancel_items(ids, keys=keys, host_id=host, actor=request.user)
             except BulkValidationError as exc:
                 raise invalid_references(exc, len(ids)) from None
-        by_id = {row[0]: row for row in before}
-        by_key = {row[1]: row for row in before if row[1] is not None}
-        rows = [by_id[pk] for pk in ids] + [by_key[key] for key in keys]
+        # ``rows``: each item's schedule as the cancel statement locked it, in the items'
+        # order (the call is refused, and undone, unless there is exactly one per item).
         results = [
             {
-                "outcome": "cancelled" if state in services.CANCELLABLE else "skipped",
-                "id": str(pk),
-                "name": name,
-                "key": key,
-                "state": ScheduleState.CANCELLED.value if state in services.CANCELLABLE else state,
+                "outcome": "cancelled" if row.state in services.CANCELLABLE else "skipped",
+                "id": str(row.schedule_id),
+                "name": row.schedule_name,
+                "key": row.idempotency_key,
+                "state": (
+                    ScheduleState.CANCELLED.value
+                    if row.state in services.CANCELLABLE
+                    else row.state
+                ),
             }
-            for pk, key, name, state in rows
+            for row in rows
         ]
         return Response({"cancelled": count.changed, "skipped": count.skipped, "results": results})
-
-
-def locked(
-    host: uuid.UUID, ids: list[uuid.UUID], keys: list[str]
-) -> list[tuple[uuid.UUID, str | None, str, str]]:
-    """(id, key, name, state) of the host's schedules these ids and keys name, locked (in
-    id order, as the cancel locks them) so that their states hold until it runs."""
-    connection = connections[app_settings.DATABASE]
-    table = connection.ops.quote_name(Schedule._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT schedule_id, idempotency_key, schedule_name, state FROM {table}"
-            " WHERE host_id = %s AND (schedule_id = ANY(%s::uuid[])"
-            " OR idempotency_key = ANY(%s::text[]))"
-            " ORDER BY schedule_id FOR UPDATE",
-            [host, ids, keys],
-        )
-        rows: list[tuple[uuid.UUID, str | None, str, str]] = cursor.fetchall()
-    return rows
 
 
 def invalid_references(exc: BulkValidationError, ids: int) -> exceptions.ValidationError:
