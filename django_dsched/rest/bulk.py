@@ -34,10 +34,10 @@ from django_dsched.rest import permissions, tenancy
 from django_dsched.rest.base import APIMixin, atomic, body
 from django_dsched.rest.errors import (
     NON_FIELD,
-    StateConflict,
     TooManyItems,
     django_errors,
     flatten,
+    race_lost,
     validation_failed,
 )
 from django_dsched.rest.responses import described, errors
@@ -98,11 +98,7 @@ def refusals() -> Iterator[None]:
     except DschedValidationError as exc:
         raise validation_failed(exc, API_NAMES) from None
     except IntegrityError:
-        # A concurrent request won a race the validation could not see.
-        raise StateConflict(
-            _("Another change conflicted with this one; read the schedules and retry."),
-            code="conflict",
-        ) from None
+        raise race_lost(many=True) from None
 
 
 def request_host(request: Request, asked: uuid.UUID | None) -> uuid.UUID:
@@ -293,8 +289,9 @@ class BulkCancelView(BulkView):
         summary="Cancel many schedules, all or nothing",
         description=(
             "By `ids` and/or `keys`, of one host (`host_id`, default the request's first). "
-            "An id or key that names no schedule of that host (or is given twice) is a 400 "
-            "naming it (`ids.<index>`, `keys.<index>`), and nothing is cancelled. Schedules "
+            "An id or key that names no schedule of that host, or names one an earlier id "
+            "or key names, is a 400 naming it (`ids.<index>`, `keys.<index>`), and nothing "
+            "is cancelled. Schedules "
             "already cancelled or completed are left as they are (`outcome: skipped`). No "
             "If-Match: the state rules are checked under the rows' locks. At most "
             "DSCHED_BULK_MAX_ITEMS ids and keys together."
