@@ -126,10 +126,11 @@ def bulk_create(specs: Iterable[Spec | Schedule], *, actor: Any = None) -> list[
     validated as ``creates.create_instance`` validates one); its errors name the model's
     fields (``schedule_name``, ``idempotency_key``, ...).
 
-    All or nothing: any invalid item (or a key or a name given twice in the call) raises
-    :class:`BulkValidationError` and nothing is written. One statement per 5,000 items
-    (plus one to read the database's clock when an item needs it, and one to read the
-    schedules whose keys exist).
+    All or nothing: any invalid item (or a key, a name or an instance's id given twice in
+    the call, or an instance's id already taken) raises :class:`BulkValidationError` and
+    nothing is written. One statement per 5,000 items (plus one to read the database's
+    clock when an item needs it, and one to read the schedules whose keys exist, and one
+    whether the ids of items the insert skipped are taken, when any are not keys found).
     """
     items = _bounded(specs, _("items"))
     preparer = Preparer()
@@ -137,6 +138,7 @@ def bulk_create(specs: Iterable[Spec | Schedule], *, actor: Any = None) -> list[
     errors: list[tuple[int, str, str]] = []
     keys: dict[tuple[uuid.UUID, str], int] = {}
     names: dict[tuple[uuid.UUID, str], int] = {}
+    ids: dict[uuid.UUID, int] = {}
     for index, spec in enumerate(items):
         try:
             if isinstance(spec, Schedule):
@@ -147,6 +149,16 @@ def bulk_create(specs: Iterable[Spec | Schedule], *, actor: Any = None) -> list[
             errors += _item_errors(index, spec, exc)
             continue
         schedule = item.schedule
+        first = ids.setdefault(schedule.schedule_id, index)
+        if first != index:  # two instances built with one id
+            errors.append(
+                (
+                    index,
+                    _spec_field("schedule_id", spec),
+                    _("Item %(first)d has the same id.") % {"first": first},
+                )
+            )
+            continue
         key = schedule.idempotency_key
         if key is not None:
             first = keys.setdefault((schedule.host_id, key), index)
@@ -180,6 +192,19 @@ def bulk_create(specs: Iterable[Spec | Schedule], *, actor: Any = None) -> list[
             return [item.schedule for item in prepared]
         found = existing_by_key(skipped)
         result = [item.schedule for item in prepared]
+        refused = [
+            item
+            for item in skipped
+            if item.schedule.idempotency_key is None
+            or (item.schedule.host_id, item.schedule.idempotency_key) not in found
+        ]
+        taken_ids = set(
+            Schedule.objects.using(app_settings.DATABASE)
+            .filter(pk__in=[item.schedule.schedule_id for item in refused])
+            .values_list("pk", flat=True)
+            if refused
+            else ()
+        )
         for item in skipped:
             schedule = item.schedule
             existing = (
@@ -187,7 +212,11 @@ def bulk_create(specs: Iterable[Spec | Schedule], *, actor: Any = None) -> list[
                 if schedule.idempotency_key is not None
                 else None
             )
-            if existing is None:
+            if existing is None and schedule.schedule_id in taken_ids:
+                index = positions[id(item)]
+                field = _spec_field("schedule_id", items[index])
+                errors.append((index, field, _("A schedule with this id already exists.")))
+            elif existing is None:
                 index = positions[id(item)]
                 field = _spec_field("schedule_name", items[index])
                 errors += [
@@ -210,12 +239,28 @@ def bulk_cancel(
     """Cancel the schedules ``refs`` (instances, ids or names) and ``keys`` (idempotency
     keys) name, within ``host_id``. Already cancelled or completed ones count as skipped.
 
-    All or nothing: a reference that names no schedule, or one given twice, raises
+    All or nothing: a reference that names no schedule, or one given twice (the same
+    schedule named by two references, of one kind or not), raises
     :class:`BulkValidationError` (index into ``refs``, then into ``keys``, counted on from
     the end of ``refs``) and nothing is cancelled. Two statements per call: one resolves
     the references, one locks and cancels the schedules and writes their audit events
     (whole or absent).
     """
+    count, _rows = cancel_items(refs, keys=keys, host_id=host_id, actor=actor)
+    return count
+
+
+def cancel_items(
+    refs: Iterable[Schedule | uuid.UUID | str] = (),
+    *,
+    keys: Iterable[str] = (),
+    host_id: uuid.UUID | str | None = None,
+    actor: Any = None,
+) -> tuple[ChangeCount, list[services.Locked]]:
+    """:func:`bulk_cancel`, also giving each item's schedule as the cancel locked it (the
+    items of ``refs``, then of ``keys``): what the REST API reports per item. A schedule
+    resolved but gone (or moved to another host) when the cancel locks it is refused as
+    "No such schedule." and the call undone, so the rows given are exactly the items."""
     ref_list = _bounded(refs, _("items"))
     key_list = _bounded(keys, _("items"))
     if len(ref_list) + len(key_list) > app_settings.BULK_MAX_ITEMS:
@@ -250,26 +295,42 @@ def bulk_cancel(
     # A name or key PostgreSQL cannot hold (NUL, a lone surrogate) matches nothing.
     clean_names = [name for name in names if storable_text(name)]
     clean_keys = [key for key in by_key if storable_text(key)]
-    rows = _resolve(host, list(ids), clean_names, clean_keys)
-    found: set[uuid.UUID] = set()
-    seen_ids, seen_names, seen_keys = set(), set(), set()
-    for pk, name, key in rows:
-        found.add(pk)
-        seen_ids.add(pk)
-        seen_names.add(name)
-        seen_keys.add(key)
-    missing = [
-        *((index, "ref") for ref, index in ids.items() if ref not in seen_ids),
-        *((index, "ref") for ref, index in names.items() if ref not in seen_names),
-        *((index, "key") for key, index in by_key.items() if key not in seen_keys),
-    ]
-    if missing:
-        raise BulkValidationError(
-            [(index, field, _("No such schedule.")) for index, field in missing]
-        )
-    if not found:
-        return ChangeCount(changed=0, skipped=0)
-    return services.cancel_ids(sorted(found), actor=actor)
+    with transaction.atomic(using=app_settings.DATABASE):
+        rows = _resolve(host, list(ids), clean_names, clean_keys)
+        by_name = {name: pk for pk, name, _key in rows}
+        by_found_key = {key: pk for pk, _name, key in rows if key is not None}
+        seen_ids = {pk for pk, _name, _key in rows}
+        # Each item's schedule id (None: no such schedule), in the items' order.
+        items: dict[int, tuple[str, uuid.UUID | None]] = {}
+        for ref, index in ids.items():
+            items[index] = ("ref", ref if ref in seen_ids else None)
+        for name, index in names.items():
+            items[index] = ("ref", by_name.get(name))
+        for key, index in by_key.items():
+            items[index] = ("key", by_found_key.get(key))
+        missing = [(index, field) for index, (field, pk) in items.items() if pk is None]
+        if missing:
+            raise BulkValidationError(
+                [(index, field, _("No such schedule.")) for index, field in sorted(missing)]
+            )
+        resolved = {index: (f, pk) for index, (f, pk) in sorted(items.items()) if pk is not None}
+        first: dict[uuid.UUID, int] = {}
+        for index, (field, pk) in resolved.items():
+            if first.setdefault(pk, index) != index:  # by an id and a name or a key, say
+                errors.append((index, field, _("Given twice in this call.")))
+        if errors:
+            raise BulkValidationError(errors)
+        locked = {row.schedule_id: row for row in services.cancel_ids(sorted(first), actor=actor)}
+        gone = [
+            (index, field, _("No such schedule."))
+            for index, (field, pk) in resolved.items()
+            if pk not in locked or locked[pk].host_id != host
+        ]
+        if gone:  # deleted between the two statements: undo the cancel
+            raise BulkValidationError(gone)
+    result = [locked[pk] for _field, pk in resolved.values()]
+    changed = sum(1 for row in result if row.state in services.CANCELLABLE)
+    return ChangeCount(changed=changed, skipped=len(result) - changed), result
 
 
-__all__ = ["bulk_cancel", "bulk_create"]
+__all__ = ["bulk_cancel", "bulk_create", "cancel_items"]

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import copy
 import json
+import uuid
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import connections, transaction
 from django.db.models import DateTimeField, Field, Func, QuerySet
@@ -312,12 +313,24 @@ CANCELLABLE = [
 ]
 
 
-def cancel_ids(ids: list[Any], *, actor: Any = None) -> ChangeCount:
+class Locked(NamedTuple):
+    """A schedule as :func:`cancel_ids` locked it, before the cancel."""
+
+    schedule_id: uuid.UUID
+    schedule_name: str
+    idempotency_key: str | None
+    state: str  # its state under the lock: cancelled now if in CANCELLABLE, else unchanged
+    host_id: uuid.UUID
+
+
+def cancel_ids(ids: list[Any], *, actor: Any = None) -> list[Locked]:
     """:func:`cancel` of the schedules with these ids in one statement (for bulk calls):
     it locks them (waiting for a fire in flight), cancels those that may be cancelled and
-    writes their audit events, all in SQL, with no row read into Python."""
+    writes their audit events, all in SQL. Gives each schedule found as the statement
+    locked it (id, name, key, state before the cancel, host): what it did, row by row (an
+    id that names no schedule any more is absent)."""
     if not ids:
-        return ChangeCount(changed=0, skipped=0)
+        return []
     connection = connections[app_settings.DATABASE]
     quote = connection.ops.quote_name
     table, events = quote(Schedule._meta.db_table), quote(Event._meta.db_table)
@@ -337,10 +350,10 @@ def cancel_ids(ids: list[Any], *, actor: Any = None) -> ChangeCount:
             SELECT * FROM unnest(%(ids)s::uuid[], %(event_ids)s::uuid[]) AS w(id_, event_id_)
         ), old AS (
             SELECT l.schedule_id, l.state, l.host_id, l.aggregate_version, l.schedule_name,
-                   l.origin, w.event_id_
+                   l.idempotency_key, l.origin, w.event_id_
             FROM w CROSS JOIN LATERAL (
                 SELECT s.schedule_id, s.state, s.host_id, s.aggregate_version,
-                       s.schedule_name, s.origin
+                       s.schedule_name, s.idempotency_key, s.origin
                 FROM {table} s WHERE s.schedule_id = w.id_
                 FOR UPDATE
             ) l
@@ -363,7 +376,9 @@ def cancel_ids(ids: list[Any], *, actor: Any = None) -> ChangeCount:
                        'schedule_name', old.schedule_name, 'origin', old.origin)
             FROM old WHERE old.state = ANY(%(allowed)s)
         )
-        SELECT (SELECT count(*) FROM old), (SELECT count(*) FROM c)
+        SELECT old.schedule_id, old.schedule_name, old.idempotency_key, old.state,
+               old.host_id
+        FROM old
     """
     params: dict[str, Any] = {
         "ids": ids,
@@ -375,8 +390,9 @@ def cancel_ids(ids: list[Any], *, actor: Any = None) -> ChangeCount:
     }
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
-        locked, changed = cursor.fetchone()
-    return ChangeCount(changed=changed, skipped=locked - changed)
+        # ``c`` runs whether or not it is read (a data-modifying WITH always does), on
+        # exactly the rows ``old`` locked in a cancellable state.
+        return [Locked(*row) for row in cursor.fetchall()]
 
 
 def resume_expired_pauses(limit: int = 100) -> int:

@@ -16,14 +16,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from django.db import IntegrityError, connections
+from django.db import IntegrityError
 from django.db.models.base import ModelState
 from django.utils.translation import gettext as _
 from rest_framework import exceptions, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from django_dsched import api, services
+from django_dsched import api, bulk, services
 from django_dsched.conf import app_settings
 from django_dsched.creates import Preparer
 from django_dsched.enums import ScheduleOrigin, ScheduleState
@@ -34,10 +34,10 @@ from django_dsched.rest import permissions, tenancy
 from django_dsched.rest.base import APIMixin, atomic, body
 from django_dsched.rest.errors import (
     NON_FIELD,
-    StateConflict,
     TooManyItems,
     django_errors,
     flatten,
+    race_lost,
     validation_failed,
 )
 from django_dsched.rest.responses import described, errors
@@ -98,11 +98,7 @@ def refusals() -> Iterator[None]:
     except DschedValidationError as exc:
         raise validation_failed(exc, API_NAMES) from None
     except IntegrityError:
-        # A concurrent request won a race the validation could not see.
-        raise StateConflict(
-            _("Another change conflicted with this one; read the schedules and retry."),
-            code="conflict",
-        ) from None
+        raise race_lost(many=True) from None
 
 
 def request_host(request: Request, asked: uuid.UUID | None) -> uuid.UUID:
@@ -293,8 +289,9 @@ class BulkCancelView(BulkView):
         summary="Cancel many schedules, all or nothing",
         description=(
             "By `ids` and/or `keys`, of one host (`host_id`, default the request's first). "
-            "An id or key that names no schedule of that host (or is given twice) is a 400 "
-            "naming it (`ids.<index>`, `keys.<index>`), and nothing is cancelled. Schedules "
+            "An id or key that names no schedule of that host, or names one an earlier id "
+            "or key names, is a 400 naming it (`ids.<index>`, `keys.<index>`), and nothing "
+            "is cancelled. Schedules "
             "already cancelled or completed are left as they are (`outcome: skipped`). No "
             "If-Match: the state rules are checked under the rows' locks. At most "
             "DSCHED_BULK_MAX_ITEMS ids and keys together."
@@ -311,44 +308,27 @@ class BulkCancelView(BulkView):
         ids: list[uuid.UUID] = values["ids"]
         keys: list[str] = values["keys"]
         with refusals():
-            before = locked(host, ids, keys)
             try:
-                count = api.bulk_cancel(ids, keys=keys, host_id=host, actor=request.user)
+                count, rows = bulk.cancel_items(ids, keys=keys, host_id=host, actor=request.user)
             except BulkValidationError as exc:
                 raise invalid_references(exc, len(ids)) from None
-        by_id = {row[0]: row for row in before}
-        by_key = {row[1]: row for row in before if row[1] is not None}
-        rows = [by_id[pk] for pk in ids] + [by_key[key] for key in keys]
+        # ``rows``: each item's schedule as the cancel statement locked it, in the items'
+        # order (the call is refused, and undone, unless there is exactly one per item).
         results = [
             {
-                "outcome": "cancelled" if state in services.CANCELLABLE else "skipped",
-                "id": str(pk),
-                "name": name,
-                "key": key,
-                "state": ScheduleState.CANCELLED.value if state in services.CANCELLABLE else state,
+                "outcome": "cancelled" if row.state in services.CANCELLABLE else "skipped",
+                "id": str(row.schedule_id),
+                "name": row.schedule_name,
+                "key": row.idempotency_key,
+                "state": (
+                    ScheduleState.CANCELLED.value
+                    if row.state in services.CANCELLABLE
+                    else row.state
+                ),
             }
-            for pk, key, name, state in rows
+            for row in rows
         ]
         return Response({"cancelled": count.changed, "skipped": count.skipped, "results": results})
-
-
-def locked(
-    host: uuid.UUID, ids: list[uuid.UUID], keys: list[str]
-) -> list[tuple[uuid.UUID, str | None, str, str]]:
-    """(id, key, name, state) of the host's schedules these ids and keys name, locked (in
-    id order, as the cancel locks them) so that their states hold until it runs."""
-    connection = connections[app_settings.DATABASE]
-    table = connection.ops.quote_name(Schedule._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT schedule_id, idempotency_key, schedule_name, state FROM {table}"
-            " WHERE host_id = %s AND (schedule_id = ANY(%s::uuid[])"
-            " OR idempotency_key = ANY(%s::text[]))"
-            " ORDER BY schedule_id FOR UPDATE",
-            [host, ids, keys],
-        )
-        rows: list[tuple[uuid.UUID, str | None, str, str]] = cursor.fetchall()
-    return rows
 
 
 def invalid_references(exc: BulkValidationError, ids: int) -> exceptions.ValidationError:

@@ -41,8 +41,9 @@ class PayloadTooLarge(DschedError, exceptions.APIException):
 
 
 class TooManyItems(DschedError, exceptions.APIException):
-    """A bulk call with more items than ``DSCHED_BULK_MAX_ITEMS``: refused before
-    authentication, so before any query (a size limit, like the body's)."""
+    """A bulk call with more items than ``DSCHED_BULK_MAX_ITEMS``: refused once the caller
+    is authenticated and allowed (the body is parsed only then), before any item is read
+    or anything is read from the schedules."""
 
     status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
     default_detail = _("The call has more items than the API takes in one call.")
@@ -86,6 +87,17 @@ class StateConflict(DschedError, exceptions.APIException):
     status_code = status.HTTP_409_CONFLICT
     default_detail = _("The schedule's state does not allow this.")
     default_code = "state_conflict"
+
+
+def race_lost(*, many: bool = False) -> StateConflict:
+    """The 409 for an ``IntegrityError`` of a write: a concurrent request won a race the
+    validation could not see (the same name, say)."""
+    return StateConflict(
+        _("Another change conflicted with this one; read the schedules and retry.")
+        if many
+        else _("Another change conflicted with this one; read the schedule and retry."),
+        code="conflict",
+    )
 
 
 def flatten(detail: Any, prefix: str = "") -> dict[str, list[str]]:

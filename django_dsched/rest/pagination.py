@@ -25,6 +25,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
 
+from django_dsched.validation import storable_text
+
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
 
@@ -43,16 +45,6 @@ def _encode(values: Sequence[Any]) -> str:
 
 def _bad_cursor() -> serializers.ValidationError:
     return serializers.ValidationError({"cursor": [_("This cursor is not valid.")]})
-
-
-def _text_is_storable(text: str) -> bool:
-    if "\x00" in text:
-        return False
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 PAGE_PARAMETERS = ("cursor", "page_size")
@@ -82,7 +74,7 @@ class KeysetPagination(BasePagination):
         if not (
             isinstance(texts, list)
             and len(texts) == len(ordering)
-            and all(isinstance(t, str) and _text_is_storable(t) for t in texts)
+            and all(isinstance(t, str) and storable_text(t) for t in texts)
         ):
             raise _bad_cursor()
         values = []

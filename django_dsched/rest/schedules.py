@@ -35,6 +35,7 @@ from django_dsched.rest.conditional import etag, expected_version
 from django_dsched.rest.errors import (
     PreconditionFailed,
     StateConflict,
+    race_lost,
     validation_failed,
 )
 from django_dsched.rest.responses import (
@@ -295,11 +296,7 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
         except DschedValidationError as exc:
             raise validation_failed(exc, API_NAMES) from None
         except IntegrityError:
-            # A concurrent request won a race the validation could not see (the same name).
-            raise StateConflict(
-                _("Another change conflicted with this one; read the schedule and retry."),
-                code="conflict",
-            ) from None
+            raise race_lost() from None
 
     def _transition(
         self,

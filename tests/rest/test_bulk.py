@@ -1,11 +1,12 @@
 """Bulk create and bulk cancel over REST: all or nothing through the Python bulk API, each
 bad item named by index and field with the single create's messages, the item limit
-refused before any query, the same permissions and tenancy as the other endpoints."""
+refused before any item is read, the same permissions and tenancy as the other endpoints."""
 
 from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -396,6 +397,81 @@ def test_an_unknown_or_repeated_reference_cancels_nothing_and_is_named(root, fou
     }
     assert Schedule.objects.get(pk=active).state == ScheduleState.ACTIVE
     assert Schedule.objects.get(idempotency_key="k-1").state == ScheduleState.ACTIVE
+
+
+def test_a_schedule_named_by_its_id_and_its_key_is_given_twice(root, four):
+    """Before, it was cancelled once but reported twice as cancelled (with ``cancelled: 1``)."""
+    keyed = str(four["keyed"].pk)
+    events = Event.objects.count()
+    response = root.post(CANCEL, {"ids": [keyed], "keys": ["k-1"]})
+    assert response.status_code == 400, response.body
+    assert response.body["errors"] == {"keys.0": ["Given twice in this call."]}
+    assert Schedule.objects.get(pk=keyed).state == ScheduleState.ACTIVE
+    assert Event.objects.count() == events
+
+
+def after_first_read(action: Callable[[], None]) -> Callable[..., Any]:
+    """An execute wrapper running ``action`` (on the same connection, in the request's
+    transaction) right after the first statement that reads the schedules."""
+    done: list[bool] = []
+
+    def wrapper(execute: Callable[..., Any], sql: str, params: Any, many: bool, ctx: Any) -> Any:
+        result = execute(sql, params, many, ctx)
+        if not done and "schedule_t" in sql:
+            done.append(True)
+            action()
+        return result
+
+    return wrapper
+
+
+def test_a_key_created_while_the_cancel_runs_never_gives_a_500(root, four):
+    """A schedule created with a requested key between the cancel's statements: before, a
+    separate read locked the rows, then the cancel found and cancelled the new one too, and
+    the view's lookup of its row raised KeyError (a 500, the cancel committed). Now each
+    item's result comes from the rows the cancel statement itself locked."""
+    common = {"topic": "ops", "event_type": "ping"}
+
+    def create() -> None:
+        api.create_once("late", delay=timedelta(hours=1), key="k-late", **common)
+
+    with connection.execute_wrapper(after_first_read(create)):
+        response = root.post(CANCEL, {"ids": [str(four["active"].pk)], "keys": ["k-late"]})
+    assert response.status_code == 400, response.body
+    assert response.body["errors"] == {"keys.0": ["No such schedule."]}
+    # Nothing cancelled (here the creation, made in the request's transaction, is undone too).
+    assert Schedule.objects.get(pk=four["active"].pk).state == ScheduleState.ACTIVE
+    assert (
+        not Event.objects.filter(event_type="dsched.schedule.cancelled")
+        .exclude(aggregate_id=four["cancelled"].pk)
+        .exists()
+    )
+
+
+def test_a_schedule_deleted_before_the_cancel_locks_it_undoes_the_call(root, four):
+    def delete() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("DELETE FROM schedule_t WHERE schedule_id = %s", [four["keyed"].pk])
+
+    events = Event.objects.count()
+    with connection.execute_wrapper(after_first_read(delete)):
+        response = root.post(CANCEL, {"ids": [str(four["active"].pk)], "keys": ["k-1"]})
+    assert response.status_code == 400, response.body
+    assert response.body["errors"] == {"keys.0": ["No such schedule."]}
+    assert Schedule.objects.get(pk=four["active"].pk).state == ScheduleState.ACTIVE
+    assert Event.objects.count() == events
+
+
+def test_the_rest_cancel_runs_only_the_python_apis_two_statements(root, four):
+    """The REST cancel reads the schedules only through bulk_cancel's two statements (whose
+    plans tests/test_api_bulk.py checks: an index probe per item), no read of its own."""
+    with CaptureQueriesContext(connection) as queries:
+        response = root.post(CANCEL, {"ids": [str(four["active"].pk)], "keys": ["k-1"]})
+    assert response.status_code == 200, response.body
+    reads = [q["sql"] for q in queries.captured_queries if "schedule_t" in q["sql"]]
+    assert len(reads) == 2, reads
+    assert "CROSS JOIN LATERAL" in reads[0] and "FOR UPDATE" not in reads[0]
+    assert reads[1].lstrip().startswith("WITH w AS")
 
 
 def test_an_empty_cancel_changes_nothing(root, four):
