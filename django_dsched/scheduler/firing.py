@@ -13,8 +13,9 @@ This is the product's hot loop, so it is set-based SQL on the raw connection. Pe
    at its epoch, taken ``FOR SHARE`` so nobody can take the lease until we commit), advances
    every schedule (``UPDATE ... RETURNING`` the columns the event needs), and inserts every
    event and outbox row from what the update returned. The payload is built in SQL from the
-   locked rows, so event data never round-trips through Python, and stored once: in the
-   event (the outbox row reads it by the shared id).
+   locked rows, so event data never round-trips through Python. With
+   ``DSCHED_OUTBOX_PAYLOAD_ONCE`` on it is stored once, in the event (the outbox row reads
+   it by the shared id); off (this release's default), the outbox row keeps a copy too.
 
 If the fence fails the statement writes nothing and the caller rolls back and steps down.
 A second event for the same (schedule, slot) is refused by the database
