@@ -64,6 +64,8 @@ if len(sys.argv) > 1 and sys.argv[1] == "relay-process":
 
 from setup_django import ROOT, configure
 
+# Its run_scheduler processes (latency) store the payload once, as the figures of record do.
+os.environ.setdefault("DSCHED_OUTBOX_PAYLOAD_ONCE", "True")
 URL = configure("dsched_relay_bench")
 
 import logging  # noqa: E402
@@ -71,6 +73,7 @@ import logging  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
+from django_dsched.conf import app_settings  # noqa: E402
 from django_dsched.enums import DeliveryStatus  # noqa: E402
 from django_dsched.handlers import registry  # noqa: E402
 from django_dsched.outbox import claims, relay  # noqa: E402
@@ -717,7 +720,11 @@ def main() -> None:
     )
     args = parser.parse_args()
     call_command("migrate", verbosity=0)
-    print(f"PostgreSQL {connection.pg_version}; load average {os.getloadavg()[0]:.1f}")
+    once = "on" if app_settings.OUTBOX_PAYLOAD_ONCE else "off"
+    print(
+        f"PostgreSQL {connection.pg_version}; load average {os.getloadavg()[0]:.1f}; "
+        f"payload once {once} (the run_scheduler processes' DSCHED_OUTBOX_PAYLOAD_ONCE)"
+    )
     step: Callable[[], None]
     for what, step in (
         ("throughput", lambda: throughput(

@@ -2,6 +2,28 @@
 
 from django.db import migrations, models
 
+# Reversing: every message that reads its payload from its event gets the event's copy back
+# before the columns become NOT NULL again (a relay of an earlier release reads only its
+# own). A message whose event is gone has nothing to copy: it gets '{}' and, if still
+# pending, is dead-lettered as today's relay would at its claim, so no older relay ever
+# delivers an empty object in place of the lost payload.
+COPY_BACK = """
+UPDATE outbox_message_t o SET payload = e.payload, metadata = e.metadata
+FROM event_store_t e
+WHERE e.id = o.id AND (o.payload IS NULL OR o.metadata IS NULL);
+UPDATE outbox_message_t
+SET payload = COALESCE(payload, '{}'::jsonb), metadata = COALESCE(metadata, '{}'::jsonb),
+    status = CASE WHEN status = 'PENDING' THEN 'DELIVERY_FAILED' ELSE status END,
+    last_error = CASE WHEN status = 'PENDING'
+                      THEN 'no payload to deliver: the message has no copy of its own and'
+                           || ' its event (the same id) was deleted from event_store_t'
+                      ELSE last_error END,
+    failed_ts = CASE WHEN status = 'PENDING' THEN clock_timestamp() ELSE failed_ts END,
+    claimed_by = CASE WHEN status = 'PENDING' THEN '' ELSE claimed_by END,
+    claimed_until = CASE WHEN status = 'PENDING' THEN NULL ELSE claimed_until END
+WHERE payload IS NULL OR metadata IS NULL;
+"""
+
 
 class Migration(migrations.Migration):
     dependencies = [
@@ -29,4 +51,6 @@ class Migration(migrations.Migration):
                 verbose_name="payload",
             ),
         ),
+        # Last, so that reversing copies the payloads back before SET NOT NULL.
+        migrations.RunSQL(migrations.RunSQL.noop, reverse_sql=COPY_BACK, elidable=False),
     ]

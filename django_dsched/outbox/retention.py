@@ -35,14 +35,23 @@ WHERE id IN (
 )
 """
 
-PURGE_EVENTS = """
+# A message that keeps its event: not delivered (pending or dead), or delivered and reading
+# its payload from the event. OFFSET 0 keeps the test a primary-key probe per event:
+# without it the planner may turn NOT EXISTS into a hash anti join over the whole outbox
+# (measured: 300,000 events, both tables scanned, 222 ms per pass). The probe's cost follows
+# the expired events kept (~2 us each), the hash's the whole outbox: it is only slower when
+# nearly every event is expired and kept (300,000 of them: 640 ms against 200 ms).
+KEEPS_EVENT = """
+          SELECT FROM outbox_message_t o
+          WHERE o.id = e.id AND (o.status <> %(delivered)s OR o.payload IS NULL){also}
+          OFFSET 0"""
+
+PURGE_EVENTS = f"""
 DELETE FROM event_store_t
 WHERE id IN (
     SELECT e.id FROM event_store_t e
     WHERE e.event_ts < statement_timestamp() - make_interval(secs => %(seconds)s)
-      AND NOT EXISTS (
-          SELECT FROM outbox_message_t o
-          WHERE o.id = e.id AND (o.status <> %(delivered)s OR o.payload IS NULL)
+      AND NOT EXISTS ({KEEPS_EVENT.format(also="")}
       )
     LIMIT %(limit)s
     FOR UPDATE OF e SKIP LOCKED
@@ -55,12 +64,16 @@ WHERE status = %(delivered)s
   AND delivered_ts < statement_timestamp() - make_interval(secs => %(seconds)s)
 """
 
-COUNT_EVENTS = """
+# Counted before anything is deleted: a message the outbox purge deletes first (delivered
+# before the cutoff) does not keep its event, as in the real pass.
+NOT_PURGED_FIRST = """
+            AND (o.status = %(delivered)s
+                 AND o.delivered_ts < statement_timestamp() - make_interval(secs => %(seconds)s)
+                ) IS NOT TRUE"""
+COUNT_EVENTS = f"""
 SELECT count(*) FROM event_store_t e
 WHERE e.event_ts < statement_timestamp() - make_interval(secs => %(seconds)s)
-  AND NOT EXISTS (
-      SELECT FROM outbox_message_t o
-      WHERE o.id = e.id AND (o.status <> %(delivered)s OR o.payload IS NULL)
+  AND NOT EXISTS ({KEEPS_EVENT.format(also=NOT_PURGED_FIRST)}
   )
 """
 

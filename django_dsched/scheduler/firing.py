@@ -13,8 +13,9 @@ This is the product's hot loop, so it is set-based SQL on the raw connection. Pe
    at its epoch, taken ``FOR SHARE`` so nobody can take the lease until we commit), advances
    every schedule (``UPDATE ... RETURNING`` the columns the event needs), and inserts every
    event and outbox row from what the update returned. The payload is built in SQL from the
-   locked rows, so event data never round-trips through Python, and stored once: in the
-   event (the outbox row reads it by the shared id).
+   locked rows, so event data never round-trips through Python. With
+   ``DSCHED_OUTBOX_PAYLOAD_ONCE`` on it is stored once, in the event (the outbox row reads
+   it by the shared id); off (this release's default), the outbox row keeps a copy too.
 
 If the fence fails the statement writes nothing and the caller rolls back and steps down.
 A second event for the same (schedule, slot) is refused by the database
@@ -31,6 +32,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus, MisfirePolicy, ScheduleKind, ScheduleState
 from django_dsched.exceptions import ScheduleDataError
 from django_dsched.scheduler import event_ids
@@ -66,6 +68,22 @@ OUTBOX_FROM_EVENT = """e.id, e.host_id, e.aggregate_id, 'Schedule', e.aggregate_
 # What the event insert returns for it (the topic and the priority, not the whole payload).
 EVENT_FOR_OUTBOX = """id, host_id, aggregate_id, aggregate_version, event_type, event_ts,
               payload->>'topic' AS topic, (metadata->>'priority')::smallint AS priority"""
+# Until DSCHED_OUTBOX_PAYLOAD_ONCE is on, the outbox row keeps its own copy as well, so a
+# relay of a release before the payload was stored once (whose claim reads only the
+# message's own column) still delivers it during a rolling deploy (docs/delivery.md).
+OUTBOX_FROM_EVENT_COPY = OUTBOX_FROM_EVENT.replace("NULL, NULL,", "e.payload, e.metadata,")
+EVENT_FOR_OUTBOX_COPY = EVENT_FOR_OUTBOX.replace(
+    "payload->>'topic' AS topic,", "payload, metadata, payload->>'topic' AS topic,"
+)
+
+
+def with_outbox_copy(statement: str) -> str:
+    """``statement`` (WRITE, WRITE_BUCKETS or FIRE_SLOTS) writing each outbox row with its
+    own copy of the payload and metadata (DSCHED_OUTBOX_PAYLOAD_ONCE off)."""
+    assert statement.count(OUTBOX_FROM_EVENT) == statement.count(EVENT_FOR_OUTBOX) == 1
+    return statement.replace(OUTBOX_FROM_EVENT, OUTBOX_FROM_EVENT_COPY).replace(
+        EVENT_FOR_OUTBOX, EVENT_FOR_OUTBOX_COPY
+    )
 
 
 def microseconds(column: str) -> str:
@@ -271,6 +289,10 @@ def with_buckets(statement: str) -> str:
 
 
 WRITE_BUCKETS = with_buckets(WRITE)
+# The same with the outbox copy: each chosen per call by DSCHED_OUTBOX_PAYLOAD_ONCE (built
+# once here: the fire path only picks one).
+WRITE_COPY = with_outbox_copy(WRITE)
+WRITE_BUCKETS_COPY = with_outbox_copy(WRITE_BUCKETS)
 SET_ASIDE_BUCKETS = with_buckets(SET_ASIDE)
 
 # Longest error text kept on a set-aside schedule.
@@ -538,8 +560,12 @@ def fire_batch(
     written_us = None
     by_topic = None
     if decided.ids:
+        if app_settings.OUTBOX_PAYLOAD_ONCE:
+            write = WRITE_BUCKETS if bucketed else WRITE
+        else:
+            write = WRITE_BUCKETS_COPY if bucketed else WRITE_COPY
         cursor.execute(
-            WRITE_BUCKETS if bucketed else WRITE,
+            write,
             {
                 **params,
                 "ids": array_literal(decided.ids),
@@ -672,6 +698,7 @@ advanced AS (
 SELECT (SELECT count(*) FROM target), (SELECT count(*) FROM events),
        (SELECT pg_notify('dsched_outbox', '') FROM target)
 """
+FIRE_SLOTS_COPY = with_outbox_copy(FIRE_SLOTS)
 
 
 def fire_slots(
@@ -687,7 +714,7 @@ def fire_slots(
     fired (slots that had already fired are skipped by the database), or None when the
     schedule does not exist or is not in one of ``states``."""
     cursor.execute(
-        FIRE_SLOTS,
+        FIRE_SLOTS if app_settings.OUTBOX_PAYLOAD_ONCE else FIRE_SLOTS_COPY,
         {
             "id": schedule_id,
             "states": array_literal(states),

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import html
+import json
+import re
+
 import pytest
 from django.contrib.auth.models import User
 from django.urls import reverse
 
+from django_dsched import api
 from django_dsched.enums import DeliveryStatus
+from django_dsched.models import Event, OutboxMessage
 from tests.factories import ScheduleFactory
 from tests.helpers import sql
 from tests.outbox_helpers import make_messages
@@ -79,3 +85,28 @@ def test_schedule_page_lists_each_deliverys_run(admin_client_):
     panel = page.content.decode().split('id="dsched-deliveries"')[1].split("</fieldset>")[0]
     assert 'dsched-ok">succeeded<' in panel
     assert "12 s" in panel
+
+
+def test_change_page_of_a_fired_message_shows_the_events_payload(admin_client_, payload_once):
+    """A message written by a fire with the payload stored once has none of its own: the
+    page shows the event's (its CloudEvent id and data), not an empty payload."""
+    schedule = api.create_interval(
+        "admin-payload",
+        every=1,
+        unit="HOURS",
+        topic="reports",
+        event_type="report.build",
+        data={"marker": "shown-from-the-event"},
+    )
+    assert api.trigger(schedule) == 1
+    message = OutboxMessage.objects.get()
+    assert message.payload is None  # stored once: the page must read the event's
+
+    page = admin_client_.get(reverse("admin:dsched_outboxmessage_change", args=[message.pk]))
+
+    assert page.status_code == 200
+    (shown,) = re.findall(r'<pre class="dsched-json">(.*?)</pre>', page.content.decode(), re.S)
+    payload = json.loads(html.unescape(shown))
+    assert payload["id"] == str(message.pk)
+    assert Event.objects.get(pk=message.pk).payload == payload
+    assert payload["data"] == {"marker": "shown-from-the-event"}

@@ -19,13 +19,18 @@ from django_dsched.models import Event, OutboxMessage
 from django_dsched.outbox.claims import claim
 from django_dsched.outbox.relay import Relay
 from django_dsched.outbox.retention import count_expired, purge_expired
+from django_dsched.scheduler import firing
 from django_dsched.scheduler.firing import Fence, fire_batch
 from django_dsched.scheduler.lease import LeaseHolder
 from tests.factories import ScheduleFactory
 from tests.helpers import sql
 from tests.webhook_servers import Sink
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    # DSCHED_OUTBOX_PAYLOAD_ONCE on, except where a test turns it off.
+    pytest.mark.usefixtures("payload_once"),
+]
 
 DAY = 86400
 
@@ -59,7 +64,12 @@ def keep_own_copy(ids: list[Any]) -> None:
     )
 
 
-def test_every_outbox_writer_stores_the_payload_only_in_the_event():
+@pytest.mark.parametrize("once", [True, False], ids=["payload-once", "outbox-copy"])
+def test_every_outbox_writer_stores_the_payload_only_in_the_event_once_turned_on(settings, once):
+    """DSCHED_OUTBOX_PAYLOAD_ONCE on: NULL in the message. Off (this release's default, for
+    relays of an earlier release during a rolling deploy): the message's own copy, equal to
+    the event's."""
+    settings.DSCHED_OUTBOX_PAYLOAD_ONCE = once
     fired(2)  # the leader's fire
     schedule = api.create_interval(
         "manual", every=1, unit="HOURS", topic="reports", event_type="report.build"
@@ -73,11 +83,24 @@ def test_every_outbox_writer_stores_the_payload_only_in_the_event():
 
     rows = sql(
         "SELECT o.payload IS NULL, o.metadata IS NULL, e.payload IS NOT NULL,"
-        " o.topic = e.payload->>'topic', o.priority = (e.metadata->>'priority')::int"
+        " o.topic = e.payload->>'topic', o.priority = (e.metadata->>'priority')::int,"
+        " o.payload = e.payload AND o.metadata = e.metadata"
         " FROM outbox_message_t o JOIN event_store_t e ON e.id = o.id"
     )
     assert len(rows) == 5
-    assert set(rows) == {(True, True, True, True, True)}
+    if once:
+        assert set(rows) == {(True, True, True, True, True, None)}
+    else:
+        assert set(rows) == {(False, False, True, True, True, True)}
+
+
+def test_the_bucketed_fire_statement_chooses_the_same_way():
+    """WRITE_BUCKETS and its copy variant differ only in the outbox's payload and metadata."""
+    once, copy = firing.WRITE_BUCKETS, firing.WRITE_BUCKETS_COPY
+    assert "NULL, NULL, e.topic" in once and "e.payload, e.metadata, e.topic" not in once
+    assert "e.payload, e.metadata, e.topic" in copy and "NULL, NULL, e.topic" not in copy
+    assert copy == firing.with_outbox_copy(once)
+    assert firing.FENCE_BUCKETS in copy
 
 
 @pytest.mark.parametrize("own_copy", [False, True], ids=["stored-once", "old-row-with-copy"])
@@ -186,9 +209,10 @@ def test_retention_keeps_an_event_while_a_message_reads_it(settings):
     age([copied], fired_days=60, delivered_days=1)
 
     found = count_expired()
-    assert (found.outbox, found.events) == (1, 1)  # the copy's event; `old`'s message
     purged = purge_expired()
+    # `old`'s message; the copy's event and `old`'s (its message goes first, in the pass).
     assert (purged.outbox, purged.events) == (1, 2)
+    assert (found.outbox, found.events) == (purged.outbox, purged.events)
     assert remaining([late]) == (1, 1)
     assert remaining([old]) == (0, 0)
     assert remaining([copied]) == (1, 0)
@@ -197,7 +221,9 @@ def test_retention_keeps_an_event_while_a_message_reads_it(settings):
 
     # Once the late message expires too, it and its event go.
     age([late], fired_days=0, delivered_days=50)
+    found = count_expired()
     purged = purge_expired()
+    assert (found.outbox, found.events) == (purged.outbox, purged.events)
     assert (purged.outbox, purged.events) == (1, 1)
     assert remaining([late]) == (0, 0)
 

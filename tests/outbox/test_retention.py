@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.core.management import call_command
 
 from django_dsched.enums import DeliveryStatus
 from django_dsched.models import Event, OutboxMessage
+from django_dsched.outbox import retention
 from django_dsched.outbox.retention import count_expired, purge_expired
 from tests.helpers import other_session, sql
 from tests.outbox_helpers import make_messages
@@ -111,3 +115,43 @@ def test_purge_history_command(mixed_history, capsys):
 
     call_command("purge_history", days=5, batch_size=3)
     assert "Deleted 7 outbox message(s) and 8 event(s)." in capsys.readouterr().out
+
+
+def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node.get("Plans", []):
+        yield from _plan_nodes(child)
+
+
+@pytest.mark.parametrize("statement", ["PURGE_EVENTS", "COUNT_EVENTS"])
+def test_the_event_purge_probes_each_events_message_by_its_key(statement):
+    """Whether a message keeps its event is a primary-key probe per expired event, never a
+    scan of the whole outbox (with fresh statistics and a few thousand rows the planner
+    chose a hash anti join over both tables: 222 ms per pass at 300,000 events)."""
+    pending = history(2000, age_days=60, status=DeliveryStatus.PENDING)
+    delivered = history(1000, age_days=60, status=DeliveryStatus.DELIVERED, delivered_days=1)
+    sql(
+        "UPDATE outbox_message_t SET payload = NULL, metadata = NULL WHERE id = ANY(%s)",
+        [delivered],
+    )
+    sql("ANALYZE outbox_message_t")
+    sql("ANALYZE event_store_t")
+    params = {**retention._params(45, 1000)}
+    ((plan,),) = sql("EXPLAIN (FORMAT JSON) " + getattr(retention, statement), params)
+    plan = json.loads(plan) if isinstance(plan, str) else plan
+    outbox = [
+        node
+        for node in _plan_nodes(plan[0]["Plan"])
+        if node.get("Relation Name") == "outbox_message_t"
+    ]
+    assert outbox
+    for node in outbox:
+        shown = {k: v for k, v in node.items() if k != "Plans"}
+        assert node["Node Type"] in ("Index Scan", "Index Only Scan"), shown
+        assert node["Index Name"].endswith("_pkey"), shown
+    joins = {node.get("Join Type") for node in _plan_nodes(plan[0]["Plan"])}
+    assert not joins & {"Anti", "Right Anti"}, joins
+    # And it still decides the same: every event is kept (pending, or read by its message).
+    assert count_expired(days=45).events == 0
+    assert purge_expired(days=45).events == 0
+    assert remaining(pending + delivered) == (3000, 3000)
