@@ -246,7 +246,7 @@ def bulk_cancel(
     the references, one locks and cancels the schedules and writes their audit events
     (whole or absent).
     """
-    count, _rows = cancel_items(refs, keys=keys, host_id=host_id, actor=actor)
+    count, _rows = cancel_items(refs, keys=keys, host_id=host_id, actor=actor, with_rows=False)
     return count
 
 
@@ -256,11 +256,13 @@ def cancel_items(
     keys: Iterable[str] = (),
     host_id: uuid.UUID | str | None = None,
     actor: Any = None,
+    with_rows: bool = True,
 ) -> tuple[ChangeCount, list[services.Locked]]:
     """:func:`bulk_cancel`, also giving each item's schedule as the cancel locked it (the
-    items of ``refs``, then of ``keys``): what the REST API reports per item. A schedule
-    resolved but gone (or moved to another host) when the cancel locks it is refused as
-    "No such schedule." and the call undone, so the rows given are exactly the items."""
+    items of ``refs``, then of ``keys``): what the REST API reports per item (``with_rows=False``:
+    only the count, for the Python API). A schedule resolved but gone (or moved to another
+    host) when the cancel locks it is refused as "No such schedule." and the call undone, so
+    the rows given are exactly the items."""
     ref_list = _bounded(refs, _("items"))
     key_list = _bounded(keys, _("items"))
     if len(ref_list) + len(key_list) > app_settings.BULK_MAX_ITEMS:
@@ -320,6 +322,22 @@ def cancel_items(
                 errors.append((index, field, _("Given twice in this call.")))
         if errors:
             raise BulkValidationError(errors)
+        if not with_rows:
+            found, changed = services.cancel_ids_counted(sorted(first), host=host, actor=actor)
+            if found != len(first):  # deleted between the two statements: undo the cancel
+                present = set(
+                    Schedule.objects.filter(pk__in=list(first), host_id=host).values_list(
+                        "pk", flat=True
+                    )
+                )
+                raise BulkValidationError(
+                    [
+                        (index, field, _("No such schedule."))
+                        for index, (field, pk) in resolved.items()
+                        if pk not in present
+                    ]
+                )
+            return ChangeCount(changed=changed, skipped=found - changed), []
         locked = {row.schedule_id: row for row in services.cancel_ids(sorted(first), actor=actor)}
         gone = [
             (index, field, _("No such schedule."))

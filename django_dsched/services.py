@@ -323,6 +323,24 @@ class Locked(NamedTuple):
     host_id: uuid.UUID
 
 
+# What the cancel statement gives back: each locked row (the REST API reports them item by
+# item), or only how many rows of the host it locked and how many of those it cancelled
+# (the Python API: fetching and converting 10,000 rows cost it ~40 % of its rate).
+ROWS_LOCKED = """SELECT old.schedule_id, old.schedule_name, old.idempotency_key, old.state,
+               old.host_id
+        FROM old"""
+COUNTS_LOCKED = """SELECT count(*) FILTER (WHERE old.host_id = %(host)s),
+               count(*) FILTER (WHERE old.host_id = %(host)s AND old.state = ANY(%(allowed)s))
+        FROM old"""
+
+
+def cancel_ids_counted(ids: list[Any], *, host: uuid.UUID, actor: Any = None) -> tuple[int, int]:
+    """:func:`cancel_ids` giving only (rows of ``host`` locked, of which cancelled)."""
+    if not ids:
+        return 0, 0
+    return _cancel_ids(ids, actor=actor, host=host)  # type: ignore[return-value]
+
+
 def cancel_ids(ids: list[Any], *, actor: Any = None) -> list[Locked]:
     """:func:`cancel` of the schedules with these ids in one statement (for bulk calls):
     it locks them (waiting for a fire in flight), cancels those that may be cancelled and
@@ -331,6 +349,12 @@ def cancel_ids(ids: list[Any], *, actor: Any = None) -> list[Locked]:
     id that names no schedule any more is absent)."""
     if not ids:
         return []
+    return _cancel_ids(ids, actor=actor, host=None)  # type: ignore[return-value]
+
+
+def _cancel_ids(
+    ids: list[Any], *, actor: Any, host: uuid.UUID | None
+) -> list[Locked] | tuple[int, int]:
     connection = connections[app_settings.DATABASE]
     quote = connection.ops.quote_name
     table, events = quote(Schedule._meta.db_table), quote(Event._meta.db_table)
@@ -376,9 +400,7 @@ def cancel_ids(ids: list[Any], *, actor: Any = None) -> list[Locked]:
                        'schedule_name', old.schedule_name, 'origin', old.origin)
             FROM old WHERE old.state = ANY(%(allowed)s)
         )
-        SELECT old.schedule_id, old.schedule_name, old.idempotency_key, old.state,
-               old.host_id
-        FROM old
+        {ROWS_LOCKED if host is None else COUNTS_LOCKED}
     """
     params: dict[str, Any] = {
         "ids": ids,
@@ -387,11 +409,15 @@ def cancel_ids(ids: list[Any], *, actor: Any = None) -> list[Locked]:
         "allowed": CANCELLABLE,
         "event_type": audit.PREFIX + "cancelled",
         "actor": audit.actor_name(actor),
+        "host": host,
     }
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
         # ``c`` runs whether or not it is read (a data-modifying WITH always does), on
         # exactly the rows ``old`` locked in a cancellable state.
+        if host is not None:
+            found, cancelled = cursor.fetchone()
+            return int(found), int(cancelled)
         return [Locked(*row) for row in cursor.fetchall()]
 
 

@@ -192,6 +192,33 @@ def test_one_schedule_named_by_two_references_is_given_twice():
     assert not Event.objects.filter(event_type="dsched.schedule.cancelled").exists()
 
 
+def test_a_schedule_deleted_between_the_lookup_and_the_cancel_undoes_the_call():
+    """The Python API's cancel fetches only counts: a schedule gone when the cancel locks it
+    is still named, and the whole call undone."""
+    kept = api.create_once("kept", delay=timedelta(hours=1), **COMMON)
+    doomed = api.create_once("doomed", key="d", delay=timedelta(hours=1), **COMMON)
+    done: list[bool] = []
+
+    def delete_after_the_lookup(execute: Callable[..., Any], sql_: str, *args: Any) -> Any:
+        result = execute(sql_, *args)
+        if not done and "schedule_t" in sql_:
+            done.append(True)
+            with connections["default"].cursor() as cursor:
+                cursor.execute("DELETE FROM schedule_t WHERE schedule_id = %s", [doomed.pk])
+        return result
+
+    events = Event.objects.count()
+    with (
+        connections["default"].execute_wrapper(delete_after_the_lookup),
+        pytest.raises(BulkValidationError) as excinfo,
+    ):
+        api.bulk_cancel([kept.pk], keys=["d"])
+    assert excinfo.value.item_errors == [(1, "key", "No such schedule.")]
+    assert Schedule.objects.get(pk=kept.pk).state == ScheduleState.ACTIVE
+    assert Event.objects.count() == events
+    assert api.bulk_cancel([kept.pk]).changed == 1  # and the counts path counts
+
+
 def _instance(name: str, **fields: Any) -> Schedule:
     return Schedule(
         schedule_name=name,
