@@ -338,7 +338,8 @@ def cancel_ids_counted(ids: list[Any], *, host: uuid.UUID, actor: Any = None) ->
     """:func:`cancel_ids` giving only (rows of ``host`` locked, of which cancelled)."""
     if not ids:
         return 0, 0
-    return _cancel_ids(ids, actor=actor, host=host)  # type: ignore[return-value]
+    ((found, cancelled),) = _cancel_ids(ids, COUNTS_LOCKED, actor=actor, host=host)
+    return int(found), int(cancelled)
 
 
 def cancel_ids(ids: list[Any], *, actor: Any = None) -> list[Locked]:
@@ -349,12 +350,13 @@ def cancel_ids(ids: list[Any], *, actor: Any = None) -> list[Locked]:
     id that names no schedule any more is absent)."""
     if not ids:
         return []
-    return _cancel_ids(ids, actor=actor, host=None)  # type: ignore[return-value]
+    return [Locked(*row) for row in _cancel_ids(ids, ROWS_LOCKED, actor=actor, host=None)]
 
 
 def _cancel_ids(
-    ids: list[Any], *, actor: Any, host: uuid.UUID | None
-) -> list[Locked] | tuple[int, int]:
+    ids: list[Any], result: str, *, actor: Any, host: uuid.UUID | None
+) -> list[tuple[Any, ...]]:
+    """Run the cancel statement ending in ``result`` (a SELECT from ``old``); its rows."""
     connection = connections[app_settings.DATABASE]
     quote = connection.ops.quote_name
     table, events = quote(Schedule._meta.db_table), quote(Event._meta.db_table)
@@ -400,7 +402,7 @@ def _cancel_ids(
                        'schedule_name', old.schedule_name, 'origin', old.origin)
             FROM old WHERE old.state = ANY(%(allowed)s)
         )
-        {ROWS_LOCKED if host is None else COUNTS_LOCKED}
+        {result}
     """
     params: dict[str, Any] = {
         "ids": ids,
@@ -415,10 +417,7 @@ def _cancel_ids(
         cursor.execute(statement, params)
         # ``c`` runs whether or not it is read (a data-modifying WITH always does), on
         # exactly the rows ``old`` locked in a cancellable state.
-        if host is not None:
-            found, cancelled = cursor.fetchone()
-            return int(found), int(cancelled)
-        return [Locked(*row) for row in cursor.fetchall()]
+        return list(cursor.fetchall())
 
 
 def resume_expired_pauses(limit: int = 100) -> int:
