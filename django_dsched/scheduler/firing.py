@@ -80,7 +80,9 @@ EVENT_FOR_OUTBOX_COPY = EVENT_FOR_OUTBOX.replace(
 def with_outbox_copy(statement: str) -> str:
     """``statement`` (WRITE, WRITE_BUCKETS or FIRE_SLOTS) writing each outbox row with its
     own copy of the payload and metadata (DSCHED_OUTBOX_PAYLOAD_ONCE off)."""
-    assert statement.count(OUTBOX_FROM_EVENT) == statement.count(EVENT_FOR_OUTBOX) == 1
+    # A check that ``python -O`` keeps: a failed substitution would write no copy silently.
+    if not statement.count(OUTBOX_FROM_EVENT) == statement.count(EVENT_FOR_OUTBOX) == 1:
+        raise ValueError("with_outbox_copy: the statement lacks the outbox parts it replaces")
     return statement.replace(OUTBOX_FROM_EVENT, OUTBOX_FROM_EVENT_COPY).replace(
         EVENT_FOR_OUTBOX, EVENT_FOR_OUTBOX_COPY
     )

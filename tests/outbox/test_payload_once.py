@@ -103,6 +103,12 @@ def test_the_bucketed_fire_statement_chooses_the_same_way():
     assert firing.FENCE_BUCKETS in copy
 
 
+def test_the_copy_variant_refuses_a_statement_it_cannot_rewrite():
+    """The substitution is checked even under ``python -O`` (a raise, not an assert)."""
+    with pytest.raises(ValueError, match="lacks the outbox parts"):
+        firing.with_outbox_copy("SELECT 1")
+
+
 @pytest.mark.parametrize("own_copy", [False, True], ids=["stored-once", "old-row-with-copy"])
 def test_the_relay_delivers_the_same_bytes_as_from_a_copy(settings, sink, own_copy):
     settings.DSCHED_TRANSPORTS = {
