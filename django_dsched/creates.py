@@ -40,6 +40,7 @@ from django_dsched.schedule_checks import (
     unique_name_error,
     validate_new,
 )
+from django_dsched.single_insert import insert_one
 from django_dsched.specs import Builder, Cron, Interval, Once, Spec, database_defaults
 
 # The longest delay= of a one-shot (its time is computed by the database, so the bound is
@@ -402,8 +403,7 @@ def create_instance(schedule: Schedule, *, actor: Any = None) -> tuple[Schedule,
 
 
 def _create(item: Prepared, *, actor: Any) -> tuple[Schedule, bool]:
-    insert([item], actor=actor)
-    if item.created:
+    if insert_one(item.schedule, item.delay, actor=actor):
         return item.schedule, True
     key = item.schedule.idempotency_key
     if key is not None:
