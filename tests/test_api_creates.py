@@ -292,6 +292,63 @@ def test_a_value_is_left_to_the_database_only_when_it_is_the_same_value_of_the_s
     assert not single_insert._is_default("x", single_insert._UNSET)
 
 
+def _prepared_creates() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s",
+            ['WITH c AS (%INSERT INTO "schedule_t"%'],
+        )
+        return cursor.fetchone()[0]
+
+
+def test_by_default_a_single_create_prepares_nothing():
+    """PgBouncer < 1.21 in transaction mode cannot carry a prepared statement."""
+    for create, kwargs in SINGLE_CREATES.values():
+        create(**COMMON, **kwargs)
+    assert _prepared_creates() == 0
+
+
+def test_with_prepare_creates_each_statement_is_prepared_and_does_the_same(settings):
+    """DSCHED_PREPARE_CREATES: each variant of the statement is prepared by the server once
+    and gives the same rows, events and errors, through Django's wrappers."""
+    settings.DSCHED_PREPARE_CREATES = True
+    for case, (create, kwargs) in sorted(SINGLE_CREATES.items()):
+        schedule = create(**COMMON, **kwargs)
+        stored = _stored_row(schedule.pk)
+        assert stored == {name: getattr(schedule, name) for name in stored}, case
+        event = Event.objects.get(aggregate_id=schedule.pk)
+        assert event.payload["definition"]["schedule_name"] == schedule.schedule_name, case
+    with CaptureQueriesContext(connection) as queries:
+        for n in range(3):
+            api.create_once(f"prepared-{n}", delay=timedelta(minutes=n), data={"n": n}, **COMMON)
+    assert len(queries) == 3  # the query log and execute wrappers still see them
+    with pytest.raises(ValidationError) as excinfo:
+        api.create_once("prepared-1", delay=timedelta(minutes=1), **COMMON)
+    assert excinfo.value.message_dict == {
+        NON_FIELD_ERRORS: ["Schedule with this Host id and Name already exists."]
+    }
+    again = api.create_once(delay=timedelta(minutes=15), key="k-1", **COMMON)
+    assert again.schedule_name == "k-1"
+    assert Schedule.objects.filter(idempotency_key="k-1").count() == 1
+    assert _prepared_creates() >= 4  # one per set of named columns
+    assert Event.objects.count() == Schedule.objects.count() == len(SINGLE_CREATES) + 3
+
+
+def test_with_prepare_creates_the_database_is_still_the_last_line(settings, monkeypatch):
+    settings.DSCHED_PREPARE_CREATES = True
+    fields, _holds = TWINS["dsched_schedule_end_after_start"]
+    monkeypatch.setitem(TWINS, "dsched_schedule_end_after_start", (fields, lambda s: True))
+    monkeypatch.setattr(Schedule, "clean", lambda self: None)
+    with transaction.atomic(), pytest.raises(ValidationError) as excinfo:
+        api.create_once(at=AT, end_ts=AT - timedelta(days=1), **COMMON)
+    assert excinfo.value.message_dict == {
+        NON_FIELD_ERRORS: ["Constraint “dsched_schedule_end_after_start” is violated."]
+    }
+    assert _prepared_creates() == 1
+    assert not Schedule.objects.exists()
+    assert not Event.objects.exists()
+
+
 # -- the Python twins of the constraints -------------------------------------------------
 
 
