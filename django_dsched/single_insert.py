@@ -163,13 +163,14 @@ def insert_one(schedule: Schedule, delay: timedelta | None, *, actor: Any) -> bo
     values = schedule.__dict__
     params: dict[str, Any] = {}
     named: list[str] = []
+    timed = delay is not None
     for field, attname, column, default, is_json in _Columns.get():
         value = values.get(attname)
+        if value is default:  # the common case, decided without a call (None, 0, "UTC")
+            continue
+        if (timed and attname in TIMED) or _is_default(value, default):
+            continue
         if isinstance(value, DatabaseDefault):
-            continue
-        if delay is not None and attname in TIMED:
-            continue
-        if _is_default(value, default):
             continue
         named.append(column)
         params[column] = (
@@ -181,7 +182,7 @@ def insert_one(schedule: Schedule, delay: timedelta | None, *, actor: Any) -> bo
     params["event_id_"] = _new_event_id()
     params["event_type_"] = audit.PREFIX + "created"
     params["actor_"] = audit.actor_name(actor)
-    statement = _statement(tuple(named), delay is not None)
+    statement = _statement(tuple(named), timed)
     connection = connections[app_settings.DATABASE]
     try:
         with _cursor(connection) as cursor:
