@@ -1,20 +1,21 @@
 """The statement of a single create (``api.create_*``, the admin's and REST's create): one
 schedule and its "created" audit event, in one ``INSERT`` (a data-modifying CTE).
 
-A single create is bound by its statement, and the statement's cost was mostly its size:
-parsing and analysing ~3 KB of SQL with 36 parameters and building the audit definition
-from 19 pairs. So the statement names only the columns whose value differs from what the
-database gives an unnamed column (its ``db_default``, or NULL for a nullable column without
-one): a ``create_once(delay=...)`` names 10 of 33. The audit event's definition takes the
-named columns from the inserted row, as before, and the others as one ``jsonb`` constant of
-their database defaults written into the statement: the same object, whatever the mix.
-Statements are built once per set of named columns (a handful in practice) and cached.
+A single create is bound by its statement, which the server parses, analyses and plans on
+every call. The statement names only the columns whose value differs from what the database
+gives an unnamed column (its ``db_default``, or NULL for a nullable column without one): a
+``create_once(delay=...)`` names 11 of 33, with 12 parameters instead of 36. The audit
+event's definition takes the named columns from the inserted row, as before, and the others
+as one ``jsonb`` constant of their database defaults written into the statement: the same
+object, whatever the mix. Statements are built once per set of named columns (a handful in
+practice) and cached.
 
 By default nothing is prepared server-side (PgBouncer < 1.21 in transaction mode cannot carry
 a prepared statement, docs/pgbouncer.md). ``DSCHED_PREPARE_CREATES`` (off by default) sends
 the statement through a server-binding psycopg cursor with ``prepare=True`` on Django's own
 connection and wrapper (the query log, execute wrappers and error translation stay), so the
-server parses and plans each variant once per session: about 1.5x the creates per second.
+server parses and plans each variant once per session: about 1.7x the creates per second in
+a transaction (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -240,6 +241,8 @@ def _cursor(connection: BaseDatabaseWrapper) -> CursorWrapper:
     wrapped as Django wraps its own."""
     if not app_settings.PREPARE_CREATES:
         return connection.cursor()
+    # What connection.cursor() does before it makes its cursor.
+    connection.close_if_health_check_failed()
     connection.ensure_connection()
     raw = connection.connection
     if not isinstance(raw, psycopg.Connection):  # pragma: no cover - psycopg 2
