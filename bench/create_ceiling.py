@@ -14,8 +14,9 @@ Prints, per run and as medians:
   transaction and in autocommit, parameters built beforehand; then the same prepared
   (``DSCHED_PREPARE_CREATES``'s cursor on Django's connection, without Django's wrapper).
 - ``two-row floor``: the least a create can send: one schedule row (its required columns)
-  and one audit event with an empty payload, prepared, through psycopg alone: the floor
-  of a single create on this machine, whatever the package does.
+  and one audit event with an empty payload, prepared through psycopg alone (the floor of
+  a single create on this machine, whatever the package does), and unprepared through
+  Django's cursor (the floor of a create that prepares nothing).
 
 Runs against the ``dsched_create_bench`` database, as create_bench.py does.
 """
@@ -138,12 +139,17 @@ def main() -> None:
         "single statement alone, prepared, autocommit": [],
         "two-row floor, prepared, one transaction": [],
         "two-row floor, prepared, autocommit": [],
+        "two-row floor, unprepared, one transaction": [],
+        "two-row floor, unprepared, autocommit": [],
     }
     floor_keys = ("schedule_id", "host_id", "schedule_name", "delay_", "event_topic")
     floor_keys += ("event_type", "event_data", "event_id_")
 
-    def raw_rate(sql: str, count: int, *, atomic: bool, only: tuple[str, ...] = ()) -> float:
-        """``count`` executions of ``sql`` prepared, through a psycopg cursor (no Django)."""
+    def raw_rate(
+        sql: str, count: int, *, atomic: bool, only: tuple[str, ...] = (), prepared: bool = True
+    ) -> float:
+        """``count`` executions of ``sql``, prepared through a psycopg cursor (no Django), or
+        unprepared through Django's cursor."""
         batch = [fresh_one() for _n in range(count)]
         if only:
             batch = [{name: params[name] for name in only} for params in batch]
@@ -152,7 +158,9 @@ def main() -> None:
         started = time.perf_counter()
         with transaction.atomic() if atomic else nullcontext():
             for params in batch:
-                with single_insert._PreparingCursor(raw) as cursor:
+                with (
+                    single_insert._PreparingCursor(raw) if prepared else connection.cursor()
+                ) as cursor:
                     cursor.execute(sql, params)
                     cursor.fetchall()
         return count / (time.perf_counter() - started)
@@ -198,6 +206,12 @@ def main() -> None:
         )
         figures["two-row floor, prepared, autocommit"].append(
             raw_rate(FLOOR, 1000, atomic=False, only=floor_keys)
+        )
+        figures["two-row floor, unprepared, one transaction"].append(
+            raw_rate(FLOOR, 2000, atomic=True, only=floor_keys, prepared=False)
+        )
+        figures["two-row floor, unprepared, autocommit"].append(
+            raw_rate(FLOOR, 1000, atomic=False, only=floor_keys, prepared=False)
         )
     with connection.cursor() as cursor:
         cursor.execute("DROP TABLE create_ceiling_t")
