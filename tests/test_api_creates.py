@@ -15,7 +15,7 @@ from django.db import connection, transaction
 from django.db.models import CheckConstraint, UniqueConstraint
 from django.test.utils import CaptureQueriesContext
 
-from django_dsched import api, audit, schedule_checks, single_insert
+from django_dsched import api, audit, creates, schedule_checks, single_insert
 from django_dsched.enums import ScheduleKind, ScheduleOrigin, ScheduleState
 from django_dsched.exceptions import ValidationError
 from django_dsched.models import Event, Schedule
@@ -212,6 +212,19 @@ SINGLE_CREATES = {
         {"every": 2, "unit": "HOURS", "start": AT, "time_zone": "Europe/Paris", **ALL_OPTIONS},
     ),
     "cron": (api.create_cron, {"cron": "0 2 * * *", "time_zone": "America/New_York"}),
+    "an unsaved instance (the admin's and REST's create)": (
+        lambda *, topic, event_type, actor=None, **fields: creates.create_instance(
+            Schedule(event_topic=topic, event_type=event_type, **fields), actor=actor
+        )[0],
+        {
+            "schedule_name": "from-a-form",
+            "schedule_kind": ScheduleKind.CRON,
+            "cron_expression": "*/5 * * * *",
+            "time_zone": "Europe/Berlin",
+            "priority": 3,
+            "event_data": {"a": 1},
+        },
+    ),
 }
 
 
