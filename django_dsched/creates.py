@@ -7,7 +7,9 @@ CTE): a crash leaves both or neither. It skips rows that conflict with a unique 
 (``ON CONFLICT DO NOTHING``): a row with an idempotency key that exists is then the
 existing schedule (read back in a second statement, which under READ COMMITTED sees a
 winner that committed while this statement waited for it), and any other skipped row
-took a name in use, the same error ``full_clean()`` gives.
+took a name in use, the same error ``full_clean()`` gives. A single create (:func:`create`,
+:func:`create_instance`) sends the shorter statement of :mod:`django_dsched.single_insert`
+instead (only the columns that differ from their database defaults).
 
 A one-shot created with ``delay=`` gets its time from the statement itself
 (``statement_timestamp() + delay``): no round trip to read the database's clock first.
