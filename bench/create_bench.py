@@ -3,6 +3,7 @@
     .venv/bin/python bench/create_bench.py                      # everything, defaults below
     .venv/bin/python bench/create_bench.py single --count 1000 --runs 5
     .venv/bin/python bench/create_bench.py single-tx --count 2000 --runs 5
+    .venv/bin/python bench/create_bench.py single --count 1000 --runs 5 --prepared
     .venv/bin/python bench/create_bench.py state --count 500 --runs 5
     .venv/bin/python bench/create_bench.py bulk-create --count 100000 --runs 5
     .venv/bin/python bench/create_bench.py bulk-cancel --count 100000 --runs 5
@@ -15,7 +16,8 @@ a time in autocommit. ``bulk-create``: ``api.bulk_create`` of one-shot schedules
 ``DSCHED_BULK_MAX_ITEMS`` each, all in one transaction. ``bulk-cancel``: ``api.bulk_cancel``
 of as many schedules (by id), in calls of the same size. ``rss``: a separate process (no
 query log) creates ``--count`` one-shot schedules in bulk calls, one transaction per call,
-and prints its peak RSS (``resource.getrusage(RUSAGE_SELF).ru_maxrss``).
+and prints its peak RSS (``resource.getrusage(RUSAGE_SELF).ru_maxrss``). ``--prepared``:
+with ``DSCHED_PREPARE_CREATES = True`` (single creates as server-side prepared statements).
 
 Where the code has no bulk API (before it existed), the bulk modes time a loop of single
 calls over ``--fallback-count`` items instead, and say so.
@@ -47,6 +49,7 @@ URL = configure("dsched_create_bench")
 
 from django.core.management import call_command  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
+from django.test import override_settings  # noqa: E402
 
 from django_dsched import api  # noqa: E402
 from django_dsched.conf import app_settings  # noqa: E402
@@ -231,11 +234,19 @@ def main() -> None:
     parser.add_argument("--count", type=int)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--fallback-count", type=int, default=300)
+    parser.add_argument(
+        "--prepared",
+        action="store_true",
+        help="with DSCHED_PREPARE_CREATES = True (single creates as prepared statements)",
+    )
     args = parser.parse_args()
     if args.mode == "rss-process":
         rss_process(args.count)
         return
     call_command("migrate", verbosity=0)
+    if args.prepared:
+        override_settings(DSCHED_PREPARE_CREATES=True).enable()
+        print("DSCHED_PREPARE_CREATES = True", flush=True)
     modes = ["single", "single-tx", "state", "bulk-create", "bulk-cancel", "rss"]
     for mode in modes if args.mode == "all" else [args.mode]:
         if mode == "single":

@@ -11,7 +11,12 @@ Prints, per run and as medians:
 - ``one-row insert, autocommit``: ``INSERT INTO`` a one-column table, each its own commit:
   the rate at which this disk flushes the WAL for a commit (``synchronous_commit`` on).
 - ``single statement alone``: the exact statement of ``api.create_once(delay=...)``, in one
-  transaction and in autocommit, parameters built beforehand.
+  transaction and in autocommit, parameters built beforehand; then the same prepared
+  (``DSCHED_PREPARE_CREATES``'s cursor on Django's connection, without Django's wrapper).
+- ``two-row floor``: the least a create can send: one schedule row (its required columns)
+  and one audit event with an empty payload, prepared through psycopg alone (the floor of
+  a single create on this machine, whatever the package does), and unprepared through
+  Django's cursor (the floor of a create that prepares nothing).
 
 Runs against the ``dsched_create_bench`` database, as create_bench.py does.
 """
@@ -23,6 +28,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
+from contextlib import nullcontext
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -34,7 +40,25 @@ from django.core.management import call_command
 from django.db import connection, transaction
 from django.db.backends.utils import CursorWrapper
 
-from django_dsched import api, creates
+from django_dsched import api, creates, single_insert
+
+# The least a single create can send: the schedule's required columns, an empty audit event.
+FLOOR = """WITH c AS (
+    INSERT INTO schedule_t (schedule_id, host_id, schedule_name, schedule_kind, start_ts,
+        next_run_ts, next_slot_ts, event_topic, event_type, event_data, origin)
+    VALUES (%(schedule_id)s, %(host_id)s, %(schedule_name)s, 'ONCE',
+        statement_timestamp() + %(delay_)s, statement_timestamp() + %(delay_)s,
+        statement_timestamp() + %(delay_)s, %(event_topic)s, %(event_type)s, %(event_data)s,
+        'API')
+    RETURNING schedule_id, host_id, start_ts, created_ts
+), a AS (
+    INSERT INTO event_store_t (id, host_id, aggregate_id, aggregate_type, aggregate_version,
+        event_type, event_ts, payload, metadata)
+    SELECT %(event_id_)s, c.host_id, c.schedule_id, 'Schedule', 1, 'dsched.schedule.created',
+        c.created_ts, '{}', '{}'
+    FROM c
+)
+SELECT c.start_ts, c.created_ts FROM c"""
 
 ROWS = 5_000
 STATEMENTS = 20
@@ -111,7 +135,36 @@ def main() -> None:
         "one-row insert, autocommit": [],
         "single statement alone, one transaction": [],
         "single statement alone, autocommit": [],
+        "single statement alone, prepared, one transaction": [],
+        "single statement alone, prepared, autocommit": [],
+        "two-row floor, prepared, one transaction": [],
+        "two-row floor, prepared, autocommit": [],
+        "two-row floor, unprepared, one transaction": [],
+        "two-row floor, unprepared, autocommit": [],
     }
+    floor_keys = ("schedule_id", "host_id", "schedule_name", "delay_", "event_topic")
+    floor_keys += ("event_type", "event_data", "event_id_")
+
+    def raw_rate(
+        sql: str, count: int, *, atomic: bool, only: tuple[str, ...] = (), prepared: bool = True
+    ) -> float:
+        """``count`` executions of ``sql``, prepared through a psycopg cursor (no Django), or
+        unprepared through Django's cursor."""
+        batch = [fresh_one() for _n in range(count)]
+        if only:
+            batch = [{name: params[name] for name in only} for params in batch]
+        connection.ensure_connection()
+        raw = connection.connection
+        started = time.perf_counter()
+        with transaction.atomic() if atomic else nullcontext():
+            for params in batch:
+                with (
+                    single_insert._PreparingCursor(raw) if prepared else connection.cursor()
+                ) as cursor:
+                    cursor.execute(sql, params)
+                    cursor.fetchall()
+        return count / (time.perf_counter() - started)
+
     for _run in range(runs):
         bench.reset()
         batches = [fresh_bulk() for _n in range(STATEMENTS)]
@@ -145,6 +198,21 @@ def main() -> None:
                 cursor.execute(one_sql, params)
                 cursor.fetchall()
         figures["single statement alone, autocommit"].append(1000 / (time.perf_counter() - started))
+        one_plain = "single statement alone, prepared, "
+        figures[one_plain + "one transaction"].append(raw_rate(one_sql, 2000, atomic=True))
+        figures[one_plain + "autocommit"].append(raw_rate(one_sql, 1000, atomic=False))
+        figures["two-row floor, prepared, one transaction"].append(
+            raw_rate(FLOOR, 2000, atomic=True, only=floor_keys)
+        )
+        figures["two-row floor, prepared, autocommit"].append(
+            raw_rate(FLOOR, 1000, atomic=False, only=floor_keys)
+        )
+        figures["two-row floor, unprepared, one transaction"].append(
+            raw_rate(FLOOR, 2000, atomic=True, only=floor_keys, prepared=False)
+        )
+        figures["two-row floor, unprepared, autocommit"].append(
+            raw_rate(FLOOR, 1000, atomic=False, only=floor_keys, prepared=False)
+        )
     with connection.cursor() as cursor:
         cursor.execute("DROP TABLE create_ceiling_t")
     bench.reset()

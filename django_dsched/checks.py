@@ -285,6 +285,28 @@ def check_renamed_settings(**kwargs: Any) -> list[CheckMessage]:
     ]
 
 
+@register(Tags.compatibility, Tags.database)
+def check_prepared_creates(**kwargs: Any) -> list[CheckMessage]:
+    """DSCHED_PREPARE_CREATES with a database entry set up for a transaction pooler
+    (DISABLE_SERVER_SIDE_CURSORS, docs/pgbouncer.md): PgBouncer < 1.21 cannot carry a
+    prepared statement from one transaction to the next (dsched.W002)."""
+    entry = connections.settings.get(app_settings.DATABASE, {})
+    if not app_settings.PREPARE_CREATES or not entry.get("DISABLE_SERVER_SIDE_CURSORS"):
+        return []
+    return [
+        Warning(
+            "DSCHED_PREPARE_CREATES is on, and the database entry looks like it goes through "
+            "a transaction pooler (DISABLE_SERVER_SIDE_CURSORS).",
+            hint=(
+                "Behind PgBouncer older than 1.21, or without max_prepared_statements, a "
+                "create fails with 'prepared statement does not exist': turn "
+                "DSCHED_PREPARE_CREATES off (docs/pgbouncer.md)."
+            ),
+            id="dsched.W002",
+        )
+    ]
+
+
 def _webhook_network_errors() -> list[Error]:
     """DSCHED_WEBHOOK_ALLOWED_NETWORKS and DSCHED_WEBHOOK_RESOLVER (dsched.E012)."""
     from django_dsched.outbox.transports.webhook import allowed_networks, configured_resolver

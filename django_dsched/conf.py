@@ -127,6 +127,14 @@ class AppSettings:
         "Most items one api.bulk_create or api.bulk_cancel call takes; a larger call is "
         "refused before anything is written.",
     )
+    PREPARE_CREATES = Setting(
+        False,
+        "Single creates (api.create_*, the admin's and REST's create) send their statement as "
+        "a server-side prepared statement (psycopg's prepare=True; about 1.7x the creates per "
+        "second in a transaction, docs/performance.md). Only on a direct connection or behind "
+        "PgBouncer >= 1.21 with max_prepared_statements > 0: an older PgBouncer in transaction "
+        "mode cannot carry prepared statements (docs/pgbouncer.md).",
+    )
     MISFIRE_GRACE_SECONDS = Setting(
         60, "Grace of schedules with the SKIP misfire policy and no grace of their own (s)."
     )

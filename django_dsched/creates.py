@@ -7,7 +7,9 @@ CTE): a crash leaves both or neither. It skips rows that conflict with a unique 
 (``ON CONFLICT DO NOTHING``): a row with an idempotency key that exists is then the
 existing schedule (read back in a second statement, which under READ COMMITTED sees a
 winner that committed while this statement waited for it), and any other skipped row
-took a name in use, the same error ``full_clean()`` gives.
+took a name in use, the same error ``full_clean()`` gives. A single create (:func:`create`,
+:func:`create_instance`) sends the shorter statement of :mod:`django_dsched.single_insert`
+instead (only the columns that differ from their database defaults).
 
 A one-shot created with ``delay=`` gets its time from the statement itself
 (``statement_timestamp() + delay``): no round trip to read the database's clock first.
@@ -40,6 +42,7 @@ from django_dsched.schedule_checks import (
     unique_name_error,
     validate_new,
 )
+from django_dsched.single_insert import insert_one
 from django_dsched.specs import Builder, Cron, Interval, Once, Spec, database_defaults
 
 # The longest delay= of a one-shot (its time is computed by the database, so the bound is
@@ -402,8 +405,7 @@ def create_instance(schedule: Schedule, *, actor: Any = None) -> tuple[Schedule,
 
 
 def _create(item: Prepared, *, actor: Any) -> tuple[Schedule, bool]:
-    insert([item], actor=actor)
-    if item.created:
+    if insert_one(item.schedule, item.delay, actor=actor):
         return item.schedule, True
     key = item.schedule.idempotency_key
     if key is not None:

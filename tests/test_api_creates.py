@@ -5,6 +5,7 @@ schedule and its "created" event."""
 from __future__ import annotations
 
 import copy
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -14,7 +15,7 @@ from django.db import connection, transaction
 from django.db.models import CheckConstraint, UniqueConstraint
 from django.test.utils import CaptureQueriesContext
 
-from django_dsched import api, schedule_checks
+from django_dsched import api, audit, creates, schedule_checks, single_insert
 from django_dsched.enums import ScheduleKind, ScheduleOrigin, ScheduleState
 from django_dsched.exceptions import ValidationError
 from django_dsched.models import Event, Schedule
@@ -182,6 +183,181 @@ def test_a_check_the_python_twin_missed_is_still_refused_by_the_database(monkeyp
     assert excinfo.value.message_dict == {
         NON_FIELD_ERRORS: ["Constraint “dsched_schedule_end_after_start” is violated."]
     }
+    assert not Schedule.objects.exists()
+    assert not Event.objects.exists()
+
+
+# -- the single create's statement: only the columns that differ from their defaults --
+
+ALL_OPTIONS = {
+    "end_ts": AT + timedelta(days=30),
+    "max_fires": 3,
+    "misfire_policy": "SKIP",
+    "misfire_grace_seconds": 60,
+    "catch_up_limit": 7,
+    "jitter_seconds": 5,
+    "priority": -4,
+}
+SINGLE_CREATES = {
+    "delay": (api.create_once, {"delay": timedelta(minutes=15), "data": {"user": 1}}),
+    "delay, key, defaults given": (
+        api.create_once,
+        {"delay": timedelta(minutes=15), "key": "k-1", "priority": 0, "catch_up_limit": 100},
+    ),
+    "at, named": (api.create_once, {"at": AT, "name": "at-named", "data": {"a": [1, 2.5]}}),
+    "at, every option": (api.create_once, {"at": AT, **ALL_OPTIONS}),
+    "interval": (api.create_interval, {"every": 5}),
+    "interval, every option": (
+        api.create_interval,
+        {"every": 2, "unit": "HOURS", "start": AT, "time_zone": "Europe/Paris", **ALL_OPTIONS},
+    ),
+    "cron": (api.create_cron, {"cron": "0 2 * * *", "time_zone": "America/New_York"}),
+    "an unsaved instance (the admin's and REST's create)": (
+        lambda *, topic, event_type, actor=None, **fields: creates.create_instance(
+            Schedule(event_topic=topic, event_type=event_type, **fields), actor=actor
+        )[0],
+        {
+            "schedule_name": "from-a-form",
+            "schedule_kind": ScheduleKind.CRON,
+            "cron_expression": "*/5 * * * *",
+            "time_zone": "Europe/Berlin",
+            "priority": 3,
+            "event_data": {"a": 1},
+        },
+    ),
+}
+
+
+def _stored_row(pk):
+    """Every concrete column of the stored schedule, as the model reads it."""
+    columns = [f.attname for f in Schedule._meta.concrete_fields]
+    return dict(
+        zip(columns, Schedule.objects.filter(pk=pk).values_list(*columns).get(), strict=True)
+    )
+
+
+@pytest.mark.parametrize("case", sorted(SINGLE_CREATES))
+def test_the_created_event_is_the_definition_built_from_the_stored_row(case):
+    """The statement names only the columns that differ from their database defaults and
+    writes the others' definition fields as a constant: the stored event must be exactly
+    the object built from the stored row (what every reader has shown so far)."""
+    create, kwargs = SINGLE_CREATES[case]
+    schedule = create(**COMMON, actor="alice", **kwargs)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""SELECT e.payload,
+                       jsonb_build_object('actor', 'alice', 'at', s.created_ts,
+                           'definition', {audit.definition_sql("s")}),
+                       e.metadata,
+                       jsonb_build_object('actor', 'alice', 'schedule_name', s.schedule_name,
+                           'origin', s.origin)
+                FROM event_store_t e JOIN schedule_t s ON s.schedule_id = e.aggregate_id
+                WHERE e.aggregate_id = %s""",
+            [schedule.pk],
+        )
+        # jsonb comes back as text here: compared as JSON values (key order is not part of it).
+        payload, from_row, metadata, metadata_from_row = map(json.loads, cursor.fetchone())
+    assert payload == from_row
+    assert metadata == metadata_from_row
+    # And it is what the schedule is, field by field (times as the database spells them).
+    expected = audit.definition(schedule)
+    for name in ("start_ts", "end_ts"):
+        value = payload["definition"][name]
+        assert (value and datetime.fromisoformat(value)) == getattr(schedule, name)
+        expected.pop(name)
+    assert {k: v for k, v in payload["definition"].items() if k in expected} == expected
+
+
+@pytest.mark.parametrize("case", sorted(SINGLE_CREATES))
+def test_columns_left_to_the_database_store_what_the_instance_holds(case):
+    """The instance a create returns and the row it stored agree on every column, those the
+    statement named and those it left to their database default."""
+    create, kwargs = SINGLE_CREATES[case]
+    schedule = create(**COMMON, **kwargs)
+    stored = _stored_row(schedule.pk)
+    held = {name: getattr(schedule, name) for name in stored}
+    assert held == stored
+
+
+def test_a_delayed_message_names_only_the_columns_that_differ_from_their_defaults():
+    with CaptureQueriesContext(connection) as queries:
+        api.create_once(delay=timedelta(minutes=15), **COMMON)
+        api.create_once(delay=timedelta(minutes=15), priority=7, **COMMON)
+    first, second = (q["sql"] for q in queries)
+    named = first[first.index("(") : first.index(")")]
+    for column in ("priority", "catch_up_limit", "time_zone", "state", "fire_count", "end_ts"):
+        assert f'"{column}"' not in named
+    assert '"priority"' in second[second.index("(") : second.index(")")]
+    assert Schedule.objects.filter(priority=7).count() == 1
+    assert Schedule.objects.filter(priority=0).count() == 1
+
+
+def test_a_value_is_left_to_the_database_only_when_it_is_the_same_value_of_the_same_kind():
+    assert single_insert._is_default("UTC", "UTC")
+    assert single_insert._is_default(ScheduleState.ACTIVE, "ACTIVE")
+    assert single_insert._is_default(None, None)
+    assert single_insert._is_default(0, 0)
+    assert not single_insert._is_default(True, 1)
+    assert not single_insert._is_default(1, True)
+    assert not single_insert._is_default(0, None)
+    assert not single_insert._is_default(None, "")
+    assert not single_insert._is_default(0.0, 0)
+    assert not single_insert._is_default("x", single_insert._UNSET)
+
+
+def _prepared_creates() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s",
+            ['WITH c AS (%INSERT INTO "schedule_t"%'],
+        )
+        return cursor.fetchone()[0]
+
+
+def test_by_default_a_single_create_prepares_nothing():
+    """PgBouncer < 1.21 in transaction mode cannot carry a prepared statement."""
+    for create, kwargs in SINGLE_CREATES.values():
+        create(**COMMON, **kwargs)
+    assert _prepared_creates() == 0
+
+
+def test_with_prepare_creates_each_statement_is_prepared_and_does_the_same(settings):
+    """DSCHED_PREPARE_CREATES: each variant of the statement is prepared by the server once
+    and gives the same rows, events and errors, through Django's wrappers."""
+    settings.DSCHED_PREPARE_CREATES = True
+    for case, (create, kwargs) in sorted(SINGLE_CREATES.items()):
+        schedule = create(**COMMON, **kwargs)
+        stored = _stored_row(schedule.pk)
+        assert stored == {name: getattr(schedule, name) for name in stored}, case
+        event = Event.objects.get(aggregate_id=schedule.pk)
+        assert event.payload["definition"]["schedule_name"] == schedule.schedule_name, case
+    with CaptureQueriesContext(connection) as queries:
+        for n in range(3):
+            api.create_once(f"prepared-{n}", delay=timedelta(minutes=n), data={"n": n}, **COMMON)
+    assert len(queries) == 3  # the query log and execute wrappers still see them
+    with pytest.raises(ValidationError) as excinfo:
+        api.create_once("prepared-1", delay=timedelta(minutes=1), **COMMON)
+    assert excinfo.value.message_dict == {
+        NON_FIELD_ERRORS: ["Schedule with this Host id and Name already exists."]
+    }
+    again = api.create_once(delay=timedelta(minutes=15), key="k-1", **COMMON)
+    assert again.schedule_name == "k-1"
+    assert Schedule.objects.filter(idempotency_key="k-1").count() == 1
+    assert _prepared_creates() >= 4  # one per set of named columns
+    assert Event.objects.count() == Schedule.objects.count() == len(SINGLE_CREATES) + 3
+
+
+def test_with_prepare_creates_the_database_is_still_the_last_line(settings, monkeypatch):
+    settings.DSCHED_PREPARE_CREATES = True
+    fields, _holds = TWINS["dsched_schedule_end_after_start"]
+    monkeypatch.setitem(TWINS, "dsched_schedule_end_after_start", (fields, lambda s: True))
+    monkeypatch.setattr(Schedule, "clean", lambda self: None)
+    with transaction.atomic(), pytest.raises(ValidationError) as excinfo:
+        api.create_once(at=AT, end_ts=AT - timedelta(days=1), **COMMON)
+    assert excinfo.value.message_dict == {
+        NON_FIELD_ERRORS: ["Constraint “dsched_schedule_end_after_start” is violated."]
+    }
+    assert _prepared_creates() == 1
     assert not Schedule.objects.exists()
     assert not Event.objects.exists()
 

@@ -68,6 +68,22 @@ def test_a_renamed_setting_is_reported_by_its_new_name(settings):
     assert "DSCHED_LEASE_ID" in warning.msg
 
 
+def test_prepared_creates_behind_a_transaction_pooler_are_warned_about(settings):
+    from django_dsched.checks import check_prepared_creates
+
+    entry = settings.DATABASES["default"]
+    assert check_prepared_creates() == []
+    settings.DSCHED_PREPARE_CREATES = True
+    assert check_prepared_creates() == []  # a direct connection
+    entry["DISABLE_SERVER_SIDE_CURSORS"] = True
+    try:
+        (warning,) = check_prepared_creates()
+    finally:
+        del entry["DISABLE_SERVER_SIDE_CURSORS"]
+    assert warning.id == "dsched.W002"
+    assert "DSCHED_PREPARE_CREATES" in warning.msg
+
+
 def test_a_host_without_tzdata_is_refused(monkeypatch):
     from zoneinfo import ZoneInfoNotFoundError
 
