@@ -236,6 +236,16 @@ class _PreparingCursor(psycopg.Cursor[Any]):
             connection.prepare_threshold = threshold
 
 
+class _PreparedDebugWrapper(CursorDebugWrapper):
+    """Django's debug wrapper logging the statement with its values: its own reads them
+    back from the psycopg cursor, which keeps no query text for a prepared execution (the
+    log would hold None)."""
+
+    def execute(self, sql: Any, params: Any = None) -> Any:
+        with self.debug_sql(self.db.ops.compose_sql(sql, params), params):
+            return CursorWrapper.execute(self, sql, params)
+
+
 def _cursor(connection: BaseDatabaseWrapper) -> CursorWrapper:
     """Django's cursor, or with ``DSCHED_PREPARE_CREATES`` one that prepares its statement,
     wrapped as Django wraps its own."""
@@ -250,7 +260,7 @@ def _cursor(connection: BaseDatabaseWrapper) -> CursorWrapper:
     connection.validate_thread_sharing()
     cursor = _PreparingCursor(raw)
     # What connection.make_debug_cursor() / make_cursor() build (their stubs want a wrapper).
-    wrapper = CursorDebugWrapper if connection.queries_logged else CursorWrapper
+    wrapper = _PreparedDebugWrapper if connection.queries_logged else CursorWrapper
     return wrapper(cursor, connection)
 
 

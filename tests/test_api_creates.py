@@ -347,6 +347,24 @@ def test_with_prepare_creates_each_statement_is_prepared_and_does_the_same(setti
     assert Event.objects.count() == Schedule.objects.count() == len(SINGLE_CREATES) + 3
 
 
+def test_with_prepare_creates_the_query_log_holds_the_statement_and_its_values(settings):
+    """DEBUG's query log (connection.queries, CaptureQueriesContext, the debug toolbar) shows
+    a prepared create as it shows an unprepared one: the statement with its values, not
+    None (psycopg keeps no query text for a prepared execution)."""
+    settings.DSCHED_PREPARE_CREATES = True
+    logged = []
+    for name in ("logged-1", "logged-2"):  # the first prepares the statement, the second reuses it
+        with CaptureQueriesContext(connection) as queries:
+            schedule = api.create_once(name, delay=timedelta(minutes=5), **COMMON)
+        (query,) = queries.captured_queries
+        logged.append((query["sql"], schedule))
+    for sql, schedule in logged:
+        assert isinstance(sql, str)
+        assert sql.startswith('WITH c AS (\n    INSERT INTO "schedule_t"')
+        assert f"'{schedule.schedule_name}'" in sql
+        assert schedule.pk.hex in sql  # psycopg spells a uuid constant without dashes
+
+
 def test_with_prepare_creates_the_database_is_still_the_last_line(settings, monkeypatch):
     settings.DSCHED_PREPARE_CREATES = True
     fields, _holds = TWINS["dsched_schedule_end_after_start"]
