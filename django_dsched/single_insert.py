@@ -172,6 +172,8 @@ def insert_one(schedule: Schedule, delay: timedelta | None, *, actor: Any) -> bo
         if (timed and attname in TIMED) or _is_default(value, default):
             continue
         if isinstance(value, DatabaseDefault):
+            if default is not _UNSET:  # what the database stores (the clock's are read back)
+                values[attname] = default
             continue
         named.append(column)
         params[column] = (

@@ -13,6 +13,7 @@ from django.core.exceptions import NON_FIELD_ERRORS
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import connection, transaction
 from django.db.models import CheckConstraint, UniqueConstraint
+from django.db.models.expressions import DatabaseDefault
 from django.test.utils import CaptureQueriesContext
 
 from django_dsched import api, audit, creates, schedule_checks, single_insert
@@ -198,6 +199,21 @@ ALL_OPTIONS = {
     "jitter_seconds": 5,
     "priority": -4,
 }
+
+
+def _database_default(name):
+    """What Django puts in a field left to its ``db_default`` (a caller may pass it too)."""
+    field = Schedule._meta.get_field(name)
+    return DatabaseDefault(field.db_default, output_field=field)
+
+
+def _from_instance(*, topic, event_type, actor=None, **fields):
+    """The admin's and REST's create: an unsaved instance."""
+    return creates.create_instance(
+        Schedule(event_topic=topic, event_type=event_type, **fields), actor=actor
+    )[0]
+
+
 SINGLE_CREATES = {
     "delay": (api.create_once, {"delay": timedelta(minutes=15), "data": {"user": 1}}),
     "delay, key, defaults given": (
@@ -213,9 +229,7 @@ SINGLE_CREATES = {
     ),
     "cron": (api.create_cron, {"cron": "0 2 * * *", "time_zone": "America/New_York"}),
     "an unsaved instance (the admin's and REST's create)": (
-        lambda *, topic, event_type, actor=None, **fields: creates.create_instance(
-            Schedule(event_topic=topic, event_type=event_type, **fields), actor=actor
-        )[0],
+        _from_instance,
         {
             "schedule_name": "from-a-form",
             "schedule_kind": ScheduleKind.CRON,
@@ -223,6 +237,17 @@ SINGLE_CREATES = {
             "time_zone": "Europe/Berlin",
             "priority": 3,
             "event_data": {"a": 1},
+        },
+    ),
+    "an unsaved instance holding database defaults": (
+        _from_instance,
+        {
+            "schedule_name": "db-defaults",
+            "schedule_kind": ScheduleKind.CRON,
+            "cron_expression": "0 * * * *",
+            "priority": _database_default("priority"),
+            "paused_reason": _database_default("paused_reason"),
+            "fire_count": _database_default("fire_count"),
         },
     ),
 }
