@@ -10,8 +10,8 @@ as one ``jsonb`` constant of their database defaults written into the statement:
 object, whatever the mix. Statements are built once per set of named columns (a handful in
 practice) and cached.
 
-By default nothing is prepared server-side (PgBouncer < 1.21 in transaction mode cannot carry
-a prepared statement, docs/pgbouncer.md). ``DSCHED_PREPARE_CREATES`` (off by default) sends
+By default nothing is prepared server-side (PgBouncer < 1.22 in transaction mode cannot carry
+psycopg's prepared statements, docs/pgbouncer.md). ``DSCHED_PREPARE_CREATES`` (off by default) sends
 the statement through a server-binding psycopg cursor with ``prepare=True`` on Django's own
 connection and wrapper (the query log, execute wrappers and error translation stay), so the
 server parses and plans each variant once per session: about 1.7x the creates per second in

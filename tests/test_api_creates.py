@@ -390,6 +390,21 @@ def test_with_prepare_creates_the_query_log_holds_the_statement_and_its_values(s
         assert schedule.pk.hex in sql  # psycopg spells a uuid constant without dashes
 
 
+def test_with_prepare_creates_a_rollback_deallocates_every_prepared_statement(settings):
+    """psycopg sends DEALLOCATE ALL on a rollback once anything is prepared: why
+    docs/pgbouncer.md asks for PgBouncer >= 1.22 (1.21 passes it on to the server)."""
+    settings.DSCHED_PREPARE_CREATES = True
+    api.create_once(delay=timedelta(minutes=5), **COMMON)
+    assert _prepared_creates() == 1
+    with pytest.raises(RuntimeError), transaction.atomic():
+        api.create_once(delay=timedelta(minutes=5), **COMMON)
+        raise RuntimeError
+    assert _prepared_creates() == 0
+    api.create_once(delay=timedelta(minutes=5), **COMMON)  # prepared again
+    assert _prepared_creates() == 1
+    assert Schedule.objects.count() == Event.objects.count() == 2
+
+
 def test_with_prepare_creates_the_database_is_still_the_last_line(settings, monkeypatch):
     settings.DSCHED_PREPARE_CREATES = True
     fields, _holds = TWINS["dsched_schedule_end_after_start"]
