@@ -289,7 +289,8 @@ def check_renamed_settings(**kwargs: Any) -> list[CheckMessage]:
 def check_prepared_creates(**kwargs: Any) -> list[CheckMessage]:
     """DSCHED_PREPARE_CREATES with a database entry set up for a transaction pooler
     (DISABLE_SERVER_SIDE_CURSORS, docs/pgbouncer.md): PgBouncer < 1.21 cannot carry a
-    prepared statement from one transaction to the next (dsched.W002)."""
+    prepared statement from one transaction to the next, and 1.21 passes on to the server
+    the DEALLOCATE ALL psycopg sends after a rollback (dsched.W002)."""
     entry = connections.settings.get(app_settings.DATABASE, {})
     if not app_settings.PREPARE_CREATES or not entry.get("DISABLE_SERVER_SIDE_CURSORS"):
         return []
@@ -298,8 +299,8 @@ def check_prepared_creates(**kwargs: Any) -> list[CheckMessage]:
             "DSCHED_PREPARE_CREATES is on, and the database entry looks like it goes through "
             "a transaction pooler (DISABLE_SERVER_SIDE_CURSORS).",
             hint=(
-                "Behind PgBouncer older than 1.21, or without max_prepared_statements, a "
-                "create fails with 'prepared statement does not exist': turn "
+                "Behind PgBouncer older than 1.22, or without max_prepared_statements, "
+                "prepared statements fail with 'prepared statement does not exist': turn "
                 "DSCHED_PREPARE_CREATES off (docs/pgbouncer.md)."
             ),
             id="dsched.W002",

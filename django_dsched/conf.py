@@ -132,8 +132,9 @@ class AppSettings:
         "Single creates (api.create_*, the admin's and REST's create) send their statement as "
         "a server-side prepared statement (psycopg's prepare=True; about 1.7x the creates per "
         "second in a transaction, docs/performance.md). Only on a direct connection or behind "
-        "PgBouncer >= 1.21 with max_prepared_statements > 0: an older PgBouncer in transaction "
-        "mode cannot carry prepared statements (docs/pgbouncer.md).",
+        "PgBouncer >= 1.22 with max_prepared_statements > 0: an older PgBouncer in transaction "
+        "mode cannot carry prepared statements, and 1.21 passes on the DEALLOCATE ALL psycopg "
+        "sends after every rollback (docs/pgbouncer.md).",
     )
     MISFIRE_GRACE_SECONDS = Setting(
         60, "Grace of schedules with the SKIP misfire policy and no grace of their own (s)."

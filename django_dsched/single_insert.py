@@ -10,8 +10,8 @@ as one ``jsonb`` constant of their database defaults written into the statement:
 object, whatever the mix. Statements are built once per set of named columns (a handful in
 practice) and cached.
 
-By default nothing is prepared server-side (PgBouncer < 1.21 in transaction mode cannot carry
-a prepared statement, docs/pgbouncer.md). ``DSCHED_PREPARE_CREATES`` (off by default) sends
+By default nothing is prepared server-side (PgBouncer < 1.22 in transaction mode cannot carry
+psycopg's prepared statements, docs/pgbouncer.md). ``DSCHED_PREPARE_CREATES`` (off by default) sends
 the statement through a server-binding psycopg cursor with ``prepare=True`` on Django's own
 connection and wrapper (the query log, execute wrappers and error translation stay), so the
 server parses and plans each variant once per session: about 1.7x the creates per second in
@@ -172,6 +172,8 @@ def insert_one(schedule: Schedule, delay: timedelta | None, *, actor: Any) -> bo
         if (timed and attname in TIMED) or _is_default(value, default):
             continue
         if isinstance(value, DatabaseDefault):
+            if default is not _UNSET:  # what the database stores (the clock's are read back)
+                values[attname] = default
             continue
         named.append(column)
         params[column] = (
@@ -236,6 +238,16 @@ class _PreparingCursor(psycopg.Cursor[Any]):
             connection.prepare_threshold = threshold
 
 
+class _PreparedDebugWrapper(CursorDebugWrapper):
+    """Django's debug wrapper logging the statement with its values: its own reads them
+    back from the psycopg cursor, which keeps no query text for a prepared execution (the
+    log would hold None)."""
+
+    def execute(self, sql: Any, params: Any = None) -> Any:
+        with self.debug_sql(self.db.ops.compose_sql(sql, params), params):
+            return CursorWrapper.execute(self, sql, params)
+
+
 def _cursor(connection: BaseDatabaseWrapper) -> CursorWrapper:
     """Django's cursor, or with ``DSCHED_PREPARE_CREATES`` one that prepares its statement,
     wrapped as Django wraps its own."""
@@ -250,7 +262,7 @@ def _cursor(connection: BaseDatabaseWrapper) -> CursorWrapper:
     connection.validate_thread_sharing()
     cursor = _PreparingCursor(raw)
     # What connection.make_debug_cursor() / make_cursor() build (their stubs want a wrapper).
-    wrapper = CursorDebugWrapper if connection.queries_logged else CursorWrapper
+    wrapper = _PreparedDebugWrapper if connection.queries_logged else CursorWrapper
     return wrapper(cursor, connection)
 
 

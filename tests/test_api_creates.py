@@ -13,6 +13,7 @@ from django.core.exceptions import NON_FIELD_ERRORS
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import connection, transaction
 from django.db.models import CheckConstraint, UniqueConstraint
+from django.db.models.expressions import DatabaseDefault
 from django.test.utils import CaptureQueriesContext
 
 from django_dsched import api, audit, creates, schedule_checks, single_insert
@@ -198,6 +199,21 @@ ALL_OPTIONS = {
     "jitter_seconds": 5,
     "priority": -4,
 }
+
+
+def _database_default(name):
+    """What Django puts in a field left to its ``db_default`` (a caller may pass it too)."""
+    field = Schedule._meta.get_field(name)
+    return DatabaseDefault(field.db_default, output_field=field)
+
+
+def _from_instance(*, topic, event_type, actor=None, **fields):
+    """The admin's and REST's create: an unsaved instance."""
+    return creates.create_instance(
+        Schedule(event_topic=topic, event_type=event_type, **fields), actor=actor
+    )[0]
+
+
 SINGLE_CREATES = {
     "delay": (api.create_once, {"delay": timedelta(minutes=15), "data": {"user": 1}}),
     "delay, key, defaults given": (
@@ -213,9 +229,7 @@ SINGLE_CREATES = {
     ),
     "cron": (api.create_cron, {"cron": "0 2 * * *", "time_zone": "America/New_York"}),
     "an unsaved instance (the admin's and REST's create)": (
-        lambda *, topic, event_type, actor=None, **fields: creates.create_instance(
-            Schedule(event_topic=topic, event_type=event_type, **fields), actor=actor
-        )[0],
+        _from_instance,
         {
             "schedule_name": "from-a-form",
             "schedule_kind": ScheduleKind.CRON,
@@ -223,6 +237,17 @@ SINGLE_CREATES = {
             "time_zone": "Europe/Berlin",
             "priority": 3,
             "event_data": {"a": 1},
+        },
+    ),
+    "an unsaved instance holding database defaults": (
+        _from_instance,
+        {
+            "schedule_name": "db-defaults",
+            "schedule_kind": ScheduleKind.CRON,
+            "cron_expression": "0 * * * *",
+            "priority": _database_default("priority"),
+            "paused_reason": _database_default("paused_reason"),
+            "fire_count": _database_default("fire_count"),
         },
     ),
 }
@@ -345,6 +370,39 @@ def test_with_prepare_creates_each_statement_is_prepared_and_does_the_same(setti
     assert Schedule.objects.filter(idempotency_key="k-1").count() == 1
     assert _prepared_creates() >= 4  # one per set of named columns
     assert Event.objects.count() == Schedule.objects.count() == len(SINGLE_CREATES) + 3
+
+
+def test_with_prepare_creates_the_query_log_holds_the_statement_and_its_values(settings):
+    """DEBUG's query log (connection.queries, CaptureQueriesContext, the debug toolbar) shows
+    a prepared create as it shows an unprepared one: the statement with its values, not
+    None (psycopg keeps no query text for a prepared execution)."""
+    settings.DSCHED_PREPARE_CREATES = True
+    logged = []
+    for name in ("logged-1", "logged-2"):  # the first prepares the statement, the second reuses it
+        with CaptureQueriesContext(connection) as queries:
+            schedule = api.create_once(name, delay=timedelta(minutes=5), **COMMON)
+        (query,) = queries.captured_queries
+        logged.append((query["sql"], schedule))
+    for sql, schedule in logged:
+        assert isinstance(sql, str)
+        assert sql.startswith('WITH c AS (\n    INSERT INTO "schedule_t"')
+        assert f"'{schedule.schedule_name}'" in sql
+        assert schedule.pk.hex in sql  # psycopg spells a uuid constant without dashes
+
+
+def test_with_prepare_creates_a_rollback_deallocates_every_prepared_statement(settings):
+    """psycopg sends DEALLOCATE ALL on a rollback once anything is prepared: why
+    docs/pgbouncer.md asks for PgBouncer >= 1.22 (1.21 passes it on to the server)."""
+    settings.DSCHED_PREPARE_CREATES = True
+    api.create_once(delay=timedelta(minutes=5), **COMMON)
+    assert _prepared_creates() == 1
+    with pytest.raises(RuntimeError), transaction.atomic():
+        api.create_once(delay=timedelta(minutes=5), **COMMON)
+        raise RuntimeError
+    assert _prepared_creates() == 0
+    api.create_once(delay=timedelta(minutes=5), **COMMON)  # prepared again
+    assert _prepared_creates() == 1
+    assert Schedule.objects.count() == Event.objects.count() == 2
 
 
 def test_with_prepare_creates_the_database_is_still_the_last_line(settings, monkeypatch):
