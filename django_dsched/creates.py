@@ -28,7 +28,7 @@ from django.db import IntegrityError, connections
 from django.db.models import Field
 from django.utils.translation import gettext as _
 
-from django_dsched import audit
+from django_dsched import audit, bulk_insert
 from django_dsched.clock import database_now
 from django_dsched.conf import app_settings
 from django_dsched.enums import ScheduleKind, ScheduleState
@@ -280,6 +280,9 @@ def insert(items: Sequence[Prepared], *, actor: Any) -> None:
     conflict gets ``created = False`` and is left as it was.
     """
     if not items:
+        return
+    if len(items) > 1:
+        bulk_insert.insert_many(items, actor=actor)
         return
     connection = connections[app_settings.DATABASE]
     who = audit.actor_name(actor)

@@ -62,6 +62,19 @@ def test_a_thousand_one_shots_take_one_statement():
     assert len(created) == Schedule.objects.count() == Event.objects.count() == 1000
 
 
+def test_times_read_back_are_the_orms_values_in_the_orms_time_zone():
+    """The bulk statement's results come in binary through its own timestamptz loader:
+    each value, and its tzinfo, as Django's own loader gives it."""
+    specs = [api.Once(delay=timedelta(minutes=n), data={"n": n}, **COMMON) for n in range(3)]
+    created = api.bulk_create([*specs, api.Once(at=AT, **COMMON)])
+    for schedule in created:
+        stored = Schedule.objects.get(pk=schedule.pk)
+        for name in ("start_ts", "next_run_ts", "next_slot_ts", "created_ts", "updated_ts"):
+            mine, orms = getattr(schedule, name), getattr(stored, name)
+            assert (mine, mine.tzinfo) == (orms, orms.tzinfo), name
+        assert schedule.bucket_key == stored.bucket_key
+
+
 def test_bad_items_are_named_by_index_and_field_and_nothing_is_written():
     api.create_interval("taken", every=1, **COMMON)
     specs = [
