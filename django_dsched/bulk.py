@@ -14,7 +14,7 @@ import gc
 import itertools
 import uuid
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from django.core.exceptions import NON_FIELD_ERRORS
@@ -22,9 +22,10 @@ from django.db import connections, transaction
 from django.utils.translation import gettext as _
 
 from django_dsched import binding, services
+from django_dsched.bulk_insert import CHUNK, Inserter
 from django_dsched.changes import ChangeCount
 from django_dsched.conf import app_settings
-from django_dsched.creates import Prepared, Preparer, existing_by_key, insert
+from django_dsched.creates import Prepared, Preparer, existing_by_key
 from django_dsched.exceptions import BulkValidationError, ValidationError
 from django_dsched.models import Schedule
 from django_dsched.models.schedule import resolve_host
@@ -159,7 +160,10 @@ def bulk_create(specs: Iterable[Spec | Schedule], *, actor: Any = None) -> list[
     keys: dict[tuple[uuid.UUID, str], int] = {}
     names: dict[tuple[uuid.UUID, str], int] = {}
     ids: dict[uuid.UUID, int] = {}
-    for index, spec in enumerate(items):
+
+    def check(index: int, spec: Spec | Schedule) -> Prepared | None:
+        """``spec`` validated, or None with its errors recorded."""
+        nonlocal errors
         try:
             if isinstance(spec, Schedule):
                 item = preparer.prepare_instance(spec)
@@ -167,85 +171,99 @@ def bulk_create(specs: Iterable[Spec | Schedule], *, actor: Any = None) -> list[
                 item = preparer.prepare(spec)
         except ValidationError as exc:
             errors += _item_errors(index, spec, exc)
-            continue
+            return None
         schedule = item.schedule
         first = ids.setdefault(schedule.schedule_id, index)
         if first != index:  # two instances built with one id
-            errors.append(
-                (
-                    index,
-                    _spec_field("schedule_id", spec),
-                    _("Item %(first)d has the same id.") % {"first": first},
-                )
-            )
-            continue
+            message = _("Item %(first)d has the same id.") % {"first": first}
+            errors.append((index, _spec_field("schedule_id", spec), message))
+            return None
         key = schedule.idempotency_key
         if key is not None:
             first = keys.setdefault((schedule.host_id, key), index)
             if first != index:
-                errors.append(
-                    (
-                        index,
-                        _spec_field("idempotency_key", spec),
-                        _("Item %(first)d has the same key.") % {"first": first},
-                    )
-                )
-                continue
+                message = _("Item %(first)d has the same key.") % {"first": first}
+                errors.append((index, _spec_field("idempotency_key", spec), message))
+                return None
         first = names.setdefault((schedule.host_id, schedule.schedule_name), index)
         if first != index:
-            errors.append(
-                (
-                    index,
-                    _spec_field("schedule_name", spec),
-                    _("Item %(first)d has the same name.") % {"first": first},
-                )
-            )
-            continue
-        prepared.append(item)
-    if errors:
-        raise BulkValidationError(errors)
-    positions = {id(item): n for n, item in enumerate(prepared)}
-    with transaction.atomic(using=app_settings.DATABASE):
-        insert(prepared, actor=actor)
-        skipped = [item for item in prepared if not item.created]
-        if not skipped:
-            return [item.schedule for item in prepared]
-        found = existing_by_key(skipped)
-        result = [item.schedule for item in prepared]
-        refused = [
-            item
-            for item in skipped
-            if item.schedule.idempotency_key is None
-            or (item.schedule.host_id, item.schedule.idempotency_key) not in found
-        ]
-        taken_ids = set(
-            Schedule.objects.using(app_settings.DATABASE)
-            .filter(pk__in=[item.schedule.schedule_id for item in refused])
-            .values_list("pk", flat=True)
-            if refused
-            else ()
-        )
-        for item in skipped:
-            schedule = item.schedule
-            existing = (
-                found.get((schedule.host_id, schedule.idempotency_key))
-                if schedule.idempotency_key is not None
-                else None
-            )
-            if existing is None and schedule.schedule_id in taken_ids:
-                index = positions[id(item)]
-                field = _spec_field("schedule_id", items[index])
-                errors.append((index, field, _("A schedule with this id already exists.")))
-            elif existing is None:
-                index = positions[id(item)]
-                field = _spec_field("schedule_name", items[index])
-                errors += [
-                    (index, field, message) for message in unique_name_error(schedule).messages
-                ]
-            else:
-                result[positions[id(item)]] = existing
+            message = _("Item %(first)d has the same name.") % {"first": first}
+            errors.append((index, _spec_field("schedule_name", spec), message))
+            return None
+        return item
+
+    # Each chunk is sent as soon as it is validated, while no item so far has an error:
+    # the server inserts it while the next one is validated. Any error stops the sending
+    # (the rest is still validated, to report every error) and the savepoint undoes what
+    # was sent: nothing is written, as when validation came first.
+    with ExitStack() as stack:
+        inserter: Inserter | None = None
+        sending = ExitStack()
+        for offset in range(0, len(items), CHUNK):
+            chunk = [
+                item
+                for index in range(offset, min(offset + CHUNK, len(items)))
+                if (item := check(index, items[index])) is not None
+            ]
+            prepared += chunk
+            if errors or not chunk:
+                continue
+            if inserter is None:
+                stack.enter_context(transaction.atomic(using=app_settings.DATABASE))
+                sending = stack.enter_context(ExitStack())  # left before the savepoint
+                inserter = sending.enter_context(Inserter(actor=actor))
+            inserter.send(chunk)
         if errors:
             raise BulkValidationError(errors)
+        if inserter is None:
+            return []
+        inserter.finish()
+        sending.close()
+        return _settle(items, prepared)
+
+
+def _settle(items: list[Any], prepared: list[Prepared]) -> list[Schedule]:
+    """The schedules of ``prepared`` once inserted: an item the insert skipped is the
+    existing schedule with its key, or an error (its id or its name is taken)."""
+    skipped = [item for item in prepared if not item.created]
+    if not skipped:
+        return [item.schedule for item in prepared]
+    errors: list[tuple[int, str, str]] = []
+    positions = {id(item): n for n, item in enumerate(prepared)}
+    found = existing_by_key(skipped)
+    result = [item.schedule for item in prepared]
+    refused = [
+        item
+        for item in skipped
+        if item.schedule.idempotency_key is None
+        or (item.schedule.host_id, item.schedule.idempotency_key) not in found
+    ]
+    taken_ids = set(
+        Schedule.objects.using(app_settings.DATABASE)
+        .filter(pk__in=[item.schedule.schedule_id for item in refused])
+        .values_list("pk", flat=True)
+        if refused
+        else ()
+    )
+    for item in skipped:
+        schedule = item.schedule
+        existing = (
+            found.get((schedule.host_id, schedule.idempotency_key))
+            if schedule.idempotency_key is not None
+            else None
+        )
+        if existing is None and schedule.schedule_id in taken_ids:
+            index = positions[id(item)]
+            field = _spec_field("schedule_id", items[index])
+            errors.append((index, field, _("A schedule with this id already exists.")))
+        elif existing is None:
+            index = positions[id(item)]
+            field = _spec_field("schedule_name", items[index])
+            errors += [(index, field, message) for message in unique_name_error(schedule).messages]
+        else:
+            result[positions[id(item)]] = existing
+    if errors:
+        raise BulkValidationError(errors)
     return result
 
 

@@ -19,7 +19,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import IntegrityError, connections
+from django.db import DatabaseError, IntegrityError, connections
 from django.db.models import Field
 
 from django_dsched import audit, binding
@@ -29,7 +29,7 @@ from django_dsched.schedule_checks import constraint_error
 from django_dsched.specs import database_defaults
 
 # Rows per statement.
-CHUNK = 5_000
+CHUNK = 2_500
 # Columns computed in SQL for a one-shot given by delay=.
 TIMED = ("start_ts", "next_run_ts", "next_slot_ts")
 # Per-row inputs that are not columns: a delay= (the time is the statement's plus it).
@@ -123,36 +123,68 @@ def _same(values: list[Any]) -> bool:
     return values.count(first) == len(values) and len(set(map(type, values))) == 1
 
 
-def insert_many(items: Sequence[Any], *, actor: Any) -> None:
-    """Insert ``items`` (``creates.Prepared``, at least one) with their "created" events.
-
-    Each inserted item gets the values the database computed; one skipped by a unique
-    conflict gets ``created = False`` and is left as it was.
-    """
-    connection = connections[app_settings.DATABASE]
-    who = audit.actor_name(actor)
-    filled = tuple(database_defaults(items[0].schedule))
-    columns = _columns(filled)
-    # Read back: the time (of a delay=) and what the database filled in. ``updated_ts``
-    # is ``created_ts`` (both now()); ``next_run_ts`` and ``next_slot_ts`` of a delay= are
-    # its start (no jitter: see Preparer._once_time).
-    returned = ("start_ts", *(c for c in filled if c != "updated_ts"))
+def _readers(returned: tuple[str, ...]) -> list[tuple[str, Any]]:
+    """(attribute, from_db_value or None) of each column read back."""
     by_column = {str(field.column): field for field in Schedule._meta.concrete_fields}
-    readers = [
+    return [
         (by_column[column].attname, getattr(by_column[column], "from_db_value", None))
         for column in returned
     ]
-    dumps = json.dumps
-    for offset in range(0, len(items), CHUNK):
-        chunk = items[offset : offset + CHUNK]
-        schedules = [item.schedule for item in chunk]
-        rows_values = [schedule.__dict__ for schedule in schedules]
+
+
+class Inserter:
+    """Sends the statement of each chunk as soon as it is given (:meth:`send`) and reads
+    every result in :meth:`finish`: a context manager holding psycopg's pipeline mode, so
+    a statement goes out without waiting for the previous one's result, and the caller
+    validates the next chunk while the server inserts this one (two cores, in parallel).
+
+    A statement that fails (a constraint) is raised by :meth:`finish`; the statements after
+    it are not run. Leaving the block on an exception drops the results unread (the
+    caller's savepoint undoes whatever was sent).
+    """
+
+    def __init__(self, *, actor: Any) -> None:
+        self.connection = connections[app_settings.DATABASE]
+        self.who = audit.actor_name(actor)
+        self._sent: list[tuple[Any, Sequence[Any], tuple[str, ...]]] = []
+        self._pipeline: Any = None
+
+    def __enter__(self) -> Inserter:
+        self.connection.ensure_connection()
+        with self.connection.wrap_database_errors:
+            self._pipeline = self.connection.connection.pipeline()
+            self._pipeline.__enter__()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: Any, traceback: Any) -> None:
+        pipeline, self._pipeline = self._pipeline, None
+        try:
+            with self.connection.wrap_database_errors:
+                pipeline.__exit__(kind, exc, traceback)
+        except DatabaseError:
+            if kind is None:
+                raise
+            # Already leaving on an error (a validation error, say): the one raised is
+            # that one; the savepoint is rolled back anyway.
+        finally:
+            for cursor, _chunk, _returned in self._sent:
+                cursor.close()
+            self._sent.clear()
+
+    def send(self, chunk: Sequence[Any]) -> None:
+        """Send the insert of ``chunk`` (``creates.Prepared``, at most :data:`CHUNK`)."""
+        filled = tuple(database_defaults(chunk[0].schedule))
+        # Read back: the time (of a delay=) and what the database filled in. ``updated_ts``
+        # is ``created_ts`` (both now()); ``next_run_ts`` and ``next_slot_ts`` of a delay=
+        # are its start (no jitter: see Preparer._once_time).
+        returned = ("start_ts", *(c for c in filled if c != "updated_ts"))
+        rows_values = [item.schedule.__dict__ for item in chunk]
         inputs: dict[str, list[Any]] = {}
-        for field, attname, column, is_json in columns:
+        for field, attname, column, is_json in _columns(filled):
             if is_json:
                 encoder = getattr(field, "encoder", None)
                 inputs[column] = [
-                    None if value is None else dumps(value, cls=encoder)
+                    None if value is None else json.dumps(value, cls=encoder)
                     for value in (values[attname] for values in rows_values)
                 ]
             else:
@@ -162,35 +194,52 @@ def insert_many(items: Sequence[Any], *, actor: Any) -> None:
             name for name, values in inputs.items() if name != "schedule_id" and _same(values)
         )
         statement = _statement(filled, returned, shared)
-        params: dict[str, Any] = {"event_type_": audit.PREFIX + "created", "actor_": who}
+        params: dict[str, Any] = {"event_type_": audit.PREFIX + "created", "actor_": self.who}
         params.update({name: inputs[name][0] for name in shared})
         arrays = [name for name in inputs if name not in shared]
         params.update({f"a{n}": inputs[name] for n, name in enumerate(arrays)})
-        try:
-            with binding.cursor(connection) as cursor:
-                cursor.execute(statement, params)
+        cursor = binding.cursor(self.connection)
+        self._sent.append((cursor, chunk, returned))
+        cursor.execute(statement, params)
+
+    def finish(self) -> None:
+        """Read each statement's rows: each inserted item gets the values the database
+        computed; one skipped by a unique conflict gets ``created = False``."""
+        connection, alias = self.connection, self.connection.alias
+        for cursor, chunk, returned in self._sent:
+            try:
                 rows = cursor.fetchall()
-        except IntegrityError as exc:
-            raise constraint_error(exc, schedules[0] if len(schedules) == 1 else None) from exc
-        position = {schedule.schedule_id: n for n, schedule in enumerate(schedules)}
-        inserted = set()
-        alias = connection.alias
-        for row in rows:
-            index = position[row[0]]
-            inserted.add(index)
-            values = rows_values[index]
-            for (attname, converter), value in zip(readers, row[1:], strict=True):
-                values[attname] = converter(value, None, connection) if converter else value
-            values["updated_ts"] = values["created_ts"]
-            if chunk[index].delay is not None:
-                values["next_run_ts"] = values["next_slot_ts"] = values["start_ts"]
-            state = values["_state"]
-            state.adding = False
-            state.db = alias
-        if len(inserted) < len(chunk):
-            for n, item in enumerate(chunk):
-                if n not in inserted:
-                    item.created = False
+            except IntegrityError as exc:
+                raise constraint_error(exc, chunk[0].schedule if len(chunk) == 1 else None) from exc
+            readers = _readers(returned)
+            position = {item.schedule.schedule_id: n for n, item in enumerate(chunk)}
+            inserted = set()
+            for row in rows:
+                index = position[row[0]]
+                inserted.add(index)
+                item = chunk[index]
+                values = item.schedule.__dict__
+                for (attname, converter), value in zip(readers, row[1:], strict=True):
+                    values[attname] = converter(value, None, connection) if converter else value
+                values["updated_ts"] = values["created_ts"]
+                if item.delay is not None:
+                    values["next_run_ts"] = values["next_slot_ts"] = values["start_ts"]
+                state = values["_state"]
+                state.adding = False
+                state.db = alias
+            if len(inserted) < len(chunk):
+                for n, item in enumerate(chunk):
+                    if n not in inserted:
+                        item.created = False
 
 
-__all__ = ["CHUNK", "insert_many"]
+def insert_many(items: Sequence[Any], *, actor: Any) -> None:
+    """Insert ``items`` (``creates.Prepared``, at least one) with their "created" events,
+    one statement per :data:`CHUNK` (see :class:`Inserter`)."""
+    with Inserter(actor=actor) as inserter:
+        for offset in range(0, len(items), CHUNK):
+            inserter.send(items[offset : offset + CHUNK])
+        inserter.finish()
+
+
+__all__ = ["CHUNK", "Inserter", "insert_many"]

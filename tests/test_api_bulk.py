@@ -107,6 +107,57 @@ def test_bad_items_are_named_by_index_and_field_and_nothing_is_written():
     assert Schedule.objects.count() == 1  # only "taken"
 
 
+def test_an_error_found_after_chunks_were_sent_writes_nothing(monkeypatch):
+    """Chunks are sent while later ones are validated: an invalid item (or a repeated key)
+    in a later chunk stops the sending, every error is still reported, and what was sent
+    is undone; the caller's transaction stays usable."""
+    monkeypatch.setattr("django_dsched.bulk.CHUNK", 2)
+    events = Event.objects.count()
+    specs = [api.Once(delay=timedelta(minutes=1), key=f"k{n}", **COMMON) for n in range(5)]
+    specs += [
+        api.Interval(every=0, **COMMON),
+        api.Once(delay=timedelta(minutes=1), key="k1", **COMMON),
+        api.Cron(cron="61 * * * *", **COMMON),
+    ]
+    with transaction.atomic():
+        with (
+            CaptureQueriesContext(connections["default"]) as queries,
+            pytest.raises(BulkValidationError) as excinfo,
+        ):
+            api.bulk_create(specs)
+        assert [q["sql"].split()[0] for q in queries].count("WITH") == 2  # two chunks sent
+        assert {(i, f) for i, f, _m in excinfo.value.item_errors} == {
+            (5, "every"),
+            (6, "key"),
+            (7, "cron"),
+        }
+        assert Schedule.objects.count() == 0 and Event.objects.count() == events
+        assert api.create_once("after", delay=timedelta(minutes=1), **COMMON).pk
+    assert list(Schedule.objects.values_list("schedule_name", flat=True)) == ["after"]
+
+
+def test_chunks_sent_while_validating_read_the_clock_and_keep_their_order(monkeypatch):
+    """An item needing the database's clock in a later chunk reads it while earlier chunks
+    are in flight; every item comes back in order, created once, with its event."""
+    monkeypatch.setattr("django_dsched.bulk.CHUNK", 3)
+    api.create_once("old", key="known", delay=timedelta(hours=1), **COMMON)
+    specs: list[Any] = [
+        api.Once(delay=timedelta(minutes=n), data={"n": n}, **COMMON) for n in range(4)
+    ]
+    specs += [
+        api.Interval(name="every-2", every=2, **COMMON),  # no start: the clock
+        api.Once(delay=timedelta(minutes=1), key="known", **COMMON),
+        api.Cron(name="nightly", cron="0 2 * * *", **COMMON),
+    ]
+    created = api.bulk_create(specs)
+    assert [s.event_data.get("n") for s in created[:4]] == [0, 1, 2, 3]
+    assert created[4].schedule_name == "every-2" and created[4].start_ts is not None
+    assert created[5].schedule_name == "old"
+    assert created[6].schedule_name == "nightly"
+    assert Schedule.objects.count() == 7
+    assert Event.objects.filter(event_type="dsched.schedule.created").count() == 7
+
+
 def test_a_name_taken_in_the_database_undoes_the_whole_call():
     api.create_interval("taken", every=1, **COMMON)
     specs = [
