@@ -33,6 +33,10 @@ from django_dsched.schedule_checks import unique_name_error
 from django_dsched.specs import Once, Spec
 from django_dsched.validation import storable_text
 
+# Items validated before the first statement goes out (then CHUNK at a time, each sent
+# while the next is validated).
+FIRST_CHUNK = 1_000
+
 # A model field's error, named by the spec keyword that set it.
 SPEC_FIELDS = {
     "schedule_name": "name",
@@ -164,6 +168,7 @@ def bulk_create(specs: Iterable[Spec | Schedule], *, actor: Any = None) -> list[
     def check(index: int, spec: Spec | Schedule) -> Prepared | None:
         """``spec`` validated, or None with its errors recorded."""
         nonlocal errors
+        spec_is_instance = isinstance(spec, Schedule)
         try:
             if isinstance(spec, Schedule):
                 item = preparer.prepare_instance(spec)
@@ -173,7 +178,8 @@ def bulk_create(specs: Iterable[Spec | Schedule], *, actor: Any = None) -> list[
             errors += _item_errors(index, spec, exc)
             return None
         schedule = item.schedule
-        first = ids.setdefault(schedule.schedule_id, index)
+        # An id made here (a spec's) is new: only instances may repeat one.
+        first = ids.setdefault(schedule.schedule_id, index) if spec_is_instance else index
         if first != index:  # two instances built with one id
             message = _("Item %(first)d has the same id.") % {"first": first}
             errors.append((index, _spec_field("schedule_id", spec), message))
@@ -199,10 +205,13 @@ def bulk_create(specs: Iterable[Spec | Schedule], *, actor: Any = None) -> list[
     with ExitStack() as stack:
         inserter: Inserter | None = None
         sending = ExitStack()
-        for offset in range(0, len(items), CHUNK):
+        # The first chunk is smaller: nothing runs beside its validation.
+        first = min(FIRST_CHUNK, CHUNK)
+        bounds = [0, *range(first, len(items), CHUNK), len(items)]
+        for start, end in itertools.pairwise(bounds):
             chunk = [
                 item
-                for index in range(offset, min(offset + CHUNK, len(items)))
+                for index in range(start, end)
                 if (item := check(index, items[index])) is not None
             ]
             prepared += chunk

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from operator import itemgetter
 from typing import Any
 
 from django.db import DatabaseError, IntegrityError, connections
@@ -25,7 +26,7 @@ from django.db.models import Field
 from django_dsched import audit, binding
 from django_dsched.conf import app_settings
 from django_dsched.models import Event, Schedule
-from django_dsched.schedule_checks import constraint_error
+from django_dsched.schedule_checks import FieldCache, constraint_error
 from django_dsched.specs import database_defaults
 
 # Rows per statement.
@@ -146,6 +147,7 @@ class Inserter:
     def __init__(self, *, actor: Any) -> None:
         self.connection = connections[app_settings.DATABASE]
         self.who = audit.actor_name(actor)
+        self.cache = FieldCache.shared()
         self._sent: list[tuple[Any, Sequence[Any], tuple[str, ...]]] = []
         self._pipeline: Any = None
 
@@ -183,12 +185,16 @@ class Inserter:
         for field, attname, column, is_json in _columns(filled):
             if is_json:
                 encoder = getattr(field, "encoder", None)
+                # Event data validated by its one compact encoding is sent as that text.
+                known = self.cache.json_text if attname == "event_data" and not encoder else None
                 inputs[column] = [
-                    None if value is None else json.dumps(value, cls=encoder)
-                    for value in (values[attname] for values in rows_values)
+                    None
+                    if value is None
+                    else ((known and known(value)) or json.dumps(value, cls=encoder))
+                    for value in map(itemgetter(attname), rows_values)
                 ]
             else:
-                inputs[column] = [values[attname] for values in rows_values]
+                inputs[column] = list(map(itemgetter(attname), rows_values))
         inputs["delay_"] = [item.delay for item in chunk]
         shared = frozenset(
             name for name, values in inputs.items() if name != "schedule_id" and _same(values)
@@ -212,6 +218,8 @@ class Inserter:
             except IntegrityError as exc:
                 raise constraint_error(exc, chunk[0].schedule if len(chunk) == 1 else None) from exc
             readers = _readers(returned)
+            attnames = [attname for attname, _converter in readers]
+            converted = [(n, c) for n, (_a, c) in enumerate(readers) if c is not None]
             position = {item.schedule.schedule_id: n for n, item in enumerate(chunk)}
             inserted = set()
             for row in rows:
@@ -219,8 +227,12 @@ class Inserter:
                 inserted.add(index)
                 item = chunk[index]
                 values = item.schedule.__dict__
-                for (attname, converter), value in zip(readers, row[1:], strict=True):
-                    values[attname] = converter(value, None, connection) if converter else value
+                read = row[1:]
+                if converted:
+                    read = list(read)
+                    for n, converter in converted:
+                        read[n] = converter(read[n], None, connection)
+                values.update(zip(attnames, read, strict=True))
                 values["updated_ts"] = values["created_ts"]
                 if item.delay is not None:
                     values["next_run_ts"] = values["next_slot_ts"] = values["start_ts"]
