@@ -75,6 +75,30 @@ def test_times_read_back_are_the_orms_values_in_the_orms_time_zone():
         assert schedule.bucket_key == stored.bucket_key
 
 
+def test_event_data_is_stored_as_given_whether_sent_as_its_checked_text_or_encoded():
+    """Event data accepted by its one compact encoding goes to the database as that text;
+    data shared by several items, or that needed the full check, is encoded again: every
+    stored value (and its created event's copy) is the value given."""
+    shared = {"same": ["object", 1, 2.5, None, True]}
+    datas: list[Any] = [
+        {"n": 1, "text": "é ☃", "nested": {"a": [1, {"b": []}]}},
+        {"emoji": "\U0001f600"},  # written as surrogate escapes: the full check
+        shared,
+        shared,
+        {"quote": 'a "b" \\ c', "big": 10**30, "neg": -0.0},
+        {},
+    ]
+    created = api.bulk_create(
+        [api.Once(delay=timedelta(minutes=1), data=data, **COMMON) for data in datas]
+    )
+    for schedule, data in zip(created, datas, strict=True):
+        stored = Schedule.objects.get(pk=schedule.pk).event_data
+        event = Event.objects.get(aggregate_id=schedule.pk, event_type="dsched.schedule.created")
+        expected = json.loads(json.dumps(data))
+        assert stored == expected
+        assert event.payload["definition"]["event_data"] == expected
+
+
 def test_bad_items_are_named_by_index_and_field_and_nothing_is_written():
     api.create_interval("taken", every=1, **COMMON)
     specs = [
