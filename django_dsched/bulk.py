@@ -153,7 +153,8 @@ def bulk_create(specs: Iterable[Spec | Schedule], *, actor: Any = None) -> list[
 
     All or nothing: any invalid item (or a key, a name or an instance's id given twice in
     the call, or an instance's id already taken) raises :class:`BulkValidationError` and
-    nothing is written. One statement per 5,000 items (plus one to read the database's
+    nothing is written. One statement for the first 1,000 items, then one per 2,500, each
+    sent while the next is validated (plus one to read the database's
     clock when an item needs it, and one to read the schedules whose keys exist, and one
     whether the ids of items the insert skipped are taken, when any are not keys found).
     """
