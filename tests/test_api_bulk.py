@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from django.db import connections, transaction
+from django.db import IntegrityError, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
 from django_dsched import api, audit
@@ -158,6 +158,27 @@ def test_an_error_found_after_chunks_were_sent_writes_nothing(monkeypatch):
         assert Schedule.objects.count() == 0 and Event.objects.count() == events
         assert api.create_once("after", delay=timedelta(minutes=1), **COMMON).pk
     assert list(Schedule.objects.values_list("schedule_name", flat=True)) == ["after"]
+
+
+def test_a_database_error_in_a_sent_chunk_undoes_the_call(monkeypatch):
+    """A statement the server refuses (here a CHECK constraint Python knows nothing of)
+    while later chunks are in flight: the call raises Django's IntegrityError, nothing is
+    written, and the caller's transaction goes on."""
+    monkeypatch.setattr("django_dsched.bulk.CHUNK", 2)
+    specs = [api.Once(delay=timedelta(minutes=1), **COMMON) for _n in range(4)]
+    specs += [api.Once(delay=timedelta(minutes=1), topic="forbidden", event_type="x")]
+    specs += [api.Once(delay=timedelta(minutes=1), **COMMON)]
+    with transaction.atomic():
+        sql(
+            "ALTER TABLE schedule_t ADD CONSTRAINT test_not_forbidden"
+            " CHECK (event_topic <> 'forbidden')"
+        )
+        with pytest.raises(IntegrityError, match="test_not_forbidden"):
+            api.bulk_create(specs)
+        assert Schedule.objects.count() == 0
+        assert api.bulk_create(specs[:2])  # the transaction is usable
+        transaction.set_rollback(True)  # the constraint goes too
+    assert Schedule.objects.count() == 0 and Event.objects.count() == 0
 
 
 def test_chunks_sent_while_validating_read_the_clock_and_keep_their_order(monkeypatch):
