@@ -77,7 +77,7 @@ def main() -> None:
     bench.reset()
     preparer = creates.Preparer()
     bulk_sql, bulk_params = capture(
-        lambda: creates.insert(
+        lambda: bulk_insert.insert_many(
             [preparer.prepare(spec) for spec in bench.specs(0, ROWS)],  # type: ignore[arg-type]
             actor=None,
         )
