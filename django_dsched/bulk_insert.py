@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from operator import itemgetter
 from typing import Any
 
+import psycopg
 from django.db import DatabaseError, IntegrityError, connections
 from django.db.models import Field
 
@@ -153,16 +154,20 @@ class Inserter:
 
     def __enter__(self) -> Inserter:
         self.connection.ensure_connection()
-        with self.connection.wrap_database_errors:
-            self._pipeline = self.connection.connection.pipeline()
-            self._pipeline.__enter__()
+        # Pipeline mode needs libpq 14 or later (psycopg's binary package bundles one); with
+        # an older libpq each statement runs as it is sent: the same result, no overlap.
+        if psycopg.Pipeline.is_supported():
+            with self.connection.wrap_database_errors:
+                self._pipeline = self.connection.connection.pipeline()
+                self._pipeline.__enter__()
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: Any, traceback: Any) -> None:
         pipeline, self._pipeline = self._pipeline, None
         try:
-            with self.connection.wrap_database_errors:
-                pipeline.__exit__(kind, exc, traceback)
+            if pipeline is not None:
+                with self.connection.wrap_database_errors:
+                    pipeline.__exit__(kind, exc, traceback)
         except DatabaseError:
             if kind is None:
                 raise

@@ -160,6 +160,22 @@ def test_an_error_found_after_chunks_were_sent_writes_nothing(monkeypatch):
     assert list(Schedule.objects.values_list("schedule_name", flat=True)) == ["after"]
 
 
+def test_without_pipeline_mode_the_chunks_run_one_by_one(monkeypatch):
+    """A libpq older than 14 has no pipeline mode: each chunk's statement then runs as it
+    is sent, with the same result (and errors)."""
+    monkeypatch.setattr("django_dsched.bulk.CHUNK", 2)
+    monkeypatch.setattr("psycopg.Pipeline.is_supported", classmethod(lambda cls: False))
+    api.create_once("old", key="known", delay=timedelta(hours=1), **COMMON)
+    specs: list[Any] = [api.Once(delay=timedelta(minutes=n), **COMMON) for n in range(5)]
+    specs.append(api.Once(delay=timedelta(minutes=1), key="known", **COMMON))
+    created = api.bulk_create(specs)
+    assert created[5].schedule_name == "old"
+    assert Schedule.objects.count() == 6
+    with pytest.raises(BulkValidationError):
+        api.bulk_create([*specs[:5], api.Interval(every=0, **COMMON)])
+    assert Schedule.objects.count() == 6
+
+
 def test_a_database_error_in_a_sent_chunk_undoes_the_call(monkeypatch):
     """A statement the server refuses (here a CHECK constraint Python knows nothing of)
     while later chunks are in flight: the call raises Django's IntegrityError, nothing is
