@@ -5,9 +5,16 @@
 Prints, per run and as medians:
 
 - ``bulk statement alone``: the exact ``INSERT`` that ``api.bulk_create`` sends (schedules
-  and their "created" events; captured from the code), 20 statements of 5,000 rows with
-  parameters built beforehand (fresh ids), one transaction: 100,000 rows with no
-  validation and no model instances. ``bulk_create`` cannot beat it.
+  and their "created" events; captured from the code), 100,000 rows in statements of
+  ``bulk_insert.CHUNK`` rows with parameters built beforehand (fresh ids), one after the
+  other in one transaction, bound as the code binds them (on the server, arrays in binary):
+  no validation and no model instances. ``bulk_create`` overlaps its Python with the
+  server's work (pipelined), so it can come near this, not beat it.
+- ``bulk statement alone, text binding``: the same with its arrays as text literals
+  (Django's default client-side binding, as before ``binding.py``).
+- ``COPY of the same rows``: the 100,000 schedule rows and 100,000 event rows (payloads
+  built beforehand) written by ``COPY ... FROM STDIN``, one transaction: the floor for
+  writing these rows and their index entries on this server.
 - ``one-row insert, autocommit``: ``INSERT INTO`` a one-column table, each its own commit:
   the rate at which this disk flushes the WAL for a commit (``synchronous_commit`` on).
 - ``single statement alone``: the exact statement of ``api.create_once(delay=...)``, in one
@@ -24,6 +31,8 @@ Runs against the ``dsched_create_bench`` database, as create_bench.py does.
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import sys
 import time
 import uuid
@@ -40,7 +49,8 @@ from django.core.management import call_command
 from django.db import connection, transaction
 from django.db.backends.utils import CursorWrapper
 
-from django_dsched import api, creates, single_insert
+from django_dsched import api, audit, binding, bulk_insert, creates, single_insert
+from django_dsched.models import Event, Schedule
 
 # The least a single create can send: the schedule's required columns, an empty audit event.
 FLOOR = """WITH c AS (
@@ -60,8 +70,8 @@ FLOOR = """WITH c AS (
 )
 SELECT c.start_ts, c.created_ts FROM c"""
 
-ROWS = 5_000
-STATEMENTS = 20
+ROWS = bulk_insert.CHUNK
+STATEMENTS = 100_000 // ROWS
 
 
 def capture(action: Callable[[], object]) -> tuple[str, dict[str, Any]]:
@@ -91,7 +101,7 @@ def main() -> None:
     bench.reset()
     preparer = creates.Preparer()
     bulk_sql, bulk_params = capture(
-        lambda: creates.insert(
+        lambda: bulk_insert.insert_many(
             [preparer.prepare(spec) for spec in bench.specs(0, ROWS)],  # type: ignore[arg-type]
             actor=None,
         )
@@ -130,8 +140,12 @@ def main() -> None:
 
     with connection.cursor() as cursor:
         cursor.execute("CREATE TABLE IF NOT EXISTS create_ceiling_t (id bigint)")
+    text_sql = re.sub(r"%\((a\d+)\)b", r"%(\1)s", bulk_sql)
+    copy_rows = copy_rows_from(bulk_params)
     figures: dict[str, list[float]] = {
         "bulk statement alone (100,000 rows)": [],
+        "bulk statement alone, text binding": [],
+        "COPY of the same rows (schedules and events)": [],
         "one-row insert, autocommit": [],
         "single statement alone, one transaction": [],
         "single statement alone, autocommit": [],
@@ -169,11 +183,29 @@ def main() -> None:
         bench.reset()
         batches = [fresh_bulk() for _n in range(STATEMENTS)]
         started = time.perf_counter()
-        with transaction.atomic(), connection.cursor() as cursor:
+        with transaction.atomic(), binding.cursor(connection) as cursor:
             for params in batches:
                 cursor.execute(bulk_sql, params)
                 cursor.fetchall()
         figures["bulk statement alone (100,000 rows)"].append(
+            ROWS * STATEMENTS / (time.perf_counter() - started)
+        )
+        bench.reset()
+        batches = [fresh_bulk() for _n in range(STATEMENTS)]
+        started = time.perf_counter()
+        with transaction.atomic(), connection.cursor() as cursor:
+            for params in batches:
+                cursor.execute(text_sql, params)
+                cursor.fetchall()
+        figures["bulk statement alone, text binding"].append(
+            ROWS * STATEMENTS / (time.perf_counter() - started)
+        )
+        bench.reset()
+        schedules, events = copy_rows(ROWS * STATEMENTS)
+        schedule_text, event_text = _copy_text(schedules), _copy_text(events)
+        started = time.perf_counter()
+        copy_in(schedule_text, event_text)
+        figures["COPY of the same rows (schedules and events)"].append(
             ROWS * STATEMENTS / (time.perf_counter() - started)
         )
         started = time.perf_counter()
@@ -218,6 +250,103 @@ def main() -> None:
     bench.reset()
     for label, rates in figures.items():
         bench.report(label, rates)
+
+
+Rows = list[tuple[Any, ...]]
+
+
+def copy_rows_from(params: dict[str, Any]) -> Callable[[int], tuple[Rows, Rows]]:
+    """A maker of ``count`` schedule rows and their events for COPY: the values of the
+    captured bulk statement (its shared parameters and first row), fresh ids, the times
+    the statement would compute, the created event's payload built in Python."""
+    columns = [f for f in Schedule._meta.concrete_fields if not getattr(f, "generated", False)]
+    by_name = {str(field.column): field for field in columns}
+    arrays = [name for name in params if re.fullmatch(r"a\d+", name)]
+    first: dict[str, Any] = {name: value for name, value in params.items() if name in by_name}
+    # The arrays' columns, in the statement's order (the columns not shared).
+    shared_or_extra = {*first, "delay_"}
+    unshared = [
+        str(f.column)
+        for f in columns
+        if str(f.column) in by_name
+        and str(f.column) not in shared_or_extra
+        and str(f.column) not in ("created_ts", "updated_ts")
+    ]
+    for name, column in zip(arrays, unshared, strict=False):
+        first[column] = params[name][0]
+
+    def make(count: int) -> tuple[Rows, Rows]:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT statement_timestamp()")
+            ((now,),) = cursor.fetchall()
+        at = now + timedelta(hours=1)
+        schedules, events = [], []
+        for n in range(count):
+            row = dict(first)
+            schedule_id = uuid.uuid4()
+            row.update(
+                schedule_id=schedule_id,
+                schedule_name=str(schedule_id),
+                event_data=json.dumps({"user": n}),
+                start_ts=at,
+                next_run_ts=at,
+                next_slot_ts=at,
+                created_ts=now,
+                updated_ts=now,
+            )
+            schedules.append(tuple(row.get(str(f.column)) for f in columns))
+            definition = {name: audit.plain(row.get(name)) for name in audit.DEFINITION_FIELDS}
+            definition["event_data"] = {"user": n}
+            payload = {"actor": "system", "at": now.isoformat(), "definition": definition}
+            metadata = {"actor": "system", "schedule_name": str(schedule_id), "origin": "API"}
+            events.append(
+                (
+                    uuid.uuid4(),
+                    row["host_id"],
+                    schedule_id,
+                    "Schedule",
+                    1,
+                    "dsched.schedule.created",
+                    now,
+                    json.dumps(payload),
+                    json.dumps(metadata),
+                )
+            )
+        return schedules, events
+
+    return make
+
+
+def _copy_text(rows: Rows) -> bytes:
+    """``rows`` in COPY's text format (formatted before the clock starts)."""
+
+    def field(value: Any) -> str:
+        if value is None:
+            return "\\N"
+        if isinstance(value, bool):
+            return "t" if value else "f"
+        text = value.isoformat() if hasattr(value, "isoformat") else str(value)
+        for char, escaped in (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r")):
+            text = text.replace(char, escaped)
+        return text
+
+    return "".join("\t".join(map(field, row)) + "\n" for row in rows).encode()
+
+
+def copy_in(schedules: bytes, events: bytes) -> None:
+    """COPY the rows (already in COPY's text format) into schedule_t and event_store_t, in
+    one transaction: the server's work alone (parsing the rows, writing them and their
+    index entries)."""
+    columns = [f for f in Schedule._meta.concrete_fields if not getattr(f, "generated", False)]
+    names = ", ".join(connection.ops.quote_name(str(f.column)) for f in columns)
+    event_columns = "id, host_id, aggregate_id, aggregate_type, aggregate_version, event_type,"
+    event_columns += " event_ts, payload, metadata"
+    with transaction.atomic(), connection.cursor() as cursor:
+        raw = cursor.cursor
+        with raw.copy(f"COPY {Schedule._meta.db_table} ({names}) FROM STDIN") as copy:
+            copy.write(schedules)
+        with raw.copy(f"COPY {Event._meta.db_table} ({event_columns}) FROM STDIN") as copy:
+            copy.write(events)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
 """Creating schedules in one statement each: validation in Python, then one ``INSERT`` that
 writes the schedules and their "created" audit events together.
 
-The statement (:func:`insert`) unnests one array per column, so one schedule or 5,000 cost
-one round trip, and inserts the audit events from the rows it inserted (a data-modifying
-CTE): a crash leaves both or neither. It skips rows that conflict with a unique constraint
+The statement (:func:`insert`; many schedules at once: :mod:`bulk_insert`) inserts the
+audit event from the row it inserted (a data-modifying CTE): a crash leaves both or
+neither. It skips rows that conflict with a unique constraint
 (``ON CONFLICT DO NOTHING``): a row with an idempotency key that exists is then the
 existing schedule (read back in a second statement, which under READ COMMITTED sees a
 winner that committed while this statement waited for it), and any other skipped row
@@ -30,7 +30,7 @@ from django.db import IntegrityError, connections
 from django.db.models import Field
 from django.utils.translation import gettext as _
 
-from django_dsched import audit
+from django_dsched import audit, bulk_insert
 from django_dsched.clock import database_now
 from django_dsched.conf import app_settings
 from django_dsched.enums import ScheduleKind, ScheduleState
@@ -48,8 +48,6 @@ from django_dsched.specs import Builder, Cron, Interval, Once, Spec, database_de
 # The longest delay= of a one-shot (its time is computed by the database, so the bound is
 # checked here: it keeps the time far inside the supported range).
 MAX_DELAY = timedelta(days=36_525)
-# Rows per INSERT statement.
-CHUNK = 5_000
 # Columns computed in SQL for a one-shot given by delay=.
 TIMED = ("start_ts", "next_run_ts", "next_slot_ts")
 
@@ -156,24 +154,16 @@ _statements: dict[tuple[Any, ...], str] = {}
 _plans: dict[tuple[str, ...], list[tuple[Field[Any, Any], str, bool]]] = {}
 
 
-def _statement(
-    columns: list[Field[Any, Any]], returned: list[str], *, single: bool, shared: frozenset[str]
-) -> str:
-    key = (id(columns), tuple(returned), single, shared, app_settings.DATABASE)
+def _statement(columns: list[Field[Any, Any]], returned: list[str]) -> str:
+    key = (id(columns), tuple(returned), app_settings.DATABASE)
     if key not in _statements:
-        _statements[key] = _build_statement(columns, returned, single=single, shared=shared)
+        _statements[key] = _build_statement(columns, returned)
     return _statements[key]
 
 
-def _build_statement(
-    columns: list[Field[Any, Any]], returned: list[str], *, single: bool, shared: frozenset[str]
-) -> str:
-    """The INSERT of schedules and their "created" events, with named parameters.
-
-    ``single``: one row as ``VALUES`` (cheaper to plan). Else the values that differ
-    between rows are arrays, unnested (one statement for thousands of rows); those in
-    ``shared`` (the same in every row: the topic of 10,000 reminders) are one parameter.
-    """
+def _build_statement(columns: list[Field[Any, Any]], returned: list[str]) -> str:
+    """The INSERT of one schedule (``VALUES``: cheaper to plan than ``unnest``) and its
+    "created" event, with named parameters. Many schedules: ``bulk_insert``."""
     connection = connections[app_settings.DATABASE]
     quote = connection.ops.quote_name
     names = ", ".join(quote(str(field.column)) for field in columns)
@@ -182,77 +172,23 @@ def _build_statement(
     def scalar(name: str, db_type: str) -> str:
         return f"%({name})s::{db_type}"
 
-    if single:
-        inputs = {
-            str(field.column): scalar(str(field.column), field.db_type(connection) or "")
-            for field in columns
-        }
-        inputs["delay_"] = scalar("delay_", "interval")
-        inputs["event_id_"] = scalar("event_id_", "uuid")
-        head, source_from, join, order = "", "", "", "1"
-    else:
-        arrays = [
-            (str(field.column), f"{field.db_type(connection)}")
-            for field in columns
-            if str(field.column) not in shared
-        ]
-        arrays += [
-            (name, db_type)
-            for name, db_type in (("delay_", "interval"), ("event_id_", "uuid"))
-            if name not in shared
-        ]
-        inputs = {
-            str(field.column): scalar(str(field.column), field.db_type(connection) or "")
-            for field in columns
-            if str(field.column) in shared
-        }
-        inputs.update(
-            {
-                name: scalar(name, db_type)
-                for name, db_type in (("delay_", "interval"), ("event_id_", "uuid"))
-                if name in shared
-            }
-        )
-        inputs.update({name: f"i.a{n}" for n, (name, _type) in enumerate(arrays)})
-        unnest = ", ".join(
-            scalar(f"a{n}", f"{db_type}[]") for n, (_name, db_type) in enumerate(arrays)
-        )
-        aliases = ", ".join(f"a{n}" for n in range(len(arrays)))
-        head = f"""i AS (
-            SELECT * FROM unnest({unnest}) WITH ORDINALITY AS i({aliases}, ord_)
-        ), """
-        source_from = " FROM i ORDER BY i.ord_"
-        join = f" JOIN i ON {inputs['schedule_id']} = c.schedule_id"
-        order = "i.ord_"
+    inputs = {
+        str(field.column): scalar(str(field.column), field.db_type(connection) or "")
+        for field in columns
+    }
+    inputs["delay_"] = scalar("delay_", "interval")
+    inputs["event_id_"] = scalar("event_id_", "uuid")
     values = ", ".join(
         f"coalesce({inputs[str(field.column)]}, statement_timestamp() + {inputs['delay_']})"
         if field.attname in TIMED
         else inputs[str(field.column)]
         for field in columns
     )
-    source = f"VALUES ({values})" if single else f"SELECT {values}{source_from}"
-    # The definition recorded in each audit event. The fields that are one parameter for
-    # the whole statement are built into jsonb once (an uncorrelated subquery: one InitPlan)
-    # and joined to the fields that differ per row: the same object, at a fraction of the
-    # per-row cost (jsonb keys have no order, so the two halves make the same value).
-    timed = {str(field.column) for field in columns if field.attname in TIMED}
-    once = [
-        name
-        for name in audit.DEFINITION_FIELDS
-        if not single and name in shared and name not in timed
-    ]
-    if once:
-        pairs = ", ".join(f"'{name}', {inputs[name]}" for name in once)
-        definition = (
-            f"(SELECT jsonb_build_object({pairs})) || "
-            f"{audit.definition_sql('c', [n for n in audit.DEFINITION_FIELDS if n not in once])}"
-        )
-    else:
-        definition = audit.definition_sql("c")
+    definition = audit.definition_sql("c")
     return f"""
-        WITH {head}c AS (
+        WITH c AS (
             INSERT INTO {quote(Schedule._meta.db_table)} ({names})
-            {source}
+            VALUES ({values})
             ON CONFLICT DO NOTHING
             RETURNING *
         ), audit AS (
@@ -264,9 +200,9 @@ def _build_statement(
                                    'definition', {definition}),
                 jsonb_build_object('actor', %(actor_)s::text, 'schedule_name', c.schedule_name,
                                    'origin', c.origin)
-            FROM c{join}
+            FROM c
         )
-        SELECT {order}, {back} FROM c{join}
+        SELECT 1, {back} FROM c
     """
 
 
@@ -277,22 +213,24 @@ def _value(field: Field[Any, Any], value: Any) -> Any:
 
 
 def insert(items: Sequence[Prepared], *, actor: Any) -> None:
-    """Insert ``items`` (one statement per :data:`CHUNK`) with their "created" events.
+    """Insert ``items`` with their "created" events (more than one: ``bulk_insert``).
 
     Each inserted item gets the values the database computed; one skipped by a unique
     conflict gets ``created = False`` and is left as it was.
     """
     if not items:
         return
+    if len(items) > 1:
+        bulk_insert.insert_many(items, actor=actor)
+        return
+    (item,) = items
     connection = connections[app_settings.DATABASE]
-    who = audit.actor_name(actor)
-    filled = tuple(database_defaults(items[0].schedule))
+    filled = tuple(database_defaults(item.schedule))
     columns = _columns(filled)
     # Read back: the time (of a delay=) and what the database filled in. ``updated_ts``
     # is ``created_ts`` (both now()); ``next_run_ts`` and ``next_slot_ts`` of a delay= are
     # its start (no jitter: see Preparer._once_time).
     returned = ["start_ts", *(c for c in filled if c != "updated_ts")]
-    single = len(items) == 1
     by_column = {str(field.column): field for field in Schedule._meta.concrete_fields}
     # (attribute, from_db_value or None) of each column read back.
     readers = [
@@ -307,71 +245,36 @@ def insert(items: Sequence[Prepared], *, actor: Any) -> None:
             for field in columns
         ]
     assert Event._meta.pk is not None
-    new_event_id = Event._meta.pk.get_default
-    for offset in range(0, len(items), CHUNK):
-        chunk = items[offset : offset + CHUNK]
-        schedules = [item.schedule for item in chunk]
-        params: dict[str, Any] = {"event_type_": audit.PREFIX + "created", "actor_": who}
-        if single:
-            values = schedules[0].__dict__
-            params.update(
-                {
-                    column: _value(field, values[field.attname]) if json else values[field.attname]
-                    for field, column, json in plan
-                }
-            )
-            params["delay_"] = chunk[0].delay
-            params["event_id_"] = new_event_id()
-            statement = _statement(columns, returned, single=True, shared=frozenset())
-        else:
-            rows_values = [schedule.__dict__ for schedule in schedules]
-            inputs: dict[str, list[Any]] = {}
-            for field, column, json in plan:
-                attname = field.attname
-                inputs[column] = [values[attname] for values in rows_values]
-                if json:
-                    inputs[column] = [_value(field, value) for value in inputs[column]]
-            inputs["delay_"] = [item.delay for item in chunk]
-            inputs["event_id_"] = [new_event_id() for _item in chunk]
-            shared = frozenset(
-                name
-                for name, values in inputs.items()
-                if name not in ("schedule_id", "event_id_") and _same(values)
-            )
-            statement = _statement(columns, returned, single=False, shared=shared)
-            params.update({name: inputs[name][0] for name in shared})
-            arrays = [name for name in inputs if name not in shared]
-            params.update({f"a{n}": inputs[name] for n, name in enumerate(arrays)})
-        try:
-            with connection.cursor() as cursor:
-                cursor.execute(statement, params)
-                rows = cursor.fetchall()
-        except IntegrityError as exc:
-            raise constraint_error(exc, schedules[0] if len(schedules) == 1 else None) from exc
-        inserted = set()
-        for row in rows:
-            index = row[0] - 1
-            inserted.add(index)
-            schedule = schedules[index]
-            values = schedule.__dict__
-            for (attname, converter), value in zip(readers, row[1:], strict=True):
-                values[attname] = converter(value, None, connection) if converter else value
-            values["updated_ts"] = values["created_ts"]
-            if chunk[index].delay is not None:
-                values["next_run_ts"] = values["next_slot_ts"] = values["start_ts"]
-            state = values["_state"]
-            state.adding = False
-            state.db = connection.alias
-        for n, item in enumerate(chunk):
-            if n not in inserted:
-                item.created = False
-
-
-def _same(values: list[Any]) -> bool:
-    """Whether every value is the first one, of the same type (1, 1.0 and True are equal
-    but not the same parameter). Both tests run in C (a column of 5,000 values)."""
-    first = values[0]
-    return values.count(first) == len(values) and len(set(map(type, values))) == 1
+    values = item.schedule.__dict__
+    params: dict[str, Any] = {
+        "event_type_": audit.PREFIX + "created",
+        "actor_": audit.actor_name(actor),
+        "delay_": item.delay,
+        "event_id_": Event._meta.pk.get_default(),
+    }
+    params.update(
+        {
+            column: _value(field, values[field.attname]) if json else values[field.attname]
+            for field, column, json in plan
+        }
+    )
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(_statement(columns, returned), params)
+            rows = cursor.fetchall()
+    except IntegrityError as exc:
+        raise constraint_error(exc, item.schedule) from exc
+    if not rows:
+        item.created = False
+        return
+    for (attname, converter), value in zip(readers, rows[0][1:], strict=True):
+        values[attname] = converter(value, None, connection) if converter else value
+    values["updated_ts"] = values["created_ts"]
+    if item.delay is not None:
+        values["next_run_ts"] = values["next_slot_ts"] = values["start_ts"]
+    state = values["_state"]
+    state.adding = False
+    state.db = connection.alias
 
 
 def existing_by_key(items: Sequence[Prepared]) -> dict[tuple[uuid.UUID, str], Schedule]:

@@ -158,22 +158,30 @@ def plainly_valid_event_data(value: Any) -> bool:
     (``EventDataField.clean()``: its JSON check and :func:`validate_event_data`'s object,
     depth, text and size rules), decided with one ``json.dumps``; False means "not
     decided": the full validation then runs and gives the exact error, if any."""
+    return plain_event_data_text(value) is not None
+
+
+def plain_event_data_text(value: Any) -> str | None:
+    """:func:`plainly_valid_event_data`, giving the compact JSON text it decided on (the
+    text to store: the same ``jsonb`` as ``json.dumps``'s), or None when undecided."""
     if type(value) is not dict:
-        return False
+        return None
     try:
         text = _COMPACT.encode(value)
     except (TypeError, ValueError, RecursionError):  # the full check says which
-        return False
+        return None
     # The same text validate_event_data measures; ASCII (ensure_ascii), so one character
     # is one byte.
     if len(text) > app_settings.EVENT_DATA_MAX_BYTES:
-        return False
+        return None
     # A NUL or any surrogate (lone or paired) is written as an escape: left undecided.
     if "\\u0000" in text or "\\ud" in text:
-        return False
+        return None
     # Every level of nesting opens a bracket: no more brackets than levels allowed (in
     # strings or not) cannot be too deep.
-    return text.count("{") + text.count("[") <= app_settings.EVENT_DATA_MAX_DEPTH
+    if text.count("{") + text.count("[") > app_settings.EVENT_DATA_MAX_DEPTH:
+        return None
+    return text
 
 
 NAME_UNIQUE = "dsched_schedule_name_unique"
@@ -203,6 +211,8 @@ class FieldCache:
 
     def __init__(self) -> None:
         self._results: dict[tuple[str, type, Hashable], tuple[Any, Any]] = {}
+        # id(event data) -> (the value, its JSON text), for json_text().
+        self._texts: dict[int, tuple[Any, str]] = {}
         self._fields = [
             (
                 field,
@@ -224,14 +234,29 @@ class FieldCache:
         # shapes that passed every check: fields, clean() (one-shots) and the twins.
         self._shapes: dict[tuple[tuple[Any, ...], tuple[type, ...]], dict[str, Any]] = {}
 
-    @staticmethod
-    def _fast_accept(field: Any) -> Callable[[Any], bool] | None:
+    def json_text(self, value: Any) -> str | None:
+        """The JSON text of event data this cache accepted without ``clean()``, once (the
+        insert sends it instead of encoding the value again), or None."""
+        found = self._texts.pop(id(value), None)
+        return found[1] if found is not None and found[0] is value else None
+
+    def _accept_event_data(self, value: Any) -> bool:
+        text = plain_event_data_text(value)
+        if text is None:
+            return False
+        texts = self._texts
+        if len(texts) >= self.LIMIT:
+            texts.clear()
+        texts[id(value)] = (value, text)  # holding the value keeps its id its own
+        return True
+
+    def _fast_accept(self, field: Any) -> Callable[[Any], bool] | None:
         """For the fields whose value differs in every schedule (so memoising by value
         does not help), a test that accepts the common valid values without ``clean()``
         (whose result they would get unchanged); anything it does not accept is cleaned
         as usual."""
         if field.attname == "event_data":
-            return plainly_valid_event_data
+            return self._accept_event_data
         if field.attname == "schedule_name":
             # A name that is a UUID's text (a one-shot named after its id): its validators
             # (length, printable characters) read only its length and characters, which

@@ -21,7 +21,7 @@ from django.db import connections, transaction
 from django.db.models import DateTimeField, Field, Func, QuerySet
 from django.utils.translation import gettext as _
 
-from django_dsched import audit, creates
+from django_dsched import audit, binding, creates
 from django_dsched.changes import ChangeCount
 from django_dsched.clock import database_now
 from django_dsched.conf import app_settings
@@ -360,8 +360,6 @@ def _cancel_ids(
     connection = connections[app_settings.DATABASE]
     quote = connection.ops.quote_name
     table, events = quote(Schedule._meta.db_table), quote(Event._meta.db_table)
-    assert Event._meta.pk is not None
-    new_event_id = Event._meta.pk.get_default
     # Every access to the table is an index probe per id, whatever the statistics say (a
     # table filled moments ago, or analysed while the rows were still uncommitted, reads as
     # empty: a join planned on that went quadratic). ``old`` locks each row through a
@@ -373,10 +371,10 @@ def _cancel_ids(
     # it read are the ones the UPDATE changes. No join between the CTEs at all.
     statement = f"""
         WITH w AS (
-            SELECT * FROM unnest(%(ids)s::uuid[], %(event_ids)s::uuid[]) AS w(id_, event_id_)
+            SELECT * FROM unnest(%(ids)b::uuid[]) AS w(id_)
         ), old AS (
             SELECT l.schedule_id, l.state, l.host_id, l.aggregate_version, l.schedule_name,
-                   l.idempotency_key, l.origin, w.event_id_
+                   l.idempotency_key, l.origin
             FROM w CROSS JOIN LATERAL (
                 SELECT s.schedule_id, s.state, s.host_id, s.aggregate_version,
                        s.schedule_name, s.idempotency_key, s.origin
@@ -393,7 +391,7 @@ def _cancel_ids(
         ), audit AS (
             INSERT INTO {events} (id, host_id, aggregate_id, aggregate_type, aggregate_version,
                 event_type, event_ts, payload, metadata)
-            SELECT old.event_id_, old.host_id, old.schedule_id, 'Schedule',
+            SELECT gen_random_uuid(), old.host_id, old.schedule_id, 'Schedule',
                    old.aggregate_version + 1, %(event_type)s, statement_timestamp(),
                    jsonb_build_object('actor', %(actor)s::text, 'at', statement_timestamp(),
                        'changes', jsonb_build_object(
@@ -406,14 +404,15 @@ def _cancel_ids(
     """
     params: dict[str, Any] = {
         "ids": ids,
-        "event_ids": [new_event_id() for _id in ids],
         "target": ScheduleState.CANCELLED.value,
         "allowed": CANCELLABLE,
         "event_type": audit.PREFIX + "cancelled",
         "actor": audit.actor_name(actor),
         "host": host,
     }
-    with connection.cursor() as cursor:
+    # The ids go as one binary array, bound on the server (binding.py); each audit event's
+    # id is gen_random_uuid() (a version 4 UUID, as Event's Python default).
+    with binding.cursor(connection) as cursor:
         cursor.execute(statement, params)
         # ``c`` runs whether or not it is read (a data-modifying WITH always does), on
         # exactly the rows ``old`` locked in a cancellable state.

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from django.db import connections, transaction
+from django.db import IntegrityError, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
 from django_dsched import api, audit
@@ -62,6 +62,43 @@ def test_a_thousand_one_shots_take_one_statement():
     assert len(created) == Schedule.objects.count() == Event.objects.count() == 1000
 
 
+def test_times_read_back_are_the_orms_values_in_the_orms_time_zone():
+    """The bulk statement's results come in binary through its own timestamptz loader:
+    each value, and its tzinfo, as Django's own loader gives it."""
+    specs = [api.Once(delay=timedelta(minutes=n), data={"n": n}, **COMMON) for n in range(3)]
+    created = api.bulk_create([*specs, api.Once(at=AT, **COMMON)])
+    for schedule in created:
+        stored = Schedule.objects.get(pk=schedule.pk)
+        for name in ("start_ts", "next_run_ts", "next_slot_ts", "created_ts", "updated_ts"):
+            mine, orms = getattr(schedule, name), getattr(stored, name)
+            assert (mine, mine.tzinfo) == (orms, orms.tzinfo), name
+        assert schedule.bucket_key == stored.bucket_key
+
+
+def test_event_data_is_stored_as_given_whether_sent_as_its_checked_text_or_encoded():
+    """Event data accepted by its one compact encoding goes to the database as that text;
+    data shared by several items, or that needed the full check, is encoded again: every
+    stored value (and its created event's copy) is the value given."""
+    shared = {"same": ["object", 1, 2.5, None, True]}
+    datas: list[Any] = [
+        {"n": 1, "text": "é ☃", "nested": {"a": [1, {"b": []}]}},
+        {"emoji": "\U0001f600"},  # written as surrogate escapes: the full check
+        shared,
+        shared,
+        {"quote": 'a "b" \\ c', "big": 10**30, "neg": -0.0},
+        {},
+    ]
+    created = api.bulk_create(
+        [api.Once(delay=timedelta(minutes=1), data=data, **COMMON) for data in datas]
+    )
+    for schedule, data in zip(created, datas, strict=True):
+        stored = Schedule.objects.get(pk=schedule.pk).event_data
+        event = Event.objects.get(aggregate_id=schedule.pk, event_type="dsched.schedule.created")
+        expected = json.loads(json.dumps(data))
+        assert stored == expected
+        assert event.payload["definition"]["event_data"] == expected
+
+
 def test_bad_items_are_named_by_index_and_field_and_nothing_is_written():
     api.create_interval("taken", every=1, **COMMON)
     specs = [
@@ -92,6 +129,94 @@ def test_bad_items_are_named_by_index_and_field_and_nothing_is_written():
     assert messages[(6, "key")] == "Item 5 has the same key."
     assert isinstance(excinfo.value, ValidationError)
     assert Schedule.objects.count() == 1  # only "taken"
+
+
+def test_an_error_found_after_chunks_were_sent_writes_nothing(monkeypatch):
+    """Chunks are sent while later ones are validated: an invalid item (or a repeated key)
+    in a later chunk stops the sending, every error is still reported, and what was sent
+    is undone; the caller's transaction stays usable."""
+    monkeypatch.setattr("django_dsched.bulk.CHUNK", 2)
+    events = Event.objects.count()
+    specs = [api.Once(delay=timedelta(minutes=1), key=f"k{n}", **COMMON) for n in range(5)]
+    specs += [
+        api.Interval(every=0, **COMMON),
+        api.Once(delay=timedelta(minutes=1), key="k1", **COMMON),
+        api.Cron(cron="61 * * * *", **COMMON),
+    ]
+    with transaction.atomic():
+        with (
+            CaptureQueriesContext(connections["default"]) as queries,
+            pytest.raises(BulkValidationError) as excinfo,
+        ):
+            api.bulk_create(specs)
+        assert [q["sql"].split()[0] for q in queries].count("WITH") == 2  # two chunks sent
+        assert {(i, f) for i, f, _m in excinfo.value.item_errors} == {
+            (5, "every"),
+            (6, "key"),
+            (7, "cron"),
+        }
+        assert Schedule.objects.count() == 0 and Event.objects.count() == events
+        assert api.create_once("after", delay=timedelta(minutes=1), **COMMON).pk
+    assert list(Schedule.objects.values_list("schedule_name", flat=True)) == ["after"]
+
+
+def test_without_pipeline_mode_the_chunks_run_one_by_one(monkeypatch):
+    """A libpq older than 14 has no pipeline mode: each chunk's statement then runs as it
+    is sent, with the same result (and errors)."""
+    monkeypatch.setattr("django_dsched.bulk.CHUNK", 2)
+    monkeypatch.setattr("psycopg.Pipeline.is_supported", classmethod(lambda cls: False))
+    api.create_once("old", key="known", delay=timedelta(hours=1), **COMMON)
+    specs: list[Any] = [api.Once(delay=timedelta(minutes=n), **COMMON) for n in range(5)]
+    specs.append(api.Once(delay=timedelta(minutes=1), key="known", **COMMON))
+    created = api.bulk_create(specs)
+    assert created[5].schedule_name == "old"
+    assert Schedule.objects.count() == 6
+    with pytest.raises(BulkValidationError):
+        api.bulk_create([*specs[:5], api.Interval(every=0, **COMMON)])
+    assert Schedule.objects.count() == 6
+
+
+def test_a_database_error_in_a_sent_chunk_undoes_the_call(monkeypatch):
+    """A statement the server refuses (here a CHECK constraint Python knows nothing of)
+    while later chunks are in flight: the call raises Django's IntegrityError, nothing is
+    written, and the caller's transaction goes on."""
+    monkeypatch.setattr("django_dsched.bulk.CHUNK", 2)
+    specs = [api.Once(delay=timedelta(minutes=1), **COMMON) for _n in range(4)]
+    specs += [api.Once(delay=timedelta(minutes=1), topic="forbidden", event_type="x")]
+    specs += [api.Once(delay=timedelta(minutes=1), **COMMON)]
+    with transaction.atomic():
+        sql(
+            "ALTER TABLE schedule_t ADD CONSTRAINT test_not_forbidden"
+            " CHECK (event_topic <> 'forbidden')"
+        )
+        with pytest.raises(IntegrityError, match="test_not_forbidden"):
+            api.bulk_create(specs)
+        assert Schedule.objects.count() == 0
+        assert api.bulk_create(specs[:2])  # the transaction is usable
+        transaction.set_rollback(True)  # the constraint goes too
+    assert Schedule.objects.count() == 0 and Event.objects.count() == 0
+
+
+def test_chunks_sent_while_validating_read_the_clock_and_keep_their_order(monkeypatch):
+    """An item needing the database's clock in a later chunk reads it while earlier chunks
+    are in flight; every item comes back in order, created once, with its event."""
+    monkeypatch.setattr("django_dsched.bulk.CHUNK", 3)
+    api.create_once("old", key="known", delay=timedelta(hours=1), **COMMON)
+    specs: list[Any] = [
+        api.Once(delay=timedelta(minutes=n), data={"n": n}, **COMMON) for n in range(4)
+    ]
+    specs += [
+        api.Interval(name="every-2", every=2, **COMMON),  # no start: the clock
+        api.Once(delay=timedelta(minutes=1), key="known", **COMMON),
+        api.Cron(name="nightly", cron="0 2 * * *", **COMMON),
+    ]
+    created = api.bulk_create(specs)
+    assert [s.event_data.get("n") for s in created[:4]] == [0, 1, 2, 3]
+    assert created[4].schedule_name == "every-2" and created[4].start_ts is not None
+    assert created[5].schedule_name == "old"
+    assert created[6].schedule_name == "nightly"
+    assert Schedule.objects.count() == 7
+    assert Event.objects.filter(event_type="dsched.schedule.created").count() == 7
 
 
 def test_a_name_taken_in_the_database_undoes_the_whole_call():
