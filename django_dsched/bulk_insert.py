@@ -28,12 +28,10 @@ from django_dsched import audit, binding
 from django_dsched.conf import app_settings
 from django_dsched.models import Event, Schedule
 from django_dsched.schedule_checks import FieldCache, constraint_error
-from django_dsched.specs import database_defaults
+from django_dsched.specs import TIMED, database_defaults
 
 # Rows per statement.
 CHUNK = 2_500
-# Columns computed in SQL for a one-shot given by delay=.
-TIMED = ("start_ts", "next_run_ts", "next_slot_ts")
 # Per-row inputs that are not columns: a delay= (the time is the statement's plus it).
 EXTRA = (("delay_", "interval"),)
 

@@ -35,9 +35,8 @@ from django_dsched import audit
 from django_dsched.conf import app_settings
 from django_dsched.models import Event, Schedule
 from django_dsched.schedule_checks import constraint_error
+from django_dsched.specs import TIMED
 
-# Columns a one-shot given by delay= gets from the statement's clock.
-TIMED = ("start_ts", "next_run_ts", "next_slot_ts")
 # Definition fields read from the inserted row even when left to their default: the times
 # are rendered by the database (its spelling of a timestamp), the data is the stored jsonb.
 _FROM_ROW = frozenset(("start_ts", "end_ts", "event_data"))
@@ -217,8 +216,9 @@ class _PreparingCursor(psycopg.Cursor[Any]):
     """A server-binding cursor whose every statement is prepared (from its first use).
 
     Django opens its connections with ``prepare_threshold = None``, under which psycopg
-    prepares nothing even when asked: the threshold is lifted for this cursor's statement
-    only, so every other statement on the connection stays unprepared."""
+    prepares nothing even when asked: the threshold is lifted while this cursor executes and
+    restored after, so the connection's other statements keep Django's setting (with
+    Django's default client-side binding they are never prepared in any case)."""
 
     def execute(
         self,

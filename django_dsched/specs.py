@@ -91,6 +91,10 @@ class Cron(_Spec):
 
 Spec = Once | Interval | Cron
 
+# The columns of a one-shot given by delay= that the insert computes from the statement's clock
+# (statement_timestamp() + delay): no round trip to read the database's clock first.
+TIMED = ("start_ts", "next_run_ts", "next_slot_ts")
+
 OPTIONS = (
     "end_ts",
     "max_fires",
