@@ -154,9 +154,10 @@ def bulk_create(specs: Iterable[Spec | Schedule], *, actor: Any = None) -> list[
     All or nothing: any invalid item (or a key, a name or an instance's id given twice in
     the call, or an instance's id already taken) raises :class:`BulkValidationError` and
     nothing is written. One statement for the first 1,000 items, then one per 2,500, each
-    sent while the next is validated (plus one to read the database's
-    clock when an item needs it, and one to read the schedules whose keys exist, and one
-    whether the ids of items the insert skipped are taken, when any are not keys found).
+    sent while the next is validated (plus one to read the database's clock when an item
+    needs it or more than 1,000 items are given, and one to read the schedules whose keys
+    exist, and one whether the ids of items the insert skipped are taken, when any are not
+    keys found).
     """
     items = _bounded(specs, _("items"))
     preparer = Preparer()
@@ -219,6 +220,11 @@ def bulk_create(specs: Iterable[Spec | Schedule], *, actor: Any = None) -> list[
             if errors or not chunk:
                 continue
             if inserter is None:
+                if end < len(items):
+                    # Items are validated after this send: the clock is read now, in case
+                    # one needs it. A query on this connection once a chunk is in flight
+                    # joins the pipeline: it would fail with (and as) a refused chunk.
+                    preparer.clock.now()
                 stack.enter_context(transaction.atomic(using=app_settings.DATABASE))
                 sending = stack.enter_context(ExitStack())  # left before the savepoint
                 inserter = sending.enter_context(Inserter(actor=actor))

@@ -139,8 +139,11 @@ class Inserter:
     validates the next chunk while the server inserts this one (two cores, in parallel).
 
     A statement that fails (a constraint) is raised by :meth:`finish`; the statements after
-    it are not run. Leaving the block on an exception drops the results unread (the
-    caller's savepoint undoes whatever was sent).
+    it are not run. Its error may reach the client while a later chunk is being sent: it
+    is then kept, nothing more is sent, and :meth:`finish` raises it, so the caller still
+    validates every item and reports the invalid ones first (as when validation came
+    first). Leaving the block on an exception drops the results unread (the caller's
+    savepoint undoes whatever was sent).
     """
 
     def __init__(self, *, actor: Any) -> None:
@@ -149,6 +152,7 @@ class Inserter:
         self.cache = FieldCache.shared()
         self._sent: list[tuple[Any, Sequence[Any], tuple[str, ...]]] = []
         self._pipeline: Any = None
+        self._failed: DatabaseError | None = None
 
     def __enter__(self) -> Inserter:
         self.connection.ensure_connection()
@@ -178,6 +182,8 @@ class Inserter:
 
     def send(self, chunk: Sequence[Any]) -> None:
         """Send the insert of ``chunk`` (``creates.Prepared``, at most :data:`CHUNK`)."""
+        if self._failed is not None:
+            return
         filled = tuple(database_defaults(chunk[0].schedule))
         # Read back: the time (of a delay=) and what the database filled in. ``updated_ts``
         # is ``created_ts`` (both now()); ``next_run_ts`` and ``next_slot_ts`` of a delay=
@@ -209,12 +215,19 @@ class Inserter:
         params.update({f"a{n}": inputs[name] for n, name in enumerate(arrays)})
         cursor = binding.cursor(self.connection)
         self._sent.append((cursor, chunk, returned))
-        cursor.execute(statement, params)
+        try:
+            cursor.execute(statement, params)
+        except DatabaseError as exc:  # an earlier chunk's error, read while sending this one
+            self._failed = exc
 
     def finish(self) -> None:
         """Read each statement's rows: each inserted item gets the values the database
         computed; one skipped by a unique conflict gets ``created = False``."""
         connection, alias = self.connection, self.connection.alias
+        if isinstance(self._failed, IntegrityError):
+            raise constraint_error(self._failed) from self._failed
+        if self._failed is not None:
+            raise self._failed
         for cursor, chunk, returned in self._sent:
             try:
                 rows = cursor.fetchall()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 from collections.abc import Callable, Iterator
@@ -566,3 +567,57 @@ def test_bulk_cancel_waits_for_a_row_in_flight_and_acts_on_what_it_became(before
     else:
         assert not events.exists()
     assert Schedule.objects.get(pk=other_one.pk).state == "CANCELLED"
+
+
+def _refused_by_the_database_in_the_first_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunks of 2; item 0 passes Python's checks but breaks a CHECK constraint (the last
+    line: max_fires 0); item 2's validation waits until the server has answered chunk 0's
+    statement, so its error is already on the wire when the next chunk is sent."""
+    import select
+
+    from django_dsched.creates import Preparer
+
+    monkeypatch.setattr("django_dsched.bulk.CHUNK", 2)
+    prepare = Preparer.prepare
+    calls = itertools.count()
+
+    def prepare_and_break(self: Preparer, spec: Any) -> Any:
+        n = next(calls)
+        if n == 2:
+            socket = connections["default"].connection.pgconn.socket
+            wait_for(lambda: select.select([socket], [], [], 0)[0], what="chunk 0's answer")
+        item = prepare(self, spec)
+        if n == 0:
+            item.schedule.max_fires = 0
+        return item
+
+    monkeypatch.setattr(Preparer, "prepare", prepare_and_break)
+
+
+def test_a_constraint_broken_in_an_early_chunk_is_its_validation_error(monkeypatch):
+    """The database refusing an item of a chunk sent while later ones are validated gives
+    the same ValidationError as a refused item in the last chunk (its constraint's
+    message), whenever the refusal reaches the client; nothing is written."""
+    _refused_by_the_database_in_the_first_chunk(monkeypatch)
+    specs = [api.Once(delay=timedelta(minutes=1), **COMMON) for _n in range(6)]
+    with transaction.atomic():
+        with pytest.raises(ValidationError) as excinfo:
+            api.bulk_create(specs)
+        assert not isinstance(excinfo.value, BulkValidationError)
+        assert "max" in str(excinfo.value).lower(), excinfo.value
+        assert Schedule.objects.count() == 0
+        assert api.create_once("after", delay=timedelta(minutes=1), **COMMON).pk
+    assert Schedule.objects.count() == 1
+
+
+def test_an_invalid_item_is_reported_even_after_a_chunk_the_database_refused(monkeypatch):
+    """As when validation came first: every invalid item is reported (BulkValidationError),
+    not the database's refusal of an earlier chunk that validation alone would not see."""
+    _refused_by_the_database_in_the_first_chunk(monkeypatch)
+    specs: list[Any] = [api.Once(delay=timedelta(minutes=1), **COMMON) for _n in range(6)]
+    specs.append(api.Interval(every=0, **COMMON))
+    with pytest.raises(BulkValidationError) as excinfo:
+        api.bulk_create(specs)
+    assert [(i, f) for i, f, _m in excinfo.value.item_errors] == [(6, "every")]
+    assert Schedule.objects.count() == 0
+    assert connections["default"].connection.pgconn.transaction_status == 0  # idle
