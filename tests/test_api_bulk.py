@@ -621,3 +621,50 @@ def test_an_invalid_item_is_reported_even_after_a_chunk_the_database_refused(mon
     assert [(i, f) for i, f, _m in excinfo.value.item_errors] == [(6, "every")]
     assert Schedule.objects.count() == 0
     assert connections["default"].connection.pgconn.transaction_status == 0  # idle
+
+
+def test_the_cyclic_collector_is_paused_during_a_call_and_restored_on_every_way_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Off while items are validated and chunks are in flight; on again after a success,
+    a BulkValidationError or a KeyboardInterrupt with chunks in flight (which also leaves
+    the connection out of pipeline mode, its transaction undone); left off when the caller
+    had it off."""
+    import gc
+
+    from django_dsched.creates import Preparer
+
+    monkeypatch.setattr("django_dsched.bulk.CHUNK", 2)
+    prepare = Preparer.prepare
+    seen: list[bool] = []
+    interrupt_at: list[int] = []
+
+    def watching(self: Preparer, spec: Any) -> Any:
+        seen.append(gc.isenabled())
+        if interrupt_at and len(seen) == interrupt_at[0]:
+            raise KeyboardInterrupt
+        return prepare(self, spec)
+
+    monkeypatch.setattr(Preparer, "prepare", watching)
+    specs: list[Any] = [api.Once(delay=timedelta(minutes=1), **COMMON) for _n in range(6)]
+    assert gc.isenabled()
+    assert len(api.bulk_create(specs)) == 6
+    assert gc.isenabled() and seen and not any(seen)
+    with pytest.raises(BulkValidationError):
+        api.bulk_create([*specs[:4], api.Interval(every=0, **COMMON)])
+    assert gc.isenabled()
+    seen.clear()
+    interrupt_at.append(5)  # two chunks sent
+    with pytest.raises(KeyboardInterrupt):
+        api.bulk_create([api.Once(delay=timedelta(minutes=1), **COMMON) for _n in range(6)])
+    assert gc.isenabled()
+    pgconn = connections["default"].connection.pgconn
+    assert (pgconn.pipeline_status, pgconn.transaction_status) == (0, 0)  # off, idle
+    assert Schedule.objects.count() == 6
+    interrupt_at.clear()
+    gc.disable()
+    try:
+        api.bulk_create([api.Once(delay=timedelta(minutes=1), **COMMON)])
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
