@@ -668,3 +668,59 @@ def test_the_cyclic_collector_is_paused_during_a_call_and_restored_on_every_way_
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("clash", ["key", "name"])
+def test_a_key_or_name_another_call_commits_while_chunks_are_in_flight(monkeypatch, clash):
+    """Another transaction holds a schedule with this key (or name), uncommitted, while
+    bulk_create's first chunk, pipelined, waits for it and later chunks go out behind it:
+    once it commits, the key gives the existing schedule in its place (the rest created);
+    the name undoes the whole call with the name's error, nothing written."""
+    monkeypatch.setattr("django_dsched.bulk.CHUNK", 2)
+    holding, release = threading.Event(), threading.Event()
+
+    def other_call() -> None:
+        try:
+            with transaction.atomic():
+                api.create_once("held", key="k", delay=timedelta(hours=1), **COMMON)
+                holding.set()
+                release.wait(30)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=other_call)
+    thread.start()
+    holding.wait(10)
+    clashing = {"key": "k"} if clash == "key" else {"name": "held"}
+    specs: list[Any] = [api.Once(delay=timedelta(minutes=1), **COMMON) for _n in range(5)]
+    specs.insert(1, api.Once(delay=timedelta(minutes=1), **clashing, **COMMON))
+
+    def release_once_waiting() -> None:
+        with other_session() as watcher:
+            wait_for(
+                lambda: sql(
+                    "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND query LIKE '%%WITH c AS%%'",
+                    using=watcher,
+                ),
+                what="the first chunk waiting for the held row",
+            )
+        release.set()
+
+    releaser = threading.Thread(target=release_once_waiting)
+    releaser.start()
+    try:
+        if clash == "key":
+            created = api.bulk_create(specs)
+            assert created[1].schedule_name == "held"
+            assert Schedule.objects.count() == 6
+            assert Event.objects.filter(event_type="dsched.schedule.created").count() == 6
+        else:
+            with pytest.raises(BulkValidationError) as excinfo:
+                api.bulk_create(specs)
+            assert [(i, f) for i, f, _m in excinfo.value.item_errors] == [(1, "name")]
+            assert list(Schedule.objects.values_list("schedule_name", flat=True)) == ["held"]
+    finally:
+        release.set()
+        releaser.join(30)
+        thread.join(30)
