@@ -243,6 +243,10 @@ class FieldCache:
     def _accept_event_data(self, value: Any) -> bool:
         text = plain_event_data_text(value)
         if text is None:
+            # Not decided now: a text kept from an earlier check of this same object (a
+            # single create, a call that failed) is of what it held then; the insert must
+            # encode what it holds now.
+            self._texts.pop(id(value), None)
             return False
         texts = self._texts
         if len(texts) >= self.LIMIT:

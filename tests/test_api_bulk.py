@@ -724,3 +724,21 @@ def test_a_key_or_name_another_call_commits_while_chunks_are_in_flight(monkeypat
         release.set()
         releaser.join(30)
         thread.join(30)
+
+
+def test_event_data_changed_since_an_earlier_check_is_stored_as_it_is_now():
+    """A dict accepted by the one-encoding check (in a single create, or a bulk call that
+    failed) and then changed by the caller into data only the full check accepts: a later
+    bulk call stores the data as it is then, never the text remembered from before."""
+    data: dict[str, Any] = {"msg": "hi"}
+    api.create_once("first", data=data, delay=timedelta(minutes=1), **COMMON)
+    with pytest.raises(BulkValidationError):
+        api.bulk_create(
+            [
+                api.Once(delay=timedelta(minutes=1), data=data, **COMMON),
+                api.Interval(every=0, **COMMON),
+            ]
+        )
+    data["msg"] = "hi \U0001f600"  # written as surrogate escapes: the full check
+    created = api.bulk_create([api.Once(delay=timedelta(minutes=1), data=data, **COMMON)])
+    assert Schedule.objects.get(pk=created[0].pk).event_data == {"msg": "hi \U0001f600"}
