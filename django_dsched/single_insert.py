@@ -34,7 +34,7 @@ from django.db.models.expressions import DatabaseDefault
 from django_dsched import audit
 from django_dsched.conf import app_settings
 from django_dsched.models import Event, Schedule
-from django_dsched.schedule_checks import constraint_error
+from django_dsched.schedule_checks import FieldCache, constraint_error
 from django_dsched.specs import TIMED
 
 # Definition fields read from the inserted row even when left to their default: the times
@@ -164,6 +164,9 @@ def insert_one(schedule: Schedule, delay: timedelta | None, *, actor: Any) -> bo
     params: dict[str, Any] = {}
     named: list[str] = []
     timed = delay is not None
+    # The event data's text the check kept: taken (else the process-wide cache would keep
+    # it, and the caller's data, alive) and sent as is.
+    text = FieldCache.shared().json_text(values.get("event_data"))
     for field, attname, column, default, is_json in _Columns.get():
         value = values.get(attname)
         if value is default:  # the common case, decided without a call (None, 0, "UTC")
@@ -175,11 +178,13 @@ def insert_one(schedule: Schedule, delay: timedelta | None, *, actor: Any) -> bo
                 values[attname] = default
             continue
         named.append(column)
-        params[column] = (
-            json.dumps(value, cls=getattr(field, "encoder", None))
-            if is_json and value is not None
-            else value
-        )
+        encoder = getattr(field, "encoder", None)
+        if attname == "event_data" and text is not None and not encoder:
+            params[column] = text
+        else:
+            params[column] = (
+                json.dumps(value, cls=encoder) if is_json and value is not None else value
+            )
     params["delay_"] = delay
     params["event_id_"] = _new_event_id()
     params["event_type_"] = audit.PREFIX + "created"
