@@ -569,7 +569,9 @@ def test_bulk_cancel_waits_for_a_row_in_flight_and_acts_on_what_it_became(before
     assert Schedule.objects.get(pk=other_one.pk).state == "CANCELLED"
 
 
-def _refused_by_the_database_in_the_first_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
+def _refused_by_the_database_in_the_first_chunk(
+    monkeypatch: pytest.MonkeyPatch, *, pipeline: bool = True
+) -> None:
     """Chunks of 2; item 0 passes Python's checks but breaks a CHECK constraint (the last
     line: max_fires 0); item 2's validation waits until the server has answered chunk 0's
     statement, so its error is already on the wire when the next chunk is sent."""
@@ -583,7 +585,7 @@ def _refused_by_the_database_in_the_first_chunk(monkeypatch: pytest.MonkeyPatch)
 
     def prepare_and_break(self: Preparer, spec: Any) -> Any:
         n = next(calls)
-        if n == 2:
+        if n == 2 and pipeline:
             socket = connections["default"].connection.pgconn.socket
             wait_for(lambda: select.select([socket], [], [], 0)[0], what="chunk 0's answer")
         item = prepare(self, spec)
@@ -592,13 +594,16 @@ def _refused_by_the_database_in_the_first_chunk(monkeypatch: pytest.MonkeyPatch)
         return item
 
     monkeypatch.setattr(Preparer, "prepare", prepare_and_break)
+    if not pipeline:  # a libpq older than 14: each chunk runs (and fails) as it is sent
+        monkeypatch.setattr("psycopg.Pipeline.is_supported", classmethod(lambda cls: False))
 
 
-def test_a_constraint_broken_in_an_early_chunk_is_its_validation_error(monkeypatch):
+@pytest.mark.parametrize("pipeline", [True, False])
+def test_a_constraint_broken_in_an_early_chunk_is_its_validation_error(monkeypatch, pipeline):
     """The database refusing an item of a chunk sent while later ones are validated gives
     the same ValidationError as a refused item in the last chunk (its constraint's
     message), whenever the refusal reaches the client; nothing is written."""
-    _refused_by_the_database_in_the_first_chunk(monkeypatch)
+    _refused_by_the_database_in_the_first_chunk(monkeypatch, pipeline=pipeline)
     specs = [api.Once(delay=timedelta(minutes=1), **COMMON) for _n in range(6)]
     with transaction.atomic():
         with pytest.raises(ValidationError) as excinfo:
@@ -610,10 +615,11 @@ def test_a_constraint_broken_in_an_early_chunk_is_its_validation_error(monkeypat
     assert Schedule.objects.count() == 1
 
 
-def test_an_invalid_item_is_reported_even_after_a_chunk_the_database_refused(monkeypatch):
+@pytest.mark.parametrize("pipeline", [True, False])
+def test_an_invalid_item_is_reported_even_after_a_chunk_the_database_refused(monkeypatch, pipeline):
     """As when validation came first: every invalid item is reported (BulkValidationError),
     not the database's refusal of an earlier chunk that validation alone would not see."""
-    _refused_by_the_database_in_the_first_chunk(monkeypatch)
+    _refused_by_the_database_in_the_first_chunk(monkeypatch, pipeline=pipeline)
     specs: list[Any] = [api.Once(delay=timedelta(minutes=1), **COMMON) for _n in range(6)]
     specs.append(api.Interval(every=0, **COMMON))
     with pytest.raises(BulkValidationError) as excinfo:
