@@ -15,6 +15,7 @@ statement, which PgBouncer's transaction pooling could not carry (docs/pgbouncer
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, tzinfo
 from typing import Any
 
@@ -65,18 +66,36 @@ class _TimestamptzLoader(adapt.Loader):
 _loaders: dict[Any, type[_TimestamptzLoader]] = {}
 
 
+def wrapped(
+    connection: BaseDatabaseWrapper,
+    make: Callable[[psycopg.Connection[Any]], psycopg.Cursor[Any]],
+    debug_wrapper: type[CursorDebugWrapper] = CursorDebugWrapper,
+) -> CursorWrapper:
+    """The psycopg cursor ``make`` builds on ``connection``'s own psycopg connection, made
+    and wrapped as ``connection.cursor()`` makes and wraps Django's (the health check, the
+    connection, the thread check; the query log with DEBUG), so use it in ``with``."""
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    with connection.wrap_database_errors:
+        raw = make(connection.connection)
+    connection.validate_thread_sharing()
+    # What make_debug_cursor() / make_cursor() build (their stubs want Django's wrapper).
+    wrapper = debug_wrapper if connection.queries_logged else CursorWrapper
+    return wrapper(raw, connection)
+
+
 def cursor(connection: BaseDatabaseWrapper) -> CursorWrapper:
     """A cursor (Django's wrapper, so use it in ``with``) binding on the server."""
-    connection.ensure_connection()
-    raw = _UnpreparedCursor(connection.connection)
     zone = connection.timezone
     loader = _loaders.get(zone)
     if loader is None:
         loader = _loaders[zone] = type(
             "TimestamptzLoader", (_TimestamptzLoader,), {"timezone": zone}
         )
-    raw.adapters.register_loader(TIMESTAMPTZ_OID, loader)
-    connection.validate_thread_sharing()
-    if connection.queries_logged:
-        return CursorDebugWrapper(raw, connection)
-    return CursorWrapper(raw, connection)
+
+    def make(raw_connection: psycopg.Connection[Any]) -> psycopg.Cursor[Any]:
+        raw = _UnpreparedCursor(raw_connection)
+        raw.adapters.register_loader(TIMESTAMPTZ_OID, loader)
+        return raw
+
+    return wrapped(connection, make)

@@ -31,7 +31,7 @@ from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 from django.db.models import Field, Value
 from django.db.models.expressions import DatabaseDefault
 
-from django_dsched import audit
+from django_dsched import audit, binding
 from django_dsched.conf import app_settings
 from django_dsched.models import Event, Schedule
 from django_dsched.schedule_checks import FieldCache, constraint_error
@@ -258,17 +258,7 @@ def _cursor(connection: BaseDatabaseWrapper) -> CursorWrapper:
     wrapped as Django wraps its own."""
     if not app_settings.PREPARE_CREATES:
         return connection.cursor()
-    # What connection.cursor() does before it makes its cursor.
-    connection.close_if_health_check_failed()
-    connection.ensure_connection()
-    raw = connection.connection
-    if not isinstance(raw, psycopg.Connection):  # pragma: no cover - psycopg 2
-        return connection.cursor()
-    connection.validate_thread_sharing()
-    cursor = _PreparingCursor(raw)
-    # What connection.make_debug_cursor() / make_cursor() build (their stubs want a wrapper).
-    wrapper = _PreparedDebugWrapper if connection.queries_logged else CursorWrapper
-    return wrapper(cursor, connection)
+    return binding.wrapped(connection, _PreparingCursor, _PreparedDebugWrapper)
 
 
 def _new_event_id() -> Any:
