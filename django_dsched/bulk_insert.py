@@ -192,14 +192,16 @@ class Inserter:
         rows_values = [item.schedule.__dict__ for item in chunk]
         inputs: dict[str, list[Any]] = {}
         for field, attname, column, is_json in _columns(filled):
-            if is_json:
-                encoder = getattr(field, "encoder", None)
+            encoder = getattr(field, "encoder", None)
+            if attname == "event_data":
                 # Event data validated by its one compact encoding is sent as that text.
-                known = self.cache.json_text if attname == "event_data" and not encoder else None
+                encode = self.cache.event_data_json
                 inputs[column] = [
-                    None
-                    if value is None
-                    else ((known and known(value)) or json.dumps(value, cls=encoder))
+                    encode(value, encoder) for value in map(itemgetter(attname), rows_values)
+                ]
+            elif is_json:
+                inputs[column] = [
+                    None if value is None else json.dumps(value, cls=encoder)
                     for value in map(itemgetter(attname), rows_values)
                 ]
             else:

@@ -240,6 +240,17 @@ class FieldCache:
         found = self._texts.pop(id(value), None)
         return found[1] if found is not None and found[0] is value else None
 
+    def event_data_json(self, value: Any, encoder: type[json.JSONEncoder] | None) -> str | None:
+        """Event data as the JSON text an insert sends: the text its check kept (taken, see
+        :meth:`json_text`) when the field has no encoder of its own, else encoded again."""
+        if value is None:
+            return None
+        if encoder is None:
+            text = self.json_text(value)
+            if text is not None:
+                return text
+        return json.dumps(value, cls=encoder)
+
     def _accept_event_data(self, value: Any) -> bool:
         text = plain_event_data_text(value)
         if text is None:

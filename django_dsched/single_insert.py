@@ -164,9 +164,6 @@ def insert_one(schedule: Schedule, delay: timedelta | None, *, actor: Any) -> bo
     params: dict[str, Any] = {}
     named: list[str] = []
     timed = delay is not None
-    # The event data's text the check kept: taken (else the process-wide cache would keep
-    # it, and the caller's data, alive) and sent as is.
-    text = FieldCache.shared().json_text(values.get("event_data"))
     for field, attname, column, default, is_json in _Columns.get():
         value = values.get(attname)
         if value is default:  # the common case, decided without a call (None, 0, "UTC")
@@ -179,12 +176,14 @@ def insert_one(schedule: Schedule, delay: timedelta | None, *, actor: Any) -> bo
             continue
         named.append(column)
         encoder = getattr(field, "encoder", None)
-        if attname == "event_data" and text is not None and not encoder:
-            params[column] = text
+        if attname == "event_data":
+            # The text the check kept, taken (else the process-wide cache would keep it, and
+            # the caller's data, alive) and sent as is.
+            params[column] = FieldCache.shared().event_data_json(value, encoder)
+        elif is_json and value is not None:
+            params[column] = json.dumps(value, cls=encoder)
         else:
-            params[column] = (
-                json.dumps(value, cls=encoder) if is_json and value is not None else value
-            )
+            params[column] = value
     params["delay_"] = delay
     params["event_id_"] = _new_event_id()
     params["event_type_"] = audit.PREFIX + "created"
