@@ -760,3 +760,64 @@ def test_a_single_create_leaves_no_event_data_text_behind():
     schedule = api.create_once("one", data=data, delay=timedelta(minutes=1), **COMMON)
     assert FieldCache.shared().json_text(data) is None
     assert Schedule.objects.get(pk=schedule.pk).event_data == data
+
+
+def test_a_session_killed_while_chunks_are_in_flight_writes_nothing_and_the_next_call_works(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The session running bulk_create is terminated while its first chunk waits for a row
+    another transaction holds and later chunks are pipelined behind it: the call raises a
+    database error (not a hang, not a half result), nothing is written, the collector is
+    on again, and the next call on the same thread reconnects and creates."""
+    import gc
+
+    from django.db import DatabaseError
+
+    monkeypatch.setattr("django_dsched.bulk.CHUNK", 2)
+    holding, release = threading.Event(), threading.Event()
+
+    def other_call() -> None:
+        try:
+            with transaction.atomic():
+                api.create_once("held", delay=timedelta(hours=1), **COMMON)
+                holding.set()
+                release.wait(30)
+                transaction.set_rollback(True)
+        finally:
+            connections.close_all()
+
+    def kill_once_waiting() -> None:
+        try:
+            with other_session() as watcher:
+                pid = wait_for(
+                    lambda: sql(
+                        "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                        " AND query LIKE '%%WITH c AS%%'",
+                        using=watcher,
+                    ),
+                    what="the first chunk waiting for the held row",
+                )[0][0]
+                sql("SELECT pg_terminate_backend(%s)", [pid], using=watcher)
+        finally:
+            release.set()
+
+    holder = threading.Thread(target=other_call)
+    holder.start()
+    holding.wait(10)
+    killer = threading.Thread(target=kill_once_waiting)
+    killer.start()
+    specs: list[Any] = [api.Once(delay=timedelta(minutes=1), **COMMON) for _n in range(5)]
+    specs.insert(1, api.Once(name="held", delay=timedelta(minutes=1), **COMMON))
+    try:
+        with pytest.raises(DatabaseError):
+            api.bulk_create(specs)
+    finally:
+        release.set()
+        killer.join(30)
+        holder.join(30)
+    assert gc.isenabled()
+    with other_session() as watcher:
+        assert sql("SELECT count(*) FROM schedule_t", using=watcher) == [(0,)]
+        assert sql("SELECT count(*) FROM event_store_t", using=watcher) == [(0,)]
+    created = api.bulk_create([api.Once(delay=timedelta(minutes=1), **COMMON) for _n in range(3)])
+    assert Schedule.objects.filter(pk__in=[s.pk for s in created]).count() == 3
