@@ -13,7 +13,10 @@
 transaction, as a web request scheduling a reminder would). ``single-tx``: the same inside
 one transaction. ``state``: ``api.pause``, ``api.resume`` and ``api.cancel`` one schedule at
 a time in autocommit. ``bulk-create``: ``api.bulk_create`` of one-shot schedules in calls of
-``DSCHED_BULK_MAX_ITEMS`` each, all in one transaction. ``bulk-cancel``: ``api.bulk_cancel``
+``DSCHED_BULK_MAX_ITEMS`` each, all in one transaction, timed twice per run: with the
+``api.Once`` specs built call by call inside the timing (the caller's work too), then with
+them built beforehand (the calls alone, as a queue's batch insert is measured from its
+list of jobs). ``bulk-cancel``: ``api.bulk_cancel``
 of as many schedules (by id), in calls of the same size. ``rss``: a separate process (no
 query log) creates ``--count`` one-shot schedules in bulk calls, one transaction per call,
 and prints its peak RSS (``resource.getrusage(RUSAGE_SELF).ru_maxrss``). ``--prepared``:
@@ -123,22 +126,34 @@ def specs(start: int, count: int) -> list[object]:
     ]
 
 
-def bulk_create(count: int) -> list[object]:
+def spec_batches(count: int) -> list[list[object]]:
+    """``count`` one-shot specs in lists of ``DSCHED_BULK_MAX_ITEMS`` (one per call)."""
+    size = app_settings.BULK_MAX_ITEMS
+    return [specs(offset, min(size, count - offset)) for offset in range(0, count, size)]
+
+
+def bulk_create(count: int, batches: list[list[object]] | None = None) -> list[object]:
+    """``count`` one-shots in bulk calls in one transaction; the specs are built call by
+    call inside it unless ``batches`` gives them built."""
     size = app_settings.BULK_MAX_ITEMS
     ids: list[object] = []
     with transaction.atomic():
-        for offset in range(0, count, size):
-            created = api.bulk_create(specs(offset, min(size, count - offset)))  # type: ignore[attr-defined]
+        for n, offset in enumerate(range(0, count, size)):
+            batch = batches[n] if batches else specs(offset, min(size, count - offset))
+            created = api.bulk_create(batch)  # type: ignore[attr-defined]
             ids += [schedule.schedule_id for schedule in created]
     return ids
 
 
 def bench_bulk_create(count: int, runs: int, fallback: int) -> None:
-    rates = []
+    rates, calls_alone = [], []
     for run in range(runs):
         reset()
         if HAS_BULK:
             rates.append(count / timed(lambda: bulk_create(count)))
+            reset()
+            batches = spec_batches(count)
+            calls_alone.append(count / timed(lambda b=batches: bulk_create(count, b)))
         else:
 
             def loop(run: int = run) -> None:
@@ -148,6 +163,7 @@ def bench_bulk_create(count: int, runs: int, fallback: int) -> None:
             rates.append(fallback / timed(loop))
     if HAS_BULK:
         report(f"bulk_create of {count:,} one-shot schedules", rates)
+        report("same, the calls alone (specs built beforehand)", calls_alone)
     else:
         report(f"no bulk API: a loop of create_once in one transaction ({fallback})", rates)
 
