@@ -27,7 +27,7 @@ from django.db.models import Field
 from django_dsched import audit, binding
 from django_dsched.conf import app_settings
 from django_dsched.models import Event, Schedule
-from django_dsched.schedule_checks import FieldCache, constraint_error
+from django_dsched.schedule_checks import constraint_error, event_data_json
 from django_dsched.specs import TIMED, database_defaults
 
 # Rows per statement.
@@ -149,7 +149,6 @@ class Inserter:
     def __init__(self, *, actor: Any) -> None:
         self.connection = connections[app_settings.DATABASE]
         self.who = audit.actor_name(actor)
-        self.cache = FieldCache.shared()
         self._sent: list[tuple[Any, Sequence[Any], tuple[str, ...]]] = []
         self._pipeline: Any = None
         self._failed: DatabaseError | None = None
@@ -195,9 +194,9 @@ class Inserter:
             encoder = getattr(field, "encoder", None)
             if attname == "event_data":
                 # Event data validated by its one compact encoding is sent as that text.
-                encode = self.cache.event_data_json
                 inputs[column] = [
-                    encode(value, encoder) for value in map(itemgetter(attname), rows_values)
+                    event_data_json(values[attname], item.data_text, encoder)
+                    for values, item in zip(rows_values, chunk, strict=True)
                 ]
             elif is_json:
                 inputs[column] = [

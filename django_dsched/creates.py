@@ -57,10 +57,13 @@ class Clock:
 
 @dataclass(slots=True)
 class Prepared:
-    """A validated, placed, unsaved schedule; ``delay`` set when SQL computes its time."""
+    """A validated, placed, unsaved schedule; ``delay`` set when SQL computes its time;
+    ``data_text`` the event data's JSON text when its check made it (the insert sends it
+    instead of encoding the data again)."""
 
     schedule: Schedule
     delay: timedelta | None
+    data_text: str | None = None
     created: bool = True
 
 
@@ -86,13 +89,14 @@ class Preparer:
         elif spec.start is None:
             schedule.start_ts = self.clock.now()
         validate_new(schedule, self.cache)
+        data_text = self.cache.take_text(schedule.event_data)
         # What Schedule.save() does before an insert.
         schedule.active = schedule.state == ScheduleState.ACTIVE
         if schedule.schedule_kind != ScheduleKind.INTERVAL:
             schedule.frequency_unit, schedule.frequency_time = "", None
         if delay is None:
             schedule.place(schedule.start_ts)
-        return Prepared(schedule, delay)
+        return Prepared(schedule, delay, data_text)
 
     def prepare_instance(self, schedule: Schedule) -> Prepared:
         """An unsaved ``Schedule`` built by a caller (admin, REST, declared schedules): no
@@ -101,12 +105,13 @@ class Preparer:
         if values.get("start_ts") is None:
             schedule.start_ts = self.clock.now()
         validate_new(schedule, self.cache)
+        data_text = self.cache.take_text(schedule.event_data)
         schedule.active = schedule.state == ScheduleState.ACTIVE
         if schedule.schedule_kind != ScheduleKind.INTERVAL:
             schedule.frequency_unit, schedule.frequency_time = "", None
         if values.get("next_run_ts") is None:
             schedule.place(schedule.start_ts)
-        return Prepared(schedule, None)
+        return Prepared(schedule, None, data_text)
 
     def _once_time(self, schedule: Schedule, spec: Once) -> timedelta | None:
         if (spec.at is None) == (spec.delay is None):
@@ -160,7 +165,7 @@ def create_instance(schedule: Schedule, *, actor: Any = None) -> tuple[Schedule,
 
 
 def _create(item: Prepared, *, actor: Any) -> tuple[Schedule, bool]:
-    if insert_one(item.schedule, item.delay, actor=actor):
+    if insert_one(item.schedule, item.delay, actor=actor, data_text=item.data_text):
         return item.schedule, True
     key = item.schedule.idempotency_key
     if key is not None:

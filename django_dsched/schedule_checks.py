@@ -184,6 +184,19 @@ def plain_event_data_text(value: Any) -> str | None:
     return text
 
 
+def event_data_json(
+    value: Any, text: str | None, encoder: type[json.JSONEncoder] | None
+) -> str | None:
+    """Event data as the JSON text an insert sends: ``text`` (the one its check made, see
+    :meth:`FieldCache.take_text`) when given and the field has no encoder of its own, else
+    the data encoded."""
+    if value is None:
+        return None
+    if text is not None and encoder is None:
+        return text
+    return json.dumps(value, cls=encoder)
+
+
 NAME_UNIQUE = "dsched_schedule_name_unique"
 KEY_UNIQUE = "dsched_schedule_key_unique"
 
@@ -211,8 +224,9 @@ class FieldCache:
 
     def __init__(self) -> None:
         self._results: dict[tuple[str, type, Hashable], tuple[Any, Any]] = {}
-        # id(event data) -> (the value, its JSON text), for json_text().
-        self._texts: dict[int, tuple[Any, str]] = {}
+        # (event data, its JSON text) of the last check that accepted it in one encoding,
+        # for take_text(); one slot, overwritten by every check of event data.
+        self._text: tuple[Any, str] | None = None
         self._fields = [
             (
                 field,
@@ -234,36 +248,18 @@ class FieldCache:
         # shapes that passed every check: fields, clean() (one-shots) and the twins.
         self._shapes: dict[tuple[tuple[Any, ...], tuple[type, ...]], dict[str, Any]] = {}
 
-    def json_text(self, value: Any) -> str | None:
-        """The JSON text of event data this cache accepted without ``clean()``, once (the
-        insert sends it instead of encoding the value again), or None."""
-        found = self._texts.pop(id(value), None)
+    def take_text(self, value: Any) -> str | None:
+        """The compact JSON text of the event data ``value`` when the check that just ran
+        on it accepted it in one encoding (the text to store), or None. Taken: asked again,
+        it is None. Another thread's check in between leaves None (the insert encodes)."""
+        found, self._text = self._text, None
         return found[1] if found is not None and found[0] is value else None
-
-    def event_data_json(self, value: Any, encoder: type[json.JSONEncoder] | None) -> str | None:
-        """Event data as the JSON text an insert sends: the text its check kept (taken, see
-        :meth:`json_text`) when the field has no encoder of its own, else encoded again."""
-        if value is None:
-            return None
-        if encoder is None:
-            text = self.json_text(value)
-            if text is not None:
-                return text
-        return json.dumps(value, cls=encoder)
 
     def _accept_event_data(self, value: Any) -> bool:
         text = plain_event_data_text(value)
-        if text is None:
-            # Not decided now: a text kept from an earlier check of this same object (a
-            # single create, a call that failed) is of what it held then; the insert must
-            # encode what it holds now.
-            self._texts.pop(id(value), None)
-            return False
-        texts = self._texts
-        if len(texts) >= self.LIMIT:
-            texts.clear()
-        texts[id(value)] = (value, text)  # holding the value keeps its id its own
-        return True
+        # Holding the value keeps its id its own while the slot holds it.
+        self._text = None if text is None else (value, text)
+        return text is not None
 
     def _fast_accept(self, field: Any) -> Callable[[Any], bool] | None:
         """For the fields whose value differs in every schedule (so memoising by value

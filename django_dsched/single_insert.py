@@ -34,7 +34,7 @@ from django.db.models.expressions import DatabaseDefault
 from django_dsched import audit, binding
 from django_dsched.conf import app_settings
 from django_dsched.models import Event, Schedule
-from django_dsched.schedule_checks import FieldCache, constraint_error
+from django_dsched.schedule_checks import constraint_error, event_data_json
 from django_dsched.specs import TIMED
 
 # Definition fields read from the inserted row even when left to their default: the times
@@ -155,11 +155,14 @@ _READ_BACK = ("bucket_key", "created_ts")
 _DEFINITION = frozenset(audit.DEFINITION_FIELDS)
 
 
-def insert_one(schedule: Schedule, delay: timedelta | None, *, actor: Any) -> bool:
+def insert_one(
+    schedule: Schedule, delay: timedelta | None, *, actor: Any, data_text: str | None = None
+) -> bool:
     """Insert ``schedule`` (validated) and its "created" event in one statement; with
     ``delay``, its start is the statement's time plus ``delay`` (no jitter, no end: see
-    ``Preparer._once_time``). Fills in what the database computed; False (nothing written)
-    if a unique constraint refused the row (its name, or its idempotency key)."""
+    ``Preparer._once_time``); ``data_text`` the event data's JSON text if known. Fills in
+    what the database computed; False (nothing written) if a unique constraint refused the
+    row (its name, or its idempotency key)."""
     values = schedule.__dict__
     params: dict[str, Any] = {}
     named: list[str] = []
@@ -177,9 +180,7 @@ def insert_one(schedule: Schedule, delay: timedelta | None, *, actor: Any) -> bo
         named.append(column)
         encoder = getattr(field, "encoder", None)
         if attname == "event_data":
-            # The text the check kept, taken (else the process-wide cache would keep it, and
-            # the caller's data, alive) and sent as is.
-            params[column] = FieldCache.shared().event_data_json(value, encoder)
+            params[column] = event_data_json(value, data_text, encoder)
         elif is_json and value is not None:
             params[column] = json.dumps(value, cls=encoder)
         else:
