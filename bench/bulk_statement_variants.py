@@ -36,14 +36,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import create_bench as bench
-from create_ceiling import capture
+from create_ceiling import ROWS, STATEMENTS, capture_bulk
 from django.core.management import call_command
 from django.db import connection, transaction
 
-from django_dsched import binding, bulk_insert, creates
+from django_dsched import binding
 
-ROWS = bulk_insert.CHUNK
-STATEMENTS = 100_000 // ROWS
 PER_ROW = "'schedule_name', c.schedule_name, 'start_ts', c.start_ts, 'event_data', c.event_data)"
 SHARED = "(SELECT jsonb_build_object('schedule_kind'"
 PAYLOAD = "jsonb_build_object('actor', %(actor_)s::text, 'at', c.created_ts,"
@@ -123,13 +121,7 @@ def main() -> None:
     rounds = parser.parse_args().rounds
     call_command("migrate", verbosity=0)
     bench.reset()
-    preparer = creates.Preparer()
-    sql, params = capture(
-        lambda: bulk_insert.insert_many(
-            [preparer.prepare(spec) for spec in bench.specs(0, ROWS)],  # type: ignore[arg-type]
-            actor=None,
-        )
-    )
+    sql, params = capture_bulk()
 
     def fresh() -> dict[str, Any]:
         ids = [uuid.uuid4() for _n in range(ROWS)]

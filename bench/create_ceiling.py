@@ -93,19 +93,24 @@ def capture(action: Callable[[], object]) -> tuple[str, dict[str, Any]]:
     return captured["sql"], captured["params"]
 
 
+def capture_bulk() -> tuple[str, dict[str, Any]]:
+    """The statement ``bulk_create`` sends for :data:`ROWS` one-shots, and its parameters."""
+    preparer = creates.Preparer()
+    return capture(
+        lambda: bulk_insert.insert_many(
+            [preparer.prepare(spec) for spec in bench.specs(0, ROWS)],  # type: ignore[arg-type]
+            actor=None,
+        )
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=5)
     runs = parser.parse_args().runs
     call_command("migrate", verbosity=0)
     bench.reset()
-    preparer = creates.Preparer()
-    bulk_sql, bulk_params = capture(
-        lambda: bulk_insert.insert_many(
-            [preparer.prepare(spec) for spec in bench.specs(0, ROWS)],  # type: ignore[arg-type]
-            actor=None,
-        )
-    )
+    bulk_sql, bulk_params = capture_bulk()
     one_sql, one_params = capture(
         lambda: api.create_once(delay=timedelta(hours=1), data={"user": 1}, **bench.COMMON)
     )
