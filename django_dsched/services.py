@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import uuid
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
+from django.core.exceptions import EmptyResultSet
 from django.db import connections, transaction
 from django.db.models import DateTimeField, Field, Func, QuerySet
 from django.utils.translation import gettext as _
@@ -296,14 +298,42 @@ def planning_error(schedule: Schedule, now: datetime | None = None) -> str | Non
 
 
 def cancel(schedules: QuerySet[Schedule], *, actor: Any = None) -> ChangeCount:
-    """End schedules for good: a cancelled schedule never fires again and cannot resume."""
-    return _transition(
-        schedules,
-        allowed={ScheduleState.ACTIVE, ScheduleState.PAUSED, ScheduleState.SET_ASIDE},
-        target=ScheduleState.CANCELLED,
-        verb="cancelled",
-        actor=actor,
-    )
+    """End schedules for good: a cancelled schedule never fires again and cannot resume.
+
+    One statement (:func:`_cancel`, ``schedules`` as its subquery): it locks the rows
+    ``schedules`` selects (waiting for a fire in flight, then deciding on the row as that
+    fire left it), cancels those that may be cancelled and writes their audit events, so a
+    cancel costs one round trip and no transaction of its own, and several are all or
+    nothing."""
+    connection = connections[app_settings.DATABASE]
+    try:
+        query, query_params = (
+            schedules.using(connection.alias)
+            .order_by()
+            .values_list("pk")
+            .query.get_compiler(using=connection.alias)
+            .as_sql()
+        )
+    except EmptyResultSet:  # a lookup that can match nothing (a key no column can hold)
+        return ChangeCount(changed=0, skipped=0)
+    # The subquery's positional parameters, named for the statement's own.
+    names = iter(range(len(query_params)))
+    source = _POSITIONAL.sub(lambda _match: f"%(q{next(names)})s", query)
+    params = {f"q{n}": value for n, value in enumerate(query_params)}
+    with connection.cursor() as cursor:
+        ((found, cancelled),) = _cancel(
+            cursor,
+            f"SELECT q.id_ FROM ({source}) AS q(id_) ORDER BY 1",
+            params,
+            COUNTS_ALL,
+            actor=actor,
+            host=None,
+        )
+    return ChangeCount(changed=int(cancelled), skipped=int(found) - int(cancelled))
+
+
+# A positional placeholder of compiled SQL (``%%`` is a literal percent sign, left alone).
+_POSITIONAL = re.compile(r"(?<!%)%s")
 
 
 CANCELLABLE = [
@@ -332,6 +362,8 @@ ROWS_LOCKED = """SELECT old.schedule_id, old.schedule_name, old.idempotency_key,
 COUNTS_LOCKED = """SELECT count(*) FILTER (WHERE old.host_id = %(host)s),
                count(*) FILTER (WHERE old.host_id = %(host)s AND old.state = ANY(%(allowed)s))
         FROM old"""
+COUNTS_ALL = """SELECT count(*), count(*) FILTER (WHERE old.state = ANY(%(allowed)s))
+        FROM old"""
 
 
 def cancel_ids_counted(ids: list[Any], *, host: uuid.UUID, actor: Any = None) -> tuple[int, int]:
@@ -356,7 +388,26 @@ def cancel_ids(ids: list[Any], *, actor: Any = None) -> list[Locked]:
 def _cancel_ids(
     ids: list[Any], result: str, *, actor: Any, host: uuid.UUID | None
 ) -> list[tuple[Any, ...]]:
-    """Run the cancel statement ending in ``result`` (a SELECT from ``old``); its rows."""
+    """:func:`_cancel` of the schedules with these ids (sorted by the caller), sent as one
+    binary array bound on the server (binding.py)."""
+    connection = connections[app_settings.DATABASE]
+    with binding.cursor(connection) as cursor:
+        source = "SELECT * FROM unnest(%(ids)b::uuid[]) AS w(id_)"
+        return _cancel(cursor, source, {"ids": ids}, result, actor=actor, host=host)
+
+
+def _cancel(
+    cursor: Any,
+    source: str,
+    source_params: dict[str, Any],
+    result: str,
+    *,
+    actor: Any,
+    host: uuid.UUID | None,
+) -> list[tuple[Any, ...]]:
+    """Run the cancel statement on ``cursor``: the schedules whose ids ``source`` selects
+    (a query of one column ``id_``, in the order to lock them; its parameters
+    ``source_params``), ending in ``result`` (a SELECT from ``old``); its rows."""
     connection = connections[app_settings.DATABASE]
     quote = connection.ops.quote_name
     table, events = quote(Schedule._meta.db_table), quote(Event._meta.db_table)
@@ -371,7 +422,7 @@ def _cancel_ids(
     # it read are the ones the UPDATE changes. No join between the CTEs at all.
     statement = f"""
         WITH w AS (
-            SELECT * FROM unnest(%(ids)b::uuid[]) AS w(id_)
+            {source}
         ), old AS (
             SELECT l.schedule_id, l.state, l.host_id, l.aggregate_version, l.schedule_name,
                    l.idempotency_key, l.origin
@@ -403,20 +454,19 @@ def _cancel_ids(
         {result}
     """
     params: dict[str, Any] = {
-        "ids": ids,
+        **source_params,
         "target": ScheduleState.CANCELLED.value,
         "allowed": CANCELLABLE,
         "event_type": audit.PREFIX + "cancelled",
         "actor": audit.actor_name(actor),
         "host": host,
     }
-    # The ids go as one binary array, bound on the server (binding.py); each audit event's
-    # id is gen_random_uuid() (a version 4 UUID, as Event's Python default).
-    with binding.cursor(connection) as cursor:
-        cursor.execute(statement, params)
-        # ``c`` runs whether or not it is read (a data-modifying WITH always does), on
-        # exactly the rows ``old`` locked in a cancellable state.
-        return list(cursor.fetchall())
+    # Each audit event's id is gen_random_uuid() (a version 4 UUID, as Event's Python
+    # default).
+    cursor.execute(statement, params)
+    # ``c`` runs whether or not it is read (a data-modifying WITH always does), on exactly
+    # the rows ``old`` locked in a cancellable state.
+    return list(cursor.fetchall())
 
 
 def resume_expired_pauses(limit: int = 100) -> int:

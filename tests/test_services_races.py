@@ -1,56 +1,120 @@
-"""State changes racing the fire path: the compare-and-set of ``services._transition``."""
+"""State changes racing the fire path: the compare-and-set of ``services._transition``, and
+the row lock of the one-statement cancel."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 
 from django_dsched import services
+from django_dsched.changes import ChangeCount
 from django_dsched.enums import ScheduleState
 from django_dsched.models import Event, Schedule
 from django_dsched.scheduler.firing import Fence, fire_batch
 from django_dsched.scheduler.lease import LeaseHolder, agree_bucket_count
 from tests.factories import ScheduleFactory
-from tests.helpers import sql
+from tests.helpers import other_session, sql, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def fire_between_read_and_write(monkeypatch):
-    """Make the next state change's write run right after a real fire batch commits."""
+def _fence() -> Fence:
+    """The fence of a lease this test holds (a fire batch needs one)."""
     sql("TRUNCATE scheduler_lock_t")
     agree_bucket_count("default", base=1, count=1, lease_seconds=30)
     lease = LeaseHolder(
         "default", lease_id=1, instance_id="racer", lease_seconds=30, fast_failover=False
     )
     assert lease.try_acquire()
+    return Fence(1, "racer", lease.epoch, 30.0)
+
+
+@pytest.fixture
+def fire_between_read_and_write(monkeypatch):
+    """Make the next state change's write run right after a real fire batch commits."""
+    fence = _fence()
     write = services._write
 
     def fire_then_write(*args, **kwargs):
         with transaction.atomic(), connection.cursor() as cursor:
-            fire_batch(cursor, Fence(1, "racer", lease.epoch, 30.0), 10)
+            fire_batch(cursor, fence, 10)
         monkeypatch.setattr(services, "_write", write)  # once
         return write(*args, **kwargs)
 
     monkeypatch.setattr(services, "_write", fire_then_write)
 
 
-@pytest.mark.parametrize("change", [services.pause, services.cancel])
-def test_a_change_never_overwrites_a_completion_the_fire_path_made_meanwhile(
-    fire_between_read_and_write, change
-):
-    # The fire path completes this schedule without firing (its fire limit is reached), so
-    # its version does not move: only the state tells the change that it lost the race.
+def _completed_by_its_next_fire() -> Schedule:
+    """A schedule the fire path completes without firing (its fire limit is reached), so
+    its version does not move: only the state tells a change that it lost the race."""
     schedule = ScheduleFactory(max_fires=3)
     sql(
         "UPDATE schedule_t SET fire_count = 3, next_run_ts = now() - interval '1 s'"
         " WHERE schedule_id = %s",
         [schedule.pk],
     )
+    return schedule
 
-    result = change(Schedule.objects.filter(pk=schedule.pk))
 
+def test_a_pause_never_overwrites_a_completion_the_fire_path_made_meanwhile(
+    fire_between_read_and_write,
+):
+    schedule = _completed_by_its_next_fire()
+
+    result = services.pause(Schedule.objects.filter(pk=schedule.pk))
+
+    _assert_completed_and_skipped(schedule, result)
+
+
+def test_a_cancel_waits_for_a_fire_in_flight_and_decides_on_the_row_it_left():
+    """The cancel's one statement locks the row: a fire batch that completes the schedule
+    holds the lock, uncommitted; the cancel waits for it, then finds the schedule
+    completed and leaves it so (skipped, no event)."""
+    fence = _fence()
+    schedule = _completed_by_its_next_fire()
+    fired, commit = threading.Event(), threading.Event()
+
+    def fire() -> None:
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                fire_batch(cursor, fence, 10)
+                fired.set()
+                commit.wait(30)
+        finally:
+            connections.close_all()
+
+    def commit_once_the_cancel_waits() -> None:
+        try:
+            with other_session() as watcher:
+                wait_for(
+                    lambda: sql(
+                        "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                        " AND query LIKE '%%FOR UPDATE%%'",
+                        using=watcher,
+                    ),
+                    what="the cancel waiting for the fire's lock",
+                )
+        finally:
+            commit.set()
+
+    firing = threading.Thread(target=fire)
+    firing.start()
+    assert fired.wait(10)
+    committer = threading.Thread(target=commit_once_the_cancel_waits)
+    committer.start()
+    try:
+        result = services.cancel(Schedule.objects.filter(pk=schedule.pk))
+    finally:
+        commit.set()
+        committer.join(30)
+        firing.join(30)
+
+    _assert_completed_and_skipped(schedule, result)
+
+
+def _assert_completed_and_skipped(schedule: Schedule, result: ChangeCount) -> None:
     row = Schedule.objects.get(pk=schedule.pk)
     assert row.state == ScheduleState.COMPLETED
     assert not row.active
