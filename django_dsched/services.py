@@ -325,7 +325,8 @@ def cancel(schedules: QuerySet[Schedule], *, actor: Any = None) -> ChangeCount:
     with connection.cursor() as cursor:
         ((found, cancelled),) = _cancel(
             cursor,
-            f"SELECT q.id_ FROM ({source}) AS q(id_) ORDER BY 1",
+            # Each schedule once, however often the queryset gives it (a UNION ALL).
+            f"SELECT DISTINCT q.id_ FROM ({source}) AS q(id_) ORDER BY 1",
             params,
             COUNTS_ALL,
             actor=actor,

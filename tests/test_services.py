@@ -54,6 +54,17 @@ def test_a_cancel_takes_any_queryset_whose_sql_has_a_percent_sign_before_a_param
     assert states() == {"even": "CANCELLED", "odd": "ACTIVE"}
 
 
+def test_a_cancel_of_a_queryset_that_repeats_a_schedule_cancels_it_once():
+    """A queryset may give a schedule twice (here a UNION ALL): it is locked, cancelled
+    and audited once."""
+    schedule = ScheduleFactory(schedule_name="a")
+    once = Schedule.objects.filter(pk=schedule.pk)
+
+    assert services.cancel(once.union(once, all=True)) == ChangeCount(changed=1, skipped=0)
+    schedule.refresh_from_db()
+    assert (schedule.state, schedule.aggregate_version) == (ScheduleState.CANCELLED, 2)
+
+
 def test_cancelled_schedules_cannot_be_edited():
     schedule = ScheduleFactory(cancelled=True)
     schedule.schedule_name = "renamed"
