@@ -24,8 +24,8 @@ nothing written). Schedules are looked up by instance, id, or name within a host
                               key=f"pay-{n}") for n, deadline in deadlines])
     api.bulk_cancel(keys=["pay-1", "pay-2"])
 
-A create is one statement (two when it must read the database's clock), a state change
-two; docs/python-api.md has the costs, the key rules and the bulk calls.
+A create is one statement (two when it must read the database's clock), a cancel one, a
+pause or a resume two; docs/python-api.md has the costs, the key rules and the bulk calls.
 """
 
 from __future__ import annotations

@@ -88,12 +88,7 @@ class Preparer:
             delay = self._once_time(schedule, spec)
         elif spec.start is None:
             schedule.start_ts = self.clock.now()
-        validate_new(schedule, self.cache)
-        data_text = self.cache.take_text(schedule.event_data)
-        # What Schedule.save() does before an insert.
-        schedule.active = schedule.state == ScheduleState.ACTIVE
-        if schedule.schedule_kind != ScheduleKind.INTERVAL:
-            schedule.frequency_unit, schedule.frequency_time = "", None
+        data_text = self._validated(schedule)
         if delay is None:
             schedule.place(schedule.start_ts)
         return Prepared(schedule, delay, data_text)
@@ -104,14 +99,23 @@ class Preparer:
         values = schedule.__dict__  # start_ts and next_run_ts are unset until saved
         if values.get("start_ts") is None:
             schedule.start_ts = self.clock.now()
-        validate_new(schedule, self.cache)
-        data_text = self.cache.take_text(schedule.event_data)
-        schedule.active = schedule.state == ScheduleState.ACTIVE
-        if schedule.schedule_kind != ScheduleKind.INTERVAL:
-            schedule.frequency_unit, schedule.frequency_time = "", None
+        data_text = self._validated(schedule)
         if values.get("next_run_ts") is None:
             schedule.place(schedule.start_ts)
         return Prepared(schedule, None, data_text)
+
+    def _validated(self, schedule: Schedule) -> str | None:
+        """Validate ``schedule`` and do what ``Schedule.save()`` does before an insert; the
+        event data's JSON text its check made, if any. Taken even when validation fails:
+        the process-wide cache keeps nothing of the caller's."""
+        try:
+            validate_new(schedule, self.cache)
+        finally:
+            data_text = self.cache.take_text(schedule.event_data)
+        schedule.active = schedule.state == ScheduleState.ACTIVE
+        if schedule.schedule_kind != ScheduleKind.INTERVAL:
+            schedule.frequency_unit, schedule.frequency_time = "", None
+        return data_text
 
     def _once_time(self, schedule: Schedule, spec: Once) -> timedelta | None:
         if (spec.at is None) == (spec.delay is None):

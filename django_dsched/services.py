@@ -318,12 +318,15 @@ def cancel(schedules: QuerySet[Schedule], *, actor: Any = None) -> ChangeCount:
         return ChangeCount(changed=0, skipped=0)
     # The subquery's positional parameters, named for the statement's own.
     names = iter(range(len(query_params)))
-    source = _POSITIONAL.sub(lambda _match: f"%(q{next(names)})s", query)
+    source = _PERCENT.sub(
+        lambda match: match[0] if match[0] == "%%" else f"%(q{next(names)})s", query
+    )
     params = {f"q{n}": value for n, value in enumerate(query_params)}
     with connection.cursor() as cursor:
         ((found, cancelled),) = _cancel(
             cursor,
-            f"SELECT q.id_ FROM ({source}) AS q(id_) ORDER BY 1",
+            # Each schedule once, however often the queryset gives it (a UNION ALL).
+            f"SELECT DISTINCT q.id_ FROM ({source}) AS q(id_) ORDER BY 1",
             params,
             COUNTS_ALL,
             actor=actor,
@@ -332,8 +335,9 @@ def cancel(schedules: QuerySet[Schedule], *, actor: Any = None) -> ChangeCount:
     return ChangeCount(changed=int(cancelled), skipped=int(found) - int(cancelled))
 
 
-# A positional placeholder of compiled SQL (``%%`` is a literal percent sign, left alone).
-_POSITIONAL = re.compile(r"(?<!%)%s")
+# A positional placeholder of compiled SQL, or a literal percent sign (``%%``, left as it
+# is): read left to right, so ``%%%s`` is a percent sign, then a placeholder.
+_PERCENT = re.compile(r"%[%s]")
 
 
 CANCELLABLE = [

@@ -763,6 +763,22 @@ def test_a_create_leaves_no_event_data_text_behind():
     assert Schedule.objects.get(pk=schedule.pk).event_data == data
 
 
+def test_a_create_that_fails_validation_leaves_no_event_data_text_behind():
+    """An item whose event data passed its check but whose other fields did not: the
+    text is dropped all the same (the process-wide cache would keep the caller's data
+    alive until the next create)."""
+    from django_dsched.schedule_checks import FieldCache
+
+    data = {"user": 42}
+    with pytest.raises(BulkValidationError):
+        api.bulk_create([api.Once(delay=timedelta(minutes=1), data=data, topic="", event_type="x")])
+    assert FieldCache.shared()._text is None
+    with pytest.raises(ValidationError):
+        api.create_once("one", data=data, delay=timedelta(minutes=1), topic="", event_type="x")
+    assert FieldCache.shared()._text is None
+    assert not Schedule.objects.exists()
+
+
 def test_a_session_killed_while_chunks_are_in_flight_writes_nothing_and_the_next_call_works(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

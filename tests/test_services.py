@@ -4,6 +4,7 @@ from datetime import timedelta
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.db.models.expressions import RawSQL
 
 from django_dsched import services
 from django_dsched.changes import ChangeCount
@@ -38,6 +39,30 @@ def test_pause_resume_cancel():
     assert b.active
     c.refresh_from_db()
     assert c.aggregate_version == 1
+
+
+def test_a_cancel_takes_any_queryset_whose_sql_has_a_percent_sign_before_a_parameter():
+    """The queryset becomes the cancel statement's subquery with its placeholders renamed:
+    ``%%`` (a literal percent sign, here the modulo operator) right before a ``%s`` is
+    still a percent sign followed by a parameter."""
+    even = ScheduleFactory(schedule_name="even", fire_count=2)
+    ScheduleFactory(schedule_name="odd", fire_count=3)
+    selected = Schedule.objects.alias(rest=RawSQL("fire_count %%%s", [2])).filter(rest=0)
+    assert list(selected) == [even]
+
+    assert services.cancel(selected) == ChangeCount(changed=1, skipped=0)
+    assert states() == {"even": "CANCELLED", "odd": "ACTIVE"}
+
+
+def test_a_cancel_of_a_queryset_that_repeats_a_schedule_cancels_it_once():
+    """A queryset may give a schedule twice (here a UNION ALL): it is locked, cancelled
+    and audited once."""
+    schedule = ScheduleFactory(schedule_name="a")
+    once = Schedule.objects.filter(pk=schedule.pk)
+
+    assert services.cancel(once.union(once, all=True)) == ChangeCount(changed=1, skipped=0)
+    schedule.refresh_from_db()
+    assert (schedule.state, schedule.aggregate_version) == (ScheduleState.CANCELLED, 2)
 
 
 def test_cancelled_schedules_cannot_be_edited():

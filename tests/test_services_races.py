@@ -4,6 +4,7 @@ the row lock of the one-statement cancel."""
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 from django.db import connection, connections, transaction
@@ -121,3 +122,76 @@ def _assert_completed_and_skipped(schedule: Schedule, result: ChangeCount) -> No
     assert (result.changed, result.skipped) == (0, 1)
     verbs = set(Event.objects.filter(aggregate_id=schedule.pk).values_list("event_type", flat=True))
     assert not verbs & {"dsched.schedule.paused", "dsched.schedule.cancelled"}
+
+
+@pytest.mark.parametrize(
+    ("change", "outcome"),
+    [
+        ("SET state = 'PAUSED', active = false", "PAUSED"),
+        ("SET state = 'COMPLETED', active = false", None),
+        ("SET schedule_name = 'renamed'", "ACTIVE"),
+        ("DELETE", "gone"),
+    ],
+)
+def test_a_cancel_by_name_decides_on_the_row_as_the_transaction_it_waited_for_left_it(
+    change: str, outcome: str | None
+) -> None:
+    """``api.cancel("x")``: its lookup (the statement's subquery) sees the row on the
+    statement's snapshot; the lock then waits for the transaction changing the row and
+    decides on the row as it was left (the lookup is not evaluated again): paused, it is
+    cancelled from paused; completed, skipped; renamed, cancelled all the same (the row
+    the lookup found); deleted, "no such schedule" and nothing written."""
+    from django_dsched import api
+
+    schedule = ScheduleFactory(schedule_name="x")
+    result: list[Any] = []
+
+    def cancel() -> None:
+        try:
+            result.append(api.cancel("x"))
+        except Exception as exc:  # asserted below
+            result.append(exc)
+        finally:
+            connections.close_all()
+
+    with other_session() as other:
+        sql("BEGIN", using=other)
+        if change == "DELETE":
+            sql("DELETE FROM schedule_t WHERE schedule_id = %s", [schedule.pk], using=other)
+        else:
+            sql(
+                f"UPDATE schedule_t {change}, aggregate_version = aggregate_version + 1"
+                " WHERE schedule_id = %s",
+                [schedule.pk],
+                using=other,
+            )
+        thread = threading.Thread(target=cancel)
+        thread.start()
+        wait_for(
+            lambda: sql(
+                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND query LIKE '%%FOR UPDATE%%'"
+            ),
+            what="the cancel waiting for the row lock",
+        )
+        sql("COMMIT", using=other)
+        thread.join(timeout=30)
+
+    (done,) = result
+    events = Event.objects.filter(aggregate_id=schedule.pk, event_type="dsched.schedule.cancelled")
+    if outcome == "gone":
+        assert isinstance(done, Schedule.DoesNotExist)
+        assert not events.exists()
+        return
+    row = Schedule.objects.get(pk=schedule.pk)
+    if outcome is None:
+        assert done is False
+        assert row.state == ScheduleState.COMPLETED
+        assert not events.exists()
+        return
+    assert done is True
+    assert row.state == ScheduleState.CANCELLED
+    (event,) = events
+    assert event.aggregate_version == row.aggregate_version == schedule.aggregate_version + 2
+    assert event.payload["changes"] == {"state": [outcome, "CANCELLED"]}
+    assert event.metadata["schedule_name"] == row.schedule_name
