@@ -150,10 +150,14 @@ def bench_bulk_create(count: int, runs: int, fallback: int) -> None:
     for run in range(runs):
         reset()
         if HAS_BULK:
-            rates.append(count / timed(lambda: bulk_create(count)))
-            reset()
-            batches = spec_batches(count)
-            calls_alone.append(count / timed(lambda b=batches: bulk_create(count, b)))
+            # Both ways each run, the first one alternating (no order bias).
+            for alone in (run % 2 == 1, run % 2 == 0):
+                reset()
+                if alone:
+                    batches = spec_batches(count)
+                    calls_alone.append(count / timed(lambda b=batches: bulk_create(count, b)))
+                else:
+                    rates.append(count / timed(lambda: bulk_create(count)))
         else:
 
             def loop(run: int = run) -> None:
