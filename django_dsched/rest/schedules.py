@@ -235,7 +235,8 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
     @described(
         summary="Replace a schedule's definition",
         description=(
-            "Fields left out take their defaults, as at creation (but `start` stays). "
+            "Fields left out take their defaults, as at creation (but `start` and `key` "
+            "stay; a key cannot change). "
             "An edit that leaves the schedule with no fire ahead also needs the cancel "
             "permission; one that makes it due at once needs the run-now permission."
         ),
@@ -283,6 +284,10 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
         if "host_id" in values and values["host_id"] != schedule.host_id:
             raise drf_serializers.ValidationError(
                 {"host_id": [_("A schedule cannot move to another host.")]}
+            )
+        if "key" in values and values["key"] != schedule.idempotency_key:
+            raise drf_serializers.ValidationError(
+                {"key": [_("A schedule keeps the idempotency key it was created with.")]}
             )
         changes = model_values(values)
         if not partial:

@@ -253,10 +253,13 @@ def model_values(validated: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def definition_defaults() -> dict[str, Any]:
-    """The model's default of each writable field but ``start`` (what a PUT resets)."""
+    """The model's default of each writable field but ``start`` and ``key`` (what a PUT
+    resets: a schedule keeps its start, and the idempotency key it was created with)."""
     fields = {f.name: f for f in Schedule._meta.get_fields() if hasattr(f, "get_default")}
     return {
-        model: fields[model].get_default() for api, model in MODEL_FIELDS.items() if api != "start"
+        model: fields[model].get_default()
+        for api, model in MODEL_FIELDS.items()
+        if api not in ("start", "key")
     }
 
 

@@ -111,3 +111,26 @@ def test_a_cancelled_keys_status_and_the_list_filtered_by_key(root):
         "CANCELLED",
         None,
     )
+
+
+def test_an_edit_keeps_the_key_and_cannot_change_it(root):
+    """A PUT that leaves `key` out used to reset it to none: a retried create with that key
+    then made a second schedule."""
+    created = root.post("schedules/", REMINDER)
+    path = f"schedules/{created.body['id']}/"
+    without_key = {name: value for name, value in REMINDER.items() if name != "key"}
+    replaced = root.put(
+        path, {**without_key, "start": "2030-01-02T09:00:00+01:00"}, **{"If-Match": created["ETag"]}
+    )
+    assert replaced.status_code == 200, replaced.body
+    assert replaced.body["key"] == "order-42:reminder"
+    again = root.post("schedules/", REMINDER)
+    assert (again.status_code, again.body["id"]) == (200, created.body["id"])
+    for body in ({"key": "order-43:reminder"}, {"key": None}, {**REMINDER, "key": "other"}):
+        method = root.put if "kind" in body else root.patch
+        refused = method(path, body, **{"If-Match": replaced["ETag"]})
+        assert refused.status_code == 400, refused.body
+        assert list(refused.body["errors"]) == ["key"]
+    same = root.patch(path, {"key": "order-42:reminder", "priority": 2}, **{"If-Match": "*"})
+    assert same.status_code == 200, same.body
+    assert Schedule.objects.get().idempotency_key == "order-42:reminder"
