@@ -253,9 +253,16 @@ def cancel(
     return _changed(services.cancel(_lookup(ref, key, host_id), actor=actor), ref, key)
 
 
-def trigger(ref: ScheduleRef, *, host_id: uuid.UUID | str | None = None, actor: Any = None) -> int:
-    """Fire once now, through the exactly-once path."""
-    return services.trigger(get(ref, host_id=host_id), actor=actor)
+def trigger(
+    ref: ScheduleRef | None = None,
+    *,
+    key: str | None = None,
+    host_id: uuid.UUID | str | None = None,
+    actor: Any = None,
+) -> int:
+    """Fire once now, through the exactly-once path (by instance, id, name, or idempotency
+    ``key``). Three round trips: the schedule, the database's clock, the fire."""
+    return services.trigger(get(ref, key=key, host_id=host_id), actor=actor)
 
 
 def backfill(

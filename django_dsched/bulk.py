@@ -318,6 +318,11 @@ def cancel_items(
     only the count, for the Python API). A schedule resolved but gone (or moved to another
     host) when the cancel locks it is refused as "No such schedule." and the call undone, so
     the rows given are exactly the items."""
+    if isinstance(refs, str) or isinstance(keys, str):  # a string is an iterable of letters
+        raise ValidationError(
+            _("Give the references and the keys as lists, not as one string."),
+            code="not_a_list",
+        )
     ref_list = _bounded(refs, _("items"))
     key_list = _bounded(keys, _("items"))
     if len(ref_list) + len(key_list) > app_settings.BULK_MAX_ITEMS:

@@ -696,9 +696,14 @@ BACKFILLABLE = [*TRIGGERABLE, ScheduleState.COMPLETED.value]
 
 
 def _fire(schedule: Schedule, slots: list[datetime], *, trigger: str, actor: Any) -> int:
-    """Fire ``slots`` now if the schedule's current state allows it (checked under lock)."""
+    """Fire ``slots`` now if the schedule's current state allows it (checked under lock).
+
+    One statement (the row's lock, the events, their outbox messages and the new version),
+    whole or absent by itself: no transaction or savepoint of its own, whose BEGIN and
+    COMMIT (or SAVEPOINT and RELEASE) would be two more round trips. In a caller's
+    transaction the row stays locked until it ends, as it did after the savepoint."""
     states = TRIGGERABLE if trigger == "manual" else BACKFILLABLE
-    with _atomic(), connections[app_settings.DATABASE].cursor() as cursor:
+    with connections[app_settings.DATABASE].cursor() as cursor:
         fired = fire_slots(
             cursor,
             schedule.schedule_id,

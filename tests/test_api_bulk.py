@@ -303,6 +303,15 @@ def test_bulk_cancel_by_ref_and_key_all_or_nothing():
         }
 
 
+def test_one_string_for_the_references_or_the_keys_is_refused_not_read_letter_by_letter():
+    """``bulk_cancel("k")`` read "k" as the one-letter reference "k", and cancelled it."""
+    api.create_once("k", key="k", delay=timedelta(hours=1), **COMMON)
+    for call in (lambda: api.bulk_cancel("k"), lambda: api.bulk_cancel(keys="k")):
+        with pytest.raises(ValidationError, match="not as one string"):
+            call()
+    assert Schedule.objects.get().state == ScheduleState.ACTIVE
+
+
 def test_one_schedule_named_by_two_references_is_given_twice():
     """An id and a name, or an id and a key, of one schedule: before, it was cancelled once
     and counted once, yet the REST API reported it as two cancelled items."""

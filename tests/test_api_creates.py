@@ -86,6 +86,18 @@ def test_a_state_change_takes_at_most_three_round_trips(verb):
     assert newest.payload["changes"]["state"][1] == expected
 
 
+def test_run_now_takes_at_most_three_round_trips():
+    """The schedule, the clock, and one statement for the fire: no savepoint of its own (in
+    autocommit, no BEGIN and COMMIT). Run in a transaction, where Django logs a savepoint's
+    two statements too."""
+    schedule = api.create_interval("now", every=1, unit="HOURS", **COMMON)
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        assert api.trigger("now") == 1
+    assert len(queries) <= 3, [q["sql"][:80] for q in queries]
+    fired = Event.objects.filter(aggregate_id=schedule.pk, scheduled_ts__isnull=False)
+    assert fired.count() == 1
+
+
 def test_a_state_change_of_a_missing_schedule_raises_does_not_exist():
     with pytest.raises(Schedule.DoesNotExist):
         api.cancel("nobody")

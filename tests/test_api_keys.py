@@ -149,6 +149,29 @@ def test_cancel_and_status_by_key_and_the_seed_statuses(db_now):
         api.status("remind-1", key="remind-1")
 
 
+def test_run_now_by_key():
+    schedule = api.create_once(key="remind-now", delay=timedelta(hours=1), **COMMON)
+    assert api.trigger(key="remind-now") == 1
+    assert OutboxMessage.objects.filter(aggregate_id=schedule.pk).count() == 1
+    assert api.status(key="remind-now").message_status == DeliveryStatus.PENDING
+    with pytest.raises(Schedule.DoesNotExist, match="No schedule with key 'nobody'"):
+        api.trigger(key="nobody")
+
+
+def test_a_key_stays_with_its_schedule_once_cancelled():
+    """As docs/python-api.md says: the existing schedule comes back whatever its state;
+    scheduling again needs a new key."""
+    first = api.create_once(key="order-9", delay=timedelta(hours=1), **COMMON)
+    assert api.cancel(key="order-9") is True
+    again = api.create_once(key="order-9", delay=timedelta(hours=2), data={"n": 2}, **COMMON)
+    assert (again.schedule_id, again.state) == (first.schedule_id, ScheduleState.CANCELLED)
+    bulk = api.bulk_create([api.Once(key="order-9", delay=timedelta(hours=2), **COMMON)])
+    assert [s.schedule_id for s in bulk] == [first.schedule_id]
+    assert api.status(key="order-9").message_status == ScheduleState.CANCELLED
+    assert Schedule.objects.count() == 1
+    assert Event.objects.count() == 2  # created, cancelled
+
+
 @pytest.mark.parametrize("bad", ["a\x00b", "a\ud800b"])
 def test_a_key_or_name_the_database_cannot_hold_is_simply_not_found(bad):
     api.create_once(delay=timedelta(hours=1), key="real", name="real", topic="t", event_type="e")

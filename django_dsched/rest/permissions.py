@@ -26,6 +26,7 @@ SCHEDULES: Mapping[str, tuple[str, ...]] = {
     "dry_run": VIEW_SCHEDULE,
     "events": VIEW_SCHEDULE,
     "deliveries": VIEW_SCHEDULE,
+    "status_by_key": VIEW_SCHEDULE,
     "create": ("dsched.add_schedule",),
     "update": ("dsched.change_schedule",),
     "partial_update": ("dsched.change_schedule",),

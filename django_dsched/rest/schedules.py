@@ -18,7 +18,7 @@ from django.utils.translation import gettext as _
 from rest_framework import serializers as drf_serializers
 from rest_framework import status
 from rest_framework.decorators import action
-from rest_framework.exceptions import PermissionDenied
+from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -31,6 +31,7 @@ from django_dsched.exceptions import ValidationError as DschedValidationError
 from django_dsched.models import Event, OutboxMessage, Schedule
 from django_dsched.rest import permissions, tenancy
 from django_dsched.rest.base import TenantViewSet, atomic, body, query
+from django_dsched.rest.bulk import request_host
 from django_dsched.rest.conditional import etag, expected_version
 from django_dsched.rest.errors import (
     PreconditionFailed,
@@ -67,6 +68,8 @@ from django_dsched.rest.serializers import (
     ScheduleInputSerializer,
     ScheduleListQuery,
     ScheduleSerializer,
+    ScheduleStatusSerializer,
+    StatusQuery,
     TriggerResultSerializer,
     definition_defaults,
     model_values,
@@ -158,6 +161,7 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
             ("kind", "schedule_kind"),
             ("topic", "event_topic"),
             ("event_type", "event_type"),
+            ("key", "idempotency_key"),
         ):
             if name in filters:
                 queryset = queryset.filter(**{column: filters[name]})
@@ -195,6 +199,30 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
         response["Location"] = request.build_absolute_uri(f"{schedule.pk}/")
         return response
 
+    @described(
+        operation_id="schedules_status_by_key",
+        summary="A delayed message's status, by its idempotency key",
+        description=(
+            "Where the schedule with this `key` stands, read in one query with its newest "
+            "message (as the Python API's `api.status(key=...)`): `message_status` is "
+            "PENDING (not fired yet, or not yet delivered), DELIVERED or DELIVERY_FAILED "
+            "(its newest fire's delivery), or CANCELLED or COMPLETED (it will never fire and "
+            "has no message). Among the schedules of `host_id` (default: the request's "
+            "first host); 404 when none of them has the key."
+        ),
+        parameters=[StatusQuery],
+        responses={200: ScheduleStatusSerializer, **errors(400, *READ_ONE)},
+    )
+    @action(detail=False, methods=["get"], url_path="status")
+    def status_by_key(self, request: Request, **kwargs: Any) -> Response:
+        values = query(StatusQuery, request)
+        host = request_host(request, values.get("host_id"))
+        try:
+            found = api.status(key=values["key"], host_id=host)
+        except Schedule.DoesNotExist:
+            raise NotFound() from None
+        return Response(ScheduleStatusSerializer(found).data)
+
     # -- one schedule ---------------------------------------------------------------------
     @described(
         summary="Read a schedule, with its next fire times",
@@ -207,7 +235,8 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
     @described(
         summary="Replace a schedule's definition",
         description=(
-            "Fields left out take their defaults, as at creation (but `start` stays). "
+            "Fields left out take their defaults, as at creation (but `start` and `key` "
+            "stay; a key cannot change). "
             "An edit that leaves the schedule with no fire ahead also needs the cancel "
             "permission; one that makes it due at once needs the run-now permission."
         ),
@@ -255,6 +284,10 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
         if "host_id" in values and values["host_id"] != schedule.host_id:
             raise drf_serializers.ValidationError(
                 {"host_id": [_("A schedule cannot move to another host.")]}
+            )
+        if "key" in values and values["key"] != schedule.idempotency_key:
+            raise drf_serializers.ValidationError(
+                {"key": [_("A schedule keeps the idempotency key it was created with.")]}
             )
         changes = model_values(values)
         if not partial:

@@ -35,6 +35,7 @@ SETTINGS: dict[str, Any] = {
         "ScheduleStateEnum": "django_dsched.enums.ScheduleState",
         "ScheduleOriginEnum": "django_dsched.enums.ScheduleOrigin",
         "DeliveryStatusEnum": "django_dsched.enums.DeliveryStatus",
+        "RunStatusEnum": "django_dsched.enums.RunStatus",
     },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",

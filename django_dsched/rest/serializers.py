@@ -253,10 +253,13 @@ def model_values(validated: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def definition_defaults() -> dict[str, Any]:
-    """The model's default of each writable field but ``start`` (what a PUT resets)."""
+    """The model's default of each writable field but ``start`` and ``key`` (what a PUT
+    resets: a schedule keeps its start, and the idempotency key it was created with)."""
     fields = {f.name: f for f in Schedule._meta.get_fields() if hasattr(f, "get_default")}
     return {
-        model: fields[model].get_default() for api, model in MODEL_FIELDS.items() if api != "start"
+        model: fields[model].get_default()
+        for api, model in MODEL_FIELDS.items()
+        if api not in ("start", "key")
     }
 
 
@@ -335,9 +338,78 @@ class ScheduleListQuery(StrictSerializer):
     kind = serializers.ChoiceField(ScheduleKind.choices, required=False)
     topic = serializers.CharField(required=False, max_length=NAME_MAX_LENGTH)
     event_type = serializers.CharField(required=False, max_length=NAME_MAX_LENGTH)
+    key = serializers.CharField(
+        required=False,
+        max_length=KEY_MAX_LENGTH,
+        trim_whitespace=False,
+        help_text=_("An idempotency key (exact match)."),
+    )
     search = serializers.CharField(
         required=False, max_length=NAME_MAX_LENGTH, help_text=_("Part of the name.")
     )
+
+
+class StatusQuery(StrictSerializer):
+    key = Text(
+        max_length=KEY_MAX_LENGTH,
+        trim_whitespace=False,
+        help_text=_("The schedule's idempotency key."),
+    )
+    host_id = UUIDText(
+        required=False,
+        help_text=_(
+            "The host whose schedule has the key; one the request may reach (default: the first)."
+        ),
+    )
+
+
+# A delayed message's status: its newest fire's delivery, or the state of a schedule that
+# will never fire and has no message (api.Status.message_status).
+MESSAGE_STATUSES = [
+    *DeliveryStatus.values,
+    ScheduleState.CANCELLED.value,
+    ScheduleState.COMPLETED.value,
+]
+
+
+class ScheduleStatusSerializer(serializers.Serializer[Any]):
+    """Where a schedule stands, read with its newest message (as api.status gives it)."""
+
+    id = serializers.UUIDField(source="schedule_id")
+    name = serializers.CharField()
+    key = serializers.CharField(allow_null=True)
+    state = serializers.ChoiceField(ScheduleState.choices)
+    message_status = serializers.ChoiceField(
+        MESSAGE_STATUSES,
+        help_text=_(
+            "A delayed message's status. PENDING: not fired yet (and it will), or fired and "
+            "not yet delivered. DELIVERED or DELIVERY_FAILED: its newest fire's delivery. "
+            "CANCELLED or COMPLETED: it will never fire and has no message."
+        ),
+    )
+    next_run = AwareDateTimeField(
+        source="next_fire",
+        allow_null=True,
+        help_text=_("When the next fire is due (null unless active or paused)."),
+    )
+    last_fired = AwareDateTimeField(allow_null=True)
+    last_delivery = serializers.ChoiceField(
+        DeliveryStatus.choices,
+        allow_null=True,
+        help_text=_("The newest message's delivery status (null: no message yet)."),
+    )
+    last_run = serializers.ChoiceField(
+        RunStatus.choices,
+        allow_null=True,
+        help_text=_("Where the newest message's run stands (null: no message yet)."),
+    )
+    last_error = serializers.CharField(allow_blank=True)
+    fire_count = serializers.IntegerField()
+    misfire_count = serializers.IntegerField()
+    paused_reason = serializers.CharField(allow_blank=True)
+    paused_until = AwareDateTimeField(allow_null=True)
+    set_aside_reason = serializers.CharField(allow_blank=True)
+    version = serializers.IntegerField(help_text=_("+1 per fire and per change."))
 
 
 # -- bulk ------------------------------------------------------------------------------------

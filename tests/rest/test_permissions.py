@@ -68,6 +68,7 @@ ENDPOINTS = {
     "dry run": Endpoint("GET", "schedules/{active}/dry-run/?{range}", frozenset(VIEW)),
     "events": Endpoint("GET", "schedules/{active}/events/", frozenset(VIEW)),
     "deliveries": Endpoint("GET", "schedules/{active}/deliveries/", frozenset(VIEW)),
+    "status by key": Endpoint("GET", "schedules/status/?key=active", frozenset(VIEW)),
     "list outbox": Endpoint(
         "GET", "outbox/", frozenset({"view_outboxmessage", "change_outboxmessage"})
     ),
@@ -115,7 +116,7 @@ def world() -> dict[str, str]:
     """A due active schedule with past slots, a paused one, a dead letter."""
     start = (database_now() - timedelta(minutes=10)).replace(second=0, microsecond=0)
     active = api.create_interval(
-        "active", every=1, unit="MINUTES", start=start, topic="ops", event_type="ping"
+        "active", every=1, unit="MINUTES", start=start, key="active", topic="ops", event_type="ping"
     )
     paused = api.create_interval("paused", every=1, topic="ops", event_type="ping")
     api.pause(paused)

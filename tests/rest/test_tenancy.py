@@ -175,3 +175,19 @@ def test_bulk_cancel_cannot_reach_another_hosts_schedules(of_b):
     assert response.status_code == 200, response.body
     assert response.body["cancelled"] == 2
     assert Schedule.objects.get(pk=of_b["active"]).state == "CANCELLED"
+
+
+def test_status_by_key_reaches_the_requests_hosts_only(of_b):
+    api.create_once("b-keyed", delay=timedelta(hours=1), key="k", host_id=HOST_B, **COMMON)
+    alice, both = client("alice-a"), client("both-ab")
+    theirs = alice.get("schedules/status/", {"key": "k"})
+    absent = alice.get("schedules/status/", {"key": "no-such-key"})
+    assert theirs.status_code == absent.status_code == 404
+    assert theirs.content == absent.content
+    named = alice.get("schedules/status/", {"key": "k", "host_id": str(HOST_B)})
+    assert named.status_code == 400 and list(named.body["errors"]) == ["host_id"]
+    # A request that reaches both hosts reads its first one unless it names another.
+    assert both.get("schedules/status/", {"key": "k"}).status_code == 404
+    found = both.get("schedules/status/", {"key": "k", "host_id": str(HOST_B)})
+    assert found.status_code == 200 and found.body["name"] == "b-keyed"
+    assert client("nobody-").get("schedules/status/", {"key": "k"}).status_code == 403
