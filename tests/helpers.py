@@ -41,6 +41,20 @@ def sql(query: str, params: Any = None, using: Any = None) -> list[tuple[Any, ..
         return cursor.fetchall() if cursor.description else []
 
 
+def lock_waiter(query_like: str, *, what: str, using: Any = None) -> int:
+    """Wait until a session running a query that matches ``query_like`` (a LIKE pattern)
+    waits for a lock; its backend's pid."""
+    rows = wait_for(
+        lambda: sql(
+            "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
+            [query_like],
+            using=using,
+        ),
+        what=what,
+    )
+    return int(rows[0][0])
+
+
 def backend_pid(wrapper: Any) -> int:
     return sql("SELECT pg_backend_pid()", using=wrapper)[0][0]
 

@@ -17,7 +17,7 @@ from django_dsched import api, audit
 from django_dsched.enums import ScheduleKind, ScheduleState
 from django_dsched.exceptions import BulkValidationError, ValidationError
 from django_dsched.models import Event, Schedule
-from tests.helpers import other_session, sql, wait_for
+from tests.helpers import lock_waiter, other_session, sql, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -553,13 +553,7 @@ def test_bulk_cancel_waits_for_a_row_in_flight_and_acts_on_what_it_became(before
         )
         thread = threading.Thread(target=cancel)
         thread.start()
-        wait_for(
-            lambda: sql(
-                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND query LIKE '%%FOR UPDATE%%'"
-            ),
-            what="bulk_cancel waiting for the row lock",
-        )
+        lock_waiter("%FOR UPDATE%", what="bulk_cancel waiting for the row lock")
         sql("COMMIT", using=other)
         thread.join(timeout=30)
     (result,) = outcome
@@ -712,13 +706,8 @@ def test_a_key_or_name_another_call_commits_while_chunks_are_in_flight(monkeypat
 
     def release_once_waiting() -> None:
         with other_session() as watcher:
-            wait_for(
-                lambda: sql(
-                    "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                    " AND query LIKE '%%WITH c AS%%'",
-                    using=watcher,
-                ),
-                what="the first chunk waiting for the held row",
+            lock_waiter(
+                "%WITH c AS%", what="the first chunk waiting for the held row", using=watcher
             )
         release.set()
 
@@ -815,14 +804,9 @@ def test_a_session_killed_while_chunks_are_in_flight_writes_nothing_and_the_next
     def kill_once_waiting() -> None:
         try:
             with other_session() as watcher:
-                pid = wait_for(
-                    lambda: sql(
-                        "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                        " AND query LIKE '%%WITH c AS%%'",
-                        using=watcher,
-                    ),
-                    what="the first chunk waiting for the held row",
-                )[0][0]
+                pid = lock_waiter(
+                    "%WITH c AS%", what="the first chunk waiting for the held row", using=watcher
+                )
                 sql("SELECT pg_terminate_backend(%s)", [pid], using=watcher)
         finally:
             release.set()

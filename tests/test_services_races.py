@@ -16,7 +16,7 @@ from django_dsched.models import Event, Schedule
 from django_dsched.scheduler.firing import Fence, fire_batch
 from django_dsched.scheduler.lease import LeaseHolder, agree_bucket_count
 from tests.factories import ScheduleFactory
-from tests.helpers import other_session, sql, wait_for
+from tests.helpers import lock_waiter, other_session, sql
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -89,13 +89,8 @@ def test_a_cancel_waits_for_a_fire_in_flight_and_decides_on_the_row_it_left():
     def commit_once_the_cancel_waits() -> None:
         try:
             with other_session() as watcher:
-                wait_for(
-                    lambda: sql(
-                        "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                        " AND query LIKE '%%FOR UPDATE%%'",
-                        using=watcher,
-                    ),
-                    what="the cancel waiting for the fire's lock",
+                lock_waiter(
+                    "%FOR UPDATE%", what="the cancel waiting for the fire's lock", using=watcher
                 )
         finally:
             commit.set()
@@ -167,13 +162,7 @@ def test_a_cancel_by_name_decides_on_the_row_as_the_transaction_it_waited_for_le
             )
         thread = threading.Thread(target=cancel)
         thread.start()
-        wait_for(
-            lambda: sql(
-                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND query LIKE '%%FOR UPDATE%%'"
-            ),
-            what="the cancel waiting for the row lock",
-        )
+        lock_waiter("%FOR UPDATE%", what="the cancel waiting for the row lock")
         sql("COMMIT", using=other)
         thread.join(timeout=30)
 

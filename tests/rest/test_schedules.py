@@ -15,7 +15,7 @@ from django_dsched.enums import ScheduleState
 from django_dsched.exceptions import ValidationError
 from django_dsched.models import Event, Schedule
 from django_dsched.rest.serializers import API_NAMES
-from tests.helpers import other_session, sql, wait_for
+from tests.helpers import lock_waiter, other_session, sql
 from tests.rest.conftest import INTERVAL
 
 pytestmark = pytest.mark.django_db
@@ -227,15 +227,9 @@ def test_a_change_committed_while_the_edit_waits_for_the_row_is_412(root):
 
         thread = threading.Thread(target=edit)
         thread.start()
-        wait_for(
-            lambda: sql(
-                # The statement's text may be cut short in pg_stat_activity (1 kB): match
-                # the table, not the FOR UPDATE at its end.
-                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                "AND query LIKE 'SELECT %%schedule_t%%'"
-            ),
-            what="the edit to wait for the row lock",
-        )
+        # The statement's text may be cut short in pg_stat_activity (1 kB): match the
+        # table, not the FOR UPDATE at its end.
+        lock_waiter("SELECT %schedule_t%", what="the edit to wait for the row lock")
         sql(
             "UPDATE schedule_t SET aggregate_version = aggregate_version + 1 "
             "WHERE schedule_id = %s",
