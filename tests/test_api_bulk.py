@@ -699,7 +699,7 @@ def test_a_key_or_name_another_call_commits_while_chunks_are_in_flight(monkeypat
 
     thread = threading.Thread(target=other_call)
     thread.start()
-    holding.wait(10)
+    assert holding.wait(10)
     clashing = {"key": "k"} if clash == "key" else {"name": "held"}
     specs: list[Any] = [api.Once(delay=timedelta(minutes=1), **COMMON) for _n in range(5)]
     specs.insert(1, api.Once(delay=timedelta(minutes=1), **clashing, **COMMON))
@@ -813,7 +813,7 @@ def test_a_session_killed_while_chunks_are_in_flight_writes_nothing_and_the_next
 
     holder = threading.Thread(target=other_call)
     holder.start()
-    holding.wait(10)
+    assert holding.wait(10)
     killer = threading.Thread(target=kill_once_waiting)
     killer.start()
     specs: list[Any] = [api.Once(delay=timedelta(minutes=1), **COMMON) for _n in range(5)]

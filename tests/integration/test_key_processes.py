@@ -1,8 +1,9 @@
 """One idempotency key created at once by several processes: exactly one schedule.
 
-Each process holds its transaction open after its create, so the others wait on the key's
-unique index and must then read the winner (tests/test_api_keys.py races sessions in
-threads; here they are separate processes, as in a deployment)."""
+The winner holds its transaction open until every other process waits on the key's unique
+index (seen in pg_stat_activity), so each of them must then read the winner
+(tests/test_api_keys.py races sessions in threads; here they are separate processes, as in
+a deployment)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import uuid
 import pytest
 
 from django_dsched.models import Event, Schedule
+from tests.helpers import sql, wait_for
 from tests.integration.conftest import ROOT, database_url
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -23,7 +25,6 @@ KEY = "payment-deadline:42"
 
 SCRIPT = f"""
 import sys
-import time
 from datetime import timedelta
 
 import django
@@ -39,7 +40,7 @@ with transaction.atomic():
     schedule = api.create_once(
         key={KEY!r}, delay=timedelta(minutes=30), topic="payments", event_type="payment.expire"
     )
-    time.sleep(0.3)  # hold the key: the others wait on it, then read the winner
+    sys.stdin.readline()  # commit: every other process waits on the key
 print(schedule.schedule_id, flush=True)
 """
 
@@ -73,10 +74,26 @@ def test_processes_creating_one_key_at_once_make_exactly_one_schedule() -> None:
             assert process.stdin is not None
             process.stdin.write("go\n")
             process.stdin.flush()
+        wait_for(
+            lambda: (
+                sql(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND query LIKE %s",
+                    ["%WITH c AS%"],
+                )[0][0]
+                == PROCESSES - 1
+            ),
+            timeout=30,
+            what="every process but the winner waiting on the key",
+        )
+        for process in processes:  # the winner commits; the others read it
+            assert process.stdin is not None
+            process.stdin.write("commit\n")
+            process.stdin.flush()
         for process in processes:
             output, errors = process.communicate(timeout=60)
             assert process.returncode == 0, errors
-            results.append(uuid.UUID(output.strip()))
+            results.append(uuid.UUID(output.split()[-1]))
     finally:
         for process in processes:
             if process.poll() is None:
