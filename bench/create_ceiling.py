@@ -49,8 +49,9 @@ from django.core.management import call_command
 from django.db import connection, transaction
 from django.db.backends.utils import CursorWrapper
 
-from django_dsched import api, audit, binding, bulk_insert, creates, single_insert
+from django_dsched import api
 from django_dsched.models import Event, Schedule
+from django_dsched.schedules import audit, binding, bulk_insert, creates, single_insert
 
 # The least a single create can send: the schedule's required columns, an empty audit event.
 FLOOR = """WITH c AS (

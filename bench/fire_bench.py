@@ -16,7 +16,7 @@ the results from the database: ``event_ts`` is the database time of the statemen
 the fire, and ``scheduled_ts`` its grid slot. Prints figures; asserts nothing.
 
 Schedules are created in SQL (``INSERT ... SELECT generate_series``) with time-ordered ids,
-as the package's default (``django_dsched.ids.uuid7``) makes them; ``--random-ids`` gives
+as the package's default (``django_dsched.models.ids.uuid7``) makes them; ``--random-ids`` gives
 them random (version 4) ids instead, as schedules created before that default have.
 
 ``ceiling`` is the same work written by hand in plain psycopg on the same tables, indexes
@@ -61,8 +61,8 @@ import psycopg  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
-from django_dsched import ids  # noqa: E402
 from django_dsched.conf import app_settings  # noqa: E402
+from django_dsched.models import ids  # noqa: E402
 from django_dsched.scheduler import event_ids  # noqa: E402
 
 
@@ -83,7 +83,7 @@ RANDOM_IDS = False
 def insert_schedules(count: int, unit: str, every: int, start_sql: str) -> None:
     """Insert ``count`` schedules in chunks, all on the same grid, in SQL.
 
-    Ids as ``django_dsched.ids.uuid7`` makes them one after another (``--random-ids``:
+    Ids as ``django_dsched.models.ids.uuid7`` makes them one after another (``--random-ids``:
     ``gen_random_uuid()``)."""
     chunk = 100_000
     new_id = "gen_random_uuid()" if RANDOM_IDS else ids.sql("i - 1")

@@ -53,7 +53,7 @@ from django.test import Client  # noqa: E402
 from rest_framework.authtoken.models import Token  # noqa: E402
 
 from django_dsched import api  # noqa: E402
-from django_dsched.clock import database_now  # noqa: E402
+from django_dsched.runtime.clock import database_now  # noqa: E402
 
 PATH = "/api/dsched/schedules/bulk/"
 CANCEL_PATH = "/api/dsched/schedules/bulk-cancel/"

@@ -38,17 +38,17 @@ from typing import Any
 from django.db.models import Case, OuterRef, Q, QuerySet, Subquery, When
 from django.utils.translation import gettext as _
 
-from django_dsched import creates, services
-from django_dsched.bulk import bulk_cancel, bulk_create
 from django_dsched.changes import ChangeCount
-from django_dsched.clock import database_now
 from django_dsched.enums import DeliveryStatus, ScheduleState
 from django_dsched.exceptions import BulkValidationError, ValidationError
 from django_dsched.models import OutboxMessage, Schedule
 from django_dsched.models.schedule import resolve_host
+from django_dsched.models.validators import storable_text
 from django_dsched.outbox import runs
-from django_dsched.specs import OPTIONS, Cron, Interval, Once
-from django_dsched.validation import storable_text
+from django_dsched.runtime.clock import database_now
+from django_dsched.schedules import creates, lifecycle
+from django_dsched.schedules.bulk import bulk_cancel, bulk_create
+from django_dsched.schedules.specs import OPTIONS, Cron, Interval, Once
 
 ScheduleRef = Schedule | uuid.UUID | str
 
@@ -224,7 +224,7 @@ def pause(
 ) -> bool:
     """Pause; with ``until`` it resumes by itself then. False if it was not active."""
     selected = _lookup(ref, key, host_id)
-    return _changed(services.pause(selected, actor=actor, reason=reason, until=until), ref, key)
+    return _changed(lifecycle.pause(selected, actor=actor, reason=reason, until=until), ref, key)
 
 
 def resume(
@@ -238,7 +238,7 @@ def resume(
     """Resume from now (or, with ``catch_up``, per the misfire policy). Also takes back a
     set-aside schedule once it can be planned. False if nothing was resumed."""
     selected = _lookup(ref, key, host_id)
-    return _changed(services.resume(selected, actor=actor, catch_up=catch_up), ref, key)
+    return _changed(lifecycle.resume(selected, actor=actor, catch_up=catch_up), ref, key)
 
 
 def cancel(
@@ -250,7 +250,7 @@ def cancel(
 ) -> bool:
     """Cancel for good (by instance, id, name, or idempotency ``key``). False if it was
     already cancelled or completed."""
-    return _changed(services.cancel(_lookup(ref, key, host_id), actor=actor), ref, key)
+    return _changed(lifecycle.cancel(_lookup(ref, key, host_id), actor=actor), ref, key)
 
 
 def trigger(
@@ -262,7 +262,7 @@ def trigger(
 ) -> int:
     """Fire once now, through the exactly-once path (by instance, id, name, or idempotency
     ``key``). Three round trips: the schedule, the database's clock, the fire."""
-    return services.trigger(get(ref, key=key, host_id=host_id), actor=actor)
+    return lifecycle.trigger(get(ref, key=key, host_id=host_id), actor=actor)
 
 
 def backfill(
@@ -274,7 +274,7 @@ def backfill(
     actor: Any = None,
 ) -> tuple[int, int]:
     """Fire each past slot in ``[start, end]`` once; returns ``(fired, already_fired)``."""
-    return services.backfill(get(ref, host_id=host_id), start, end, actor=actor)
+    return lifecycle.backfill(get(ref, host_id=host_id), start, end, actor=actor)
 
 
 @dataclass(frozen=True)
@@ -416,7 +416,7 @@ def dry_run(
         begin = max(start, schedule.next_slot_ts)
         fires += [
             (schedule.schedule_name, slot)
-            for slot in services.slots_between(schedule, begin, end, limit=limit_per_schedule)
+            for slot in lifecycle.slots_between(schedule, begin, end, limit=limit_per_schedule)
         ]
     return sorted(fires, key=lambda item: (item[1], item[0]))
 

@@ -35,14 +35,14 @@ from django.core import exceptions as django_exceptions
 from django.db import transaction
 from django.utils.module_loading import autodiscover_modules
 
-from django_dsched import services
 from django_dsched.conf import app_settings
 from django_dsched.enums import ScheduleKind, ScheduleOrigin, ScheduleState
 from django_dsched.exceptions import ConfigurationError, ValidationError
-from django_dsched.logs import get_logger
 from django_dsched.models import Schedule
 from django_dsched.models.schedule import resolve_host
-from django_dsched.validation import validate_plain_text
+from django_dsched.models.validators import validate_plain_text
+from django_dsched.runtime.logs import get_logger
+from django_dsched.schedules import lifecycle
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -151,7 +151,9 @@ def sync(specs: Mapping[str, Mapping[str, Any]] | None = None) -> SyncReport:
             if (schedule.host_id, schedule.schedule_name) in declared_keys:
                 continue
             if schedule.state == ScheduleState.ACTIVE:
-                services.pause(Schedule.objects.filter(pk=schedule.pk), actor=ACTOR, reason=REMOVED)
+                lifecycle.pause(
+                    Schedule.objects.filter(pk=schedule.pk), actor=ACTOR, reason=REMOVED
+                )
                 report.deactivated.append(schedule.schedule_name)
     for bucket in ("created", "updated", "deactivated", "reactivated", "conflicts"):
         for name in getattr(report, bucket):
@@ -168,7 +170,7 @@ def _sync_one(name: str, host: Any, spec: Mapping[str, Any], report: SyncReport)
         and schedule.state == ScheduleState.PAUSED
         and schedule.paused_reason == REMOVED
     ):
-        services.resume(Schedule.objects.filter(pk=schedule.pk), actor=ACTOR)
+        lifecycle.resume(Schedule.objects.filter(pk=schedule.pk), actor=ACTOR)
         report.reactivated.append(name)
 
 
@@ -184,14 +186,14 @@ def upsert(
 
     Returns ``("created" | "updated" | "unchanged" | "conflicts", schedule)``. Only a schedule
     of the same ``origin`` is updated (others are conflicts, left alone, returned as None); an
-    update writes only the fields that differ, through :func:`services.save_schedule`, so the
+    update writes only the fields that differ, through :func:`lifecycle.save_schedule`, so the
     schedule keeps its place on the grid unless a timing field changed. Cancelled and
     completed schedules are left as they are ("unchanged"). The caller holds the transaction.
     """
     existing = Schedule.objects.select_for_update().filter(host_id=host, schedule_name=name).first()
     if existing is None:
         schedule = Schedule(schedule_name=name, host_id=host, origin=origin, **values)
-        services.save_schedule(schedule, actor=actor)
+        lifecycle.save_schedule(schedule, actor=actor)
         return "created", schedule
     if existing.origin != origin:
         logger.warning(
@@ -214,7 +216,7 @@ def upsert(
             setattr(existing, field_name, value)
             changed.append(field_name)
     if changed:
-        services.save_schedule(existing, changed, actor=actor)
+        lifecycle.save_schedule(existing, changed, actor=actor)
         return "updated", existing
     return "unchanged", existing
 

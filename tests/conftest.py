@@ -13,7 +13,7 @@ for name in list(os.environ):
 
 @pytest.fixture
 def db_now():
-    from django_dsched.clock import database_now
+    from django_dsched.runtime.clock import database_now
 
     return database_now
 

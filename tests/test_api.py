@@ -7,10 +7,11 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from django_dsched import api, services
+from django_dsched import api
 from django_dsched.enums import MisfirePolicy, ScheduleState
 from django_dsched.models import Event, OutboxMessage, Schedule
 from django_dsched.scheduler import Scheduler
+from django_dsched.schedules import lifecycle
 from tests.helpers import sql
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -84,9 +85,9 @@ def test_pause_with_reason_until_a_time_then_resumes_by_itself(db_now):
         "maintenance",
         until,
     )
-    assert services.resume_expired_pauses() == 0
+    assert lifecycle.resume_expired_pauses() == 0
     sql("UPDATE schedule_t SET paused_until = now() - interval '1 second'")
-    assert services.resume_expired_pauses() == 1
+    assert lifecycle.resume_expired_pauses() == 1
     assert api.status("p").state == ScheduleState.ACTIVE
     assert [kind for _, kind in history(schedule)] == [
         "dsched.schedule.created",
@@ -239,6 +240,6 @@ def test_run_now_with_a_stale_copy_of_a_cancelled_schedule_fires_nothing():
     api.cancel("raced")  # someone else cancels after the caller read the schedule
     assert stale.state == ScheduleState.ACTIVE
     with pytest.raises(ValidationError, match="meanwhile"):
-        services.trigger(stale, actor="late")
+        lifecycle.trigger(stale, actor="late")
     assert not OutboxMessage.objects.exists()
     assert not Event.objects.filter(scheduled_ts__isnull=False).exists()

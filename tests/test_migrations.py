@@ -44,7 +44,7 @@ def test_reversing_0019_copies_the_events_payload_back_into_the_messages(setting
 
     from django.db import connection, transaction
 
-    from django_dsched.clock import database_now
+    from django_dsched.runtime.clock import database_now
     from django_dsched.scheduler.firing import Fence, fire_batch
     from django_dsched.scheduler.lease import LeaseHolder
     from tests.factories import ScheduleFactory

@@ -8,7 +8,7 @@ from django import forms
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from django_dsched.validation import validate_plain_text
+from django_dsched.models.validators import validate_plain_text
 
 
 class NoOptions(forms.Form):

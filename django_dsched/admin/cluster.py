@@ -12,8 +12,8 @@ from django.utils.translation import gettext as _
 
 from django_dsched.admin.base import ASSETS, AnyModelAdmin
 from django_dsched.admin.display import age, badge, moment
-from django_dsched.cluster_status import cluster_status
 from django_dsched.models import SchedulerInstance
+from django_dsched.scheduler.cluster_status import cluster_status
 
 
 def role_label(role: str) -> str:

@@ -13,8 +13,8 @@ from django.utils.translation import gettext_lazy as _
 
 from django_dsched.admin.base import ReadOnlyAdmin
 from django_dsched.admin.display import EMPTY
-from django_dsched.audit import PREFIX
 from django_dsched.models import Event, Lease
+from django_dsched.schedules.audit import PREFIX
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise

@@ -1,7 +1,7 @@
 """The schedule actions: on the selection (change list) and as buttons (schedule page).
 
 Both paths run the same code: check the action's permission, show a confirmation page
-where the action is destructive, call :mod:`django_dsched.services` (never a raw update),
+where the action is destructive, call :mod:`django_dsched.schedules.lifecycle` (never a raw update),
 write an admin history (LogEntry) record for every schedule changed or created, and
 report counts.
 """
@@ -28,14 +28,14 @@ from django.utils.functional import Promise
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
-from django_dsched import services
 from django_dsched.admin.action_forms import NoOptions, PauseOptions
 from django_dsched.admin.schedule_form import ScheduleForm
 from django_dsched.changes import ChangeCount
 from django_dsched.conf import app_settings
 from django_dsched.enums import ScheduleOrigin, ScheduleState
 from django_dsched.models import Schedule
-from django_dsched.validation import NAME_MAX_LENGTH
+from django_dsched.models.validators import NAME_MAX_LENGTH
+from django_dsched.schedules import lifecycle
 
 # Schedules listed by name on a confirmation page; more are counted.
 LISTED = 50
@@ -335,19 +335,19 @@ class ScheduleActionsMixin(ScheduleModelAdmin):
             note = _("Paused: %(reason)s") % {"reason": reason}
         if until is not None:
             note += " " + _("Until %(until)s.") % {"until": until.isoformat()}
-        return self._transition(request, ids, services.pause, note, reason=reason, until=until)
+        return self._transition(request, ids, lifecycle.pause, note, reason=reason, until=until)
 
     def _do_resume(self, request: HttpRequest, ids: list[Any]) -> Result:
-        return self._transition(request, ids, services.resume, _("Resumed."))
+        return self._transition(request, ids, lifecycle.resume, _("Resumed."))
 
     def _do_cancel(self, request: HttpRequest, ids: list[Any]) -> Result:
-        return self._transition(request, ids, services.cancel, _("Cancelled."))
+        return self._transition(request, ids, lifecycle.cancel, _("Cancelled."))
 
     def _do_run_now(self, request: HttpRequest, ids: list[Any]) -> Result:
         result = Result()
         for schedule in Schedule.objects.filter(pk__in=ids).order_by("schedule_name"):
             try:
-                fired = services.trigger(schedule, actor=request.user)
+                fired = lifecycle.trigger(schedule, actor=request.user)
             except ValidationError:
                 result.skipped += 1
                 continue
@@ -387,11 +387,11 @@ class ScheduleActionsMixin(ScheduleModelAdmin):
         )
         copy.schedule_name = copy_name(source.schedule_name, taken)
         with _atomic():
-            services.save_schedule(copy, actor=request.user)
+            lifecycle.save_schedule(copy, actor=request.user)
             reason = _("Copy of %(name)s: review it, then resume it.") % {
                 "name": source.schedule_name
             }
-            services.pause(Schedule.objects.filter(pk=copy.pk), actor=request.user, reason=reason)
+            lifecycle.pause(Schedule.objects.filter(pk=copy.pk), actor=request.user, reason=reason)
             copy.refresh_from_db()
             self.log_addition(
                 request, copy, _("Duplicated from %(name)s.") % {"name": source.schedule_name}

@@ -11,11 +11,11 @@ from django.db import transaction
 from django.forms.models import construct_instance
 from django.utils.translation import gettext_lazy as _
 
-from django_dsched import services
 from django_dsched.conf import app_settings
 from django_dsched.enums import ScheduleState
 from django_dsched.exceptions import EditNotPermitted, TimetableError
 from django_dsched.models import Schedule
+from django_dsched.schedules import lifecycle
 
 CONFLICT = _(
     "This schedule changed since you opened it (it fired or someone edited it): version "
@@ -114,7 +114,7 @@ class ScheduleForm(ScheduleModelForm):
         fields = [name for name in self.changed_data if name != "seen_version"]
         edited = construct_instance(self, copy.copy(self.instance), fields=self._meta.fields)
         try:
-            services.check_edit(
+            lifecycle.check_edit(
                 edited, fields, may_complete=self.may_complete, may_fire=self.may_fire
             )
         except TimetableError:

@@ -15,17 +15,17 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy as _
 
-from django_dsched import services
 from django_dsched.admin import schedule_panels
 from django_dsched.admin.base import ASSETS, unstorable_query
 from django_dsched.admin.display import EMPTY, badge, moment
 from django_dsched.admin.filters import HostFilter, ScheduleValuesFilter
 from django_dsched.admin.schedule_actions import ScheduleActionsMixin
 from django_dsched.admin.schedule_form import ScheduleForm
-from django_dsched.clock import database_now
-from django_dsched.describe import describe
 from django_dsched.enums import DeliveryStatus, ScheduleOrigin, ScheduleState
 from django_dsched.models import OutboxMessage, Schedule, SchedulerInstance
+from django_dsched.runtime.clock import database_now
+from django_dsched.schedules import lifecycle
+from django_dsched.schedules.describe import describe
 
 
 def with_list_columns(queryset: QuerySet[Schedule]) -> QuerySet[Schedule]:
@@ -277,7 +277,7 @@ class ScheduleAdmin(ScheduleActionsMixin):
     def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
         changed = [f for f in form.changed_data if f != "seen_version"] if change else None
         try:
-            services.save_schedule(
+            lifecycle.save_schedule(
                 obj,
                 changed,
                 actor=request.user,

@@ -38,14 +38,15 @@ from django.core import exceptions as django_exceptions
 from django.db import router, transaction
 from django.db.models import Model
 
-from django_dsched import declared, services
-from django_dsched.clock import database_now
+from django_dsched import declared
 from django_dsched.conf import app_settings
 from django_dsched.enums import FrequencyUnit, ScheduleOrigin, ScheduleState
 from django_dsched.exceptions import ConfigurationError, NotImportable, ValidationError
 from django_dsched.models import Schedule
 from django_dsched.models.schedule import resolve_host
-from django_dsched.validation import NAME_MAX_LENGTH, identifier_validator
+from django_dsched.models.validators import NAME_MAX_LENGTH, identifier_validator
+from django_dsched.runtime.clock import database_now
+from django_dsched.schedules import lifecycle
 
 ORIGIN = ScheduleOrigin.CELERY_BEAT
 ACTOR = "import-celery-beat"
@@ -448,14 +449,14 @@ class Importer:
         selected = Schedule.objects.filter(pk=schedule.pk)
         name = schedule.schedule_name
         if not enabled and schedule.state == ScheduleState.ACTIVE:
-            services.pause(selected, actor=self.actor, reason=DISABLED)
+            lifecycle.pause(selected, actor=self.actor, reason=DISABLED)
             self.report.paused.append(name)
         elif (
             enabled
             and schedule.state == ScheduleState.PAUSED
             and schedule.paused_reason == DISABLED
         ):
-            services.resume(selected, actor=self.actor)
+            lifecycle.resume(selected, actor=self.actor)
             self.report.resumed.append(name)
 
 

@@ -8,8 +8,8 @@ from typing import TypeVar
 
 from django.core.exceptions import ValidationError
 
-from django_dsched.text import has_control_characters
-from django_dsched.validation import identifier_validator
+from django_dsched.models.validators import identifier_validator
+from django_dsched.runtime.text import has_control_characters
 
 N = TypeVar("N", int, float)
 

@@ -15,9 +15,9 @@ from django.core.management.base import CommandError
 
 from django_dsched.conf import app_settings
 from django_dsched.exceptions import ConfigurationError
-from django_dsched.health import Checked, HealthServer
 from django_dsched.management._arguments import port
 from django_dsched.outbox.relay import Relay
+from django_dsched.runtime.health import Checked, HealthServer
 
 VERBOSITY_LEVELS = {0: logging.ERROR, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
 

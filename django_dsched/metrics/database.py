@@ -20,8 +20,8 @@ from django.db import DatabaseError, connections
 
 from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus, ScheduleState
-from django_dsched.logs import get_logger
 from django_dsched.outbox.claims import PRIORITIES
+from django_dsched.runtime.logs import get_logger
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric

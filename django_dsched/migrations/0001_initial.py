@@ -4,7 +4,7 @@ import django.core.validators
 import django.db.models.functions.datetime
 import django.db.models.lookups
 import django_dsched.models.schedule
-import django_dsched.validation
+import django_dsched.models.validators
 import uuid
 from django.db import migrations, models
 
@@ -89,11 +89,11 @@ class Migration(migrations.Migration):
                 ('schedule_name', models.CharField(max_length=126, verbose_name='name')),
                 ('frequency_unit', models.CharField(choices=[('SECONDS', 'seconds'), ('MINUTES', 'minutes'), ('HOURS', 'hours'), ('DAYS', 'days'), ('WEEKS', 'weeks'), ('MONTHS', 'months'), ('YEARS', 'years')], default='MINUTES', max_length=16, verbose_name='frequency unit')),
                 ('frequency_time', models.IntegerField(help_text='How many frequency units lie between two fires.', validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(2147483647)], verbose_name='every')),
-                ('start_ts', models.DateTimeField(blank=True, db_default=django.db.models.functions.datetime.Now(), help_text="Anchor of the schedule's grid and its first fire. Empty means now.", validators=[django_dsched.validation.validate_aware], verbose_name='start')),
+                ('start_ts', models.DateTimeField(blank=True, db_default=django.db.models.functions.datetime.Now(), help_text="Anchor of the schedule's grid and its first fire. Empty means now.", validators=[django_dsched.models.validators.validate_aware], verbose_name='start')),
                 ('next_run_ts', models.DateTimeField(db_default=django.db.models.functions.datetime.Now(), editable=False, verbose_name='next run')),
                 ('event_topic', models.CharField(max_length=126, validators=[django.core.validators.RegexValidator(code='invalid_identifier', message='Use letters, digits and . _ : / - only, starting with a letter or digit.', regex='^[A-Za-z0-9][A-Za-z0-9._:/-]*\\Z')], verbose_name='topic')),
                 ('event_type', models.CharField(max_length=126, validators=[django.core.validators.RegexValidator(code='invalid_identifier', message='Use letters, digits and . _ : / - only, starting with a letter or digit.', regex='^[A-Za-z0-9][A-Za-z0-9._:/-]*\\Z')], verbose_name='event type')),
-                ('event_data', models.JSONField(blank=True, default=dict, help_text='A JSON object carried as the data of every event this schedule fires.', validators=[django_dsched.validation.validate_event_data], verbose_name='event data')),
+                ('event_data', models.JSONField(blank=True, default=dict, help_text='A JSON object carried as the data of every event this schedule fires.', validators=[django_dsched.models.validators.validate_event_data], verbose_name='event data')),
                 ('aggregate_version', models.BigIntegerField(default=1, editable=False, verbose_name='version')),
                 ('active', models.BooleanField(default=True, editable=False, verbose_name='active')),
                 ('state', models.CharField(choices=[('ACTIVE', 'active'), ('PAUSED', 'paused'), ('CANCELLED', 'cancelled'), ('COMPLETED', 'completed')], default='ACTIVE', editable=False, max_length=9, verbose_name='state')),

@@ -2,7 +2,7 @@
 
 import django.core.validators
 import django.utils.timezone
-import django_dsched.validation
+import django_dsched.models.validators
 from django.db import migrations, models
 
 
@@ -30,7 +30,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='schedule',
             name='end_ts',
-            field=models.DateTimeField(blank=True, help_text='No fire after this time; the schedule completes.', null=True, validators=[django_dsched.validation.validate_aware], verbose_name='end'),
+            field=models.DateTimeField(blank=True, help_text='No fire after this time; the schedule completes.', null=True, validators=[django_dsched.models.validators.validate_aware], verbose_name='end'),
         ),
         migrations.AddField(
             model_name='schedule',
@@ -95,7 +95,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='schedule',
             name='time_zone',
-            field=models.CharField(db_default='UTC', default='UTC', help_text='IANA zone whose wall clock a cron expression follows.', max_length=64, validators=[django_dsched.validation.validate_time_zone], verbose_name='time zone'),
+            field=models.CharField(db_default='UTC', default='UTC', help_text='IANA zone whose wall clock a cron expression follows.', max_length=64, validators=[django_dsched.models.validators.validate_time_zone], verbose_name='time zone'),
         ),
         migrations.AlterField(
             model_name='schedule',
@@ -130,7 +130,7 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name='schedule',
             name='start_ts',
-            field=models.DateTimeField(blank=True, help_text="Interval: the grid's anchor and first fire. One-shot: when it fires. Cron: no fire before this. Empty means now.", validators=[django_dsched.validation.validate_aware], verbose_name='start'),
+            field=models.DateTimeField(blank=True, help_text="Interval: the grid's anchor and first fire. One-shot: when it fires. Cron: no fire before this. Empty means now.", validators=[django_dsched.models.validators.validate_aware], verbose_name='start'),
         ),
         migrations.AlterField(
             model_name='schedule',

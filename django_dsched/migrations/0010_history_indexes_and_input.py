@@ -9,7 +9,7 @@ from django.contrib.postgres.operations import AddIndexConcurrently
 from django.db import migrations, models
 
 import django_dsched.models.fields
-import django_dsched.validation
+import django_dsched.models.validators
 
 
 class Migration(migrations.Migration):
@@ -47,7 +47,7 @@ class Migration(migrations.Migration):
                 blank=True,
                 default=dict,
                 help_text="A JSON object carried as the data of every event this schedule fires.",
-                validators=[django_dsched.validation.validate_event_data],
+                validators=[django_dsched.models.validators.validate_event_data],
                 verbose_name="event data",
             ),
         ),
@@ -56,7 +56,7 @@ class Migration(migrations.Migration):
             name="schedule_name",
             field=models.CharField(
                 max_length=126,
-                validators=[django_dsched.validation.validate_plain_text],
+                validators=[django_dsched.models.validators.validate_plain_text],
                 verbose_name="name",
             ),
         ),

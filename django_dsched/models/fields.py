@@ -14,7 +14,7 @@ from django import forms
 from django.db import models
 from django.forms.fields import InvalidJSONInput
 
-from django_dsched.validation import check_event_data_depth, check_event_data_text
+from django_dsched.models.validators import check_event_data_depth, check_event_data_text
 
 
 class EventDataFormField(forms.JSONField):

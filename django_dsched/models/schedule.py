@@ -16,7 +16,6 @@ from django.utils.translation import gettext_lazy as _
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise
 
-from django_dsched.clock import database_now
 from django_dsched.conf import app_settings
 from django_dsched.enums import (
     FrequencyUnit,
@@ -27,11 +26,9 @@ from django_dsched.enums import (
     max_length_of,
 )
 from django_dsched.exceptions import CronError, ValidationError
-from django_dsched.ids import uuid7
 from django_dsched.models.fields import EventDataField
-from django_dsched.timetables import Rules, Timetable, first_slot, timetable_for
-from django_dsched.timetables.grid import period_is_acceptable
-from django_dsched.validation import (
+from django_dsched.models.ids import uuid7
+from django_dsched.models.validators import (
     KEY_MAX_LENGTH,
     NAME_MAX_LENGTH,
     identifier_validator,
@@ -41,6 +38,9 @@ from django_dsched.validation import (
     validate_plain_text,
     validate_time_zone,
 )
+from django_dsched.runtime.clock import database_now
+from django_dsched.timetables import Rules, Timetable, first_slot, timetable_for
+from django_dsched.timetables.grid import period_is_acceptable
 
 # The fields that place a schedule's slots; changing one moves next_run_ts.
 GRID_FIELDS = (

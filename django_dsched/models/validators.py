@@ -13,7 +13,7 @@ from django.utils.translation import gettext_lazy as _
 
 from django_dsched.conf import app_settings
 from django_dsched.exceptions import ValidationError
-from django_dsched.text import has_control_characters
+from django_dsched.runtime.text import has_control_characters
 
 NAME_MAX_LENGTH = 126
 # Idempotency keys: as long as a name (a name may be derived from one).

@@ -25,7 +25,7 @@ from django.utils.module_loading import autodiscover_modules
 
 from django_dsched.conf import app_settings
 from django_dsched.exceptions import ConfigurationError
-from django_dsched.validation import identifier_validator
+from django_dsched.models.validators import identifier_validator
 
 Handler = Callable[[dict[str, Any]], Any]
 F = TypeVar("F", bound=Handler)

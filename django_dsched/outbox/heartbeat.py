@@ -34,8 +34,8 @@ from collections.abc import Iterable, Sequence
 
 from django.db import connections
 
-from django_dsched.logs import get_logger
 from django_dsched.outbox.claims import Claimer, Message, extend
+from django_dsched.runtime.logs import get_logger
 
 logger = get_logger(__name__)
 

@@ -30,8 +30,6 @@ from django.db import connections
 from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus
 from django_dsched.exceptions import DeliveryError, PermanentDeliveryError
-from django_dsched.logs import get_logger
-from django_dsched.loops import DatabaseLoop, retry_delay
 from django_dsched.metrics.relay import DEAD_LETTER, DELIVERED, LOST, RETRY, slot_of
 from django_dsched.outbox.claims import (
     Claimer,
@@ -48,6 +46,8 @@ from django_dsched.outbox.handlers import autodiscover
 from django_dsched.outbox.heartbeat import ClaimHeartbeat
 from django_dsched.outbox.transports import Transport, Transports
 from django_dsched.outbox.transports.registry import host_of
+from django_dsched.runtime.logs import get_logger
+from django_dsched.runtime.loops import DatabaseLoop, retry_delay
 
 if TYPE_CHECKING:
     from django_dsched.metrics.relay import RelayMetrics  # needs prometheus_client
@@ -261,7 +261,7 @@ class Relay(DatabaseLoop):
         return transport.alias or transport.__name__
 
     def _log_context(self, message: Message) -> dict[str, Any]:
-        """The fields a JSON log line about a delivery carries (django_dsched.logs)."""
+        """The fields a JSON log line about a delivery carries (django_dsched.runtime.logs)."""
         return {
             "instance": self.instance_id,
             "message_id": str(message.id),

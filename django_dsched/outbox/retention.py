@@ -20,7 +20,7 @@ from django.db import connections, transaction
 
 from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus
-from django_dsched.logs import get_logger
+from django_dsched.runtime.logs import get_logger
 
 logger = get_logger(__name__)
 

@@ -40,8 +40,8 @@ from django.db import connections
 
 from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus, RunStatus
-from django_dsched.logs import get_logger
 from django_dsched.outbox.claims import ERROR_MAX_CHARS
+from django_dsched.runtime.logs import get_logger
 
 logger = get_logger(__name__)
 

@@ -23,9 +23,8 @@ from rest_framework import exceptions, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from django_dsched import api, bulk, services
+from django_dsched import api
 from django_dsched.conf import app_settings
-from django_dsched.creates import Preparer
 from django_dsched.enums import ScheduleOrigin, ScheduleState
 from django_dsched.exceptions import BulkValidationError
 from django_dsched.exceptions import ValidationError as DschedValidationError
@@ -50,6 +49,8 @@ from django_dsched.rest.serializers import (
     ScheduleInputSerializer,
     model_values,
 )
+from django_dsched.schedules import bulk, lifecycle
+from django_dsched.schedules.creates import Preparer
 
 JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
 LIVE = (ScheduleState.ACTIVE, ScheduleState.PAUSED)
@@ -316,13 +317,13 @@ class BulkCancelView(BulkView):
         # order (the call is refused, and undone, unless there is exactly one per item).
         results = [
             {
-                "outcome": "cancelled" if row.state in services.CANCELLABLE else "skipped",
+                "outcome": "cancelled" if row.state in lifecycle.CANCELLABLE else "skipped",
                 "id": str(row.schedule_id),
                 "name": row.schedule_name,
                 "key": row.idempotency_key,
                 "state": (
                     ScheduleState.CANCELLED.value
-                    if row.state in services.CANCELLABLE
+                    if row.state in lifecycle.CANCELLABLE
                     else row.state
                 ),
             }

@@ -25,7 +25,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
 
-from django_dsched.validation import storable_text
+from django_dsched.models.validators import storable_text
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500

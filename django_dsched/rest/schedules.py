@@ -1,7 +1,7 @@
 """``schedules/``: list, create, read, replace, change and cancel schedules; their actions
 (pause, resume, trigger, backfill), their next fires and their history.
 
-Every change goes through :mod:`django_dsched.services`, as from the admin and the Python
+Every change goes through :mod:`django_dsched.schedules.lifecycle`, as from the admin and the Python
 API: the same rules, the same audit events (with the requesting user as actor).
 """
 
@@ -22,9 +22,8 @@ from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from django_dsched import api, creates, services
+from django_dsched import api
 from django_dsched.changes import ChangeCount
-from django_dsched.clock import database_now
 from django_dsched.enums import ScheduleOrigin, ScheduleState
 from django_dsched.exceptions import ConflictError
 from django_dsched.exceptions import ValidationError as DschedValidationError
@@ -75,6 +74,8 @@ from django_dsched.rest.serializers import (
     model_values,
     schedule_detail,
 )
+from django_dsched.runtime.clock import database_now
+from django_dsched.schedules import creates, lifecycle
 
 T = TypeVar("T")
 
@@ -269,7 +270,7 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
     def destroy(self, request: Request, **kwargs: Any) -> Response:
         return self._transition(
             request,
-            lambda selected: services.cancel(selected, actor=request.user),
+            lambda selected: lifecycle.cancel(selected, actor=request.user),
             required=True,
             refused=_("Only active or paused schedules can be cancelled; this one is %(state)s."),
         )
@@ -297,7 +298,7 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
             setattr(schedule, name, value)
 
         def save() -> None:
-            services.save_schedule(
+            lifecycle.save_schedule(
                 schedule, list(changes), actor=request.user, expected_version=version
             )
             after = Schedule.objects.get(pk=schedule.pk)
@@ -361,7 +362,7 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
         options = body(PauseInput, request)
         return self._transition(
             request,
-            lambda selected: services.pause(
+            lambda selected: lifecycle.pause(
                 selected, actor=request.user, reason=options["reason"], until=options["until"]
             ),
             required=False,
@@ -379,7 +380,7 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
         options = body(ResumeInput, request)
         return self._transition(
             request,
-            lambda selected: services.resume(
+            lambda selected: lifecycle.resume(
                 selected, actor=request.user, catch_up=options["catch_up"]
             ),
             required=False,
@@ -400,7 +401,7 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
     def trigger(self, request: Request, **kwargs: Any) -> Response:
         body(NoOptions, request)
         return self._fire(
-            request, lambda schedule: {"fired": services.trigger(schedule, actor=request.user)}
+            request, lambda schedule: {"fired": lifecycle.trigger(schedule, actor=request.user)}
         )
 
     @described(
@@ -415,7 +416,7 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
         bounds = body(RangeInput, request)
 
         def fire(schedule: Schedule) -> dict[str, int]:
-            fired, already = services.backfill(
+            fired, already = lifecycle.backfill(
                 schedule, bounds["start"], bounds["end"], actor=request.user
             )
             return {"fired": fired, "already_fired": already}
@@ -450,7 +451,7 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
         fires: list[datetime] = []
         if schedule.state == ScheduleState.ACTIVE:
             begin = max(bounds["start"], schedule.next_slot_ts)
-            fires = services.slots_between(schedule, begin, bounds["end"], limit=bounds["limit"])
+            fires = lifecycle.slots_between(schedule, begin, bounds["end"], limit=bounds["limit"])
         return Response(FiresSerializer({"fires": fires}).data)
 
     # -- history --------------------------------------------------------------------------

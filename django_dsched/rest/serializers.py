@@ -17,7 +17,6 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from django_dsched.describe import describe
 from django_dsched.enums import (
     DeliveryStatus,
     FrequencyUnit,
@@ -29,8 +28,9 @@ from django_dsched.enums import (
 )
 from django_dsched.exceptions import ValidationError as DschedValidationError
 from django_dsched.models import Event, OutboxMessage, Schedule
+from django_dsched.models.validators import KEY_MAX_LENGTH, NAME_MAX_LENGTH, validate_aware
 from django_dsched.outbox import runs
-from django_dsched.validation import KEY_MAX_LENGTH, NAME_MAX_LENGTH, validate_aware
+from django_dsched.schedules.describe import describe
 
 # The API's name of each writable field -> the model's.
 MODEL_FIELDS: Mapping[str, str] = {

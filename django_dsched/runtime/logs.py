@@ -3,7 +3,7 @@ opt-in JSON formatter (:class:`JsonFormatter`).
 
 Log messages are the package's own constants; what varies comes in as arguments (names,
 topics, reasons, error messages from endpoints), and those have their control characters
-escaped (:mod:`django_dsched.text`) before any handler formats the record.
+escaped (:mod:`django_dsched.runtime.text`) before any handler formats the record.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from django_dsched.text import escape_control_characters
+from django_dsched.runtime.text import escape_control_characters
 
 
 def _escaped(value: Any) -> Any:
@@ -69,7 +69,7 @@ class JsonFormatter(logging.Formatter):
 
     Opt in from ``LOGGING`` (docs/observability.md)::
 
-        "formatters": {"json": {"()": "django_dsched.logs.JsonFormatter"}}
+        "formatters": {"json": {"()": "django_dsched.runtime.logs.JsonFormatter"}}
 
     ``json.dumps`` escapes every control character, and the two Unicode line separators
     (U+2028, U+2029, which ``str.splitlines()`` and some log shippers break lines on) are

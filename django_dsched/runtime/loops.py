@@ -15,8 +15,8 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from django.db.backends.utils import CursorWrapper
 
 from django_dsched.conf import app_settings
-from django_dsched.logs import get_logger
-from django_dsched.wakeup import Waker
+from django_dsched.runtime.logs import get_logger
+from django_dsched.runtime.wakeup import Waker
 
 logger = get_logger("django_dsched")
 
@@ -106,7 +106,7 @@ class DatabaseLoop:
         # Set for each new session: whether it goes through a pooler, and whether we LISTEN.
         self.pooled = False
         self.listening = False
-        # For the health endpoints (django_dsched.health), read from another thread: when the
+        # For the health endpoints (runtime.health), read from another thread: when the
         # loop last went round (monotonic), and whether its last round reached the database.
         self.last_tick = time.monotonic()
         self.connected = False

@@ -2,7 +2,7 @@
 
 A name or an error message with a line break can forge a log line; an escape sequence can
 rewrite a terminal; a bidirectional override makes text read differently from what it is.
-Names refuse these characters (:mod:`django_dsched.validation`); logs and command output
+Names refuse these characters (:mod:`django_dsched.models.validators`); logs and command output
 show them escaped (``\\n``, ``\\x1b``, ``\\u202e``).
 """
 

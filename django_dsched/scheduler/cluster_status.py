@@ -8,10 +8,10 @@ from datetime import datetime, timedelta
 
 from django.db.models import Count, Min, Q
 
-from django_dsched.clock import database_now
 from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus
 from django_dsched.models import Event, Lease, OutboxMessage, Schedule, SchedulerInstance
+from django_dsched.runtime.clock import database_now
 from django_dsched.scheduler.buckets import lock_id, ranking
 
 # Instances shown: seen within this many lease periods (and at least a minute).

@@ -14,8 +14,8 @@ from django.db import DatabaseError, connections, transaction
 
 from django_dsched.conf import app_settings
 from django_dsched.exceptions import BucketCountMismatch
-from django_dsched.logs import get_logger
-from django_dsched.loops import DatabaseLoop
+from django_dsched.runtime.logs import get_logger
+from django_dsched.runtime.loops import DatabaseLoop
 from django_dsched.scheduler import presence
 from django_dsched.scheduler.firing import BatchResult, Fence, NextDue, fire_batch, next_due
 from django_dsched.scheduler.lease import (
@@ -488,7 +488,7 @@ class Scheduler(DatabaseLoop):
         A chore that fails on data is logged and left for the next heartbeat: it must not
         stop the fires. Database errors go to the reconnect path as everywhere.
         """
-        from django_dsched.services import resume_expired_pauses
+        from django_dsched.schedules.lifecycle import resume_expired_pauses
 
         try:
             with self.transaction():

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from django.db import DatabaseError, connections
 
 from django_dsched.conf import app_settings
-from django_dsched.logs import get_logger
-from django_dsched.loops import first_line
+from django_dsched.runtime.logs import get_logger
+from django_dsched.runtime.loops import first_line
 
 logger = get_logger(__name__)
 

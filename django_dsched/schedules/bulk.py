@@ -21,17 +21,17 @@ from django.core.exceptions import NON_FIELD_ERRORS
 from django.db import connections, transaction
 from django.utils.translation import gettext as _
 
-from django_dsched import binding, services
-from django_dsched.bulk_insert import CHUNK, Inserter
 from django_dsched.changes import ChangeCount
 from django_dsched.conf import app_settings
-from django_dsched.creates import Prepared, Preparer, existing_by_key
 from django_dsched.exceptions import BulkValidationError, ValidationError
 from django_dsched.models import Schedule
 from django_dsched.models.schedule import resolve_host
-from django_dsched.schedule_checks import unique_name_error
-from django_dsched.specs import Once, Spec
-from django_dsched.validation import storable_text
+from django_dsched.models.validators import storable_text
+from django_dsched.schedules import binding, lifecycle
+from django_dsched.schedules.bulk_insert import CHUNK, Inserter
+from django_dsched.schedules.constraints import unique_name_error
+from django_dsched.schedules.creates import Prepared, Preparer, existing_by_key
+from django_dsched.schedules.specs import Once, Spec
 
 # Items validated before the first statement goes out (then CHUNK at a time, each sent
 # while the next is validated).
@@ -312,7 +312,7 @@ def cancel_items(
     host_id: uuid.UUID | str | None = None,
     actor: Any = None,
     with_rows: bool = True,
-) -> tuple[ChangeCount, list[services.Locked]]:
+) -> tuple[ChangeCount, list[lifecycle.Locked]]:
     """:func:`bulk_cancel`, also giving each item's schedule as the cancel locked it (the
     items of ``refs``, then of ``keys``): what the REST API reports per item (``with_rows=False``:
     only the count, for the Python API). A schedule resolved but gone (or moved to another
@@ -387,7 +387,7 @@ def cancel_items(
         if errors:
             raise BulkValidationError(errors)
         if not with_rows:
-            found, changed = services.cancel_ids_counted(sorted(first), host=host, actor=actor)
+            found, changed = lifecycle.cancel_ids_counted(sorted(first), host=host, actor=actor)
             if found != len(first):  # deleted between the two statements: undo the cancel
                 present = set(
                     Schedule.objects.filter(pk__in=list(first), host_id=host).values_list(
@@ -402,7 +402,7 @@ def cancel_items(
                     ]
                 )
             return ChangeCount(changed=changed, skipped=found - changed), []
-        locked = {row.schedule_id: row for row in services.cancel_ids(sorted(first), actor=actor)}
+        locked = {row.schedule_id: row for row in lifecycle.cancel_ids(sorted(first), actor=actor)}
         gone = [
             (index, field, _("No such schedule."))
             for index, (field, pk) in resolved.items()
@@ -411,7 +411,7 @@ def cancel_items(
         if gone:  # deleted between the two statements: undo the cancel
             raise BulkValidationError(gone)
     result = [locked[pk] for _field, pk in resolved.values()]
-    changed = sum(1 for row in result if row.state in services.CANCELLABLE)
+    changed = sum(1 for row in result if row.state in lifecycle.CANCELLABLE)
     return ChangeCount(changed=changed, skipped=len(result) - changed), result
 
 

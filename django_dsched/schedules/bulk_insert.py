@@ -24,11 +24,11 @@ import psycopg
 from django.db import DatabaseError, IntegrityError, connections
 from django.db.models import Field
 
-from django_dsched import audit, binding
 from django_dsched.conf import app_settings
 from django_dsched.models import Event, Schedule
-from django_dsched.schedule_checks import constraint_error, event_data_json
-from django_dsched.specs import TIMED, database_defaults
+from django_dsched.schedules import audit, binding
+from django_dsched.schedules.constraints import constraint_error, event_data_json
+from django_dsched.schedules.specs import TIMED, database_defaults
 
 # Rows per statement.
 CHUNK = 2_500

@@ -26,17 +26,17 @@ from typing import Any
 
 from django.utils.translation import gettext as _
 
-from django_dsched.clock import database_now
 from django_dsched.enums import ScheduleKind, ScheduleState
 from django_dsched.exceptions import ValidationError
 from django_dsched.models import Schedule
-from django_dsched.schedule_checks import (
+from django_dsched.runtime.clock import database_now
+from django_dsched.schedules.constraints import (
     FieldCache,
     unique_name_error,
     validate_new,
 )
-from django_dsched.single_insert import insert_one
-from django_dsched.specs import Builder, Cron, Interval, Once, Spec
+from django_dsched.schedules.single_insert import insert_one
+from django_dsched.schedules.specs import Builder, Cron, Interval, Once, Spec
 
 # The longest delay= of a one-shot (its time is computed by the database, so the bound is
 # checked here: it keeps the time far inside the supported range).

@@ -23,16 +23,16 @@ from django.db import connections, transaction
 from django.db.models import DateTimeField, Field, Func, QuerySet
 from django.utils.translation import gettext as _
 
-from django_dsched import audit, binding, creates
 from django_dsched.changes import ChangeCount
-from django_dsched.clock import database_now
 from django_dsched.conf import app_settings
 from django_dsched.enums import ScheduleState
 from django_dsched.exceptions import ConflictError, EditNotPermitted, ValidationError
 from django_dsched.models import Event, Schedule
 from django_dsched.models.schedule import BOUND_FIELDS, GRID_FIELDS
+from django_dsched.models.validators import validate_plain_text
+from django_dsched.runtime.clock import database_now
 from django_dsched.scheduler.firing import fire_slots, reason
-from django_dsched.validation import validate_plain_text
+from django_dsched.schedules import audit, binding, creates
 
 # Most slots one backfill may fire.
 MAX_BACKFILL = 10_000
@@ -615,7 +615,7 @@ def save_schedule(
     with :class:`EditNotPermitted`, naming the field. Code is trusted: both default to True.
     """
     if schedule._state.adding:
-        # Validated in Python, one INSERT with its "created" event (django_dsched.creates);
+        # Validated in Python, one INSERT with its "created" event (schedules.creates);
         # with an idempotency key that exists, the existing schedule.
         return creates.create_instance(schedule, actor=actor)[0]
     schedule.full_clean()

@@ -31,11 +31,11 @@ from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 from django.db.models import Field, Value
 from django.db.models.expressions import DatabaseDefault
 
-from django_dsched import audit, binding
 from django_dsched.conf import app_settings
 from django_dsched.models import Event, Schedule
-from django_dsched.schedule_checks import constraint_error, event_data_json
-from django_dsched.specs import TIMED
+from django_dsched.schedules import audit, binding
+from django_dsched.schedules.constraints import constraint_error, event_data_json
+from django_dsched.schedules.specs import TIMED
 
 # Definition fields read from the inserted row even when left to their default: the times
 # are rendered by the database (its spelling of a timestamp), the data is the stored jsonb.

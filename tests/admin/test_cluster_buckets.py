@@ -12,8 +12,8 @@ from django.core.management import call_command
 from django.db import connection
 from django.urls import reverse
 
-from django_dsched.clock import database_now
 from django_dsched.models import SchedulerInstance
+from django_dsched.runtime.clock import database_now
 from django_dsched.scheduler.buckets import ranking
 from django_dsched.scheduler.lease import BucketLeases, agree_bucket_count
 

@@ -10,9 +10,10 @@ from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import User
 from django.urls import reverse
 
-from django_dsched import api, services
+from django_dsched import api
 from django_dsched.enums import DeliveryStatus, ScheduleState
 from django_dsched.models import Event, OutboxMessage, Schedule
+from django_dsched.schedules import lifecycle
 from tests.admin.test_admin import form_data
 from tests.factories import ScheduleFactory
 
@@ -61,15 +62,15 @@ def test_a_form_opened_before_a_newer_state_does_not_overwrite_it(admin_client, 
     schedule = ScheduleFactory(schedule_name="old", frequency_time=5)
     opened(admin_client, schedule)
     if meanwhile == "fired":
-        services.trigger(schedule, actor="scheduler")
+        lifecycle.trigger(schedule, actor="scheduler")
     elif meanwhile == "edited":
         other = Schedule.objects.get(pk=schedule.pk)
         other.frequency_time = 7
-        services.save_schedule(other, ["frequency_time"], actor="bob")
+        lifecycle.save_schedule(other, ["frequency_time"], actor="bob")
     elif meanwhile == "paused":
-        services.pause(Schedule.objects.filter(pk=schedule.pk), actor="bob")
+        lifecycle.pause(Schedule.objects.filter(pk=schedule.pk), actor="bob")
     else:
-        services.cancel(Schedule.objects.filter(pk=schedule.pk), actor="bob")
+        lifecycle.cancel(Schedule.objects.filter(pk=schedule.pk), actor="bob")
     newer = Schedule.objects.get(pk=schedule.pk)
 
     response = admin_client.post(change_url(schedule), edit_data(schedule, schedule_name="mine"))
@@ -153,7 +154,7 @@ def test_a_paused_schedule_previews_from_now_and_a_cancelled_one_has_none(admin_
 def test_recent_events_and_deliveries_page_back_by_version(admin_client):
     schedule = ScheduleFactory()
     for _ in range(24):
-        services.trigger(schedule)
+        lifecycle.trigger(schedule)
     OutboxMessage.objects.filter(aggregate_id=schedule.pk, aggregate_version=3).update(
         status=DeliveryStatus.DELIVERY_FAILED, last_error="<i>boom</i>"
     )
@@ -188,8 +189,8 @@ def test_a_schedule_declared_in_code_warns_that_sync_puts_it_back(admin_client):
 # -- the change list --------------------------------------------------------------------
 def test_the_list_shows_state_times_frequency_and_failures(admin_client):
     failing = ScheduleFactory(schedule_name="failing", frequency_time=15)
-    services.trigger(failing)
-    services.trigger(failing)
+    lifecycle.trigger(failing)
+    lifecycle.trigger(failing)
     OutboxMessage.objects.update(status=DeliveryStatus.DELIVERY_FAILED)
     ScheduleFactory(schedule_name="idle", paused=True, paused_reason="quarter close")
     response = admin_client.get(reverse("admin:dsched_schedule_changelist"))
@@ -240,7 +241,7 @@ def test_stored_markup_is_shown_as_text_everywhere(admin_client):
     schedule = ScheduleFactory(
         schedule_name=evil, event_data={"x": evil}, paused=True, paused_reason=evil
     )
-    services.trigger(schedule)
+    lifecycle.trigger(schedule)
     pages = [
         reverse("admin:dsched_schedule_changelist"),
         change_url(schedule),
@@ -265,9 +266,9 @@ def test_stored_markup_is_shown_as_text_everywhere(admin_client):
 )
 def test_the_event_list_filters_fires_and_changes(admin_client, kind, expected):
     schedule = ScheduleFactory()
-    services.trigger(schedule)
-    services.trigger(schedule)
-    services.pause(Schedule.objects.all())  # another change
+    lifecycle.trigger(schedule)
+    lifecycle.trigger(schedule)
+    lifecycle.pause(Schedule.objects.all())  # another change
     params = {"kind": kind} if kind else {}
     response = admin_client.get(reverse("admin:dsched_event_changelist"), params)
     assert response.context["cl"].result_count == expected
@@ -276,7 +277,7 @@ def test_the_event_list_filters_fires_and_changes(admin_client, kind, expected):
 
 def test_an_event_page_links_to_its_schedule_and_shows_payload_and_metadata(admin_client):
     schedule = ScheduleFactory(event_data={"format": "pdf"})
-    services.trigger(schedule, actor="alice")
+    lifecycle.trigger(schedule, actor="alice")
     event = Event.objects.get(scheduled_ts__isnull=False)
     content = admin_client.get(reverse("admin:dsched_event_change", args=[event.pk])).content
     content = content.decode()

@@ -6,12 +6,13 @@ from datetime import timedelta
 
 from django.db import connection, transaction
 
-from django_dsched import api, services
-from django_dsched.clock import database_now
+from django_dsched import api
 from django_dsched.enums import DeliveryStatus
 from django_dsched.models import OutboxMessage, Schedule, SchedulerInstance
+from django_dsched.runtime.clock import database_now
 from django_dsched.scheduler.firing import Fence, fire_batch
 from django_dsched.scheduler.lease import LeaseHolder
+from django_dsched.schedules import lifecycle
 
 
 def seed_cluster() -> dict[str, Schedule]:
@@ -78,7 +79,7 @@ def seed_cluster() -> dict[str, Schedule]:
     assert lease.try_acquire()
     with transaction.atomic(), connection.cursor() as cursor:
         fire_batch(cursor, Fence(1, "scheduler-1", lease.epoch, 30), 100)
-    services.trigger(made["cleanup"], actor="alice")
+    lifecycle.trigger(made["cleanup"], actor="alice")
     OutboxMessage.objects.filter(aggregate_id=made["heartbeat"].pk).update(
         status=DeliveryStatus.DELIVERY_FAILED,
         attempts=10,

@@ -13,9 +13,9 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.core.management import CommandError, call_command
 
-from django_dsched.health import HealthServer
-from django_dsched.logs import JsonFormatter, get_logger
 from django_dsched.outbox.relay import Relay
+from django_dsched.runtime.health import HealthServer
+from django_dsched.runtime.logs import JsonFormatter, get_logger
 from django_dsched.scheduler import Scheduler
 from tests.endpoints import get
 from tests.factories import ScheduleFactory

@@ -10,8 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from django_dsched import api, ids
-from django_dsched.models import Schedule
+from django_dsched import api
+from django_dsched.models import Schedule, ids
 from tests.factories import ScheduleFactory
 from tests.helpers import sql
 

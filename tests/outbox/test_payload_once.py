@@ -13,12 +13,12 @@ import pytest
 from django.db import connection, transaction
 
 from django_dsched import api
-from django_dsched.clock import database_now
 from django_dsched.enums import DeliveryStatus
 from django_dsched.models import Event, OutboxMessage
 from django_dsched.outbox.claims import claim
 from django_dsched.outbox.relay import Relay
 from django_dsched.outbox.retention import count_expired, purge_expired
+from django_dsched.runtime.clock import database_now
 from django_dsched.scheduler import firing
 from django_dsched.scheduler.firing import Fence, fire_batch
 from django_dsched.scheduler.lease import LeaseHolder

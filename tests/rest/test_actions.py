@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
-from django_dsched import api, services
-from django_dsched.clock import database_now
+from django_dsched import api
 from django_dsched.enums import ScheduleState
 from django_dsched.models import Event, OutboxMessage, Schedule
+from django_dsched.runtime.clock import database_now
+from django_dsched.schedules import lifecycle
 from tests.rest.conftest import INTERVAL
 
 pytestmark = pytest.mark.django_db
@@ -124,7 +125,7 @@ def test_preview_and_dry_run_are_computed_by_the_firing_code(root, schedule):
     path = f"schedules/{schedule.pk}/dry-run/"
     response = root.get(path, {"start": iso(start), "end": iso(end), "limit": 3})
     assert response.status_code == 200
-    expected = services.slots_between(schedule, start, end, limit=3)
+    expected = lifecycle.slots_between(schedule, start, end, limit=3)
     assert response.body["fires"] == [iso(t) for t in expected] and len(expected) == 3
     assert response.body["fires"] == [
         iso(t) for name, t in api.dry_run(start, end, limit_per_schedule=3)

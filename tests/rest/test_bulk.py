@@ -15,11 +15,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from django_dsched import api
-from django_dsched.clock import database_now
 from django_dsched.enums import ScheduleState
 from django_dsched.models import Event, Schedule
 from django_dsched.rest.bulk import Blanks, BulkCancelView, BulkCreateView
 from django_dsched.rest.schedules import ScheduleViewSet
+from django_dsched.runtime.clock import database_now
 from tests.rest.conftest import INTERVAL, APIClient
 
 pytestmark = pytest.mark.django_db

@@ -17,9 +17,9 @@ from django.contrib.auth.models import User
 from rest_framework.authtoken.models import Token
 
 from django_dsched import api
-from django_dsched.clock import database_now
 from django_dsched.enums import DeliveryStatus
 from django_dsched.models import Lease, OutboxMessage
+from django_dsched.runtime.clock import database_now
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 BLOCK = re.compile(r"```bash\n(.*?)```\s*(?:```json\n(.*?)```)?", re.DOTALL)

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from django_dsched import api
-from django_dsched.clock import database_now
 from django_dsched.models import Event, Schedule
+from django_dsched.runtime.clock import database_now
 from django_dsched.scheduler import Scheduler
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the Scheduler has its own session

@@ -36,9 +36,9 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from django_dsched import api
-from django_dsched.clock import database_now
 from django_dsched.enums import DeliveryStatus
 from django_dsched.models import OutboxMessage, Schedule
+from django_dsched.runtime.clock import database_now
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "docs" / "openapi.yaml"
 # Generated requests per operation (more with FUZZ_EXAMPLES=...); the same ones on every

@@ -10,9 +10,9 @@ import pytest
 from django.utils import timezone
 
 from django_dsched import api
-from django_dsched.clock import database_now
 from django_dsched.enums import DeliveryStatus
 from django_dsched.models import Lease, OutboxMessage, SchedulerInstance
+from django_dsched.runtime.clock import database_now
 
 pytestmark = pytest.mark.django_db
 

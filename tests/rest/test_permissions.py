@@ -19,10 +19,10 @@ from django.utils.crypto import get_random_string
 from django_dsched import api
 from django_dsched.admin.outbox import OutboxMessageAdmin
 from django_dsched.admin.schedule_actions import ACTIONS
-from django_dsched.clock import database_now
 from django_dsched.enums import DeliveryStatus
 from django_dsched.models import Event, OutboxMessage, Schedule
 from django_dsched.rest import permissions
+from django_dsched.runtime.clock import database_now
 from tests.rest.conftest import INTERVAL, APIClient, user_with
 
 pytestmark = pytest.mark.django_db

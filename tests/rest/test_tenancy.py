@@ -12,9 +12,9 @@ import pytest
 from django.contrib.auth.models import User
 
 from django_dsched import api
-from django_dsched.clock import database_now
 from django_dsched.enums import DeliveryStatus
 from django_dsched.models import Event, OutboxMessage, Schedule
+from django_dsched.runtime.clock import database_now
 from tests.rest.conftest import INTERVAL, APIClient
 from tests.rest.hosts import HOST_A, HOST_B
 from tests.rest.test_permissions import ENDPOINTS

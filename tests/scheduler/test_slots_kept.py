@@ -17,10 +17,11 @@ from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from django_dsched import api, services
+from django_dsched import api
 from django_dsched.enums import MisfirePolicy, ScheduleKind, ScheduleState
 from django_dsched.models import Event, Schedule
 from django_dsched.scheduler import Scheduler
+from django_dsched.schedules import lifecycle
 from django_dsched.timetables import jitter
 from django_dsched.timetables.grid import Grid
 from tests.factories import ScheduleFactory
@@ -214,7 +215,7 @@ def test_a_pause_until_a_slot_fires_that_slot(db_now):
     assert api.preview(schedule.pk, 2) == [until, until + timedelta(hours=1)]
     # Time passes to just after the end of the pause; the leader's heartbeat resumes it.
     shift_back(schedule, until - db_now() + timedelta(seconds=2))
-    assert services.resume_expired_pauses() == 1
+    assert lifecycle.resume_expired_pauses() == 1
     schedule.refresh_from_db()
     slot = schedule.next_slot_ts
     assert (schedule.state, schedule.paused_until) == (ScheduleState.ACTIVE, None)

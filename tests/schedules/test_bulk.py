@@ -13,10 +13,11 @@ import pytest
 from django.db import IntegrityError, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
-from django_dsched import api, audit
+from django_dsched import api
 from django_dsched.enums import ScheduleKind, ScheduleState
 from django_dsched.exceptions import BulkValidationError, ValidationError
 from django_dsched.models import Event, Schedule
+from django_dsched.schedules import audit
 from tests.helpers import lock_waiter, other_session, sql, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -136,7 +137,7 @@ def test_an_error_found_after_chunks_were_sent_writes_nothing(monkeypatch):
     """Chunks are sent while later ones are validated: an invalid item (or a repeated key)
     in a later chunk stops the sending, every error is still reported, and what was sent
     is undone; the caller's transaction stays usable."""
-    monkeypatch.setattr("django_dsched.bulk.CHUNK", 2)
+    monkeypatch.setattr("django_dsched.schedules.bulk.CHUNK", 2)
     events = Event.objects.count()
     specs = [api.Once(delay=timedelta(minutes=1), key=f"k{n}", **COMMON) for n in range(5)]
     specs += [
@@ -164,7 +165,7 @@ def test_an_error_found_after_chunks_were_sent_writes_nothing(monkeypatch):
 def test_without_pipeline_mode_the_chunks_run_one_by_one(monkeypatch):
     """A libpq older than 14 has no pipeline mode: each chunk's statement then runs as it
     is sent, with the same result (and errors)."""
-    monkeypatch.setattr("django_dsched.bulk.CHUNK", 2)
+    monkeypatch.setattr("django_dsched.schedules.bulk.CHUNK", 2)
     monkeypatch.setattr("psycopg.Pipeline.is_supported", classmethod(lambda cls: False))
     api.create_once("old", key="known", delay=timedelta(hours=1), **COMMON)
     specs: list[Any] = [api.Once(delay=timedelta(minutes=n), **COMMON) for n in range(5)]
@@ -181,7 +182,7 @@ def test_a_database_error_in_a_sent_chunk_undoes_the_call(monkeypatch):
     """A statement the server refuses (here a CHECK constraint Python knows nothing of)
     while later chunks are in flight: the call raises Django's IntegrityError, nothing is
     written, and the caller's transaction goes on."""
-    monkeypatch.setattr("django_dsched.bulk.CHUNK", 2)
+    monkeypatch.setattr("django_dsched.schedules.bulk.CHUNK", 2)
     specs = [api.Once(delay=timedelta(minutes=1), **COMMON) for _n in range(4)]
     specs += [api.Once(delay=timedelta(minutes=1), topic="forbidden", event_type="x")]
     specs += [api.Once(delay=timedelta(minutes=1), **COMMON)]
@@ -201,7 +202,7 @@ def test_a_database_error_in_a_sent_chunk_undoes_the_call(monkeypatch):
 def test_chunks_sent_while_validating_read_the_clock_and_keep_their_order(monkeypatch):
     """An item needing the database's clock in a later chunk reads it while earlier chunks
     are in flight; every item comes back in order, created once, with its event."""
-    monkeypatch.setattr("django_dsched.bulk.CHUNK", 3)
+    monkeypatch.setattr("django_dsched.schedules.bulk.CHUNK", 3)
     api.create_once("old", key="known", delay=timedelta(hours=1), **COMMON)
     specs: list[Any] = [
         api.Once(delay=timedelta(minutes=n), data={"n": n}, **COMMON) for n in range(4)
@@ -291,7 +292,7 @@ def test_bulk_cancel_by_ref_and_key_all_or_nothing():
     cancelled = Event.objects.filter(event_type="dsched.schedule.cancelled")
     assert cancelled.count() == 6
     assert {e.payload["actor"] for e in cancelled} == {"ops", "system"}
-    for event in cancelled:  # the shape services.cancel gives (audit.event_for)
+    for event in cancelled:  # the shape lifecycle.cancel gives (audit.event_for)
         stored = Schedule.objects.get(pk=event.aggregate_id)
         assert event.payload["changes"] == {"state": ["ACTIVE", "CANCELLED"]}
         assert datetime.fromisoformat(event.payload["at"]) == event.event_ts == stored.updated_ts
@@ -580,9 +581,9 @@ def _refused_by_the_database_in_the_first_chunk(
     statement, so its error is already on the wire when the next chunk is sent."""
     import select
 
-    from django_dsched.creates import Preparer
+    from django_dsched.schedules.creates import Preparer
 
-    monkeypatch.setattr("django_dsched.bulk.CHUNK", 2)
+    monkeypatch.setattr("django_dsched.schedules.bulk.CHUNK", 2)
     prepare = Preparer.prepare
     calls = itertools.count()
 
@@ -641,9 +642,9 @@ def test_the_cyclic_collector_is_paused_during_a_call_and_restored_on_every_way_
     had it off."""
     import gc
 
-    from django_dsched.creates import Preparer
+    from django_dsched.schedules.creates import Preparer
 
-    monkeypatch.setattr("django_dsched.bulk.CHUNK", 2)
+    monkeypatch.setattr("django_dsched.schedules.bulk.CHUNK", 2)
     prepare = Preparer.prepare
     seen: list[bool] = []
     interrupt_at: list[int] = []
@@ -685,7 +686,7 @@ def test_a_key_or_name_another_call_commits_while_chunks_are_in_flight(monkeypat
     bulk_create's first chunk, pipelined, waits for it and later chunks go out behind it:
     once it commits, the key gives the existing schedule in its place (the rest created);
     the name undoes the whole call with the name's error, nothing written."""
-    monkeypatch.setattr("django_dsched.bulk.CHUNK", 2)
+    monkeypatch.setattr("django_dsched.schedules.bulk.CHUNK", 2)
     holding, release = threading.Event(), threading.Event()
 
     def other_call() -> None:
@@ -751,7 +752,7 @@ def test_event_data_changed_since_an_earlier_check_is_stored_as_it_is_now():
 def test_a_create_leaves_no_event_data_text_behind():
     """The text the one-encoding check makes is taken with the validated schedule: the
     process-wide cache holds no caller's data after a single or a bulk create."""
-    from django_dsched.schedule_checks import FieldCache
+    from django_dsched.schedules.constraints import FieldCache
 
     data = {"user": 42}
     api.bulk_create([api.Once(delay=timedelta(minutes=1), data=data, **COMMON)])
@@ -765,7 +766,7 @@ def test_a_create_that_fails_validation_leaves_no_event_data_text_behind():
     """An item whose event data passed its check but whose other fields did not: the
     text is dropped all the same (the process-wide cache would keep the caller's data
     alive until the next create)."""
-    from django_dsched.schedule_checks import FieldCache
+    from django_dsched.schedules.constraints import FieldCache
 
     data = {"user": 42}
     with pytest.raises(BulkValidationError):
@@ -788,7 +789,7 @@ def test_a_session_killed_while_chunks_are_in_flight_writes_nothing_and_the_next
 
     from django.db import DatabaseError
 
-    monkeypatch.setattr("django_dsched.bulk.CHUNK", 2)
+    monkeypatch.setattr("django_dsched.schedules.bulk.CHUNK", 2)
     holding, release = threading.Event(), threading.Event()
 
     def other_call() -> None:

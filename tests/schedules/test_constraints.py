@@ -9,7 +9,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
 from django_dsched.models import Schedule
-from django_dsched.schedule_checks import FieldCache, plainly_valid_event_data
+from django_dsched.schedules.constraints import FieldCache, plainly_valid_event_data
 from tests.factories import ScheduleFactory
 from tests.helpers import sql
 

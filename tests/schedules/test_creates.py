@@ -16,11 +16,12 @@ from django.db.models import CheckConstraint, UniqueConstraint
 from django.db.models.expressions import DatabaseDefault
 from django.test.utils import CaptureQueriesContext
 
-from django_dsched import api, audit, creates, schedule_checks, single_insert
+from django_dsched import api
 from django_dsched.enums import ScheduleKind, ScheduleOrigin, ScheduleState
 from django_dsched.exceptions import ValidationError
 from django_dsched.models import Event, Schedule
-from django_dsched.schedule_checks import TWINS, FieldCache, validate_new
+from django_dsched.schedules import audit, constraints, creates, single_insert
+from django_dsched.schedules.constraints import TWINS, FieldCache, validate_new
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -107,10 +108,10 @@ def test_a_state_change_of_a_missing_schedule_raises_does_not_exist():
 
 def test_a_state_change_read_before_a_fire_is_decided_again_after_it(db_now):
     """Compare-and-set: a row that moved between the read and the write is read again."""
-    from django_dsched import services
+    from django_dsched.schedules import lifecycle
 
     schedule = api.create_interval("moving", every=1, **COMMON)
-    original_write = services._write
+    original_write = lifecycle._write
     calls = []
 
     def write_after_a_concurrent_change(updates, events, now):
@@ -121,11 +122,11 @@ def test_a_state_change_read_before_a_fire_is_decided_again_after_it(db_now):
         calls.append(1)
         return original_write(updates, events, now)
 
-    services._write = write_after_a_concurrent_change
+    lifecycle._write = write_after_a_concurrent_change
     try:
         assert api.pause("moving", reason="r") is True
     finally:
-        services._write = original_write
+        lifecycle._write = original_write
     assert len(calls) == 2
     schedule.refresh_from_db()
     assert schedule.state == ScheduleState.PAUSED
@@ -527,7 +528,7 @@ def test_every_check_constraint_has_a_python_twin_and_the_unique_ones_a_mapping(
                 Schedule._meta.get_field(name)
         else:
             assert isinstance(constraint, UniqueConstraint)
-            assert constraint.name in (schedule_checks.NAME_UNIQUE, schedule_checks.KEY_UNIQUE)
+            assert constraint.name in (constraints.NAME_UNIQUE, constraints.KEY_UNIQUE)
     assert set(TWINS) == {
         c.name for c in Schedule._meta.constraints if isinstance(c, CheckConstraint)
     }

@@ -38,8 +38,8 @@ from django.db.models.functions import Now
 
 from django_dsched.conf import app_settings
 from django_dsched.contrib.celery.models import TaskRun
-from django_dsched.logs import get_logger
 from django_dsched.outbox import runs
+from django_dsched.runtime.logs import get_logger
 
 logger = get_logger(__name__)
 

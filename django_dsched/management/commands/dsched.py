@@ -9,12 +9,12 @@ from django.core.management.base import BaseCommand, CommandError
 
 from django_dsched import api
 from django_dsched.declared import sync
-from django_dsched.describe import describe
 from django_dsched.enums import ScheduleState
 from django_dsched.exceptions import ConfigurationError
 from django_dsched.management import _arguments
 from django_dsched.models import Schedule
-from django_dsched.text import escape_control_characters as shown
+from django_dsched.runtime.text import escape_control_characters as shown
+from django_dsched.schedules.describe import describe
 
 
 def aware_datetime(value: str) -> datetime:
@@ -180,7 +180,7 @@ class Command(BaseCommand):
         self.stdout.write(f"Fired {fired} slot(s); {already} had already fired.")
 
     def do_cluster(self, **options: Any) -> None:
-        from django_dsched.cluster_status import cluster_status
+        from django_dsched.scheduler.cluster_status import cluster_status
 
         status = cluster_status()
         write = self.stdout.write

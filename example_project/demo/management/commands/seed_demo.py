@@ -7,10 +7,10 @@ from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand
 from rest_framework.authtoken.models import Token
 
-from django_dsched import services
-from django_dsched.clock import database_now
 from django_dsched.enums import FrequencyUnit
 from django_dsched.models import Schedule
+from django_dsched.runtime.clock import database_now
+from django_dsched.schedules import lifecycle
 
 DEMO_SCHEDULES = [
     ("heartbeat-every-2s", FrequencyUnit.SECONDS, 2, "ops", "ops.ping", {"target": "api"}),
@@ -32,7 +32,7 @@ class Command(BaseCommand):
             if Schedule.objects.filter(schedule_name=name).exists():
                 continue
             start = now - timedelta(days=40) if unit == FrequencyUnit.MONTHS else now
-            services.save_schedule(
+            lifecycle.save_schedule(
                 Schedule(
                     schedule_name=name,
                     frequency_unit=unit,

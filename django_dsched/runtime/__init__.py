@@ -1,0 +1,11 @@
+"""Process plumbing shared by the long-running commands (``run_scheduler``, ``run_relay``).
+
+- :mod:`.loops`: ``DatabaseLoop``, a loop's session set-up, LISTEN, backoff and stop.
+- :mod:`.wakeup`: ``Waker``, the self-pipe and database socket a loop sleeps on.
+- :mod:`.health`: ``HealthServer``, ``/livez`` and ``/readyz`` of a process's loops.
+- :mod:`.clock`: ``database_now()``, the only "now" outside SQL.
+- :mod:`.logs`: ``get_logger`` (every argument escaped) and the JSON formatter;
+  :mod:`.text`: control characters, found and escaped.
+
+Nothing here imports the models: the models use :mod:`.clock` and :mod:`.text`.
+"""
