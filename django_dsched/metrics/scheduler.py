@@ -49,7 +49,8 @@ class SchedulerMetrics:
         )
         self.set_aside = Counter(
             "dsched_set_aside",
-            "Schedules this process set aside because they could not be planned.",
+            "Schedules this process set aside: they could not be planned, or the database "
+            "refused their fire.",
         )
         self.deferred = Counter(
             "dsched_deferred_schedules",

@@ -46,6 +46,17 @@ def first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+# After a lock wait gave up (lock_timeout), the loop goes round again this soon.
+LOCK_WAIT_RETRY = 0.1
+
+
+def lock_wait_timed_out(exc: BaseException) -> bool:
+    """Whether ``exc`` is a statement giving up a lock wait (``lock_timeout``, SQLSTATE
+    55P03): the session and the transaction's rollback are fine, nothing to reconnect."""
+    cause = exc.__cause__ if exc.__cause__ is not None else exc
+    return getattr(cause, "sqlstate", None) == "55P03"
+
+
 def retry_delay(attempt: int, base: float, cap: float) -> float:
     """Delay before retrying a message whose ``attempt``-th delivery failed.
 
@@ -169,19 +180,21 @@ class DatabaseLoop:
         """Run ``work``; on a database error log it, drop the session and back off."""
         try:
             wait = work()
-        except (OperationalError, InterfaceError) as exc:
+        except OperationalError as exc:
+            if not lock_wait_timed_out(exc) or not connections[self.using].is_usable():
+                return self._reconnect_after(exc)
+            # A lock held elsewhere longer than lock_timeout (transaction_settings): the
+            # transaction rolled back; the session, and what this loop holds, are intact.
             self.stats.db_errors += 1
-            self.connected = False
-            self._lost_connection()
-            delay = self._backoff.next()
             logger.warning(
-                "database unavailable (%s); retrying in %.1fs %s=%s",
+                "gave up waiting for a lock (%s); trying again %s=%s",
                 first_line(exc),
-                delay,
                 self.kind,
                 self.instance_id,
             )
-            return delay
+            return LOCK_WAIT_RETRY
+        except InterfaceError as exc:
+            return self._reconnect_after(exc)
         except DatabaseError:
             self.stats.db_errors += 1
             self.connected = False
@@ -194,6 +207,21 @@ class DatabaseLoop:
         self._backoff.reset()
         self.connected = True
         return wait
+
+    def _reconnect_after(self, exc: BaseException) -> float:
+        """The database went away: drop the session and back off."""
+        self.stats.db_errors += 1
+        self.connected = False
+        self._lost_connection()
+        delay = self._backoff.next()
+        logger.warning(
+            "database unavailable (%s); retrying in %.1fs %s=%s",
+            first_line(exc),
+            delay,
+            self.kind,
+            self.instance_id,
+        )
+        return delay
 
     def _lost_connection(self) -> None:
         self.connected = False

@@ -20,6 +20,10 @@ This is the product's hot loop, so it is set-based SQL on the raw connection. Pe
 If the fence fails the statement writes nothing and the caller rolls back and steps down.
 A second event for the same (schedule, slot) is refused by the database
 (``dsched_event_one_per_slot``); the write skips such a row instead of failing the batch.
+Any other refusal (another constraint, a trigger, a value out of range) fails the write:
+the caller rolls the batch back and runs it again with ``narrow=True``, which writes it in
+halves under savepoints until the refused rows are found, sets them aside with the
+database's error and fires the rest in the same transaction (:func:`fire_batch`).
 Event ids are a function of (schedule, slot) (:mod:`.event_ids`).
 """
 
@@ -27,10 +31,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+
+from django.db import DatabaseError
 
 from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus, MisfirePolicy, ScheduleKind, ScheduleState
@@ -121,6 +127,23 @@ CLAIM_ALL_BUCKETS = CLAIM.format(bucket_column=", bucket_key", bucket_filter="")
     "LIMIT %s", "LIMIT %(limit)s"
 )
 CLAIM = CLAIM.format(bucket_column="", bucket_filter="")
+
+# Rows this instance could neither fire nor set aside (the database refused both) wait in
+# its quarantine (the loop's): the claim passes over them for a while.
+DUE = "WHERE active AND next_run_ts <= statement_timestamp()"
+NOT_QUARANTINED = "schedule_id <> ALL(%(skip)s::uuid[])"
+
+
+def skipping(claim: str) -> str:
+    """``claim`` (any CLAIM variant) passing over the ids in ``%(skip)s``."""
+    if claim.count(DUE) != 1:
+        raise ValueError("skipping: the claim lacks its due filter")
+    return claim.replace(DUE, f"{DUE} AND {NOT_QUARANTINED}").replace("LIMIT %s", "LIMIT %(limit)s")
+
+
+CLAIM_SKIPPING = skipping(CLAIM)
+CLAIM_BUCKETS_SKIPPING = skipping(CLAIM_BUCKETS)
+CLAIM_ALL_BUCKETS_SKIPPING = skipping(CLAIM_ALL_BUCKETS)
 
 # This instance still holds the unexpired lease at its epoch; FOR SHARE keeps anyone from
 # taking the lease until the transaction ends. dsched.firing keeps the NOTIFY trigger quiet.
@@ -215,7 +238,7 @@ events AS (
            slot_ts, %(epoch)s
     FROM batch
     WHERE slot_ts IS NOT NULL
-    ON CONFLICT DO NOTHING
+    ON CONFLICT ON CONSTRAINT dsched_event_one_per_slot DO NOTHING
     RETURNING {EVENT_FOR_OUTBOX}
 ),
 outbox AS (
@@ -279,6 +302,9 @@ audit AS (
                'leader_epoch', %(epoch)s::bigint),
            %(epoch)s
     FROM aside
+    -- A stale event already holding this version must not keep the row in the poll: the
+    -- row is set aside (its reason is on the row) even if its audit event cannot be written.
+    ON CONFLICT ON CONSTRAINT dsched_event_version_unique DO NOTHING
 )
 SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM aside)
 """
@@ -299,6 +325,11 @@ SET_ASIDE_BUCKETS = with_buckets(SET_ASIDE)
 
 # Longest error text kept on a set-aside schedule.
 REASON_MAX = 2000
+# SQLSTATE classes of a database's refusal of one row's data (data exception, integrity
+# constraint violation, program limit exceeded, PL/pgSQL raise): narrowing a batch finds the
+# rows they come from. Anything else (a lost connection, a lock timeout, a missing privilege
+# or table) is not a row's fault and goes to the loop's reconnect path.
+REFUSALS = ("22", "23", "54", "P0")
 # Why a row whose start or next slot is +/-infinity is set aside (the claim reads them
 # as NULL).
 NOT_FINITE = f"{ScheduleDataError.__name__}: start_ts or next_slot_ts is not a finite time"
@@ -339,6 +370,11 @@ class BatchResult:
     slots: Sequence[int | None] = ()
     misfired: int = 0
     topics: dict[str, int] | None = None
+    # With ``narrow=True``: rows whose fire the database refused (set aside, in ``aside``
+    # too), and rows it refused to set aside as well (left active: the caller quarantines
+    # them). Each with the database's error.
+    refused: tuple[tuple[str, str], ...] = ()
+    quarantined: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(slots=True)
@@ -477,6 +513,27 @@ def reason(exc: BaseException) -> str:
     return text[:REASON_MAX]
 
 
+def _sqlstate(exc: BaseException) -> str | None:
+    cause = exc.__cause__ if exc.__cause__ is not None else exc
+    state = getattr(cause, "sqlstate", None)
+    return state if isinstance(state, str) else None
+
+
+def refused(exc: BaseException) -> bool:
+    """Whether ``exc`` is the database refusing a row's data (see ``REFUSALS``)."""
+    state = _sqlstate(exc)
+    return isinstance(exc, DatabaseError) and state is not None and state[:2] in REFUSALS
+
+
+def refusal(exc: BaseException) -> str:
+    """A database refusal as kept on a set-aside schedule: the error's class, SQLSTATE and
+    primary message (not its DETAIL, which repeats the row's values)."""
+    cause = exc.__cause__ if exc.__cause__ is not None else exc
+    diag = getattr(cause, "diag", None)
+    message = getattr(diag, "message_primary", None) or str(cause).split("\n", 1)[0]
+    return f"{type(cause).__name__} ({_sqlstate(exc)}): {message}".strip()[:REASON_MAX]
+
+
 def array_literal(values: list[Any]) -> str:
     """A PostgreSQL array literal of ids, enum names, integers, booleans or None.
 
@@ -503,6 +560,8 @@ def fire_batch(
     deadline: float | None = None,
     keep_lease: Callable[[], bool] | None = None,
     metrics: bool = False,
+    narrow: bool = False,
+    skip: Collection[str] = (),
 ) -> BatchResult:
     """Claim and fire up to ``batch_size`` due schedules inside the caller's transaction.
 
@@ -511,6 +570,13 @@ def fire_batch(
     this transaction); False means the lease is lost. The caller owns the transaction: it
     commits when ``fenced`` is False and rolls back otherwise. ``metrics``: also count the
     fires per topic and the rows that missed slots (docs/observability.md).
+
+    A row the database refuses (a constraint, a trigger) fails the whole write. The caller
+    then rolls back and calls again with ``narrow=True``: the set-aside and the write run
+    under savepoints, a refused write is split in halves until each refused row is alone,
+    and those rows are set aside with the database's error while the rest fires
+    (``refused``); a row the database will not even set aside is reported in
+    ``quarantined`` for the caller to pass over (``skip``: ids the claim passes over).
     """
     bucketed = fence.bucket_count > 1
     params: dict[str, Any] = {
@@ -525,8 +591,12 @@ def fire_batch(
         if not fence.buckets:
             return BatchResult(0, 0, 0, False)
         params.update(bucket_params(fence), limit=batch_size)
-        claim = CLAIM_ALL_BUCKETS if len(fence.buckets) == fence.bucket_count else CLAIM_BUCKETS
-        cursor.execute(claim, params)
+        every = len(fence.buckets) == fence.bucket_count
+        if skip:
+            claim = CLAIM_ALL_BUCKETS_SKIPPING if every else CLAIM_BUCKETS_SKIPPING
+            cursor.execute(claim, {**params, "skip": list(skip)})
+        else:
+            cursor.execute(CLAIM_ALL_BUCKETS if every else CLAIM_BUCKETS, params)
         keyed = cursor.fetchall()
         mask = fence.bucket_count - 1
         touched = sorted({row[-1] & mask for row in keyed})
@@ -535,6 +605,9 @@ def fire_batch(
         params["locks"] = [fence.lease_id + b * LOCK_STRIDE for b in touched]
         params["epochs"] = [held[b] for b in touched]
         params["fenced"] = len(touched)
+    elif skip:
+        cursor.execute(CLAIM_SKIPPING, {"limit": batch_size, "skip": list(skip)})
+        rows = cursor.fetchall()
     else:
         cursor.execute(CLAIM, [batch_size])
         rows = cursor.fetchall()
@@ -543,63 +616,147 @@ def fire_batch(
     decided = plan(rows, deadline)
     if keep_lease is not None and not keep_lease():
         return BatchResult(len(rows), 0, 0, True)
-    set_aside = 0
-    if decided.aside:
-        cursor.execute(
-            SET_ASIDE_BUCKETS if bucketed else SET_ASIDE,
-            {
-                **params,
-                "ids": [schedule_id for schedule_id, _ in decided.aside],
-                "reasons": [why for _, why in decided.aside],
-                "set_aside": ScheduleState.SET_ASIDE.value,
-            },
-        )
-        fenced, set_aside = cursor.fetchone()
-        if not fenced:
-            return BatchResult(len(rows), 0, 0, True)
-    fired = duplicates = 0
-    names = None
-    written_us = None
-    by_topic = None
+    writer = _Writer(cursor, params, bucketed, narrow)
+    if decided.aside and not writer.set_aside(decided.aside):
+        return BatchResult(len(rows), 0, 0, True)
     if decided.ids:
         if app_settings.OUTBOX_PAYLOAD_ONCE:
             write = WRITE_BUCKETS if bucketed else WRITE
         else:
             write = WRITE_BUCKETS_COPY if bucketed else WRITE_COPY
-        cursor.execute(
-            write,
-            {
-                **params,
-                "ids": array_literal(decided.ids),
-                "slots": array_literal(decided.slots),
-                "next_slots": array_literal(decided.next_slots),
-                "next_runs": array_literal(decided.next_runs),
-                "states": array_literal(decided.states),
-                "missed": array_literal(decided.missed),
-                "pending": DeliveryStatus.PENDING.value,
-                "names": len(rows) <= NAMED_BATCH,
-                "topics": metrics,
-            },
+        params.update(
+            pending=DeliveryStatus.PENDING.value, names=len(rows) <= NAMED_BATCH, topics=metrics
         )
-        written, fired, due_fires, _notified, names, written_us, by_topic = cursor.fetchone()
-        if written == 0:
+        if not writer.write(write, decided):
             return BatchResult(len(rows), 0, 0, True)
-        duplicates = due_fires - fired
+        if writer.refused and not writer.set_aside(writer.refused):
+            return BatchResult(len(rows), 0, 0, True)
     return BatchResult(
         len(rows),
-        fired,
-        duplicates,
+        writer.fired,
+        writer.due_fires - writer.fired,
         False,
-        names,
-        set_aside=set_aside,
-        aside=tuple(decided.aside) if set_aside else (),
+        ", ".join(writer.names) or None,
+        set_aside=writer.set_aside_count,
+        aside=tuple(writer.aside),
         deferred=decided.deferred,
         again=decided.again,
-        written_us=written_us,
+        written_us=writer.written_us,
         slots=decided.slots,
         misfired=decided.missed.count(True) if metrics else 0,
-        topics=json.loads(by_topic) if by_topic else None,
+        topics=writer.topics or None,
+        refused=tuple(writer.refused),
+        quarantined=tuple(writer.quarantined),
     )
+
+
+class _Writer:
+    """The set-aside and write statements of one batch, and what they did. Narrowing
+    (``narrow``): each runs under a savepoint, and a refused write is split in halves."""
+
+    def __init__(self, cursor: Any, params: dict[str, Any], bucketed: bool, narrow: bool):
+        self.cursor = cursor
+        self.params = params
+        self.bucketed = bucketed
+        self.narrow = narrow
+        self.fired = self.due_fires = self.set_aside_count = 0
+        self.names: list[str] = []
+        self.written_us: int | None = None
+        self.topics: dict[str, int] = {}
+        self.aside: list[tuple[str, str]] = []
+        self.refused: list[tuple[str, str]] = []
+        self.quarantined: list[tuple[str, str]] = []
+        self.error = ""  # the last refusal, while narrowing
+
+    def _attempt(self, statement: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+        """Run ``statement``; narrowing, under a savepoint: None when the database refused
+        a row's data (the savepoint undone, the error in ``self.error``)."""
+        if not self.narrow:
+            self.cursor.execute(statement, params)
+            row: tuple[Any, ...] = self.cursor.fetchone()
+            return row
+        self.cursor.execute("SAVEPOINT dsched_narrow")
+        try:
+            self.cursor.execute(statement, params)
+            row = self.cursor.fetchone()
+        except DatabaseError as exc:
+            if not refused(exc):
+                raise
+            self.cursor.execute("ROLLBACK TO SAVEPOINT dsched_narrow")
+            self.cursor.execute("RELEASE SAVEPOINT dsched_narrow")
+            self.error = refusal(exc)
+            return None
+        self.cursor.execute("RELEASE SAVEPOINT dsched_narrow")
+        return row
+
+    def set_aside(self, rows: list[tuple[str, str]]) -> bool:
+        """Set ``rows`` (schedule id, why) aside; False: the fence failed. Narrowing, one row
+        at a time, and a row the database refuses to set aside is quarantined instead."""
+        groups = [[row] for row in rows] if self.narrow else [rows]
+        statement = SET_ASIDE_BUCKETS if self.bucketed else SET_ASIDE
+        for group in groups:
+            result = self._attempt(
+                statement,
+                {
+                    **self.params,
+                    "ids": [schedule_id for schedule_id, _ in group],
+                    "reasons": [why for _, why in group],
+                    "set_aside": ScheduleState.SET_ASIDE.value,
+                },
+            )
+            if result is None:
+                self.quarantined.extend((schedule_id, self.error) for schedule_id, _ in group)
+                continue
+            fenced, count = result
+            if not fenced:
+                return False
+            self.set_aside_count += count
+            if count:
+                self.aside.extend(group)
+        return True
+
+    def write(self, statement: str, decided: Plan) -> bool:
+        """Fire the planned rows; False: the fence failed. Narrowing, a refused part is
+        split in halves until each refused row is alone (``refused``)."""
+        pending = [list(range(len(decided.ids)))]
+        while pending:
+            part = pending.pop()
+            result = self._attempt(statement, {**self.params, **_arrays(decided, part)})
+            if result is None:
+                if len(part) == 1:
+                    self.refused.append((decided.ids[part[0]], self.error))
+                else:
+                    half = len(part) // 2
+                    pending += [part[half:], part[:half]]  # the first half goes next
+                continue
+            written, fired, due_fires, _notified, names, written_us, by_topic = result
+            if written == 0:
+                return False
+            self.fired += fired
+            self.due_fires += due_fires
+            self.written_us = written_us
+            if names:
+                self.names.append(names)
+            for topic, count in (json.loads(by_topic) if by_topic else {}).items():
+                self.topics[topic] = self.topics.get(topic, 0) + count
+        return True
+
+
+def _arrays(decided: Plan, part: list[int]) -> dict[str, str]:
+    """The write's per-row arrays for the rows at ``part`` (every row: the plan's own)."""
+    whole = len(part) == len(decided.ids)
+
+    def pick(values: list[Any]) -> list[Any]:
+        return values if whole else [values[i] for i in part]
+
+    return {
+        "ids": array_literal(pick(decided.ids)),
+        "slots": array_literal(pick(decided.slots)),
+        "next_slots": array_literal(pick(decided.next_slots)),
+        "next_runs": array_literal(pick(decided.next_runs)),
+        "states": array_literal(pick(decided.states)),
+        "missed": array_literal(pick(decided.missed)),
+    }
 
 
 # Run in the transaction of a claim that came back short: transaction_timestamp() is then
@@ -611,10 +768,14 @@ SELECT extract(epoch FROM (SELECT min(next_run_ts) FROM schedule_t
                            WHERE active AND next_run_ts > transaction_timestamp()
                              AND next_run_ts < 'infinity'{bucket_filter}) - clock_timestamp()),
        EXISTS (SELECT FROM schedule_t WHERE active AND next_run_ts <= transaction_timestamp()
-                                            {bucket_filter})
+                                            {bucket_filter}{skip_filter})
 """
-NEXT_DUE_BUCKETS = NEXT_DUE.format(bucket_filter=f" AND {IN_BUCKETS}")
-NEXT_DUE = NEXT_DUE.format(bucket_filter="")
+NEXT_DUE_BUCKETS = NEXT_DUE.format(bucket_filter=f" AND {IN_BUCKETS}", skip_filter="")
+NEXT_DUE_BUCKETS_SKIPPING = NEXT_DUE.format(
+    bucket_filter=f" AND {IN_BUCKETS}", skip_filter=f" AND {NOT_QUARANTINED}"
+)
+NEXT_DUE_SKIPPING = NEXT_DUE.format(bucket_filter="", skip_filter=f" AND {NOT_QUARANTINED}")
+NEXT_DUE = NEXT_DUE.format(bucket_filter="", skip_filter="")
 
 
 def bucket_params(fence: Fence) -> dict[str, Any]:
@@ -636,11 +797,17 @@ class NextDue:
     locked: bool  # a due schedule was skipped: another transaction holds its row
 
 
-def next_due(cursor: Any, fence: Fence | None = None) -> NextDue:
+def next_due(cursor: Any, fence: Fence | None = None, skip: Collection[str] = ()) -> NextDue:
     """When to look again; call it in the transaction of the last (short) claim (with
-    buckets: among the buckets ``fence`` holds)."""
+    buckets: among the buckets ``fence`` holds; ``skip``: quarantined ids, which are due
+    but not waiting on a lock)."""
     if fence is not None and 1 < fence.bucket_count != len(fence.buckets):
-        cursor.execute(NEXT_DUE_BUCKETS, bucket_params(fence))
+        if skip:
+            cursor.execute(NEXT_DUE_BUCKETS_SKIPPING, {**bucket_params(fence), "skip": list(skip)})
+        else:
+            cursor.execute(NEXT_DUE_BUCKETS, bucket_params(fence))
+    elif skip:
+        cursor.execute(NEXT_DUE_SKIPPING, {"skip": list(skip)})
     else:
         cursor.execute(NEXT_DUE)
     delay, locked = cursor.fetchone()
@@ -649,7 +816,8 @@ def next_due(cursor: Any, fence: Fence | None = None) -> NextDue:
 
 # Fires given slots of one schedule outside the leader's loop: "run now" and backfills.
 # The schedule row is locked, so it serializes with the leader's fires; the database
-# refuses a slot that already fired (ON CONFLICT DO NOTHING skips it).
+# refuses a slot that already fired (the conflict on dsched_event_one_per_slot skips it;
+# any other conflict is the error it is).
 FIRE_SLOTS = f"""
 WITH target AS MATERIALIZED (
     -- The state is checked under the row lock: a schedule cancelled a moment ago
@@ -680,7 +848,7 @@ events AS (
                'actor', %(actor)s::text),
            slot_ts
     FROM fired
-    ON CONFLICT DO NOTHING
+    ON CONFLICT ON CONSTRAINT dsched_event_one_per_slot DO NOTHING
     RETURNING {EVENT_FOR_OUTBOX}
 ),
 outbox AS (

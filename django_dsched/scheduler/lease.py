@@ -11,6 +11,9 @@ Rules (all times are the database's clock):
   means its process died or lost its connection. (A reused pid only delays failover to the
   lease's expiry; it can never cause an early takeover.) The lease and its epoch stay the
   rule that keeps fires safe; the pid only makes failover fast.
+* Taking a lease never waits: a row locked by a fire in flight is passed over this round
+  (``SKIP LOCKED``). A frozen holder's lock lasts until its session's idle-in-transaction
+  timeout, half a lease (the scheduler loop sets it), so it is gone before the lease expires.
 * The pid means something only on a direct session. Behind a pooler a backend serves many
   clients and the pooler closes and opens backends on its own: the leader's last backend can
   outlive it, or vanish while it lives. So a leader whose session is not direct
@@ -31,22 +34,38 @@ from typing import Any
 
 from django.db import connections
 
-ACQUIRE = """
-INSERT INTO scheduler_lock_t AS l
-    (lock_id, instance_id, epoch, last_heartbeat, acquired_ts, holder_pid, buckets)
-VALUES (%(lease_id)s, %(instance)s, 1, clock_timestamp(), clock_timestamp(),
-        CASE WHEN %(own_pid)s THEN pg_backend_pid() ELSE 0 END, %(buckets)s)
-ON CONFLICT (lock_id) DO UPDATE
-    SET instance_id = EXCLUDED.instance_id,
-        epoch = l.epoch + 1,
-        last_heartbeat = EXCLUDED.last_heartbeat,
-        acquired_ts = EXCLUDED.acquired_ts,
-        holder_pid = EXCLUDED.holder_pid
-    WHERE l.buckets = %(buckets)s
-      AND (l.last_heartbeat < clock_timestamp() - make_interval(secs => %(lease)s)
-           OR (%(fast)s AND l.holder_pid <> 0
-               AND NOT EXISTS (SELECT FROM pg_stat_activity a WHERE a.pid = l.holder_pid)))
-RETURNING epoch
+# Takers never wait on a lease row: a row locked by its holder's fire in flight (taken FOR
+# SHARE by the fence) or by another taker is passed over (SKIP LOCKED) and looked at again
+# next round. A frozen holder's fire keeps its lock only until its session's
+# idle-in-transaction timeout (half a lease), which ends before its lease does.
+FREE = """(l.last_heartbeat < clock_timestamp() - make_interval(secs => %(lease)s)
+            OR (%(fast)s AND l.holder_pid <> 0
+                AND NOT EXISTS (SELECT FROM pg_stat_activity a WHERE a.pid = l.holder_pid)))"""
+
+ACQUIRE = f"""
+WITH free AS MATERIALIZED (
+    SELECT l.lock_id FROM scheduler_lock_t l
+    WHERE l.lock_id = %(lease_id)s AND l.buckets = %(buckets)s AND {FREE}
+    FOR UPDATE SKIP LOCKED
+),
+taken AS (
+    UPDATE scheduler_lock_t l
+    SET instance_id = %(instance)s, epoch = l.epoch + 1, last_heartbeat = clock_timestamp(),
+        acquired_ts = clock_timestamp(),
+        holder_pid = CASE WHEN %(own_pid)s THEN pg_backend_pid() ELSE 0 END
+    FROM free WHERE l.lock_id = free.lock_id
+    RETURNING l.epoch
+),
+created AS (
+    INSERT INTO scheduler_lock_t
+        (lock_id, instance_id, epoch, last_heartbeat, acquired_ts, holder_pid, buckets)
+    SELECT %(lease_id)s, %(instance)s, 1, clock_timestamp(), clock_timestamp(),
+           CASE WHEN %(own_pid)s THEN pg_backend_pid() ELSE 0 END, %(buckets)s
+    WHERE NOT EXISTS (SELECT FROM scheduler_lock_t WHERE lock_id = %(lease_id)s)
+    ON CONFLICT (lock_id) DO NOTHING
+    RETURNING epoch
+)
+SELECT epoch FROM taken UNION ALL SELECT epoch FROM created
 """
 
 RENEW = """
@@ -167,17 +186,19 @@ SAME_COUNT = """EXISTS (SELECT FROM scheduler_lock_t c
 # expired or whose holder's session is gone; a standby only one expired or whose holder's
 # session is gone, never one released for a hand-off to its new owner.
 ACQUIRE_MANY = f"""
+WITH free AS MATERIALIZED (
+    SELECT l.lock_id FROM scheduler_lock_t l
+    JOIN unnest(%(locks)s::int[], %(top)s::boolean[]) AS u(lock_id, top)
+      ON l.lock_id = u.lock_id
+    WHERE (u.top OR l.last_heartbeat > 'epoch'::timestamptz) AND {FREE}
+    FOR UPDATE OF l SKIP LOCKED
+)
 UPDATE scheduler_lock_t l
 SET instance_id = %(instance)s, epoch = l.epoch + 1, last_heartbeat = clock_timestamp(),
     acquired_ts = clock_timestamp(), buckets = %(count)s,
     holder_pid = CASE WHEN %(own_pid)s THEN pg_backend_pid() ELSE 0 END
-FROM unnest(%(locks)s::int[], %(top)s::boolean[]) AS u(lock_id, top)
-WHERE l.lock_id = u.lock_id
-  AND (u.top OR l.last_heartbeat > 'epoch'::timestamptz)
-  AND (l.last_heartbeat < clock_timestamp() - make_interval(secs => %(lease)s)
-       OR (%(fast)s AND l.holder_pid <> 0
-           AND NOT EXISTS (SELECT FROM pg_stat_activity a WHERE a.pid = l.holder_pid)))
-  AND {SAME_COUNT}
+FROM free
+WHERE l.lock_id = free.lock_id AND {SAME_COUNT}
 RETURNING l.lock_id, l.epoch
 """
 

@@ -17,7 +17,15 @@ from django_dsched.exceptions import BucketCountMismatch
 from django_dsched.runtime.logs import get_logger
 from django_dsched.runtime.loops import DatabaseLoop
 from django_dsched.scheduler import presence
-from django_dsched.scheduler.firing import BatchResult, Fence, NextDue, fire_batch, next_due
+from django_dsched.scheduler.firing import (
+    BatchResult,
+    Fence,
+    NextDue,
+    fire_batch,
+    next_due,
+    refusal,
+    refused,
+)
 from django_dsched.scheduler.lease import (
     BucketLeases,
     LeaseHolder,
@@ -42,6 +50,14 @@ LOCKED_RETRY_MAX = 0.5
 # next batch (see firing.plan()).
 PLAN_BUDGET_OF_LEASE = 0.25
 
+# The longest a statement of the loop waits on a lock held elsewhere (seconds; at most a
+# quarter of the lease).
+LOCK_WAIT_MAX = 1.0
+
+# A row the database refuses to fire and to set aside is passed over by this instance's
+# claims for this many leases, then tried again (the refusal may have been fixed).
+QUARANTINE_LEASES = 12
+
 
 @dataclass
 class Stats:
@@ -54,6 +70,9 @@ class Stats:
     db_errors: int = 0
     claims: int = 0
     set_aside: int = 0
+    refused: int = 0  # rows set aside because the database refused their fire
+    quarantined: int = 0  # rows the database refused to fire and to set aside
+    narrowed: int = 0  # batches written again in halves to find the rows refused
     deferred: int = 0  # claimed rows left for the next batch by the planning budget
     locked_waits: int = 0  # rounds that waited because a due row was locked elsewhere
 
@@ -109,6 +128,10 @@ class Scheduler(DatabaseLoop):
         self._next_count_check = 0.0
         self._presence_at: float | None = None  # monotonic time of the last presence report
         self._locked_wait = LOCKED_RETRY_FIRST
+        # After the database refused a batch's write: the next batch narrows it down.
+        self._narrowing = False
+        # Rows the database refused to fire and to set aside: id -> until (monotonic).
+        self._quarantine: dict[str, float] = {}
         self._retention_wanted = True
         self.retention: RetentionWorker | None = None
 
@@ -345,23 +368,49 @@ class Scheduler(DatabaseLoop):
             due: NextDue | None = None
             read_at = 0.0
             started = time.monotonic()
-            with self.transaction() as cursor:
-                result = fire_batch(
-                    cursor,
-                    fence,
-                    self.batch_size,
-                    deadline=started + self.plan_budget,
-                    keep_lease=self._keep_lease,
-                    metrics=self.metrics is not None,
+            narrow, skip = self._narrowing, self._skipped()
+            try:
+                with self.transaction() as cursor:
+                    result = fire_batch(
+                        cursor,
+                        fence,
+                        self.batch_size,
+                        deadline=started + self.plan_budget,
+                        keep_lease=self._keep_lease,
+                        metrics=self.metrics is not None,
+                        narrow=narrow,
+                        skip=skip,
+                    )
+                    self.stats.claims += 1
+                    if result.fenced:
+                        transaction.set_rollback(True, using=self.using)
+                    elif (
+                        result.claimed < self.batch_size
+                        and not result.deferred
+                        and not result.again
+                    ):
+                        # All that was due and free is done: when to look again, asked in
+                        # the claim's own transaction (see firing.NEXT_DUE).
+                        passed_over = [*skip, *(i for i, _ in result.quarantined)]
+                        due = next_due(cursor, fence, passed_over)
+                        read_at = time.monotonic()
+            except DatabaseError as exc:
+                if narrow or not refused(exc):
+                    raise
+                # One row's data, most likely: the batch is rolled back; the next one is
+                # written in halves until the rows refused are found and set aside.
+                self.stats.db_errors += 1
+                logger.warning(
+                    "the database refused a fire of this batch (%s): finding the row instance=%s",
+                    refusal(exc),
+                    self.instance_id,
+                    extra={"instance": self.instance_id, "epoch": fence.epoch},
                 )
-                self.stats.claims += 1
-                if result.fenced:
-                    transaction.set_rollback(True, using=self.using)
-                elif result.claimed < self.batch_size and not result.deferred and not result.again:
-                    # All that was due and free is done: when to look again, asked in the
-                    # claim's own transaction (see firing.NEXT_DUE).
-                    due = next_due(cursor, fence)
-                    read_at = time.monotonic()
+                self._narrowing = True
+                continue
+            if narrow:
+                self.stats.narrowed += 1
+                self._narrowing = False
             if result.fenced:
                 self.stats.fenced += 1
                 if isinstance(self.lease, BucketLeases):
@@ -421,10 +470,27 @@ class Scheduler(DatabaseLoop):
                 result.duplicates,
                 extra=context,
             )
+        refused_ids = {schedule_id for schedule_id, _ in result.refused}
         for schedule_id, why in result.aside:
             logger.error(
-                "set aside schedule %s: it cannot be planned: %s",
+                "set aside schedule %s: %s: %s",
                 schedule_id,
+                "the database refused its fire"
+                if schedule_id in refused_ids
+                else "it cannot be planned",
+                why,
+                extra={**context, "schedule": schedule_id},
+            )
+        self.stats.refused += len(refused_ids)
+        until = time.monotonic() + QUARANTINE_LEASES * self.lease.lease_seconds
+        for schedule_id, why in result.quarantined:
+            self._quarantine[schedule_id] = until
+            self.stats.quarantined += 1
+            logger.error(
+                "passing over schedule %s for %.0fs: the database refused to fire it and to "
+                "set it aside: %s",
+                schedule_id,
+                QUARANTINE_LEASES * self.lease.lease_seconds,
                 why,
                 extra={**context, "schedule": schedule_id},
             )
@@ -435,6 +501,15 @@ class Scheduler(DatabaseLoop):
                 result.deferred,
                 extra=context,
             )
+
+    def _skipped(self) -> list[str]:
+        """The quarantined rows the claims pass over now (expired ones are tried again)."""
+        if not self._quarantine:
+            return []
+        now = time.monotonic()
+        for schedule_id in [i for i, until in self._quarantine.items() if until <= now]:
+            del self._quarantine[schedule_id]
+        return sorted(self._quarantine)
 
     def _wait_for(self, due: NextDue, elapsed: float = 0.0) -> float:
         """The sleep after a round that fired everything it could (``elapsed``: seconds
@@ -524,11 +599,20 @@ class Scheduler(DatabaseLoop):
         return f"dsched:{self.instance_id}"[:63]
 
     def transaction_settings(self) -> dict[str, str]:
-        # A leader frozen mid-transaction (SIGSTOP, VM pause) loses its session and row locks.
         # Per transaction, not per session: behind a pooler a session setting would stay on
         # the backend for the next client.
-        idle_timeout_ms = int(self.lease.lease_seconds * 2000)
-        return {"idle_in_transaction_session_timeout": str(idle_timeout_ms)}
+        # A leader frozen mid-transaction (SIGSTOP, VM pause) loses its session and row locks
+        # after half a lease idle: before its lease expires, so a taker finds the lease rows
+        # free of its fence's FOR SHARE by then. (A batch's transaction is idle for at most
+        # its planning budget, a quarter of the lease.)
+        idle_timeout_ms = int(self.lease.lease_seconds * 500)
+        # No statement of the loop waits longer than this on a lock held elsewhere (an admin
+        # or API transaction, a frozen peer's): it gives up, the loop goes round again.
+        lock_timeout_ms = int(min(LOCK_WAIT_MAX, self.lease.lease_seconds / 4) * 1000)
+        return {
+            "idle_in_transaction_session_timeout": str(idle_timeout_ms),
+            "lock_timeout": str(lock_timeout_ms),
+        }
 
     def on_new_session(self) -> None:
         self._agreed = False

@@ -60,9 +60,14 @@ def test_the_idle_in_transaction_timeout_is_set_per_transaction_not_per_session(
         assert Event.objects.count() == 3
         # The session keeps the server's default: a pooler would hand it to others.
         assert own("SELECT current_setting('idle_in_transaction_session_timeout')") == [("0",)]
+        assert own("SELECT current_setting('lock_timeout')") == [("0",)]
         with scheduler.transaction() as cursor:
-            cursor.execute("SELECT current_setting('idle_in_transaction_session_timeout')")
-            assert cursor.fetchone() == ("6s",)  # 2 x DSCHED_LEASE_SECONDS (3 s in tests)
+            cursor.execute(
+                "SELECT current_setting('idle_in_transaction_session_timeout'),"
+                " current_setting('lock_timeout')"
+            )
+            # Half of DSCHED_LEASE_SECONDS (3 s in tests); a quarter of it, at most 1 s.
+            assert cursor.fetchone() == ("1500ms", "750ms")
     finally:
         scheduler.shutdown()
 
@@ -71,7 +76,7 @@ def test_a_leader_frozen_mid_transaction_loses_its_session_and_locks(db_now):
     ScheduleFactory(start_ts=db_now() - timedelta(seconds=5))
     scheduler = Scheduler(instance_id="frozen")
     scheduler._guarded(scheduler.step)
-    scheduler.lease.lease_seconds = 0.25  # the timeout is twice the lease: 500 ms
+    scheduler.lease.lease_seconds = 1.0  # the timeout is half the lease: 500 ms
     pid = own("SELECT pg_backend_pid()")[0][0]
     with pytest.raises(DatabaseError), scheduler.transaction() as cursor:
         cursor.execute("SELECT schedule_id FROM schedule_t FOR UPDATE")
