@@ -31,7 +31,9 @@ from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus
 from django_dsched.exceptions import DeliveryError, PermanentDeliveryError
 from django_dsched.metrics.relay import DEAD_LETTER, DELIVERED, LOST, RETRY, slot_of
+from django_dsched.models.validators import make_storable_text
 from django_dsched.outbox.claims import (
+    ERROR_MAX_CHARS,
     Claimer,
     DeliveryOutcome,
     Message,
@@ -62,6 +64,21 @@ RENEW_AFTER = 0.5
 # bytes per message, with this much to spare, not the whole batch size (10,000 rows of 64 KiB
 # events to keep 128 would cost seconds a round).
 CLAIM_SPARE = 1.25
+
+
+def describe(exc: BaseException) -> str:
+    """A failed send's error as ``last_error`` says it: ``Type: message``, or the type alone,
+    storable (NUL and lone surrogates escaped) and at most ``ERROR_MAX_CHARS`` long.
+
+    The exception comes from a transport or a handler: its text may hold anything an
+    endpoint sent, and its ``str()`` may itself raise, which must not stop the relay.
+    """
+    name = type(exc).__name__
+    try:
+        text = str(exc)
+    except Exception as failure:
+        return f"{name} (its message could not be read: {type(failure).__name__})"
+    return make_storable_text(f"{name}: {text}" if text else name, ERROR_MAX_CHARS)
 
 
 @dataclass
@@ -312,7 +329,7 @@ class Relay(DatabaseLoop):
     ) -> DeliveryOutcome:
         if exc is None:
             return DeliveryOutcome(message, started=started, ended=ended)
-        error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        error = describe(exc)
         delay = retry_delay(message.attempt, self.retry_base, self.retry_max)
         asked = exc.retry_after if isinstance(exc, DeliveryError) else None
         if asked is not None:  # the destination's Retry-After: at least that, within RETRY_MAX
