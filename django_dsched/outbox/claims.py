@@ -339,7 +339,9 @@ def settle(cursor: Any, claimer: Claimer, outcomes: Sequence[DeliveryOutcome]) -
 
     Errors come from outside (endpoints, transports, handlers): each is made storable (no
     NUL, no lone surrogate, at most ``ERROR_MAX_CHARS``) so that no error text can make the
-    statement, which records the whole batch, fail.
+    statement fail. One statement for the whole batch: if a row refuses its outcome for
+    another reason, the statement fails as a whole (``outbox.outcomes`` records the batch
+    outcome by outcome then).
     """
     if not outcomes:
         return []

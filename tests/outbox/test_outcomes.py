@@ -1,5 +1,6 @@
 """One outcome cannot lose a batch's others (issue 23): what the relay stores from endpoints,
-transports and handlers is made storable.
+transports and handlers is made storable, and an outcome the database refuses is recorded as
+a failed attempt while the batch's other outcomes are kept.
 
 Real PostgreSQL, a real local HTTP endpoint (``tests/webhook_servers.Sink``); two tenants
 (hosts) routed to their own webhook URLs by ``DSCHED_TRANSPORTS_BY_HOST``.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -23,6 +25,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 HOSTILE = uuid.UUID("aaaaaaaa-0000-4000-8000-000000000001")  # the tenant whose endpoint misbehaves
 HEALTHY = uuid.UUID("bbbbbbbb-0000-4000-8000-000000000002")
+CONSTRAINT = "relay_test_refuses"
 
 
 def route(settings, sink: str, hostile_path: str) -> None:
@@ -127,3 +130,72 @@ def test_a_handlers_exception_text_is_stored_readable_and_cannot_stop_the_relay(
     assert nul == "RuntimeError: bad\\x00text \\udcff end"
     assert opaque == "Unreadable (its message could not be read: ValueError)"
     assert len(too_long) == 2000 and too_long.startswith("RuntimeError: xxx")
+
+
+@pytest.fixture
+def refuse() -> Iterator[Callable[[str], None]]:
+    """``refuse(check)``: add the CHECK constraint CONSTRAINT on outbox_message_t, NOT VALID
+    (rows already there are not checked, rows written from now on are), for the test only."""
+
+    def add(check: str) -> None:
+        sql(f"ALTER TABLE outbox_message_t ADD CONSTRAINT {CONSTRAINT} CHECK ({check}) NOT VALID")
+
+    yield add
+    sql(f"ALTER TABLE outbox_message_t DROP CONSTRAINT IF EXISTS {CONSTRAINT}")
+
+
+def test_an_outcome_the_database_refuses_is_recorded_as_a_failed_attempt(
+    relay_settings, sink, refuse
+):
+    # The hostile endpoint's error ("try later") is storable text, but a constraint refuses it.
+    route(relay_settings, sink, "/fail")
+    refuse("last_error NOT LIKE '%try later%'")
+    healthy, hostile = one_batch()
+
+    first = Relay(instance_id="r1")
+    first.run_until_idle()
+    expire_claims_and_backoffs()
+    Relay(instance_id="r2").run_until_idle()
+
+    assert first.stats.db_errors == 0 and first.stats.refused == 1
+    assert {sends()[str(i)] for i in healthy} == {1}
+    assert rows(healthy) == {(DeliveryStatus.DELIVERED, 1)}
+    row = OutboxMessage.objects.get(id=hostile)
+    assert (row.status, row.attempts, sends()[str(hostile)]) == (DeliveryStatus.PENDING, 2, 2)
+    assert row.next_attempt_ts is not None and row.claimed_by == ""
+    assert row.last_error.startswith(
+        "the outcome of this attempt (sent and failed) could not be stored: the database "
+        f"refused it (IntegrityError, SQLSTATE 23514, constraint {CONSTRAINT}: "
+    )
+    assert row.last_error.endswith("recorded as a failed attempt instead")
+
+
+def test_an_outcome_refused_even_as_a_failed_attempt_loses_no_other(relay_settings, sink, refuse):
+    route(relay_settings, sink, "/fail")
+    healthy, hostile = one_batch()
+    # No outcome of this message can be written: every outcome gives up the claim.
+    refuse(f"id <> '{hostile}'::uuid OR claimed_by <> ''")
+
+    relay = Relay(instance_id="r1")
+    relay.run_until_idle()
+
+    assert relay.stats.db_errors == 0 and relay.stats.unrecorded == 1
+    assert rows(healthy) == {(DeliveryStatus.DELIVERED, 1)}
+    row = OutboxMessage.objects.get(id=hostile)
+    # Left as claimed: the claim expires, and the claim's limit dead-letters it in the end.
+    assert (row.status, row.attempts, row.claimed_by) == (DeliveryStatus.PENDING, 1, "r1")
+
+
+def test_a_batch_nothing_refuses_costs_one_statement(relay_settings, handle):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    handle(lambda event: None, topic="reports")
+    make_messages(5)
+
+    with CaptureQueriesContext(connection) as queries:
+        assert Relay(instance_id="r1").run_until_idle() == 5
+
+    statements = [q["sql"] for q in queries.captured_queries]
+    assert sum("unnest(" in s and "delivered_ts =" in s for s in statements) == 1
+    assert not any("SAVEPOINT" in s for s in statements)
