@@ -32,6 +32,9 @@ class Sink(BaseHTTPRequestHandler):
             self._reply(204)
         elif path == "/fail":
             self._reply(503, b"try later")
+        elif path == "/nul":
+            # A NUL byte in the body (so in the error's excerpt): PostgreSQL text cannot hold it.
+            self._reply(int(params.get("status", 500)), b"bad\x00reply")
         elif path == "/gone":
             self._reply(410, b"no such hook", headers={"Retry-After": "5"})
         elif path == "/throttled":

@@ -148,6 +148,23 @@ def storable_text(text: str) -> bool:
     return True
 
 
+def make_storable_text(text: str, max_chars: int | None = None) -> str:
+    """``text`` as PostgreSQL text can hold it, at most ``max_chars`` characters: a NUL is
+    written ``\\x00`` and a lone surrogate as its escape (``\\udcff``), so what an endpoint
+    or an exception said stays readable. Text that can be stored is returned as it is (cut
+    to length), at the cost of one scan for NUL and one UTF-8 encoding.
+
+    For text from outside (an endpoint's reply, a transport's or a handler's exception) on
+    its way into a column: one value the database refuses must not fail a whole statement.
+    """
+    if not storable_text(text):
+        escaped = text.replace("\x00", "\\x00")
+        text = escaped.encode("utf-8", "backslashreplace").decode("utf-8")
+    if max_chars is not None and len(text) > max_chars:
+        text = text[:max_chars]
+    return text
+
+
 def _has_bad_text(value: Any) -> bool:
     """NUL characters and lone surrogates: PostgreSQL's jsonb refuses both."""
     if isinstance(value, str):

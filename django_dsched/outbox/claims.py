@@ -33,6 +33,7 @@ from datetime import datetime
 from typing import Any
 
 from django_dsched.enums import DeliveryStatus
+from django_dsched.models.validators import make_storable_text
 
 # Longest error text stored per message.
 ERROR_MAX_CHARS = 2000
@@ -334,7 +335,14 @@ def release(cursor: Any, claimer: Claimer, messages: Sequence[Message]) -> int:
 
 
 def settle(cursor: Any, claimer: Claimer, outcomes: Sequence[DeliveryOutcome]) -> list[Settled]:
-    """Record outcomes of this relay's claims; outcomes of lost claims are not written."""
+    """Record outcomes of this relay's claims; outcomes of lost claims are not written.
+
+    Errors come from outside (endpoints, transports, handlers): each is made storable (no
+    NUL, no lone surrogate, at most ``ERROR_MAX_CHARS``) so that no error text can make the
+    statement fail. One statement for the whole batch: if a row refuses its outcome for
+    another reason, the statement fails as a whole (``outbox.outcomes`` records the batch
+    outcome by outcome then).
+    """
     if not outcomes:
         return []
     now = time.monotonic()
@@ -347,7 +355,7 @@ def settle(cursor: Any, claimer: Claimer, outcomes: Sequence[DeliveryOutcome]) -
             "max_attempts": claimer.max_attempts,
             "delivered_flags": [o.delivered for o in outcomes],
             "permanent_flags": [o.permanent for o in outcomes],
-            "errors": [o.error[:ERROR_MAX_CHARS] for o in outcomes],
+            "errors": [make_storable_text(o.error, ERROR_MAX_CHARS) for o in outcomes],
             "delays": [o.delay for o in outcomes],
             "started_ago": [None if o.started is None else now - o.started for o in outcomes],
             "ended_ago": [0.0 if o.ended is None else now - o.ended for o in outcomes],

@@ -6,6 +6,8 @@ first, then the longest claimable; at most ``RELAY_BATCH_SIZE`` messages and
 (:mod:`.claims`), sends each message with the transport its topic is configured for
 (:mod:`.transports`), then records every outcome in one statement: DELIVERED, a retry after a
 jittered exponential delay, or DELIVERY_FAILED (a dead letter) once the attempts are used up.
+If the database refuses that statement for one row's values, the outcomes are recorded one by
+one, a refused one as a failed attempt (:mod:`.outcomes`).
 
 Delivery is at least once: a relay that dies after sending and before recording leaves the
 message claimed until its visibility timeout, then another relay sends it again, with the same
@@ -31,7 +33,9 @@ from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus
 from django_dsched.exceptions import DeliveryError, PermanentDeliveryError
 from django_dsched.metrics.relay import DEAD_LETTER, DELIVERED, LOST, RETRY, slot_of
+from django_dsched.models.validators import make_storable_text
 from django_dsched.outbox.claims import (
+    ERROR_MAX_CHARS,
     Claimer,
     DeliveryOutcome,
     Message,
@@ -41,9 +45,9 @@ from django_dsched.outbox.claims import (
     release,
     seconds_until_claimable,
 )
-from django_dsched.outbox.claims import settle as settle_outcomes
 from django_dsched.outbox.handlers import autodiscover
 from django_dsched.outbox.heartbeat import ClaimHeartbeat
+from django_dsched.outbox.outcomes import record
 from django_dsched.outbox.transports import Transport, Transports
 from django_dsched.outbox.transports.registry import host_of
 from django_dsched.runtime.logs import get_logger
@@ -64,6 +68,21 @@ RENEW_AFTER = 0.5
 CLAIM_SPARE = 1.25
 
 
+def describe(exc: BaseException) -> str:
+    """A failed send's error as ``last_error`` says it: ``Type: message``, or the type alone,
+    storable (NUL and lone surrogates escaped) and at most ``ERROR_MAX_CHARS`` long.
+
+    The exception comes from a transport or a handler: its text may hold anything an
+    endpoint sent, and its ``str()`` may itself raise, which must not stop the relay.
+    """
+    name = type(exc).__name__
+    try:
+        text = str(exc)
+    except Exception as failure:
+        return f"{name} (its message could not be read: {type(failure).__name__})"
+    return make_storable_text(f"{name}: {text}" if text else name, ERROR_MAX_CHARS)
+
+
 @dataclass
 class RelayStats:
     claimed: int = 0
@@ -71,6 +90,10 @@ class RelayStats:
     retried: int = 0
     dead_lettered: int = 0
     lost_claims: int = 0
+    # Outcomes the database refused: recorded as a failed attempt instead, or (unrecorded)
+    # not even that.
+    refused: int = 0
+    unrecorded: int = 0
     released: int = 0
     batches: int = 0
     db_errors: int = 0
@@ -312,8 +335,8 @@ class Relay(DatabaseLoop):
     ) -> DeliveryOutcome:
         if exc is None:
             return DeliveryOutcome(message, started=started, ended=ended)
-        error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        delay = retry_delay(message.attempt, self.retry_base, self.retry_max)
+        error = describe(exc)
+        delay = self._retry_delay(message)
         asked = exc.retry_after if isinstance(exc, DeliveryError) else None
         if asked is not None:  # the destination's Retry-After: at least that, within RETRY_MAX
             delay = min(self.retry_max, max(delay, asked))
@@ -326,21 +349,27 @@ class Relay(DatabaseLoop):
             ended=ended,
         )
 
+    def _retry_delay(self, message: Message) -> float:
+        return retry_delay(message.attempt, self.retry_base, self.retry_max)
+
     def _settle(self, outcomes: list[DeliveryOutcome]) -> None:
         if not outcomes:
             return
         self.heartbeat.drop(o.message.id for o in outcomes)
         with self.heartbeat.writing, connections[self.using].cursor() as cursor:
-            settled = settle_outcomes(cursor, self.claimer, outcomes)
-        by_id = {s.id: s for s in settled}
+            recorded = record(self.using, cursor, self.claimer, outcomes, self._retry_delay)
+        self._report_refusals(recorded.refused, recorded.unrecorded)
+        by_id = {s.id: s for s in recorded.settled}
         delivered = 0
         tally: Counter[tuple[str, str]] | None = Counter() if self.metrics is not None else None
         latencies: list[float] = []
-        for outcome in outcomes:
+        for outcome in [*recorded.outcomes, *recorded.unrecorded.values()]:
             message = outcome.message
             result = by_id.get(message.id)
             if tally is not None:
                 self._measure(message, outcome, result, tally, latencies)
+            if message.id in recorded.unrecorded:
+                continue  # reported above
             if result is None:
                 self.stats.lost_claims += 1
                 logger.warning(
@@ -395,6 +424,37 @@ class Relay(DatabaseLoop):
                 delivered,
                 self.instance_id,
                 extra={"instance": self.instance_id},
+            )
+
+    def _report_refusals(
+        self,
+        refused: dict[uuid.UUID, DeliveryOutcome],
+        unrecorded: dict[uuid.UUID, DeliveryOutcome],
+    ) -> None:
+        """Log the outcomes the database refused to store (``outbox.outcomes``)."""
+        for outcome in refused.values():
+            self.stats.refused += 1
+            logger.error(
+                "the database refused the outcome of id=%s topic=%s (%s); recorded as a "
+                "failed attempt instead relay=%s",
+                outcome.message.id,
+                outcome.message.topic,
+                "delivered" if outcome.delivered else f"failed: {outcome.error}",
+                self.instance_id,
+                extra=self._log_context(outcome.message),
+            )
+        for outcome in unrecorded.values():
+            self.stats.unrecorded += 1
+            logger.error(
+                "the database refused the outcome of id=%s topic=%s (%s) and the failed "
+                "attempt in its place: nothing recorded; its claim expires and it is sent "
+                "again (dead-lettered once claimed %d times) relay=%s",
+                outcome.message.id,
+                outcome.message.topic,
+                "delivered" if outcome.delivered else f"failed: {outcome.error}",
+                self.claimer.max_attempts,
+                self.instance_id,
+                extra=self._log_context(outcome.message),
             )
 
     def _measure(

@@ -40,6 +40,7 @@ from django.db import connections
 
 from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus, RunStatus
+from django_dsched.models.validators import make_storable_text
 from django_dsched.outbox.claims import ERROR_MAX_CHARS
 from django_dsched.runtime.logs import get_logger
 
@@ -108,7 +109,7 @@ def report_completed(message_id: uuid.UUID | str, *, using: str | None = None) -
 def report_failed(message_id: uuid.UUID | str, error: str, *, using: str | None = None) -> bool:
     """A worker's run failed with ``error`` (stored as the message's last error)."""
     id_ = _message_id(message_id)
-    text = (error or "failed")[:ERROR_MAX_CHARS]
+    text = make_storable_text(error or "failed", ERROR_MAX_CHARS)
     return id_ is not None and _report(REPORT_FAILED, [text, id_], id_, using)
 
 

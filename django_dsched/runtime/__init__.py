@@ -2,7 +2,8 @@
 
 - :mod:`.loops`: ``DatabaseLoop``, a loop's session set-up, LISTEN, backoff and stop.
 - :mod:`.wakeup`: ``Waker``, the self-pipe and database socket a loop sleeps on.
-- :mod:`.health`: ``HealthServer``, ``/livez`` and ``/readyz`` of a process's loops.
+- :mod:`.health`: ``HealthServer``, ``/livez`` and ``/readyz`` of a process's loops (each
+  connection bounded in time, their number capped).
 - :mod:`.clock`: ``database_now()``, the only "now" outside SQL.
 - :mod:`.logs`: ``get_logger`` (every argument escaped) and the JSON formatter;
   :mod:`.text`: control characters, found and escaped.

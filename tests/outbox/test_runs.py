@@ -319,6 +319,13 @@ def test_report_hooks_are_idempotent(relay_settings):
     assert runs.run_status(row) == RunStatus.SUCCEEDED
 
 
+def test_a_workers_error_is_stored_readable(relay_settings):
+    (id_,) = make_messages(1)
+    assert runs.report_failed(id_, "RuntimeError: bad\x00reply \udcff" + "x" * 5000)
+    error = OutboxMessage.objects.get(id=id_).last_error
+    assert error.startswith("RuntimeError: bad\\x00reply \\udcffxxx") and len(error) == 2000
+
+
 def test_report_hooks_ignore_unknown_ids(relay_settings):
     assert runs.report_started(uuid.uuid4()) is False
     assert runs.report_completed("not-a-uuid") is False

@@ -1,0 +1,138 @@
+"""Recording a batch's outcomes so that one the database refuses cannot lose the others.
+
+A relay records the outcomes of a batch in one statement (:func:`.claims.settle`): one round
+trip however large the batch. Error text comes from outside (an endpoint's reply, a
+transport's or a handler's exception) and is made storable before it is sent, but a row can
+still refuse its outcome for a reason of its own (a CHECK constraint or a trigger an operator
+added, a value out of a column's range). The statement then fails as a whole; recording
+nothing would leave every message of the batch claimed, to be sent again (another tenant's
+too) at each claim until each is dead-lettered for want of an outcome.
+
+So when the batch's statement fails with a data or integrity error, :func:`record` records
+the outcomes one by one, each in its own savepoint of one transaction. An outcome the
+database still refuses is recorded as a failed attempt in its place, whose error is a fixed
+text naming the refusal (the error class, SQLSTATE and constraint; never the refused text),
+retried and dead-lettered like any failure. Only if that too is refused is the outcome left
+unrecorded (the relay logs it): its claim expires, and the claim's own limit dead-letters
+the message.
+
+Nothing costs more when nothing is refused: the one statement, in autocommit, as before.
+Connection errors (``OperationalError``, ``InterfaceError``) and other database errors are
+not caught here: they reach the relay's reconnect path.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import DataError, IntegrityError, connections, transaction
+
+from django_dsched.models.validators import make_storable_text
+from django_dsched.outbox.claims import Claimer, DeliveryOutcome, Message, Settled, settle
+
+# What the database may say about one row's values: the statement failed for that row (or
+# for a value the client could not send), not for the connection.
+REFUSALS = (DataError, IntegrityError)
+
+# Longest part of the database's own message quoted in a refusal.
+REFUSAL_MAX_CHARS = 300
+
+
+@dataclass
+class Recorded:
+    """What :func:`record` wrote."""
+
+    settled: list[Settled]
+    # The outcomes as recorded: a refused outcome is replaced by its failed attempt.
+    outcomes: list[DeliveryOutcome]
+    # The outcomes replaced (id → the outcome the database refused).
+    refused: dict[uuid.UUID, DeliveryOutcome] = field(default_factory=dict)
+    # Outcomes refused even as a failed attempt: nothing was written for them.
+    unrecorded: dict[uuid.UUID, DeliveryOutcome] = field(default_factory=dict)
+
+
+def refusal(exc: BaseException) -> str:
+    """The database's refusal in words: error class, SQLSTATE, constraint, first line."""
+    cause = exc.__cause__ or exc
+    diag = getattr(cause, "diag", None)
+    parts = [type(exc).__name__]
+    sqlstate = getattr(cause, "sqlstate", None)
+    if sqlstate:
+        parts.append(f"SQLSTATE {sqlstate}")
+    constraint = getattr(diag, "constraint_name", None)
+    if constraint:
+        parts.append(f"constraint {constraint}")
+    try:
+        lines = str(exc).strip().splitlines()
+    except Exception:  # an error that cannot say what it is still names its class
+        lines = []
+    said = make_storable_text(lines[0], REFUSAL_MAX_CHARS) if lines else ""
+    return ", ".join(parts) + (f": {said}" if said else "")
+
+
+def refused_attempt(outcome: DeliveryOutcome, exc: BaseException, delay: float) -> DeliveryOutcome:
+    """The failed attempt recorded in place of an outcome the database refused."""
+    sent = "sent and delivered" if outcome.delivered else "sent and failed"
+    return DeliveryOutcome(
+        outcome.message,
+        error=(
+            f"the outcome of this attempt ({sent}) could not be stored: the database refused "
+            f"it ({refusal(exc)}); recorded as a failed attempt instead"
+        ),
+        permanent=outcome.permanent,
+        delay=outcome.delay or delay,  # a delivered outcome has none
+        started=outcome.started,
+        ended=outcome.ended,
+    )
+
+
+def record(
+    using: str,
+    cursor: Any,
+    claimer: Claimer,
+    outcomes: Sequence[DeliveryOutcome],
+    retry_delay: Callable[[Message], float],
+) -> Recorded:
+    """Record ``outcomes`` (through ``cursor``, on connection ``using``, in autocommit):
+    in one statement, or, if the database refuses it, one by one.
+
+    ``retry_delay(message)``: the wait before the next attempt of a message whose outcome
+    is replaced by a failed attempt.
+    """
+    try:
+        return Recorded(settle(cursor, claimer, outcomes), list(outcomes))
+    except REFUSALS:
+        if connections[using].in_atomic_block:
+            raise  # the caller's transaction is aborted: nothing more can be written in it
+    return _one_by_one(using, cursor, claimer, outcomes, retry_delay)
+
+
+def _one_by_one(
+    using: str,
+    cursor: Any,
+    claimer: Claimer,
+    outcomes: Sequence[DeliveryOutcome],
+    retry_delay: Callable[[Message], float],
+) -> Recorded:
+    recorded = Recorded([], [])
+    with transaction.atomic(using=using):
+        for outcome in outcomes:
+            try:
+                with transaction.atomic(using=using):
+                    recorded.settled += settle(cursor, claimer, [outcome])
+                recorded.outcomes.append(outcome)
+                continue
+            except REFUSALS as exc:
+                failed = refused_attempt(outcome, exc, retry_delay(outcome.message))
+            try:
+                with transaction.atomic(using=using):
+                    recorded.settled += settle(cursor, claimer, [failed])
+            except REFUSALS:
+                recorded.unrecorded[outcome.message.id] = outcome
+                continue
+            recorded.outcomes.append(failed)
+            recorded.refused[outcome.message.id] = outcome
+    return recorded
