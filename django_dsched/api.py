@@ -118,8 +118,8 @@ def _options(options: dict[str, Any]) -> dict[str, Any]:
 def create_interval(
     name: str | None = None,
     *,
-    every: int,
-    unit: str = "MINUTES",
+    every: int | timedelta,
+    unit: str | None = None,
     topic: str,
     event_type: str,
     data: dict[str, Any] | None = None,
@@ -130,9 +130,10 @@ def create_interval(
     actor: Any = None,
     **options: Any,
 ) -> Schedule:
-    """Fire every ``every`` ``unit`` (SECONDS ... YEARS), on a grid anchored at ``start``.
+    """Fire every ``every`` ``unit`` (SECONDS ... YEARS; default MINUTES), on a grid anchored
+    at ``start``; or every ``every=timedelta(...)`` (a duration, no ``unit``).
 
-    ``options``: ``end_ts``, ``max_fires``, ``misfire_policy``, ``misfire_grace_seconds``,
+    ``options``: ``end``, ``max_fires``, ``misfire_policy``, ``misfire_grace_seconds``,
     ``catch_up_limit``, ``jitter_seconds``, ``priority``. With ``key``, a schedule of this
     host with that key is returned as it is instead of creating a second one.
     """

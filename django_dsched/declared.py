@@ -43,6 +43,7 @@ from django_dsched.models.schedule import resolve_host
 from django_dsched.models.validators import validate_plain_text
 from django_dsched.runtime.logs import get_logger
 from django_dsched.schedules import lifecycle
+from django_dsched.schedules.specs import grid_step
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -117,6 +118,10 @@ def kind_of(spec: Mapping[str, Any]) -> str:
 def fields_of(spec: Mapping[str, Any]) -> dict[str, Any]:
     values = {FIELD_OF[key]: value for key, value in spec.items() if key in FIELD_OF}
     values["schedule_kind"] = kind_of(spec)
+    if "every" in spec:  # as api.create_interval takes them: a timedelta, a unit in any case
+        values["frequency_time"], values["frequency_unit"] = grid_step(
+            spec["every"], spec.get("unit")
+        )
     values.setdefault("event_data", {})
     return values
 

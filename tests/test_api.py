@@ -47,14 +47,14 @@ def test_a_schedule_created_in_a_rolled_back_transaction_never_exists():
         (api.create_cron, {"cron": "0 0 30 2 *"}, "never fire"),
         (api.create_interval, {"every": 0}, "greater than or equal to 1"),
         (api.create_interval, {"every": -3}, "greater than or equal to 1"),
-        (api.create_interval, {"every": 5, "unit": "FORTNIGHTS"}, "not a valid choice"),
+        (api.create_interval, {"every": 5, "unit": "FORTNIGHTS"}, "is not one of SECONDS"),
         (api.create_interval, {"every": 1, "start": datetime(2026, 1, 1)}, "timezone-aware"),
         (
             api.create_interval,
             {
                 "every": 1,
                 "start": datetime(2026, 1, 2, tzinfo=UTC),
-                "end_ts": datetime(2026, 1, 1, tzinfo=UTC),
+                "end": datetime(2026, 1, 1, tzinfo=UTC),
             },
             "end must be after",
         ),

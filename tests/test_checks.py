@@ -96,3 +96,24 @@ def test_a_host_without_tzdata_is_refused(monkeypatch):
 
     monkeypatch.setattr(checks, "ZoneInfo", no_tzdata)
     assert ids(checks.check_time_zones()) == ["dsched.E014"]
+
+
+def test_the_rest_api_without_rest_framework_installed_is_an_error(settings):
+    from django_dsched.checks import check_rest_apps
+
+    assert check_rest_apps() == []  # tests.urls includes the API; both apps installed
+    settings.INSTALLED_APPS = [
+        a for a in settings.INSTALLED_APPS if a != "rest_framework.authtoken"
+    ]
+    assert ids(check_rest_apps()) == ["dsched.W004"]
+    assert "403, not 401" in check_rest_apps()[0].msg
+    settings.INSTALLED_APPS = [a for a in settings.INSTALLED_APPS if a != "rest_framework"]
+    assert ids(check_rest_apps()) == ["dsched.E015", "dsched.W004"]
+
+
+def test_a_urlconf_without_the_rest_api_needs_neither(settings):
+    from django_dsched.checks import check_rest_apps
+
+    settings.ROOT_URLCONF = "django_dsched.metrics.urls"  # patterns, none of them the API
+    settings.INSTALLED_APPS = [a for a in settings.INSTALLED_APPS if a != "rest_framework"]
+    assert check_rest_apps() == []

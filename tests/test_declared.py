@@ -101,3 +101,15 @@ def test_migrate_syncs_on_deploy(settings):
     settings.DSCHED_SCHEDULES = {"nightly": NIGHTLY}
     call_command("migrate", verbosity=0)
     assert Schedule.objects.filter(schedule_name="nightly", origin=ScheduleOrigin.CODE).exists()
+
+
+def test_a_declaration_takes_every_as_the_api_does():
+    report = declared.sync(
+        {
+            "every-delta": {"every": timedelta(minutes=15), "topic": "t", "event_type": "x"},
+            "lower-unit": {"every": 2, "unit": "hours", "topic": "t", "event_type": "x"},
+        }
+    )
+    assert sorted(report.created) == ["every-delta", "lower-unit"]
+    made = {s.schedule_name: (s.frequency_time, s.frequency_unit) for s in Schedule.objects.all()}
+    assert made == {"every-delta": (15, "MINUTES"), "lower-unit": (2, "HOURS")}

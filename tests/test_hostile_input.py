@@ -141,14 +141,14 @@ def test_megabytes_of_json_in_the_admin_form_are_a_field_error(admin_client):
 def test_deep_data_through_the_python_api_is_a_field_error(depth):
     with pytest.raises(ValidationError) as refused:
         create(data=deep_object(depth))
-    assert TOO_DEEP in " ".join(refused.value.message_dict["event_data"])
+    assert TOO_DEEP in " ".join(refused.value.message_dict["data"])
     assert not Schedule.objects.exists() and not Event.objects.exists()
 
 
 def test_megabytes_of_data_through_the_python_api_are_a_field_error():
     with pytest.raises(ValidationError) as refused:
         create(data={"blob": "x" * 5 * 1024 * 1024})
-    assert TOO_LARGE in " ".join(refused.value.message_dict["event_data"])
+    assert TOO_LARGE in " ".join(refused.value.message_dict["data"])
 
 
 @pytest.mark.parametrize("depth", DEPTHS)
@@ -169,7 +169,7 @@ def test_deep_data_in_a_declared_schedule_is_a_clear_error(depth, settings):
 def test_a_name_with_control_characters_is_refused_by_the_api(name):
     with pytest.raises(ValidationError) as refused:
         create(name=name)
-    assert NOT_PRINTABLE in " ".join(refused.value.message_dict["schedule_name"])
+    assert NOT_PRINTABLE in " ".join(refused.value.message_dict["name"])
     assert not Schedule.objects.exists()
 
 

@@ -12,7 +12,8 @@ docs/migrating-from-celery-beat.md; in short:
   reading of each field; a day-of-month *and* day-of-week restriction cannot be imported:
   Celery wants both to match, cron either);
 * ``ClockedSchedule`` → one-shot; ``SolarSchedule`` → not imported (no cron equivalent);
-* ``one_off`` → fire limit 1, ``start_time`` → start, ``expires`` → end (and message expiry),
+* ``one_off`` → fire limit 1, ``start_time`` → start, ``expires`` → end (a microsecond before:
+  beat sends nothing at ``expires``; and the message's expiry),
   ``enabled = False`` → paused, ``priority`` → priority (direction depends on the broker);
 * the task name, args, kwargs, queue, exchange, routing key, priority, headers and expiry go in
   the event data the Celery transport reads (``task``, ``args``, ``kwargs``, ``options``); the
@@ -76,6 +77,8 @@ CRON_FIELDS = (
     ("month_of_year", range(1, 13)),
     ("day_of_week", range(7)),
 )
+# The instant before a time: an exclusive bound written as an inclusive one.
+MICROSECOND = timedelta(microseconds=1)
 STOP_BEAT = (
     "Stop celery beat now (the `celery beat` process, or the -B flag of a worker, in your "
     "Procfile, supervisor, systemd unit or compose file) and run `manage.py run_scheduler` and "
@@ -303,7 +306,8 @@ def spec_for(
             "options": options,
             "celery_beat": source,
         },
-        end=task.expires,
+        # Beat stops at expires (a slot at that instant is not sent); end is inclusive.
+        end=None if task.expires is None else task.expires - MICROSECOND,
         max_fires=1 if task.one_off and kind != "clocked" else None,
         priority=0 if task.priority is None else sign * task.priority,
     )

@@ -10,8 +10,9 @@
 
 Only callables registered with :func:`handler` ever run: a message selects them by its topic
 and event type, never by a name read from the database. Registrations happen when their
-module is imported; relays import every installed app's ``dsched_handlers`` module and the
-modules listed in ``DSCHED_HANDLER_MODULES`` (:func:`autodiscover`).
+module is imported; relays import every installed app's ``dsched_handlers`` and
+``dsched_schedules`` modules (where ``@periodic`` registers its function as the handler) and
+the modules listed in ``DSCHED_HANDLER_MODULES`` (:func:`autodiscover`).
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ from django_dsched.models.validators import identifier_validator
 Handler = Callable[[dict[str, Any]], Any]
 F = TypeVar("F", bound=Handler)
 
-# Name of the module relays import from every installed app.
-MODULE_NAME = "dsched_handlers"
+# Names of the modules relays import from every installed app: handlers, and declared
+# schedules (``@periodic`` registers the function it decorates as their handler).
+MODULE_NAMES = ("dsched_handlers", "dsched_schedules")
 
 
 class HandlerRegistry:
@@ -93,6 +95,6 @@ def handler(*, topic: str | None = None, event_type: str | None = None) -> Calla
 
 def autodiscover() -> None:
     """Import the modules that register handlers (settings and installed apps only)."""
-    autodiscover_modules(MODULE_NAME)
+    autodiscover_modules(*MODULE_NAMES)
     for name in app_settings.HANDLER_MODULES:
         importlib.import_module(name)

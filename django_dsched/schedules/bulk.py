@@ -31,24 +31,14 @@ from django_dsched.schedules import binding, lifecycle
 from django_dsched.schedules.bulk_insert import CHUNK, Inserter
 from django_dsched.schedules.constraints import unique_name_error
 from django_dsched.schedules.creates import Prepared, Preparer, existing_by_key
-from django_dsched.schedules.specs import Once, Spec
+from django_dsched.schedules.specs import Spec, spec_field
 
 # Items validated before the first statement goes out (then CHUNK at a time, each sent
 # while the next is validated).
 FIRST_CHUNK = 1_000
 
+
 # A model field's error, named by the spec keyword that set it.
-SPEC_FIELDS = {
-    "schedule_name": "name",
-    "idempotency_key": "key",
-    "event_topic": "topic",
-    "event_data": "data",
-    "frequency_time": "every",
-    "frequency_unit": "unit",
-    "cron_expression": "cron",
-}
-
-
 def _bounded(items: Iterable[Any], what: str) -> list[Any]:
     """``items`` as a list, refused (having read one past the limit) when too many."""
     limit = app_settings.BULK_MAX_ITEMS
@@ -62,19 +52,11 @@ def _bounded(items: Iterable[Any], what: str) -> list[Any]:
     return taken
 
 
-def _spec_field(field: str, spec: Any) -> str:
-    if isinstance(spec, Schedule):
-        return field  # an instance's errors keep the model's field names
-    if field == "start_ts":
-        return "at" if isinstance(spec, Once) else "start"
-    return SPEC_FIELDS.get(field, field)
-
-
 def _item_errors(index: int, spec: Any, exc: ValidationError) -> list[tuple[int, str, str]]:
     if not hasattr(exc, "error_dict"):
         return [(index, NON_FIELD_ERRORS, message) for message in exc.messages]
     return [
-        (index, _spec_field(field, spec), message)
+        (index, spec_field(field, spec), message)
         for field, messages in exc.message_dict.items()
         for message in messages
     ]
@@ -184,19 +166,19 @@ def bulk_create(specs: Iterable[Spec | Schedule], *, actor: Any = None) -> list[
         first = ids.setdefault(schedule.schedule_id, index) if spec_is_instance else index
         if first != index:  # two instances built with one id
             message = _("Item %(first)d has the same id.") % {"first": first}
-            errors.append((index, _spec_field("schedule_id", spec), message))
+            errors.append((index, spec_field("schedule_id", spec), message))
             return None
         key = schedule.idempotency_key
         if key is not None:
             first = keys.setdefault((schedule.host_id, key), index)
             if first != index:
                 message = _("Item %(first)d has the same key.") % {"first": first}
-                errors.append((index, _spec_field("idempotency_key", spec), message))
+                errors.append((index, spec_field("idempotency_key", spec), message))
                 return None
         first = names.setdefault((schedule.host_id, schedule.schedule_name), index)
         if first != index:
             message = _("Item %(first)d has the same name.") % {"first": first}
-            errors.append((index, _spec_field("schedule_name", spec), message))
+            errors.append((index, spec_field("schedule_name", spec), message))
             return None
         return item
 
@@ -270,11 +252,11 @@ def _settle(items: list[Any], prepared: list[Prepared]) -> list[Schedule]:
         )
         if existing is None and schedule.schedule_id in taken_ids:
             index = positions[id(item)]
-            field = _spec_field("schedule_id", items[index])
+            field = spec_field("schedule_id", items[index])
             errors.append((index, field, _("A schedule with this id already exists.")))
         elif existing is None:
             index = positions[id(item)]
-            field = _spec_field("schedule_name", items[index])
+            field = spec_field("schedule_name", items[index])
             errors += [(index, field, message) for message in unique_name_error(schedule).messages]
         else:
             result[positions[id(item)]] = existing

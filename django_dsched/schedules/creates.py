@@ -36,7 +36,7 @@ from django_dsched.schedules.constraints import (
     validate_new,
 )
 from django_dsched.schedules.single_insert import insert_one
-from django_dsched.schedules.specs import Builder, Cron, Interval, Once, Spec
+from django_dsched.schedules.specs import Builder, Cron, Interval, Once, Spec, in_callers_words
 
 # The longest delay= of a one-shot (its time is computed by the database, so the bound is
 # checked here: it keeps the time far inside the supported range).
@@ -82,13 +82,16 @@ class Preparer:
                 % {"type": type(spec).__name__},
                 code="not_a_spec",
             )
-        schedule = self.builder.build(spec)
-        delay = None
-        if isinstance(spec, Once):
-            delay = self._once_time(schedule, spec)
-        elif spec.start is None:
-            schedule.start_ts = self.clock.now()
-        data_text = self._validated(schedule)
+        try:
+            schedule = self.builder.build(spec)
+            delay = None
+            if isinstance(spec, Once):
+                delay = self._once_time(schedule, spec)
+            elif spec.start is None:
+                schedule.start_ts = self.clock.now()
+            data_text = self._validated(schedule)
+        except ValidationError as exc:
+            raise in_callers_words(exc, spec) from None
         if delay is None:
             schedule.place(schedule.start_ts)
         return Prepared(schedule, delay, data_text)

@@ -12,10 +12,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.core.exceptions import NON_FIELD_ERRORS
 from django.db.models.base import ModelState
 from django.db.models.expressions import DatabaseDefault
+from django.utils.translation import gettext as _
 
-from django_dsched.enums import ScheduleKind, ScheduleOrigin
+from django_dsched.enums import FrequencyUnit, ScheduleKind, ScheduleOrigin
+from django_dsched.exceptions import ValidationError
 from django_dsched.models import Schedule
 from django_dsched.models.schedule import resolve_host
 
@@ -29,7 +32,7 @@ class _Spec:
     name: str | None = None
     key: str | None = None
     host_id: uuid.UUID | str | None = None
-    end_ts: datetime | None = None
+    end: datetime | None = None
     max_fires: int | None = None
     misfire_policy: str | None = None
     misfire_grace_seconds: int | None = None
@@ -59,20 +62,55 @@ class Once(_Spec):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Interval(_Spec):
-    """Fire every ``every`` ``unit`` (SECONDS ... YEARS), on a grid anchored at ``start``."""
+    """Fire every ``every`` ``unit`` (SECONDS ... YEARS; default MINUTES, any case), on a
+    grid anchored at ``start``. ``every`` may be a ``timedelta`` instead (then no ``unit``):
+    a duration on the UTC timeline, in the largest of hours, minutes or seconds that
+    divides it."""
 
-    every: int
-    unit: str = "MINUTES"
+    every: int | timedelta
+    unit: str | None = None
     start: datetime | None = None
     time_zone: str | None = None
 
     kind = ScheduleKind.INTERVAL
 
     def fields(self) -> dict[str, Any]:
-        fields = {"frequency_unit": self.unit, "frequency_time": self.every, "start_ts": self.start}
+        every, unit = grid_step(self.every, self.unit)
+        fields = {"frequency_unit": unit, "frequency_time": every, "start_ts": self.start}
         if self.time_zone is not None:
             fields["time_zone"] = self.time_zone
         return fields
+
+
+# Units a timedelta ``every`` is written in, largest first: durations only (days and longer
+# step the wall clock of the schedule's zone, which a timedelta does not say).
+DURATION_UNITS = (
+    (3600, FrequencyUnit.HOURS),
+    (60, FrequencyUnit.MINUTES),
+    (1, FrequencyUnit.SECONDS),
+)
+
+
+def grid_step(every: Any, unit: Any) -> tuple[Any, Any]:
+    """``every`` and ``unit`` as the schedule stores them: a ``timedelta`` becomes a number
+    of hours, minutes or seconds; a unit's name is upper-cased (``"seconds"`` works)."""
+    if isinstance(every, timedelta):
+        if unit is not None:
+            raise ValidationError(
+                {"every": _("Give every= as a timedelta, or as a number with unit=; not both.")},
+                code="every_and_unit",
+            )
+        seconds, rest = divmod(every, timedelta(seconds=1))
+        if seconds < 1 or rest:
+            raise ValidationError(
+                {"every": _("A timedelta every= must be whole seconds, at least one.")},
+                code="invalid_every",
+            )
+        size, name = next((size, name) for size, name in DURATION_UNITS if seconds % size == 0)
+        return seconds // size, name.value
+    if unit is None:
+        return every, FrequencyUnit.MINUTES.value
+    return every, unit.upper() if isinstance(unit, str) else unit
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -95,15 +133,69 @@ Spec = Once | Interval | Cron
 # (statement_timestamp() + delay): no round trip to read the database's clock first.
 TIMED = ("start_ts", "next_run_ts", "next_slot_ts")
 
-OPTIONS = (
-    "end_ts",
-    "max_fires",
-    "misfire_policy",
-    "misfire_grace_seconds",
-    "catch_up_limit",
-    "jitter_seconds",
-    "priority",
-)
+# The options every kind takes, and the Schedule field each sets.
+OPTIONS = {
+    "end": "end_ts",
+    "max_fires": "max_fires",
+    "misfire_policy": "misfire_policy",
+    "misfire_grace_seconds": "misfire_grace_seconds",
+    "catch_up_limit": "catch_up_limit",
+    "jitter_seconds": "jitter_seconds",
+    "priority": "priority",
+}
+
+# A Schedule field by the name its caller gave it (api.create_*, api.bulk_create, specs).
+SPEC_FIELDS = {
+    "schedule_name": "name",
+    "idempotency_key": "key",
+    "event_topic": "topic",
+    "event_data": "data",
+    "frequency_time": "every",
+    "frequency_unit": "unit",
+    "cron_expression": "cron",
+    "end_ts": "end",
+}
+
+
+def spec_field(field: str, spec: Any) -> str:
+    """The name a caller of ``spec`` gave ``field`` (a Schedule field); an instance's errors
+    keep the model's names."""
+    if isinstance(spec, Schedule):
+        return field
+    if field == "start_ts":
+        return "at" if isinstance(spec, Once) else "start"
+    return SPEC_FIELDS.get(field, field)
+
+
+def in_callers_words(exc: ValidationError, spec: Any) -> ValidationError:
+    """``exc`` keyed by the names the caller of ``spec`` used (``every``, not
+    ``frequency_time``), each refused choice listing the choices."""
+    if not hasattr(exc, "error_dict"):
+        return exc
+    errors: dict[str, list[Any]] = {}
+    for field, messages in exc.error_dict.items():
+        said = [_with_choices(field, error) for error in messages]
+        errors.setdefault(
+            field if field == NON_FIELD_ERRORS else spec_field(field, spec), []
+        ).extend(said)
+    return ValidationError(errors)
+
+
+def _with_choices(field: str, error: Any) -> Any:
+    if getattr(error, "code", None) != "invalid_choice":
+        return error
+    try:
+        choices = getattr(Schedule._meta.get_field(field), "choices", None)
+    except Exception:  # not a model field
+        return error
+    if not choices:
+        return error
+    value = (error.params or {}).get("value")
+    names = ", ".join(str(choice) for choice, _label in choices)
+    return ValidationError(
+        _("%(value)r is not one of %(names)s.") % {"value": value, "names": names},
+        code="invalid_choice",
+    )
 
 
 class Builder:
@@ -146,10 +238,10 @@ class Builder:
             if spec.name is not None
             else (spec.key if spec.key is not None else str(schedule_id))
         )
-        for option in OPTIONS:
+        for option, field in OPTIONS.items():
             value = getattr(spec, option)
             if value is not None:
-                values[option] = value
+                values[field] = value
         values.update(spec.fields())
         return schedule
 

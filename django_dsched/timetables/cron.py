@@ -55,6 +55,16 @@ TERMS = {
     "day of week": _term(rf"[0-9]+|{WEEKDAYS}"),
 }
 NUMERIC_TERM = _term("[0-9]+")
+# Each field's numbers (day of week: 0 and 7 are Sunday).
+RANGES = {
+    "minute": (0, 59),
+    "hour": (0, 23),
+    "day of month": (1, 31),
+    "month": (1, 12),
+    "day of week": (0, 7),
+    "second": (0, 59),
+}
+NUMBER = re.compile(r"(?<![/0-9])[0-9]+")
 SYNTAX = (
     "use numbers, *, ranges (a-b), steps (/n) and lists (a,b); month and weekday names "
     "(JAN, MON) in their fields"
@@ -80,10 +90,15 @@ def check_expression(expression: str) -> None:
     Cached (a refusal is not): the fire path builds a timetable per due row, and parsing
     the expression again costs as much as a search."""
     fields = expression.split()
+    if len(fields) == 1 and fields[0].startswith("@"):
+        raise CronError(
+            f"{fields[0]!r} is a croniter extension, which is not supported: write the five "
+            "fields (for @daily, '0 0 * * *')"
+        )
     if len(fields) not in (5, 6):
         raise CronError(
             "a cron expression has five fields (minute hour day month weekday), "
-            "or six with seconds last"
+            f"or six with seconds last; {expression!r} has {len(fields)}"
         )
     for name, text in zip(FIELDS, fields, strict=False):
         pattern = TERMS.get(name, NUMERIC_TERM)
@@ -93,6 +108,13 @@ def check_expression(expression: str) -> None:
                     f"{text!r} is not supported in the {name} field: {SYNTAX} "
                     "(croniter's extensions such as R, H, L, W, # and ? are not)"
                 )
+            low, high = RANGES[name]
+            for number in NUMBER.findall(term):
+                if not low <= int(number) <= high:
+                    raise CronError(
+                        f"{number} is out of range in the {name} field of {expression!r}: "
+                        f"it takes {low} to {high}"
+                    )
     if not croniter.is_valid(expression):
         raise CronError(f"{expression!r} is not a valid cron expression")
 

@@ -183,7 +183,11 @@ def test_each_kind_is_imported_or_reported_with_its_reason(beat):
     monthly = schedules["monthly"]
     assert (monthly.cron_expression, monthly.time_zone) == ("0 0 1 * *", "Asia/Kolkata")
     task = beat["monthly"]
-    assert (monthly.start_ts, monthly.end_ts) == (task.start_time, task.expires)
+    # Beat sends nothing at expires (its bound is exclusive); end_ts is inclusive.
+    assert (monthly.start_ts, monthly.end_ts) == (
+        task.start_time,
+        task.expires - timedelta(microseconds=1),
+    )
     assert monthly.event_data["options"]["expires"] == task.expires.isoformat()
     launch = schedules["at launch"]
     assert launch.schedule_kind == ScheduleKind.ONCE
@@ -352,3 +356,18 @@ def test_the_command(beat):
     assert "disabled in beat: weekday report" in out.getvalue()
     assert "Stop celery beat now" in out.getvalue()
     assert Schedule.objects.count() == len(IMPORTED)
+
+
+def test_an_expiry_that_falls_on_a_slot_does_not_fire_that_slot(db_now):
+    """As beat: a task whose expires is exactly 10:00 is not sent at 10:00."""
+    start = (db_now() + timedelta(hours=1)).replace(minute=0, second=0, microsecond=0)
+    PeriodicTask.objects.create(
+        name="hourly until",
+        crontab=crontab("UTC", minute="0"),
+        task="app.tasks.hourly",
+        expires=start + timedelta(hours=2),
+    )
+    import_celery_beat()
+    schedule = Schedule.objects.get(schedule_name="hourly until")
+    slots = schedule.upcoming(10)
+    assert slots == [start, start + timedelta(hours=1)]

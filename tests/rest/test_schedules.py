@@ -109,7 +109,7 @@ SAME_AS_PYTHON = [
             "every": 30,
             "unit": "SECONDS",
             "start": datetime(2026, 1, 2, tzinfo=UTC),
-            "end_ts": datetime(2026, 1, 1, tzinfo=UTC),
+            "end": datetime(2026, 1, 1, tzinfo=UTC),
         },
         api.create_interval,
     ),

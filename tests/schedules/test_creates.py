@@ -195,7 +195,7 @@ def test_a_check_the_python_twin_missed_is_still_refused_by_the_database(monkeyp
     monkeypatch.setitem(TWINS, "dsched_schedule_end_after_start", (fields, lambda s: True))
     monkeypatch.setattr(Schedule, "clean", lambda self: None)
     with pytest.raises(ValidationError) as excinfo:
-        api.create_interval("backwards", every=1, start=AT, end_ts=AT - timedelta(days=1), **COMMON)
+        api.create_interval("backwards", every=1, start=AT, end=AT - timedelta(days=1), **COMMON)
     assert excinfo.value.message_dict == {
         NON_FIELD_ERRORS: ["Constraint “dsched_schedule_end_after_start” is violated."]
     }
@@ -206,7 +206,7 @@ def test_a_check_the_python_twin_missed_is_still_refused_by_the_database(monkeyp
 # -- the single create's statement: only the columns that differ from their defaults --
 
 ALL_OPTIONS = {
-    "end_ts": AT + timedelta(days=30),
+    "end": AT + timedelta(days=30),
     "max_fires": 3,
     "misfire_policy": "SKIP",
     "misfire_grace_seconds": 60,
@@ -426,7 +426,7 @@ def test_with_prepare_creates_the_database_is_still_the_last_line(settings, monk
     monkeypatch.setitem(TWINS, "dsched_schedule_end_after_start", (fields, lambda s: True))
     monkeypatch.setattr(Schedule, "clean", lambda self: None)
     with transaction.atomic(), pytest.raises(ValidationError) as excinfo:
-        api.create_once(at=AT, end_ts=AT - timedelta(days=1), **COMMON)
+        api.create_once(at=AT, end=AT - timedelta(days=1), **COMMON)
     assert excinfo.value.message_dict == {
         NON_FIELD_ERRORS: ["Constraint “dsched_schedule_end_after_start” is violated."]
     }
@@ -561,3 +561,77 @@ def _changed(change: dict) -> Schedule:
     for field, value in change.items():
         setattr(schedule, field, value)
     return schedule
+
+
+def test_errors_name_the_arguments_the_caller_gave():
+    """Never the table's names (frequency_time, start_ts, event_topic, end_ts)."""
+    with pytest.raises(ValidationError) as refused:
+        api.create_interval("bad", every=0, topic="", event_type="x", end=AT, start=AT)
+    assert set(refused.value.message_dict) >= {"every", "topic"}
+    assert not set(refused.value.message_dict) & {"frequency_time", "event_topic", "end_ts"}
+    with pytest.raises(ValidationError) as refused:
+        api.create_interval("bad", every=1, start=AT, end=AT - timedelta(days=1), **COMMON)
+    assert (
+        "end" in str(refused.value.message_dict) or NON_FIELD_ERRORS in refused.value.message_dict
+    )
+    with pytest.raises(ValidationError) as refused:
+        api.create_once("bad", at=datetime(1800, 1, 1, tzinfo=UTC), **COMMON)
+    assert set(refused.value.message_dict) == {"at"}
+    with pytest.raises(ValidationError) as refused:
+        api.create_cron("bad", cron="61 * * * *", **COMMON)
+    assert refused.value.message_dict["cron"] == [
+        "Invalid cron expression: 61 is out of range in the minute field of '61 * * * *': "
+        "it takes 0 to 59."
+    ]
+    assert not Schedule.objects.exists()
+
+
+def test_a_choice_that_is_not_one_lists_the_choices():
+    with pytest.raises(ValidationError) as refused:
+        api.create_interval("bad", every=1, unit="FORTNIGHTS", **COMMON)
+    assert refused.value.message_dict == {
+        "unit": ["'FORTNIGHTS' is not one of SECONDS, MINUTES, HOURS, DAYS, WEEKS, MONTHS, YEARS."]
+    }
+    with pytest.raises(ValidationError) as refused:
+        api.create_interval("bad", every=1, misfire_policy="LATER", **COMMON)
+    assert refused.value.message_dict["misfire_policy"] == [
+        "'LATER' is not one of COALESCE, CATCH_UP, SKIP."
+    ]
+
+
+def test_a_unit_in_any_case_is_a_unit():
+    schedule = api.create_interval("lower", every=30, unit="seconds", **COMMON)
+    assert (schedule.frequency_unit, schedule.frequency_time) == ("SECONDS", 30)
+
+
+@pytest.mark.parametrize(
+    ("every", "expected"),
+    [
+        (timedelta(minutes=5), (5, "MINUTES")),
+        (timedelta(hours=2), (2, "HOURS")),
+        (timedelta(days=1), (24, "HOURS")),
+        (timedelta(seconds=90), (90, "SECONDS")),
+    ],
+)
+def test_every_may_be_a_timedelta(every, expected):
+    schedule = api.create_interval(None, every=every, **COMMON)
+    assert (schedule.frequency_time, schedule.frequency_unit) == expected
+    [spec_made] = api.bulk_create([api.Interval(every=every, **COMMON)])
+    assert (spec_made.frequency_time, spec_made.frequency_unit) == expected
+
+
+@pytest.mark.parametrize(
+    ("every", "unit", "message"),
+    [
+        (timedelta(minutes=5), "MINUTES", "not both"),
+        (timedelta(milliseconds=1500), None, "whole seconds"),
+        (timedelta(0), None, "at least one"),
+        (timedelta(seconds=-60), None, "at least one"),
+    ],
+)
+def test_a_timedelta_every_that_cannot_be_a_grid_is_a_clear_error(every, unit, message):
+    with pytest.raises(ValidationError) as refused:
+        api.create_interval("bad", every=every, unit=unit, **COMMON)
+    assert list(refused.value.message_dict) == ["every"]
+    assert message in refused.value.message_dict["every"][0]
+    assert not Schedule.objects.exists()

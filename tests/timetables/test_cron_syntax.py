@@ -48,6 +48,29 @@ def test_extensions_are_refused_with_the_field_named(expression):
         CronTimetable(expression)
 
 
+@pytest.mark.parametrize("expression", ["@daily", "@hourly", "@reboot"])
+def test_at_shortcuts_are_refused_naming_the_extension(expression):
+    with pytest.raises(CronError, match=rf"'{expression}' is a croniter extension.*'0 0 \* \* \*'"):
+        check_expression(expression)
+
+
+@pytest.mark.parametrize(
+    ("expression", "field", "bounds"),
+    [
+        ("61 * * * *", "minute", "0 to 59"),
+        ("0 24 * * *", "hour", "0 to 23"),
+        ("0 0 0 * *", "day of month", "1 to 31"),
+        ("0 0 1 13 *", "month", "1 to 12"),
+        ("0 0 * * 8", "day of week", "0 to 7"),
+        ("0 0 * * * 60", "second", "0 to 59"),
+        ("0-61/5 * * * *", "minute", "0 to 59"),
+    ],
+)
+def test_a_number_out_of_range_names_its_field(expression, field, bounds):
+    with pytest.raises(CronError, match=rf"out of range in the {field} field.*takes {bounds}"):
+        check_expression(expression)
+
+
 @pytest.mark.parametrize("expression", ACCEPTED)
 def test_the_documented_syntax_is_accepted(expression):
     check_expression(expression)
@@ -62,7 +85,7 @@ pytestmark_db = pytest.mark.django_db
 def test_the_api_refuses_them(expression):
     with pytest.raises(ValidationError) as refused:
         api.create_cron("random", cron=expression, topic="t", event_type="x")
-    assert "not supported" in " ".join(refused.value.message_dict["cron_expression"])
+    assert "not supported" in " ".join(refused.value.message_dict["cron"])
     assert not Schedule.objects.exists()
     assert not Event.objects.exists()
 

@@ -14,6 +14,7 @@ from django_dsched.management._process import (
     require_metrics,
     stop_on_signals,
 )
+from django_dsched.outbox.coverage import warn_unserved
 from django_dsched.outbox.relay import Relay
 
 
@@ -96,6 +97,7 @@ class Command(BaseCommand):
             from django_dsched.metrics.relay import relay_metrics
 
             metrics = relay_metrics()
+        warn_unserved()
         relay = Relay(
             instance_id=instance_id,
             batch_size=batch_size,

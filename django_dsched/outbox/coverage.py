@@ -1,0 +1,97 @@
+"""Which topics and event types of the schedules nobody would deliver: no transport routes
+the topic, or it goes to in-process handlers and none is registered for it.
+
+Read by the system check ``dsched.W003`` (``manage.py check --database``) and logged by
+``run_relay`` at start, so a schedule whose every delivery would fail says so before it
+fires, not after its messages are dead-lettered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db import DatabaseError, connections
+
+from django_dsched.conf import app_settings
+from django_dsched.exceptions import ConfigurationError
+from django_dsched.outbox.handlers import HandlerRegistry, autodiscover, registry
+from django_dsched.outbox.transports.in_process import HandlerTransport
+from django_dsched.outbox.transports.registry import Transports, backend_class
+from django_dsched.runtime.logs import get_logger
+
+logger = get_logger(__name__)
+
+# The (host, topic, event type) triples of schedules that may still fire, at most this many
+# (read by a scan of schedule_t: a check, not the fire path).
+LIMIT = 1000
+USED = """
+SELECT DISTINCT host_id::text, event_topic, event_type FROM schedule_t
+WHERE state IN ('ACTIVE', 'PAUSED', 'SET_ASIDE')
+ORDER BY 2, 3, 1
+LIMIT %s
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Unserved:
+    host_id: str
+    topic: str
+    event_type: str
+    why: str
+
+    def __str__(self) -> str:
+        return f"topic {self.topic!r}, event type {self.event_type!r}: {self.why}"
+
+
+def unserved(
+    transports: Transports | None = None, handlers: HandlerRegistry | None = None
+) -> list[Unserved]:
+    """The topics and event types of schedules that may still fire and that no transport or
+    handler would deliver (handler modules are imported first, as a relay does)."""
+    transports = transports or Transports()
+    if handlers is None:
+        autodiscover()
+        handlers = registry
+    with connections[app_settings.DATABASE].cursor() as cursor:
+        cursor.execute(USED, [LIMIT])
+        used = cursor.fetchall()
+    found = []
+    for host_id, topic, event_type in used:
+        try:
+            route = transports.route_for(topic, host_id)
+        except ConfigurationError as exc:
+            found.append(Unserved(host_id, topic, event_type, str(exc)))
+            continue
+        table = transports.table if route.host is None else transports.host_tables[route.host]
+        backend = table.config[route.key].get("BACKEND", "")
+        try:
+            in_process = issubclass(backend_class(backend), HandlerTransport)
+        except Exception:  # a bad BACKEND is dsched.E007's to report
+            continue
+        if in_process and not handlers.for_message(topic, event_type):
+            found.append(
+                Unserved(
+                    host_id,
+                    topic,
+                    event_type,
+                    "it goes to in-process handlers and none is registered for it "
+                    "(@handler or @periodic in an app's dsched_handlers or dsched_schedules "
+                    "module, or DSCHED_HANDLER_MODULES)",
+                )
+            )
+    return found
+
+
+def warn_unserved() -> None:
+    """Log a warning for each topic and event type nobody would deliver (``run_relay`` at
+    start). Quiet when the database cannot be read yet: the relay waits for it."""
+    try:
+        found = unserved()
+    except DatabaseError:
+        return
+    for item in found:
+        logger.warning(
+            "schedules of host %s have %s; their messages will fail until it is served",
+            item.host_id,
+            item,
+        )
