@@ -8,7 +8,8 @@ added, a value out of a column's range). The statement then fails as a whole; re
 nothing would leave every message of the batch claimed, to be sent again (another tenant's
 too) at each claim until each is dead-lettered for want of an outcome.
 
-So when the batch's statement fails with a data or integrity error, :func:`record` records
+So when the batch's statement fails with a refusal of a row's data (a data or integrity
+error, a user trigger's RAISE: :mod:`django_dsched.runtime.refusals`), :func:`record` records
 the outcomes one by one, each in its own savepoint of one transaction. An outcome the
 database still refuses is recorded as a failed attempt in its place, whose error is a fixed
 text naming the refusal (the error class, SQLSTATE and constraint; never the refused text),
@@ -28,14 +29,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import DataError, IntegrityError, connections, transaction
+from django.db import DatabaseError, connections, transaction
 
 from django_dsched.models.validators import make_storable_text
 from django_dsched.outbox.claims import Claimer, DeliveryOutcome, Message, Settled, settle
-
-# What the database may say about one row's values: the statement failed for that row (or
-# for a value the client could not send), not for the connection.
-REFUSALS = (DataError, IntegrityError)
+from django_dsched.runtime.refusals import refused
 
 # Longest part of the database's own message quoted in a refusal.
 REFUSAL_MAX_CHARS = 300
@@ -104,9 +102,9 @@ def record(
     """
     try:
         return Recorded(settle(cursor, claimer, outcomes), list(outcomes))
-    except REFUSALS:
-        if connections[using].in_atomic_block:
-            raise  # the caller's transaction is aborted: nothing more can be written in it
+    except DatabaseError as exc:
+        if not refused(exc) or connections[using].in_atomic_block:
+            raise  # not a row's fault; or the caller's transaction is aborted
     return _one_by_one(using, cursor, claimer, outcomes, retry_delay)
 
 
@@ -125,12 +123,16 @@ def _one_by_one(
                     recorded.settled += settle(cursor, claimer, [outcome])
                 recorded.outcomes.append(outcome)
                 continue
-            except REFUSALS as exc:
+            except DatabaseError as exc:
+                if not refused(exc):
+                    raise
                 failed = refused_attempt(outcome, exc, retry_delay(outcome.message))
             try:
                 with transaction.atomic(using=using):
                     recorded.settled += settle(cursor, claimer, [failed])
-            except REFUSALS:
+            except DatabaseError as exc:
+                if not refused(exc):
+                    raise
                 recorded.unrecorded[outcome.message.id] = outcome
                 continue
             recorded.outcomes.append(failed)

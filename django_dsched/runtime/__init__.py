@@ -5,6 +5,7 @@
 - :mod:`.health`: ``HealthServer``, ``/livez`` and ``/readyz`` of a process's loops (each
   connection bounded in time, their number capped).
 - :mod:`.clock`: ``database_now()``, the only "now" outside SQL.
+- :mod:`.refusals`: ``refused(exc)``, a database error that is one row's fault.
 - :mod:`.logs`: ``get_logger`` (every argument escaped) and the JSON formatter;
   :mod:`.text`: control characters, found and escaped.
 

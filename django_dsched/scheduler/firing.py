@@ -41,6 +41,7 @@ from django.db import DatabaseError
 from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus, MisfirePolicy, ScheduleKind, ScheduleState
 from django_dsched.exceptions import ScheduleDataError
+from django_dsched.runtime.refusals import refused, sqlstate
 from django_dsched.scheduler import event_ids
 from django_dsched.scheduler.buckets import LOCK_STRIDE
 from django_dsched.timetables import Rules, decide, timetable_for
@@ -325,11 +326,6 @@ SET_ASIDE_BUCKETS = with_buckets(SET_ASIDE)
 
 # Longest error text kept on a set-aside schedule.
 REASON_MAX = 2000
-# SQLSTATE classes of a database's refusal of one row's data (data exception, integrity
-# constraint violation, program limit exceeded, PL/pgSQL raise): narrowing a batch finds the
-# rows they come from. Anything else (a lost connection, a lock timeout, a missing privilege
-# or table) is not a row's fault and goes to the loop's reconnect path.
-REFUSALS = ("22", "23", "54", "P0")
 # Why a row whose start or next slot is +/-infinity is set aside (the claim reads them
 # as NULL).
 NOT_FINITE = f"{ScheduleDataError.__name__}: start_ts or next_slot_ts is not a finite time"
@@ -513,25 +509,13 @@ def reason(exc: BaseException) -> str:
     return text[:REASON_MAX]
 
 
-def _sqlstate(exc: BaseException) -> str | None:
-    cause = exc.__cause__ if exc.__cause__ is not None else exc
-    state = getattr(cause, "sqlstate", None)
-    return state if isinstance(state, str) else None
-
-
-def refused(exc: BaseException) -> bool:
-    """Whether ``exc`` is the database refusing a row's data (see ``REFUSALS``)."""
-    state = _sqlstate(exc)
-    return isinstance(exc, DatabaseError) and state is not None and state[:2] in REFUSALS
-
-
 def refusal(exc: BaseException) -> str:
     """A database refusal as kept on a set-aside schedule: the error's class, SQLSTATE and
     primary message (not its DETAIL, which repeats the row's values)."""
     cause = exc.__cause__ if exc.__cause__ is not None else exc
     diag = getattr(cause, "diag", None)
     message = getattr(diag, "message_primary", None) or str(cause).split("\n", 1)[0]
-    return f"{type(cause).__name__} ({_sqlstate(exc)}): {message}".strip()[:REASON_MAX]
+    return f"{type(cause).__name__} ({sqlstate(exc)}): {message}".strip()[:REASON_MAX]
 
 
 def array_literal(values: list[Any]) -> str:

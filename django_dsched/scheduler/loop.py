@@ -16,6 +16,7 @@ from django_dsched.conf import app_settings
 from django_dsched.exceptions import BucketCountMismatch
 from django_dsched.runtime.logs import get_logger
 from django_dsched.runtime.loops import DatabaseLoop
+from django_dsched.runtime.refusals import refused
 from django_dsched.scheduler import presence
 from django_dsched.scheduler.firing import (
     BatchResult,
@@ -24,7 +25,6 @@ from django_dsched.scheduler.firing import (
     fire_batch,
     next_due,
     refusal,
-    refused,
 )
 from django_dsched.scheduler.lease import (
     BucketLeases,

@@ -170,6 +170,32 @@ def test_an_outcome_the_database_refuses_is_recorded_as_a_failed_attempt(
     assert row.last_error.endswith("recorded as a failed attempt instead")
 
 
+def test_an_outcome_a_user_trigger_refuses_loses_no_other(relay_settings, sink):
+    """A trigger's RAISE (SQLSTATE P0001, an InternalError to the driver) is a refusal of
+    that row too, not a reason to drop the batch."""
+    route(relay_settings, sink, "/fail")
+    sql(
+        "CREATE FUNCTION dsched_test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$"
+        " BEGIN IF NEW.last_error LIKE '%%try later%%' THEN RAISE EXCEPTION 'not here'; END IF;"
+        " RETURN NEW; END $$"
+    )
+    sql(
+        "CREATE TRIGGER dsched_test_refuse BEFORE UPDATE ON outbox_message_t"
+        " FOR EACH ROW EXECUTE FUNCTION dsched_test_refuse()"
+    )
+    try:
+        healthy, hostile = one_batch()
+        relay = Relay(instance_id="r1")
+        relay.run_until_idle()
+    finally:
+        sql("DROP TRIGGER dsched_test_refuse ON outbox_message_t")
+        sql("DROP FUNCTION dsched_test_refuse()")
+    assert relay.stats.db_errors == 0 and relay.stats.refused == 1
+    assert rows(healthy) == {(DeliveryStatus.DELIVERED, 1)}
+    row = OutboxMessage.objects.get(id=hostile)
+    assert "SQLSTATE P0001" in row.last_error
+
+
 def test_an_outcome_refused_even_as_a_failed_attempt_loses_no_other(relay_settings, sink, refuse):
     route(relay_settings, sink, "/fail")
     healthy, hostile = one_batch()

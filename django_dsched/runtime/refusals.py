@@ -1,0 +1,30 @@
+"""Whether a database error is the database refusing one row's data.
+
+Such an error (a constraint or trigger refusing a value, a value out of range) is that row's
+fault: the fire path sets the row aside and fires the rest, the relay records that outcome
+as a failed attempt and the others as they were. Anything else (a lost connection, a lock
+wait given up, a missing privilege, a full disk) is not a row's fault and goes to the loops'
+reconnect path.
+"""
+
+from __future__ import annotations
+
+from django.db import DatabaseError
+
+# SQLSTATE classes of a refusal of one row's data: data exception, integrity constraint
+# violation, program limit exceeded (a value too large for an index, say), and PL/pgSQL's
+# RAISE (a user trigger).
+REFUSAL_CLASSES = ("22", "23", "54", "P0")
+
+
+def sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE of a database error (Django's, or the driver's it wraps)."""
+    cause = exc.__cause__ if exc.__cause__ is not None else exc
+    state = getattr(cause, "sqlstate", None)
+    return state if isinstance(state, str) else None
+
+
+def refused(exc: BaseException) -> bool:
+    """Whether ``exc`` is the database refusing a row's data (see ``REFUSAL_CLASSES``)."""
+    state = sqlstate(exc)
+    return isinstance(exc, DatabaseError) and state is not None and state[:2] in REFUSAL_CLASSES
