@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from django.test import override_settings
 from django.utils import timezone
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from django_dsched import api
@@ -236,6 +236,16 @@ DJANGO_ZONES = ["Australia/Sydney", "America/New_York", "Europe/London", "Asia/K
     edited_after=st.timedeltas(min_value=timedelta(0), max_value=timedelta(days=800)),
     jitter_seconds=st.sampled_from([0, 1, 3600]),
 )
+# 02:00 with fold=1 on a spring-forward night in New York is 06:00Z, 01:00 EST there.
+@example(
+    django_zone="America/New_York",
+    own_zone=True,
+    unit="DAYS",
+    every=1,
+    wall=datetime(2024, 3, 10, 2, 0, fold=1),
+    edited_after=timedelta(0),
+    jitter_seconds=0,
+)
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_edit_preview_and_fire_path_agree_in_any_django_time_zone(
     django_zone, own_zone, unit, every, wall, edited_after, jitter_seconds
@@ -265,11 +275,15 @@ def test_edit_preview_and_fire_path_agree_in_any_django_time_zone(
         assert run.fired_slots == expected
         if unit != "HOURS":
             there = ZoneInfo(zone)
+            # The start instant's wall time there. Not start.astimezone(there): in the same
+            # zone that returns start as it came, and a wall time in a gap with fold=1
+            # (02:00 on a spring-forward night) is an instant whose wall time is 01:00.
+            local = start.astimezone(UTC).astimezone(there)
             assert {s.astimezone(there).time() for s in expected} <= {
-                start.astimezone(there).time(),
+                local.time(),
                 # a wall time in a gap shifts past it
-                (start.astimezone(there) + timedelta(hours=1)).time(),
-                (start.astimezone(there) + timedelta(minutes=30)).time(),
+                (local + timedelta(hours=1)).time(),
+                (local + timedelta(minutes=30)).time(),
             }
 
 
