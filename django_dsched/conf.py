@@ -80,7 +80,11 @@ class AppSettings:
         1.0, "Seconds between a leader's heartbeats (at most half the lease)."
     )
     POLL_INTERVAL = Setting(
-        2.0, "Longest sleep of an idle leader, in seconds (it also wakes on NOTIFY and when due)."
+        2.0,
+        "Longest sleep of an idle leader, in seconds (it also wakes on NOTIFY and when due). "
+        "Also the backlog window of the COALESCE and SKIP misfire policies (at least 1 s): a "
+        "slot due for less than this fires in a round of its own, never coalesced "
+        "(docs/design.md, Misfires).",
     )
     STANDBY_INTERVAL = Setting(0.5, "How often a standby checks whether the leader is gone (s).")
     BATCH_SIZE = Setting(1000, "Schedules fired per transaction.")

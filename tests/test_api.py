@@ -151,7 +151,8 @@ def test_trigger_refuses_a_cancelled_schedule():
 
 
 def test_backfill_fires_each_past_slot_once(db_now):
-    start = db_now() - timedelta(hours=5)
+    # The latest slot a minute ago: backlog, not a slot that came due within the window.
+    start = db_now() - timedelta(hours=5, minutes=1)
     schedule = api.create_interval("b", every=1, unit="HOURS", start=start, **COMMON)
     fire_all()  # the latest missed slot fires now (coalesce)
     # The latest slot (start + 5 h) already fired; the backfill fires the five before it.

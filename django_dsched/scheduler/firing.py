@@ -33,7 +33,7 @@ import json
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import DatabaseError
@@ -44,8 +44,13 @@ from django_dsched.exceptions import ScheduleDataError
 from django_dsched.runtime.refusals import refused, sqlstate
 from django_dsched.scheduler import event_ids
 from django_dsched.scheduler.buckets import LOCK_STRIDE
-from django_dsched.timetables import Rules, decide, timetable_for
-from django_dsched.timetables.grid import due_slot_us, from_microseconds, to_microseconds
+from django_dsched.timetables import Rules, backlog_window, decide, timetable_for
+from django_dsched.timetables.grid import (
+    MICROSECOND,
+    due_slot_us,
+    from_microseconds,
+    to_microseconds,
+)
 
 # The CloudEvents 1.0 envelope of a fire, built in SQL from the fired schedule's columns.
 ENVELOPE = """jsonb_build_object(
@@ -428,6 +433,9 @@ def plan(rows: list[tuple[Any, ...]], deadline: float | None = None) -> Plan:
     """
     result = Plan()
     slow: list[tuple[Any, ...]] = []
+    # One backlog window for the whole batch, on both paths (timetables.misfire).
+    window = backlog_window()
+    window_us = window // MICROSECOND
     for row in rows:
         (schedule_id, kind, unit, every, start, next_slot, now, _cron, _zone, policy, grace,
          _limit, end, max_fires, _fires, jitter_s) = row  # fmt: skip
@@ -443,12 +451,16 @@ def plan(rows: list[tuple[Any, ...]], deadline: float | None = None) -> Plan:
             and not jitter_s
         ):
             # The common case: plain integer arithmetic on the grid where it is exact.
+            # COALESCE without jitter or grace is the grid's latest slot one backlog window
+            # ago (or the next slot when it came due since), as misfire.decide computes it.
             try:
-                slot, following = due_slot_us(unit, every, start, next_slot, now, _zone)
+                slot, following = due_slot_us(unit, every, start, next_slot, now - window_us, _zone)
             except Exception as exc:  # any error here is this row's alone
                 result.aside.append((schedule_id, reason(exc)))
                 continue
             result.add(schedule_id, slot, following, following, slot > next_slot)
+            if following is not None and following <= now:
+                result.again += 1
             continue
         slow.append(row)
     for index, row in enumerate(slow):
@@ -456,17 +468,18 @@ def plan(rows: list[tuple[Any, ...]], deadline: float | None = None) -> Plan:
             result.deferred = len(slow) - index
             break
         try:
-            _plan_one(result, row)
+            _plan_one(result, row, window)
         except Exception as exc:  # any error here is this row's alone
             result.aside.append((row[0], reason(exc)))
     return result
 
 
-def _plan_one(result: Plan, row: tuple[Any, ...]) -> None:
+def _plan_one(result: Plan, row: tuple[Any, ...], window: timedelta | None = None) -> None:
     """Plan one row through the timetables (every kind, policy and bound).
 
     ``max_fires`` completes a schedule in ``WRITE``, which knows whether a fire was a new
-    slot; here a schedule that already reached it completes without firing.
+    slot; here a schedule that already reached it completes without firing. ``window``:
+    the batch's backlog window (default: read from the settings).
     """
     (schedule_id, kind, unit, every, start, next_slot, now, cron, zone, policy, grace,
      limit, end, max_fires, fires, jitter_s) = row  # fmt: skip
@@ -489,7 +502,9 @@ def _plan_one(result: Plan, row: tuple[Any, ...]) -> None:
         jitter_seconds=jitter_s,
         jitter_key=schedule_id,
     )
-    decision = decide(table, rules, from_microseconds(next_slot), from_microseconds(now), fires)
+    decision = decide(
+        table, rules, from_microseconds(next_slot), from_microseconds(now), fires, window
+    )
     after = decision.next_slot
     next_run = None if after is None else to_microseconds(rules.run_time(table, after))
     result.add(

@@ -11,7 +11,7 @@ from django_dsched.exceptions import NoMoreSlots
 from django_dsched.timetables.cron import CronTimetable
 from django_dsched.timetables.grid import Grid
 from django_dsched.timetables.jitter import jitter
-from django_dsched.timetables.misfire import Decision, Rules, decide, first_slot
+from django_dsched.timetables.misfire import Decision, Rules, backlog_window, decide, first_slot
 from django_dsched.timetables.timetable import IntervalTimetable, Once, Timetable, timetable_for
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "Once",
     "Rules",
     "Timetable",
+    "backlog_window",
     "decide",
     "first_slot",
     "jitter",

@@ -205,7 +205,9 @@ def due_slot_us(
     Units whose step is an exact duration (seconds to hours; days and weeks in a zone whose
     offset never changes, such as UTC) are plain integer arithmetic on the same grid; the
     others go through :class:`Grid`. Equal to :func:`due_slot` for every input (a property
-    test checks it, in several zones).
+    test checks it, in several zones). The fire path passes ``now`` less the backlog window
+    (:func:`.misfire.backlog_window`): a plain ``COALESCE`` row coalesces only the slots due
+    that long, as :func:`.misfire.decide` does (another property test walks both).
     """
     unit_us = ABSOLUTE_UNIT_MICROSECONDS.get(unit)
     if unit_us is None and time_zone in FIXED_OFFSET_ZONES:

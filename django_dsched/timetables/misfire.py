@@ -8,12 +8,24 @@ Misfire rules (``now`` is the database's clock; the missed slots are those from 
 schedule's next slot up to ``now``; a slot is *missed* when its run time, the slot plus its
 jitter, is earlier than ``now`` minus the grace):
 
-* ``COALESCE`` (default): fire once, for the latest slot, unless it is itself missed.
-  No grace by default.
+* ``COALESCE`` (default): the *backlog*, the slots whose run time is at least one
+  :func:`backlog_window` old (``DSCHED_POLL_INTERVAL``, at least a second), fires once, for
+  its latest slot, unless that slot is itself missed. A slot that came due within the
+  window is not backlog: it fires in a round of its own, oldest first, as ``CATCH_UP``
+  does, so a poll's lag never coalesces two neighbouring fires (jitter can put their run
+  times milliseconds apart). No grace by default.
 * ``CATCH_UP``: fire every slot, oldest first (one per poll round), but at most
   ``catch_up_limit`` of them (the latest); missed ones are skipped. No grace by default.
 * ``SKIP``: like ``COALESCE`` but with a grace of ``DSCHED_MISFIRE_GRACE_SECONDS``
-  (60 s) when none is set: after an outage it goes on from the next future slot.
+  (60 s) when none is set: after an outage longer than the grace the backlog is skipped,
+  and it goes on from the slots that came due within the window (usually none: from the
+  next future slot).
+
+With a grace shorter than the window, the window is the grace (a slot older than the grace
+is missed either way). After an outage a ``COALESCE`` schedule therefore fires once for the
+backlog, then each slot that came due within the window: at most ``ceil(window / period)``
+of them without jitter (one when the period is longer than the window), one more with
+jitter (``period``: the shortest gap between its slots).
 
 Lateness is measured from the run time, not the slot: a jitter larger than the grace
 delays fires, it never makes them count as missed. A slot is due when its run time has
@@ -35,6 +47,20 @@ from django_dsched.timetables.jitter import jitter
 from django_dsched.timetables.timetable import Timetable
 
 MICROSECOND = timedelta(microseconds=1)
+# The shortest backlog window, whatever DSCHED_POLL_INTERVAL: a busy leader's poll can lag
+# by a few hundred milliseconds.
+MIN_BACKLOG_WINDOW = timedelta(seconds=1)
+
+
+def backlog_window() -> timedelta:
+    """How long a slot's run time must have passed before ``COALESCE`` and ``SKIP`` treat it
+    as backlog: ``DSCHED_POLL_INTERVAL``, at least :data:`MIN_BACKLOG_WINDOW`.
+
+    A slot due for less than this is one a poll found a little late, not one an outage
+    left behind: it fires in a round of its own. Read from the setting (not from a
+    scheduler's ``--poll-interval``), so every instance decides alike.
+    """
+    return max(timedelta(seconds=app_settings.POLL_INTERVAL), MIN_BACKLOG_WINDOW)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,8 +125,8 @@ def first_slot(table: Timetable, rules: Rules, not_before: datetime) -> datetime
 
 
 def _latest_due(table: Timetable, rules: Rules, next_slot: datetime, now: datetime) -> datetime:
-    """The latest slot from ``next_slot`` on whose run time has come (``next_slot`` itself
-    when no later one has)."""
+    """The latest slot from ``next_slot`` on whose run time is at or before ``now``
+    (``next_slot`` itself when no later one's is)."""
     latest = table.slot_at_or_before(now)
     if latest is None or latest <= next_slot:
         return next_slot
@@ -123,18 +149,23 @@ def _first_running_at_or_after(
 
 
 def decide(
-    table: Timetable, rules: Rules, next_slot: datetime, now: datetime, fire_count: int
+    table: Timetable,
+    rules: Rules,
+    next_slot: datetime,
+    now: datetime,
+    fire_count: int,
+    window: timedelta | None = None,
 ) -> Decision:
     """What to fire for a schedule due at ``next_slot`` (its run time ``<= now``), and what
-    comes next."""
+    comes next. ``window``: the backlog window (default :func:`backlog_window`; the fire
+    path reads it once per batch)."""
     grace = rules.grace()
-    oldest_allowed = None if grace is None else now - grace
-    latest = _latest_due(table, rules, next_slot, now)
-    several = latest > next_slot
     fire: datetime | None
     after: datetime | None
 
     if rules.policy == MisfirePolicy.CATCH_UP:
+        oldest_allowed = None if grace is None else now - grace
+        latest = _latest_due(table, rules, next_slot, now)
         slot = _catch_up_slot(table, next_slot, latest, rules.catch_up_limit)
         missed = slot > next_slot
         if oldest_allowed is not None and rules.run_time(table, slot) < oldest_allowed:
@@ -146,11 +177,7 @@ def decide(
         else:
             after = table.slot_after(slot)
     else:
-        fire = latest
-        missed = several
-        if oldest_allowed is not None and rules.run_time(table, latest) < oldest_allowed:
-            fire, missed = None, True
-        after = table.slot_after(latest)
+        fire, after, missed = _coalesce(table, rules, next_slot, now, grace, window)
 
     if fire is not None and rules.end is not None and fire > rules.end:
         fire, after = None, None
@@ -159,6 +186,35 @@ def decide(
     if rules.max_fires is not None and fire_count + (fire is not None) >= rules.max_fires:
         after = None
     return Decision(fire, after, missed)
+
+
+def _coalesce(
+    table: Timetable,
+    rules: Rules,
+    next_slot: datetime,
+    now: datetime,
+    grace: timedelta | None,
+    window: timedelta | None,
+) -> tuple[datetime | None, datetime | None, bool]:
+    """``COALESCE`` and ``SKIP``: (slot to fire, following slot, missed).
+
+    The backlog is the slots whose run time is at least ``window`` old; it coalesces into
+    its latest slot. When ``next_slot`` came due within the window there is no backlog and
+    ``next_slot`` fires: later slots due by now fire in the rounds after, oldest first.
+    """
+    if window is None:
+        window = backlog_window()
+    if grace is not None and grace < window:
+        window = grace  # older than the grace is missed anyway: backlog
+    slot = _latest_due(table, rules, next_slot, now - window)
+    after = table.slot_after(slot)
+    if grace is None or rules.run_time(table, slot) >= now - grace:
+        return slot, after, slot > next_slot
+    # The backlog is older than the grace: skipped. The slot after it came due within the
+    # window (so within the grace) or is still ahead; fire it now if it is due.
+    if after is None or rules.run_time(table, after) > now:
+        return None, after, True
+    return after, table.slot_after(after), True
 
 
 def _catch_up_slot(table: Timetable, oldest: datetime, latest: datetime, limit: int) -> datetime:

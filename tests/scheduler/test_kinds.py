@@ -55,6 +55,38 @@ def test_coalesce_fires_once_for_the_latest_missed_slot():
     assert schedule.misfire_count == 1
 
 
+def test_after_an_outage_coalesce_fires_the_backlog_once_then_the_slots_within_the_window(
+    settings,
+):
+    # A 100 s backlog window (DSCHED_POLL_INTERVAL) on a minutely schedule down for an hour:
+    # the slots due 20 and 80 s ago came due within it and fire each; slots 0..58 are the
+    # backlog and fire once, for slot 58.
+    settings.DSCHED_POLL_INTERVAL = 100
+    schedule = interval()
+    shift_back(schedule, timedelta(hours=1, seconds=20))
+    assert fire_all() == 3
+    schedule.refresh_from_db()
+    start = schedule.start_ts
+    assert slots(schedule) == [start + timedelta(minutes=k) for k in (58, 59, 60)]
+    assert schedule.misfire_count == 1  # the coalesce
+    assert schedule.fire_count == 3
+    assert schedule.next_slot_ts == start + timedelta(minutes=61)
+
+
+def test_skip_keeps_its_grace_whatever_the_window(settings):
+    # A window longer than SKIP's 60 s grace: the grace still decides. The slot due 80 s
+    # ago is past it (skipped with the backlog), the one due 20 s ago fires.
+    settings.DSCHED_POLL_INTERVAL = 100
+    schedule = interval(misfire_policy=MisfirePolicy.SKIP)
+    shift_back(schedule, timedelta(hours=1, seconds=20))
+    assert fire_all() == 1
+    schedule.refresh_from_db()
+    start = schedule.start_ts
+    assert slots(schedule) == [start + timedelta(minutes=60)]
+    assert schedule.misfire_count == 1
+    assert schedule.next_slot_ts == start + timedelta(minutes=61)
+
+
 def test_catch_up_fires_every_missed_slot_in_order():
     schedule = interval(misfire_policy=MisfirePolicy.CATCH_UP)
     shift_back(schedule, timedelta(minutes=10, seconds=30))

@@ -42,11 +42,15 @@ def lease():
 
 
 def test_rows_left_over_when_the_budget_runs_out_fire_in_the_next_batch(lease, db_now):
+    # Hourly, half an hour away from now: the latest slot is backlog and the next one far
+    # off, so each row fires exactly once (a slot due within the backlog window would fire
+    # in a round of its own).
+    now = db_now()
     slow = [
         ScheduleFactory(
             schedule_kind=ScheduleKind.CRON,
-            cron_expression="* * * * *",
-            start_ts=db_now() - timedelta(minutes=3),
+            cron_expression=f"{(now.minute + 30) % 60} * * * *",
+            start_ts=now - timedelta(hours=3),
         )
         for _ in range(4)
     ]

@@ -1,4 +1,4 @@
-"""No slot fires twice or is lost without a trace (issue 8, items 5 to 8).
+"""No slot fires twice or is lost without a trace (issue 8, items 5 to 8; issue 23, item 4).
 
 What the preview lists is what the fire path fires: ``tests.fire_path`` drives the fire
 path's own decisions (``firing.plan``) through hundreds of slots; the database tests fire
@@ -7,6 +7,8 @@ through the real ``WRITE`` statement.
 
 from __future__ import annotations
 
+import itertools
+import random
 import uuid
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -14,7 +16,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from django.test import override_settings
 from django.utils import timezone
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from django_dsched import api
@@ -74,21 +76,58 @@ def unsaved(**fields: object) -> Schedule:
         "cron-dst",
     ],
 )
-def test_every_previewed_fire_happens_whatever_the_jitter(fields):
+@given(schedule_id=st.uuids())
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_every_previewed_fire_happens_whatever_the_jitter(fields, schedule_id):
     defaults = {"frequency_time": 1, "start_ts": T0}
     if fields.get("schedule_kind") == ScheduleKind.CRON:
         defaults = {"start_ts": T0}
-    # A fixed id: the jitter of each slot is drawn from the schedule's id. With a random id,
-    # one in fifty or so has two neighbouring slots whose jittered run times fall closer
-    # than the 300 ms lag simulated here; both are then due at one poll, and COALESCE fires
-    # the later one and counts the earlier as missed (its policy, not a lost slot).
-    schedule = unsaved(schedule_id=uuid.UUID(int=1), **{**defaults, **fields})
+    # Any id: the jitter of each slot is drawn from the schedule's id, and two neighbouring
+    # slots' run times may fall closer than the 300 ms lag simulated here. Both are then
+    # due at one poll; the earlier came due within the backlog window, so it fires first
+    # and the later one in the next round: nothing is coalesced.
+    schedule = unsaved(schedule_id=schedule_id, **{**defaults, **fields})
     preview = schedule.upcoming(200)
     run = run_fire_path(schedule, polls=200, lag=timedelta(milliseconds=300))
     assert len(run.fired_slots) == 200
     assert run.missed == 0
     assert run.fired_at == preview
     assert run.fired_slots == sorted(set(run.fired_slots))
+
+
+def closest_neighbours(run_times: list[datetime]) -> timedelta:
+    return min(later - earlier for earlier, later in itertools.pairwise(run_times))
+
+
+@override_settings(DSCHED_POLL_INTERVAL=2.0)  # the default: a 2 s backlog window
+@pytest.mark.parametrize("policy", [MisfirePolicy.COALESCE, MisfirePolicy.SKIP])
+def test_neighbours_whose_run_times_fall_within_a_polls_lag_both_fire(policy):
+    """Issue 23, item 4: jitter spreads run times over the whole gap, so two neighbouring
+    slots can run a moment apart; a poll that lags by more than that used to find both due
+    and coalesce them (8 of 8 such schedules lost a slot). Ids are drawn until eight have
+    such a pair within the first 200 slots; a 1.5 s lag (under the 2 s window) makes such
+    pairs common enough to find at once."""
+    lag = timedelta(milliseconds=1500)
+    rng = random.Random(23)
+    found = 0
+    for _ in range(5000):
+        schedule = unsaved(
+            schedule_id=uuid.UUID(int=rng.getrandbits(128), version=4),
+            frequency_unit="MINUTES",
+            frequency_time=1,
+            start_ts=T0,
+            jitter_seconds=300,
+            misfire_policy=policy,
+        )
+        preview = schedule.upcoming(200)
+        if closest_neighbours(preview) > lag:
+            continue
+        run = run_fire_path(schedule, polls=200, lag=lag)
+        assert (run.fired_at, run.missed) == (preview, 0), schedule.schedule_id
+        found += 1
+        if found == 8:
+            break
+    assert found == 8
 
 
 def test_jitter_is_unchanged_where_it_fits_in_the_gap():
@@ -152,6 +191,38 @@ def test_a_jitter_longer_than_the_skip_grace_still_fires_through_the_database(db
     assert api.preview(schedule, 1) == [schedule.next_run_ts]
 
 
+@pytestmark_db
+def test_jittered_slots_due_at_one_claim_within_the_window_both_fire_through_the_database(
+    db_now, settings
+):
+    # A 2 min backlog window; a minutely schedule with jitter whose slots 90 and 30 s ago
+    # both ran by now (the second one's jitter under 25 s): one claim finds both due. The
+    # older fires, then the other one in the next round; nothing counts as missed.
+    settings.DSCHED_POLL_INTERVAL = 120
+    now = db_now()
+    start = now - timedelta(seconds=90)
+    second, third = start + timedelta(minutes=1), start + timedelta(minutes=2)
+
+    def second_runs(key: uuid.UUID) -> datetime:
+        return second + jitter(key, second, 300, third)
+
+    # Seeded random ids: crc32 is linear, so ids that share all but a few characters (as
+    # UUID(int=i) for small i do) get related jitters.
+    rng = random.Random(4)
+    key = next(
+        key
+        for key in (uuid.UUID(int=rng.getrandbits(128), version=4) for _ in range(10_000))
+        if second_runs(key) <= now - timedelta(seconds=5)
+    )
+    schedule = ScheduleFactory(schedule_id=key, start_ts=start, jitter_seconds=300)
+    assert schedule.next_run_ts <= second_runs(key) <= db_now()
+    assert fire_all() == 2
+    schedule.refresh_from_db()
+    assert fired_slots(schedule) == [start, second]
+    assert schedule.misfire_count == 0
+    assert (schedule.next_slot_ts, schedule.next_run_ts) == (third, schedule.upcoming(1)[0])
+
+
 # -- item 5: one calendar rule on every path, whatever Django's TIME_ZONE ------------------------
 DJANGO_ZONES = ["Australia/Sydney", "America/New_York", "Europe/London", "Asia/Kolkata", "UTC"]
 
@@ -164,6 +235,16 @@ DJANGO_ZONES = ["Australia/Sydney", "America/New_York", "Europe/London", "Asia/K
     wall=st.datetimes(min_value=datetime(2024, 1, 1), max_value=datetime(2027, 1, 1)),
     edited_after=st.timedeltas(min_value=timedelta(0), max_value=timedelta(days=800)),
     jitter_seconds=st.sampled_from([0, 1, 3600]),
+)
+# 02:00 with fold=1 on a spring-forward night in New York is 06:00Z, 01:00 EST there.
+@example(
+    django_zone="America/New_York",
+    own_zone=True,
+    unit="DAYS",
+    every=1,
+    wall=datetime(2024, 3, 10, 2, 0, fold=1),
+    edited_after=timedelta(0),
+    jitter_seconds=0,
 )
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_edit_preview_and_fire_path_agree_in_any_django_time_zone(
@@ -194,11 +275,15 @@ def test_edit_preview_and_fire_path_agree_in_any_django_time_zone(
         assert run.fired_slots == expected
         if unit != "HOURS":
             there = ZoneInfo(zone)
+            # The start instant's wall time there. Not start.astimezone(there): in the same
+            # zone that returns start as it came, and a wall time in a gap with fold=1
+            # (02:00 on a spring-forward night) is an instant whose wall time is 01:00.
+            local = start.astimezone(UTC).astimezone(there)
             assert {s.astimezone(there).time() for s in expected} <= {
-                start.astimezone(there).time(),
+                local.time(),
                 # a wall time in a gap shifts past it
-                (start.astimezone(there) + timedelta(hours=1)).time(),
-                (start.astimezone(there) + timedelta(minutes=30)).time(),
+                (local + timedelta(hours=1)).time(),
+                (local + timedelta(minutes=30)).time(),
             }
 
 

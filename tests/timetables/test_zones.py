@@ -15,10 +15,13 @@ from zoneinfo import ZoneInfo
 import pytest
 from dateutil import tz as dateutil_tz
 from dateutil.relativedelta import relativedelta
+from django.test import override_settings
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from django_dsched.enums import FrequencyUnit
+from django_dsched.enums import FrequencyUnit, MisfirePolicy
+from django_dsched.scheduler.firing import Plan, _plan_one, plan
+from django_dsched.timetables import backlog_window
 from django_dsched.timetables.grid import (
     ABSOLUTE_UNITS,
     DAYS_PER_UNIT,
@@ -195,6 +198,46 @@ class TestFastPath:
             zone,
         )
         assert (from_microseconds(slot), following and from_microseconds(following)) == expected
+
+    @given(
+        start=starts,
+        zone=st.sampled_from(ZONES),
+        grid=st.one_of(
+            st.tuples(st.sampled_from(list(FrequencyUnit)), st.integers(1, 500)),
+            # Periods shorter than the backlog window: several slots come due within it.
+            st.tuples(st.just(FrequencyUnit.SECONDS), st.integers(1, 5)),
+        ),
+        behind=st.timedeltas(min_value=timedelta(0), max_value=timedelta(days=5000)),
+        lag=st.one_of(
+            st.timedeltas(min_value=timedelta(0), max_value=timedelta(seconds=30)),
+            st.timedeltas(min_value=timedelta(0), max_value=timedelta(days=3)),
+        ),
+        poll=st.sampled_from([0.2, 1.0, 2.0, 7.5]),
+    )
+    @settings(max_examples=300, deadline=None)
+    def test_plan_fast_path_equals_the_decide_path_round_after_round(
+        self, start, zone, grid, behind, lag, poll
+    ):
+        """``plan()``'s integer path for a plain COALESCE interval row against the path every
+        other row takes (``misfire.decide``), through the rounds a leader fires at one now."""
+        unit, every = grid
+        anchor = start.replace(tzinfo=ZoneInfo(zone))
+        next_slot = Grid(unit, every, anchor, zone).slot_at_or_after(anchor + behind)
+        now = to_microseconds(next_slot + lag)
+        row = [
+            "0190a6f2-0000-7000-8000-000000000001", "INTERVAL", unit, every,
+            to_microseconds(anchor), to_microseconds(next_slot), now, "", zone,
+            MisfirePolicy.COALESCE, None, 100, None, None, 0, 0,
+        ]  # fmt: skip
+        with override_settings(DSCHED_POLL_INTERVAL=poll):
+            for _ in range(8):  # a leader claims a row again while its next run is due
+                fast = plan([tuple(row)])
+                slow = Plan()
+                _plan_one(slow, tuple(row), backlog_window())
+                assert fast == slow
+                if not fast.again:
+                    break
+                row[5] = fast.next_slots[0]
 
 
 @pytest.mark.parametrize("zone", ["UTC", "Etc/GMT-5", "Etc/GMT+10"])
