@@ -63,7 +63,7 @@ def check_settings(**kwargs: Any) -> list[Error]:
         )
     for name in ("POLL_INTERVAL", "STANDBY_INTERVAL"):
         value = getattr(app_settings, name)
-        if not (isinstance(value, int | float) and value > 0):
+        if not (_is_number(value) and 0 < value < float("inf")):
             errors.append(Error(f"DSCHED_{name} must be a positive number.", id="dsched.E005"))
     batch = app_settings.BATCH_SIZE
     if not (isinstance(batch, int) and 1 <= batch <= 10_000):

@@ -38,6 +38,7 @@ def test_use_tz_is_required(settings):
         ("DSCHED_LEASE_SECONDS", 0.5, "dsched.E004"),
         ("DSCHED_HEARTBEAT_SECONDS", 0, "dsched.E004"),
         ("DSCHED_POLL_INTERVAL", -1, "dsched.E005"),
+        ("DSCHED_POLL_INTERVAL", float("inf"), "dsched.E005"),
         ("DSCHED_STANDBY_INTERVAL", "fast", "dsched.E005"),
         ("DSCHED_BATCH_SIZE", 0, "dsched.E006"),
         ("DSCHED_BATCH_SIZE", 50_000, "dsched.E006"),

@@ -248,7 +248,8 @@ def resume(
 
     By default a schedule goes on from its first slot that runs at or after now: slots that
     passed while it was paused do not fire. With ``catch_up=True`` they are handled by its
-    misfire policy, as after downtime (the default policy fires the latest one once).
+    misfire policy, as after downtime (the default, COALESCE, fires the backlog once, then the
+    slots that came due within the backlog window one per round).
     A set-aside schedule that still cannot be planned stays set aside (it is skipped); a
     paused one that cannot be planned resumes on its old slot, and the scheduler sets it
     aside with its error (one mechanism for every row that cannot be planned).
