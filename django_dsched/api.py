@@ -241,8 +241,7 @@ def resume(
 ) -> bool:
     """Resume from now (or, with ``catch_up``, per the misfire policy). Also takes back a
     set-aside schedule once it can be planned. False if nothing was resumed."""
-    for needed in permissions.resume_needs(catch_up):
-        permissions.require(actor, needed, permissions.CATCH_UP_WHY)
+    permissions.require(actor, permissions.PAUSE)  # catching up: the service asks FIRE
     selected = _lookup(ref, key, host_id)
     return _changed(lifecycle.resume(selected, actor=actor, catch_up=catch_up), ref, key)
 

@@ -404,8 +404,8 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
     @action(detail=True, methods=["post"])
     def resume(self, request: Request, **kwargs: Any) -> Response:
         options = body(ResumeInput, request)
-        for needed in rules.resume_needs(options["catch_up"]):
-            rules.require(request.user, needed, rules.CATCH_UP_WHY)
+        if options["catch_up"]:  # checked before anything is read (the table asked PAUSE)
+            rules.require(request.user, rules.FIRE, rules.CATCH_UP_WHY)
         return self._transition(
             request,
             lambda selected: lifecycle.resume(

@@ -121,11 +121,6 @@ BACKLOG_WHY = gettext_lazy(
 )
 
 
-def resume_needs(catch_up: bool) -> tuple[Capability, ...]:
-    """A resume goes on from now (pause); catching up fires the missed slots (fire too)."""
-    return (PAUSE, FIRE) if catch_up else (PAUSE,)
-
-
 def fires_a_backlog(schedule: Schedule, now: Callable[[], datetime]) -> bool:
     """Whether a new ``schedule`` (validated and placed) fires more than one slot as soon
     as it is created: only a catch-up (``CATCH_UP``) fires several slots at once, when a
