@@ -31,6 +31,7 @@ pause or a resume two; docs/python-api.md has the costs, the key rules and the b
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -46,9 +47,8 @@ from django_dsched.models.schedule import resolve_host
 from django_dsched.models.validators import storable_text
 from django_dsched.outbox import runs
 from django_dsched.runtime.clock import database_now
-from django_dsched.schedules import creates, lifecycle
-from django_dsched.schedules.bulk import bulk_cancel, bulk_create
-from django_dsched.schedules.specs import OPTIONS, Cron, Interval, Once
+from django_dsched.schedules import bulk, creates, lifecycle, permissions
+from django_dsched.schedules.specs import OPTIONS, Cron, Interval, Once, Spec
 
 ScheduleRef = Schedule | uuid.UUID | str
 
@@ -150,6 +150,7 @@ def create_interval(
         host_id=host_id,
         **_options(options),
     )
+    permissions.require(actor, permissions.ADD)
     return creates.create(spec, actor=actor)
 
 
@@ -180,6 +181,7 @@ def create_cron(
         host_id=host_id,
         **_options(options),
     )
+    permissions.require(actor, permissions.ADD)
     return creates.create(spec, actor=actor)
 
 
@@ -211,6 +213,7 @@ def create_once(
         host_id=host_id,
         **_options(options),
     )
+    permissions.require(actor, permissions.ADD)
     return creates.create(spec, actor=actor)
 
 
@@ -224,6 +227,7 @@ def pause(
     actor: Any = None,
 ) -> bool:
     """Pause; with ``until`` it resumes by itself then. False if it was not active."""
+    permissions.require(actor, permissions.PAUSE)
     selected = _lookup(ref, key, host_id)
     return _changed(lifecycle.pause(selected, actor=actor, reason=reason, until=until), ref, key)
 
@@ -238,6 +242,7 @@ def resume(
 ) -> bool:
     """Resume from now (or, with ``catch_up``, per the misfire policy). Also takes back a
     set-aside schedule once it can be planned. False if nothing was resumed."""
+    permissions.require(actor, permissions.PAUSE)  # catching up: the service asks FIRE
     selected = _lookup(ref, key, host_id)
     return _changed(lifecycle.resume(selected, actor=actor, catch_up=catch_up), ref, key)
 
@@ -251,6 +256,7 @@ def cancel(
 ) -> bool:
     """Cancel for good (by instance, id, name, or idempotency ``key``). False if it was
     already cancelled or completed."""
+    permissions.require(actor, permissions.CANCEL)
     return _changed(lifecycle.cancel(_lookup(ref, key, host_id), actor=actor), ref, key)
 
 
@@ -276,6 +282,26 @@ def backfill(
 ) -> tuple[int, int]:
     """Fire each past slot in ``[start, end]`` once; returns ``(fired, already_fired)``."""
     return lifecycle.backfill(get(ref, host_id=host_id), start, end, actor=actor)
+
+
+def bulk_create(specs: Iterable[Spec | Schedule], *, actor: Any = None) -> list[Schedule]:
+    """Create many schedules, all or nothing (:func:`django_dsched.schedules.bulk.bulk_create`
+    has the rules and the costs)."""
+    permissions.require(actor, permissions.ADD)
+    return bulk.bulk_create(specs, actor=actor)
+
+
+def bulk_cancel(
+    refs: Iterable[ScheduleRef] = (),
+    *,
+    keys: Iterable[str] = (),
+    host_id: uuid.UUID | str | None = None,
+    actor: Any = None,
+) -> ChangeCount:
+    """Cancel many schedules, all or nothing (:func:`django_dsched.schedules.bulk.bulk_cancel`
+    has the rules): how many were cancelled, and skipped (already ended)."""
+    permissions.require(actor, permissions.CANCEL)
+    return bulk.bulk_cancel(refs, keys=keys, host_id=host_id, actor=actor)
 
 
 @dataclass(frozen=True)

@@ -272,7 +272,7 @@ class AppSettings:
     METRICS_TOKEN: Setting[str | None] = Setting(
         None,
         "Bearer token that opens the metrics view (django_dsched.metrics.urls) to a scraper; "
-        "None: only logged-in users with the view_schedule permission.",
+        "None: only logged-in users who may view the cluster (view_schedulerinstance).",
     )
 
     @classmethod

@@ -47,6 +47,20 @@ class EditNotPermitted(ValidationError):
     run now), and the caller lacks that permission: nothing was written."""
 
 
+class NotPermitted(DschedError, django_exceptions.PermissionDenied):
+    """The acting user lacks the permission this needs (:mod:`django_dsched.schedules.permissions`):
+    nothing was done. A :class:`django.core.exceptions.PermissionDenied`, so Django's views
+    and the REST API answer it with a 403."""
+
+    def __init__(self, message: str, *, permission: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.permission = permission
+
+    def __str__(self) -> str:
+        return self.message
+
+
 class ConfigurationError(DschedError, django_exceptions.ImproperlyConfigured):
     """A setting, a declaration or a registration cannot work as given."""
 

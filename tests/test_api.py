@@ -9,6 +9,7 @@ from django.db import transaction
 
 from django_dsched import api
 from django_dsched.enums import MisfirePolicy, ScheduleState
+from django_dsched.exceptions import NotPermitted
 from django_dsched.models import Event, OutboxMessage, Schedule
 from django_dsched.scheduler import Scheduler
 from django_dsched.schedules import lifecycle
@@ -244,3 +245,102 @@ def test_run_now_with_a_stale_copy_of_a_cancelled_schedule_fires_nothing():
         lifecycle.trigger(stale, actor="late")
     assert not OutboxMessage.objects.exists()
     assert not Event.objects.filter(scheduled_ts__isnull=False).exists()
+
+
+# -- a user as actor: the user's permissions (django_dsched.schedules.permissions) --------
+
+
+def _user_with(name, *codenames):
+    from django.contrib.auth.models import Permission, User
+
+    made = User.objects.create_user(name, password="pw")
+    made.user_permissions.set(
+        Permission.objects.filter(content_type__app_label="dsched", codename__in=codenames)
+    )
+    return User.objects.get(pk=made.pk)
+
+
+def _behind(db_now, name="behind", **extra):
+    return api.create_interval(
+        name,
+        every=1,
+        unit="MINUTES",
+        start=db_now() - timedelta(minutes=10),
+        misfire_policy="CATCH_UP",
+        catch_up_limit=10_000,
+        topic="t",
+        event_type="x",
+        **extra,
+    )
+
+
+def test_a_user_actor_needs_the_permission_to_fire_a_backlog(db_now):
+    """Resuming with catch_up, and creating a schedule that catches up at once, fire like
+    run now: a user without that permission is refused, and nothing is written."""
+    pauser = _user_with("pauser", "pause_schedule", "add_schedule")
+    schedule = _behind(db_now)
+    api.pause(schedule)
+    events = Event.objects.count()
+    with pytest.raises(NotPermitted, match=r"dsched\.trigger_schedule"):
+        api.resume(schedule, catch_up=True, actor=pauser)
+    with pytest.raises(NotPermitted, match="backlog"):
+        _behind(db_now, "more", actor=pauser)
+    with pytest.raises(NotPermitted, match="Item 1"):
+        api.bulk_create(
+            [
+                api.Interval(name="fine", every=1, topic="t", event_type="x"),
+                api.Interval(
+                    name="more",
+                    every=1,
+                    start=db_now() - timedelta(minutes=10),
+                    misfire_policy="CATCH_UP",
+                    topic="t",
+                    event_type="x",
+                ),
+            ],
+            actor=pauser,
+        )
+    for fire in (api.trigger, lambda s, actor: api.backfill(s, db_now(), db_now(), actor=actor)):
+        with pytest.raises(NotPermitted):
+            fire(schedule, actor=pauser)
+    assert Event.objects.count() == events
+    assert api.get(schedule.pk).state == "PAUSED"
+    assert not Schedule.objects.filter(schedule_name__in=["more", "fine"]).exists()
+    # What it may do: resume from now; create a schedule that fires at most its first slot.
+    assert api.resume(schedule, actor=pauser)
+    api.create_interval("now", every=1, topic="t", event_type="x", actor=pauser)
+    api.create_interval(
+        "late",
+        every=1,
+        unit="MINUTES",
+        start=db_now() - timedelta(minutes=10),
+        topic="t",
+        event_type="x",
+        actor=pauser,
+    )  # COALESCE: one fire, the latest slot
+
+
+def test_a_user_actor_who_may_fire_and_code_are_not_refused(db_now):
+    operator = _user_with("operator", "pause_schedule", "add_schedule", "trigger_schedule")
+    schedule = _behind(db_now, actor=operator)
+    api.pause(schedule, actor=operator)
+    assert api.resume(schedule, catch_up=True, actor=operator)
+    _behind(db_now, "by-code", actor="nightly-job")  # code (a name) is trusted
+    _behind(db_now, "no-actor")
+
+
+def test_a_user_actor_needs_the_permission_of_each_call():
+    nobody = _user_with("nobody")
+    with pytest.raises(NotPermitted, match=r"dsched\.add_schedule"):
+        api.create_interval("x", every=1, topic="t", event_type="x", actor=nobody)
+    schedule = api.create_interval("y", every=1, topic="t", event_type="x")
+    for call, permission in (
+        (lambda: api.pause(schedule, actor=nobody), "pause_schedule"),
+        (lambda: api.resume(schedule, actor=nobody), "pause_schedule"),
+        (lambda: api.cancel(schedule, actor=nobody), "cancel_schedule"),
+        (lambda: api.bulk_cancel([schedule], actor=nobody), "cancel_schedule"),
+        (lambda: api.bulk_create([], actor=nobody), "add_schedule"),
+    ):
+        with pytest.raises(NotPermitted, match=permission):
+            call()
+    assert api.get(schedule.pk).state == "ACTIVE"

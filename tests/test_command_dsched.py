@@ -9,7 +9,7 @@ from django.core.management.base import CommandError
 
 from django_dsched import api
 from django_dsched.enums import ScheduleState
-from django_dsched.models import OutboxMessage, Schedule
+from django_dsched.models import Event, OutboxMessage, Schedule
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -69,3 +69,80 @@ def test_pause_resume_cancel_trigger(nightly, db_now):
 def test_bad_input_gets_a_clear_error(nightly, args, fragment):
     with pytest.raises(CommandError, match=fragment):
         run(*args)
+
+
+def user(name: str, *codenames: str):
+    from django.contrib.auth.models import Permission, User
+
+    made = User.objects.create_user(name, password="pw")
+    made.user_permissions.set(
+        Permission.objects.filter(content_type__app_label="dsched", codename__in=codenames)
+    )
+    return made
+
+
+@pytest.fixture
+def behind(db_now):
+    """A paused catch-up schedule that missed a minute of slots."""
+    start = db_now() - timedelta(minutes=10)
+    api.create_interval(
+        "behind",
+        every=1,
+        unit="MINUTES",
+        start=start,
+        misfire_policy="CATCH_UP",
+        topic="t",
+        event_type="x",
+    )
+    api.pause("behind")
+    return Schedule.objects.get(schedule_name="behind")
+
+
+def test_as_a_user_each_action_needs_its_permission(nightly, behind):
+    """--user: the user's permissions, as in the admin and the REST API; refused with a
+    clear message and nothing done, else done with the user as the audit actor."""
+    user("pauser", "pause_schedule", "view_schedule")
+    with pytest.raises(CommandError, match=r"run schedules now \(dsched\.trigger_schedule\)"):
+        run("--user", "pauser", "resume", "behind", "--catch-up")
+    with pytest.raises(CommandError, match=r"dsched\.trigger_schedule"):
+        run("--user", "pauser", "trigger", "nightly")
+    with pytest.raises(CommandError, match=r"dsched\.trigger_schedule"):
+        run(
+            "--user",
+            "pauser",
+            "backfill",
+            "nightly",
+            "--start",
+            "2026-01-01T00:00:00+00:00",
+            "--end",
+            "2026-01-02T00:00:00+00:00",
+        )
+    with pytest.raises(CommandError, match=r"dsched\.cancel_schedule"):
+        run("--user", "pauser", "cancel", "nightly")
+    assert Schedule.objects.get(pk=behind.pk).state == ScheduleState.PAUSED
+    assert OutboxMessage.objects.count() == 0
+    assert "Paused nightly." in run("--user", "pauser", "pause", "nightly")
+    assert "Resumed behind." in run("--user", "pauser", "resume", "behind")  # from now
+    assert "nightly" in run("--user", "pauser", "list")
+    assert api.get("nightly").aggregate_version == 2
+    paused = Event.objects.filter(aggregate_id=nightly.pk).order_by("aggregate_version").last()
+    assert paused.metadata["actor"] == "pauser"
+
+    user("nobody")
+    for args in (["list"], ["show", "nightly"], ["preview", "nightly"], ["cluster"]):
+        with pytest.raises(CommandError, match="needs the permission"):
+            run("--user", "nobody", *args)
+
+
+def test_as_a_user_who_may_fire_a_catch_up_resume_is_done(behind, db_now):
+    user("operator", "pause_schedule", "trigger_schedule")
+    assert "Resumed behind." in run("--user", "operator", "resume", "behind", "--catch-up")
+    assert Schedule.objects.get(pk=behind.pk).next_run_ts < db_now()  # the backlog is due
+
+
+def test_without_user_the_operator_may_do_everything_and_deployment_actions_need_no_user(behind):
+    assert "Resumed behind." in run("resume", "behind", "--catch-up")
+    with pytest.raises(CommandError, match="run it without --user"):
+        run("--user", "someone", "sync")
+    with pytest.raises(CommandError, match="No user 'ghost'"):
+        run("--user", "ghost", "list")

@@ -16,7 +16,6 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.utils import unquote
-from django.contrib.auth import get_permission_codename
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.db.models import QuerySet
@@ -36,6 +35,7 @@ from django_dsched.enums import ScheduleOrigin, ScheduleState
 from django_dsched.models import Schedule
 from django_dsched.models.validators import NAME_MAX_LENGTH
 from django_dsched.schedules import lifecycle
+from django_dsched.schedules import permissions as rules
 
 # Schedules listed by name on a confirmation page; more are counted.
 LISTED = 50
@@ -153,18 +153,16 @@ class ScheduleActionsMixin(ScheduleModelAdmin):
     ]
 
     # -- permissions ----------------------------------------------------------------------
-    def _has(self, request: HttpRequest, action: str) -> bool:
-        opts = self.opts
-        return request.user.has_perm(f"{opts.app_label}.{get_permission_codename(action, opts)}")
-
+    # The capabilities of django_dsched.schedules.permissions, as the REST API and the
+    # commands ask them.
     def has_pause_permission(self, request: HttpRequest) -> bool:
-        return self._has(request, "pause")
+        return rules.allows(request.user, rules.PAUSE)
 
     def has_cancel_permission(self, request: HttpRequest) -> bool:
-        return self._has(request, "cancel")
+        return rules.allows(request.user, rules.CANCEL)
 
     def has_trigger_permission(self, request: HttpRequest) -> bool:
-        return self._has(request, "trigger")
+        return rules.allows(request.user, rules.FIRE)
 
     def allowed(self, request: HttpRequest, action: Action) -> bool:
         check: Callable[[HttpRequest], bool] = getattr(self, f"has_{action.permission}_permission")
@@ -387,7 +385,9 @@ class ScheduleActionsMixin(ScheduleModelAdmin):
         )
         copy.schedule_name = copy_name(source.schedule_name, taken)
         with _atomic():
-            lifecycle.save_schedule(copy, actor=request.user)
+            # It is paused before this transaction ends, so it never fires unseen: creating
+            # it needs no permission to fire, whatever its start and misfire policy.
+            lifecycle.save_schedule(copy, actor=request.user, may_fire=True)
             reason = _("Copy of %(name)s: review it, then resume it.") % {
                 "name": source.schedule_name
             }

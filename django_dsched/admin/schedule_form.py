@@ -15,7 +15,9 @@ from django_dsched.conf import app_settings
 from django_dsched.enums import ScheduleState
 from django_dsched.exceptions import EditNotPermitted, TimetableError
 from django_dsched.models import Schedule
-from django_dsched.schedules import lifecycle
+from django_dsched.runtime.clock import database_now
+from django_dsched.schedules import lifecycle, permissions
+from django_dsched.schedules.creates import Preparer
 
 CONFLICT = _(
     "This schedule changed since you opened it (it fired or someone edited it): version "
@@ -89,6 +91,7 @@ class ScheduleForm(ScheduleModelForm):
     def clean(self) -> dict[str, Any] | None:
         cleaned = super().clean()
         if self.instance._state.adding:
+            self._check_create()
             return cleaned
         current = self._current()
         if current is None:
@@ -121,6 +124,20 @@ class ScheduleForm(ScheduleModelForm):
             return  # an invalid timing: the model's own validation reports it
         except EditNotPermitted as exc:
             raise forms.ValidationError(exc.message_dict) from None
+
+    def _check_create(self) -> None:
+        """Refuse a new schedule that would fire a backlog at once without the permission
+        to run now (:func:`.permissions.check_new`), on its misfire policy."""
+        if self.errors or self.may_fire:
+            return
+        new = construct_instance(self, copy.copy(self.instance), fields=self._meta.fields)
+        try:
+            Preparer().prepare_instance(new)
+        except (forms.ValidationError, TimetableError):
+            return  # invalid: the model's own validation reports it
+        if permissions.fires_a_backlog(new, database_now):
+            error = permissions.refusal(permissions.FIRE, permissions.BACKLOG_WHY)
+            raise forms.ValidationError({"misfire_policy": error.message})
 
     def _current(self) -> tuple[int, str] | None:
         """The stored version and state, locked when inside a transaction."""

@@ -1,9 +1,10 @@
 """A Django view serving the database-wide gauges in Prometheus's text format.
 
 For deployments that scrape the web tier: include ``django_dsched.metrics.urls`` and scrape
-it with ``Authorization: Bearer <DSCHED_METRICS_TOKEN>``, or as a logged-in user with the
-``dsched.view_schedule`` permission. Every web worker answers the same (the gauges come from
-the database), so no multi-process setup is needed for it.
+it with ``Authorization: Bearer <DSCHED_METRICS_TOKEN>``, or as a logged-in user who may view
+the cluster (``dsched.view_schedulerinstance``, as for the admin's cluster page and the REST
+API's ``cluster/``): the gauges count every host's schedules and messages. Every web worker
+answers the same (the gauges come from the database), so no multi-process setup is needed.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from django.views.decorators.http import require_GET
 
 from django_dsched.conf import app_settings
 from django_dsched.metrics import INSTALL_HINT, available
+from django_dsched.schedules import permissions as rules
 
 _collector = None
 
@@ -26,7 +28,7 @@ def _allowed(request: HttpRequest) -> bool:
     if token and header.startswith("Bearer "):
         return hmac.compare_digest(header[len("Bearer ") :].encode(), token.encode())
     user = getattr(request, "user", None)  # None without the authentication middleware
-    return user is not None and user.is_authenticated and user.has_perm("dsched.view_schedule")
+    return rules.allows(user, rules.VIEW_CLUSTER)
 
 
 @never_cache
@@ -37,7 +39,10 @@ def metrics(request: HttpRequest) -> HttpResponse:
     global _collector
     if not _allowed(request):
         if getattr(request, "user", None) is not None and request.user.is_authenticated:
-            return HttpResponse("metrics need the dsched.view_schedule permission\n", status=403)
+            needed = rules.VIEW_CLUSTER.permission
+            return HttpResponse(
+                f"metrics count every host: they need the {needed} permission\n", status=403
+            )
         response = HttpResponse("metrics need a bearer token or a login\n", status=401)
         response["WWW-Authenticate"] = 'Bearer realm="dsched-metrics"'
         return response

@@ -27,6 +27,8 @@ from django_dsched.rest.errors import exception_handler
 from django_dsched.rest.pagination import KeysetPagination, without_page_parameters
 from django_dsched.rest.parsers import JSONBodyParser, body_limit, check_content_length
 from django_dsched.rest.permissions import ActionPermission
+from django_dsched.rest.serializers import NoOptions
+from django_dsched.schedules.permissions import Capability
 
 if TYPE_CHECKING:
     from rest_framework.permissions import _PermissionClass
@@ -54,7 +56,12 @@ class APIMixin(APIView):
     schema: ViewInspector | None = AutoSchema()
     # The model's field names -> the API's, for the validation errors of the services.
     field_names: Mapping[str, str] = {}
-    permission_table: Mapping[str, tuple[str, ...]] = {}
+    permission_table: Mapping[str, Capability] = {}
+    # The actions that read query parameters (each with its own strict serializer); every
+    # other action takes none, and refuses any it is sent (400, as a list refuses an
+    # unknown filter): a typo is never silently ignored.
+    query_actions: frozenset[str] = frozenset()
+    refuses_unknown_query: bool = True
 
     def get_authenticators(self) -> list[BaseAuthentication]:
         return auth.authenticators()
@@ -73,7 +80,10 @@ class APIMixin(APIView):
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         self.check_size(request)
-        super().initial(request, *args, **kwargs)
+        super().initial(request, *args, **kwargs)  # authentication, permissions, throttles
+        action = getattr(self, "action", None) or ""
+        if self.refuses_unknown_query and action not in self.query_actions:
+            query(NoOptions, request)
 
 
 def query(

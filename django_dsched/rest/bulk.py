@@ -47,9 +47,11 @@ from django_dsched.rest.serializers import (
     BulkCancelResultSerializer,
     BulkCreateResultSerializer,
     ScheduleInputSerializer,
+    existing_only,
     model_values,
 )
 from django_dsched.schedules import bulk, lifecycle
+from django_dsched.schedules import permissions as rules
 from django_dsched.schedules.creates import Preparer
 
 JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
@@ -153,8 +155,12 @@ class BulkCreateView(BulkView):
             "`<index>.<field>`, with the single create's messages. A key or a name given "
             "twice in the call is an error on the later item. An item whose `key` a "
             "schedule of its host already has creates nothing: the answer gives that "
-            "schedule (`outcome: existing`). 201 when the call created any schedule, else "
-            "200. At most DSCHED_BULK_MAX_ITEMS items (10,000 by default)."
+            "schedule (`outcome: existing`; to a caller who may not view schedules, only its "
+            "`id`, `host_id` and `key`). An item that would fire a backlog at once (CATCH_UP "
+            "with more than one slot since its start already due) needs the run-now "
+            "permission: without it the call is a 403 naming the item. 201 when the call "
+            "created any schedule, else 200. At most DSCHED_BULK_MAX_ITEMS items (10,000 by "
+            "default)."
         ),
         request=ScheduleInputSerializer(many=True),
         responses={
@@ -191,8 +197,12 @@ class BulkCreateView(BulkView):
         ordered = [schedules[index] for index in range(len(items))]
         with refusals():
             stored = api.bulk_create(ordered, actor=request.user)
+        # An existing item's schedule is another's: shown whole only to who may view it.
+        viewer = rules.allows(request.user, rules.VIEW)
         results = [
-            summary(schedule, "created" if schedule.pk == sent.pk else "existing")
+            summary(schedule, "created")
+            if schedule.pk == sent.pk
+            else (summary(schedule, "existing") if viewer else existing_only(schedule))
             for schedule, sent in zip(stored, ordered, strict=True)
         ]
         created = sum(1 for result in results if result["outcome"] == "created")

@@ -9,7 +9,7 @@ from rest_framework.response import Response
 
 from django_dsched.rest import permissions
 from django_dsched.rest.base import APIMixin
-from django_dsched.rest.responses import described, errors
+from django_dsched.rest.responses import READ, described, errors
 from django_dsched.rest.serializers import ClusterSerializer
 
 
@@ -24,7 +24,7 @@ class ClusterView(APIMixin):
             "Cluster-wide (all hosts), for operators: needs the permission to view "
             "scheduler instances, as the admin's cluster page."
         ),
-        responses={200: ClusterSerializer, **errors(401, 403)},
+        responses={200: ClusterSerializer, **errors(*READ)},
     )
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         # Imported here: the rest of the API works in projects without django.contrib.admin.

@@ -32,6 +32,7 @@ from django_dsched.rest.serializers import (
 
 class OutboxViewSet(TenantViewSet[OutboxMessage]):
     permission_table = permissions.OUTBOX
+    query_actions = frozenset({"list"})
     queryset = OutboxMessage.objects.all()
     serializer_class = MessageSerializer
     ordering = ("-event_ts", "-id")

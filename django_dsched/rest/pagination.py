@@ -150,7 +150,7 @@ class KeysetPagination(BasePagination):
                 "required": False,
                 "in": "query",
                 "description": "Where the page starts (from the previous page's next link).",
-                "schema": {"type": "string", "maxLength": 2000},
+                "schema": {"type": "string", "minLength": 1, "maxLength": 2000},
             },
             {
                 "name": "page_size",

@@ -11,7 +11,7 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from django_dsched.rest.serializers import ErrorSerializer, PreconditionFailedSerializer
 
 WHY = {
-    400: "Invalid input: messages by field.",
+    400: "Invalid input, or a query parameter the endpoint does not take: messages by field.",
     401: "Not authenticated.",
     403: "Authenticated, without the permission this needs (or a missing CSRF token).",
     404: "No such thing among the hosts this request may reach.",
@@ -35,8 +35,9 @@ def errors(*codes: int, why: Mapping[int, str] | None = None) -> dict[int, OpenA
     }
 
 
-READ = (401, 403)
-READ_ONE = (401, 403, 404)
+# Every endpoint refuses query parameters it does not know: each may answer 400.
+READ = (400, 401, 403)
+READ_ONE = (400, 401, 403, 404)
 WRITE = (400, 401, 403, 413, 415)
 WRITE_ONE = (*WRITE, 404)
 

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from django.db import IntegrityError
 from django.db.models import QuerySet
 from django.utils.translation import gettext as _
+from drf_spectacular.utils import PolymorphicProxySerializer
 from rest_framework import serializers as drf_serializers
 from rest_framework import status
 from rest_framework.decorators import action
@@ -56,6 +57,7 @@ from django_dsched.rest.serializers import (
     DryRunQuery,
     EventSerializer,
     EventsQuery,
+    ExistingScheduleSerializer,
     FiresSerializer,
     MessageSerializer,
     NoOptions,
@@ -71,11 +73,14 @@ from django_dsched.rest.serializers import (
     StatusQuery,
     TriggerResultSerializer,
     definition_defaults,
+    existing_only,
     model_values,
     schedule_detail,
 )
 from django_dsched.runtime.clock import database_now
 from django_dsched.schedules import creates, lifecycle
+from django_dsched.schedules import permissions as rules
+from django_dsched.schedules.permissions import Capability
 
 T = TypeVar("T")
 
@@ -106,20 +111,23 @@ class Before:
         return cls(schedule.state, schedule.next_run_ts, live and bool(schedule.upcoming(1)))
 
 
-def permissions_an_edit_needs(before: Before, after: Schedule, now: datetime) -> list[str]:
+def permissions_an_edit_needs(before: Before, after: Schedule, now: datetime) -> list[Capability]:
     """An edit that leaves a live schedule with no fire ahead ends it (a cancel); one that
     makes it due at once fires it (a run now)."""
     needed = []
     if before.fires_again and (after.state not in LIVE or not after.upcoming(1)):
-        needed.append(permissions.ENDS_IT)
+        needed.append(rules.CANCEL)
     was_due = before.state == ScheduleState.ACTIVE and before.next_run_ts <= now
     if after.state == ScheduleState.ACTIVE and after.next_run_ts <= now and not was_due:
-        needed.append(permissions.FIRES_IT)
+        needed.append(rules.FIRE)
     return needed
 
 
 class ScheduleViewSet(TenantViewSet[Schedule]):
     permission_table = permissions.SCHEDULES
+    query_actions = frozenset(
+        {"list", "status_by_key", "preview", "dry_run", "events", "deliveries"}
+    )
     field_names = API_NAMES
     queryset = Schedule.objects.all()
     serializer_class = ScheduleSerializer
@@ -175,13 +183,21 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
         request=ScheduleInputSerializer,
         responses={
             201: ScheduleDetailSerializer,
-            200: ScheduleDetailSerializer,
+            200: PolymorphicProxySerializer(
+                component_name="ScheduleCreateExisting",
+                serializers=[ScheduleDetailSerializer, ExistingScheduleSerializer],
+                resource_type_field_name=None,
+            ),
             **errors(*WRITE, 409),
         },
         parameters=[ETAG],
         description=(
             "With a `key` that a schedule of the host already has, nothing is created: the "
-            "answer is 200 with that schedule, as it is (whatever the rest of the body says)."
+            "answer is 200 with that schedule, as it is (whatever the rest of the body says); "
+            "to a caller who may not view schedules, only `outcome`, `id`, `host_id` and "
+            "`key` (and no ETag). A schedule that would fire a backlog at once (CATCH_UP "
+            "with more than one slot since its start already due) also needs the run-now "
+            "permission."
         ),
     )
     def create(self, request: Request) -> Response:
@@ -196,7 +212,13 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
         outcome: list[tuple[Schedule, bool]] = []
         self._save(lambda: outcome.append(creates.create_instance(schedule, actor=request.user)))
         schedule, created = outcome[0]
-        response = with_etag(schedule, status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+        if created or rules.allows(request.user, rules.VIEW):
+            code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
+            response = with_etag(schedule, code)
+        else:
+            # The key's schedule exists, and this caller may not read it: that it exists
+            # and its id (what a retried create needs), no more.
+            response = Response(existing_only(schedule))
         response["Location"] = request.build_absolute_uri(f"{schedule.pk}/")
         return response
 
@@ -303,9 +325,9 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
             )
             after = Schedule.objects.get(pk=schedule.pk)
             missing = [
-                needed
+                needed.permission
                 for needed in permissions_an_edit_needs(before, after, database_now())
-                if not request.user.has_perm(needed)
+                if not rules.allows(request.user, needed)
             ]
             if missing:
                 raise PermissionDenied(
@@ -371,6 +393,10 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
 
     @described(
         summary="Resume a paused schedule",
+        description=(
+            "`catch_up: true` fires the slots missed while paused: it also needs the run-now "
+            "permission (checked first; 403 without it, nothing changed)."
+        ),
         request=ResumeInput,
         responses={200: ScheduleDetailSerializer, **errors(*WRITE_ONE, 409, 412)},
         parameters=[if_match(False), ETAG, ETAG_412],
@@ -378,6 +404,8 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
     @action(detail=True, methods=["post"])
     def resume(self, request: Request, **kwargs: Any) -> Response:
         options = body(ResumeInput, request)
+        if options["catch_up"]:  # checked before anything is read (the table asked PAUSE)
+            rules.require(request.user, rules.FIRE, rules.CATCH_UP_WHY)
         return self._transition(
             request,
             lambda selected: lifecycle.resume(

@@ -44,20 +44,37 @@ SETTINGS: dict[str, Any] = {
 }
 
 
+# Text the API reads holds no NUL character (REST framework refuses it, and PostgreSQL's
+# text cannot hold it): said of every string sent that no pattern, format or enum describes.
+NO_NUL = r"^[^\x00]*$"
+
+
+def _no_nul(schema: dict[str, Any]) -> None:
+    if schema.get("type") == "string" and not {"pattern", "format", "enum"} & set(schema):
+        schema["pattern"] = NO_NUL
+    for nested in (*schema.get("properties", {}).values(), schema.get("items")):
+        if isinstance(nested, dict):
+            _no_nul(nested)
+
+
 def strict_request_bodies(
     result: dict[str, Any], generator: Any, request: Any, public: bool
 ) -> dict[str, Any]:
-    """Request bodies allow no other fields (the API refuses them: a typo is a 400), and
-    the ``{id}`` of every path is a UUID (the views parse it themselves, so that any other
-    text is a JSON 404)."""
+    """Request bodies allow no other fields (the API refuses them: a typo is a 400), the
+    text they and the query parameters carry holds no NUL (:data:`NO_NUL`), and the ``{id}``
+    of every path is a UUID (the views parse it themselves, so that any other text is a
+    JSON 404)."""
     for name, component in result.get("components", {}).get("schemas", {}).items():
         if name.endswith("Request") and component.get("type") == "object":
             component["additionalProperties"] = False
+            _no_nul(component)
     for operations in result.get("paths", {}).values():
         for operation in operations.values():
             for parameter in operation.get("parameters", []):
                 if parameter["in"] == "path" and parameter["name"] == "id":
                     parameter["schema"] = {"type": "string", "format": "uuid"}
+                elif parameter["in"] == "query":
+                    _no_nul(parameter["schema"])
     return result
 
 

@@ -7,6 +7,7 @@ services' (the Python API's own checks and messages), mapped onto these field na
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -82,6 +83,34 @@ class AwareDateTimeField(serializers.DateTimeField):
         except DschedValidationError as exc:
             raise serializers.ValidationError(exc.messages) from None
         return aware
+
+
+# The years a time sent to the API may be written in. The supported times are from 1900-01-01
+# to before 9000-01-01 UTC (models.validators.SUPPORTED_TIMES); with any offset (under 24
+# hours), a time written in 1901 to 8998 is within them, and a pattern can say so: the
+# schema and the server then agree on every time, whatever its offset.
+FIRST_YEAR, LAST_YEAR = 1901, 8998
+YEAR_PATTERN = (
+    "^(190[1-9]|19[1-9][0-9]|[2-7][0-9]{3}|8[0-8][0-9]{2}|89[0-8][0-9]|899[0-8])-[0-9]{2}-[0-9]{2}T"
+)
+_YEAR = re.compile(YEAR_PATTERN)
+OUT_OF_YEARS = _("Give a time written in the years %(first)d to %(last)d.")
+
+
+@extend_schema_field({"type": "string", "format": "date-time", "pattern": YEAR_PATTERN})
+class InputTimeField(AwareDateTimeField):
+    """A time the client sends: as :class:`AwareDateTimeField`, written in the years
+    :data:`FIRST_YEAR` to :data:`LAST_YEAR` (what the schema's pattern says)."""
+
+    def to_internal_value(self, value: Any) -> datetime:
+        if isinstance(value, str) and not _YEAR.match(value):
+            if value[:4].isdigit() and _YEAR.match("2000" + value[4:]):
+                raise serializers.ValidationError(
+                    OUT_OF_YEARS % {"first": FIRST_YEAR, "last": LAST_YEAR}
+                )
+            self.fail("invalid", format="YYYY-MM-DDThh:mm[:ss[.uuuuuu]]+HH:MM")
+        parsed: datetime = super().to_internal_value(value)
+        return parsed
 
 
 # JSON bodies are typed: DRF's fields would also take 5 for a name, "5" or 5.0 for a
@@ -190,7 +219,7 @@ class ScheduleInputSerializer(StrictSerializer):
         trim_whitespace=False,
         help_text=_("IANA zone whose wall clock a cron expression follows (default UTC)."),
     )
-    start = AwareDateTimeField(
+    start = InputTimeField(
         required=False,
         allow_null=True,
         help_text=_(
@@ -198,7 +227,7 @@ class ScheduleInputSerializer(StrictSerializer):
             "fire before this. Default: now."
         ),
     )
-    end = AwareDateTimeField(
+    end = InputTimeField(
         required=False,
         allow_null=True,
         help_text=_("No fire after this time; the schedule completes."),
@@ -419,7 +448,9 @@ class ScheduleStatusSerializer(serializers.Serializer[Any]):
 
 
 class BulkCreatedSerializer(serializers.Serializer[Any]):
-    """One item's schedule in a bulk create's answer (read it for all its fields)."""
+    """One item's schedule in a bulk create's answer (read it for all its fields). An
+    existing item's result gives only `outcome`, `id`, `host_id` and `key` to a
+    caller who may not view schedules."""
 
     outcome = serializers.ChoiceField(
         ["created", "existing"],
@@ -427,14 +458,37 @@ class BulkCreatedSerializer(serializers.Serializer[Any]):
     )
     id = serializers.UUIDField()
     host_id = serializers.UUIDField()
-    name = serializers.CharField()
     key = serializers.CharField(allow_null=True)
-    kind = serializers.ChoiceField(ScheduleKind.choices)
-    state = serializers.ChoiceField(ScheduleState.choices)
+    # Left out of an existing item's result for a caller who may not view schedules.
+    name = serializers.CharField(required=False)
+    kind = serializers.ChoiceField(ScheduleKind.choices, required=False)
+    state = serializers.ChoiceField(ScheduleState.choices, required=False)
     next_run = AwareDateTimeField(
-        allow_null=True, help_text=_("When the next fire is due (null unless active or paused).")
+        required=False,
+        allow_null=True,
+        help_text=_("When the next fire is due (null unless active or paused)."),
     )
-    version = serializers.IntegerField()
+    version = serializers.IntegerField(required=False)
+
+
+class ExistingScheduleSerializer(serializers.Serializer[Any]):
+    """The answer to a create whose key a schedule of the host already has, for a caller
+    who may not view schedules: that it exists, and its id; nothing of what it holds."""
+
+    outcome = serializers.ChoiceField(["existing"])
+    id = serializers.UUIDField()
+    host_id = serializers.UUIDField()
+    key = serializers.CharField()
+
+
+def existing_only(schedule: Schedule) -> dict[str, Any]:
+    """``schedule`` as :class:`ExistingScheduleSerializer` shows it."""
+    return {
+        "outcome": "existing",
+        "id": str(schedule.schedule_id),
+        "host_id": str(schedule.host_id),
+        "key": schedule.idempotency_key,
+    }
 
 
 class BulkCreateResultSerializer(serializers.Serializer[Any]):
@@ -492,7 +546,7 @@ class PauseInput(StrictSerializer):
     reason = Text(
         required=False, allow_blank=True, default="", max_length=255, trim_whitespace=False
     )
-    until = AwareDateTimeField(
+    until = InputTimeField(
         required=False,
         allow_null=True,
         default=None,
@@ -516,13 +570,13 @@ class NoOptions(StrictSerializer):
 
 
 class RangeInput(StrictSerializer):
-    start = AwareDateTimeField()
-    end = AwareDateTimeField()
+    start = InputTimeField()
+    end = InputTimeField()
 
 
 class DryRunQuery(StrictSerializer):
-    start = AwareDateTimeField()
-    end = AwareDateTimeField()
+    start = InputTimeField()
+    end = InputTimeField()
     limit = serializers.IntegerField(required=False, default=100, min_value=1, max_value=1000)
 
 

@@ -25,6 +25,7 @@ class SchemaView(APIMixin):
     permission_classes = [AllowAny]
     renderer_classes = [OpenApiJsonRenderer2]
     schema = None  # not part of the API's schema
+    refuses_unknown_query = False
 
     def get_authenticators(self) -> list[Any]:
         return []
@@ -38,5 +39,6 @@ class UnknownPathView(APIMixin):
 
     permission_classes = [AllowAny]
     schema = None  # not part of the API's schema
+    refuses_unknown_query = False  # a 404 whatever the query
 
     get = post = put = patch = delete = not_found

@@ -13,6 +13,7 @@ goes through these names; nothing else writes ``schedule_t``.
 - :mod:`.lifecycle`: every change after a create: save (edit), pause, resume, cancel,
   run now, backfill, and the pauses that end by themselves.
 - :mod:`.audit`: the audit event each change writes. :mod:`.describe`: timing in words.
+- :mod:`.permissions`: who may do what, one rule per capability, asked by every door.
 """
 
 from __future__ import annotations

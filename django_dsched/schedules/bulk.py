@@ -27,7 +27,7 @@ from django_dsched.exceptions import BulkValidationError, ValidationError
 from django_dsched.models import Schedule
 from django_dsched.models.schedule import resolve_host
 from django_dsched.models.validators import storable_text
-from django_dsched.schedules import binding, lifecycle
+from django_dsched.schedules import binding, lifecycle, permissions
 from django_dsched.schedules.bulk_insert import CHUNK, Inserter
 from django_dsched.schedules.constraints import unique_name_error
 from django_dsched.schedules.creates import Prepared, Preparer, existing_by_key
@@ -125,7 +125,9 @@ def _no_cycle_collection() -> Iterator[None]:
 
 
 @_no_cycle_collection()
-def bulk_create(specs: Iterable[Spec | Schedule], *, actor: Any = None) -> list[Schedule]:
+def bulk_create(
+    specs: Iterable[Spec | Schedule], *, actor: Any = None, may_fire: bool | None = None
+) -> list[Schedule]:
     """Create the schedules ``specs`` describe (any mix of ``Once``, ``Interval``,
     ``Cron``), in order; an item whose key exists gives the existing schedule.
 
@@ -148,6 +150,8 @@ def bulk_create(specs: Iterable[Spec | Schedule], *, actor: Any = None) -> list[
     keys: dict[tuple[uuid.UUID, str], int] = {}
     names: dict[tuple[uuid.UUID, str], int] = {}
     ids: dict[uuid.UUID, int] = {}
+    if may_fire is None:
+        may_fire = permissions.may(actor, permissions.FIRE)
 
     def check(index: int, spec: Spec | Schedule) -> Prepared | None:
         """``spec`` validated, or None with its errors recorded."""
@@ -162,6 +166,9 @@ def bulk_create(specs: Iterable[Spec | Schedule], *, actor: Any = None) -> list[
             errors += _item_errors(index, spec, exc)
             return None
         schedule = item.schedule
+        if not may_fire and permissions.fires_a_backlog(schedule, preparer.clock.now):
+            why = _("Item %(index)d: %(why)s") % {"index": index, "why": permissions.BACKLOG_WHY}
+            raise permissions.refusal(permissions.FIRE, why)
         # An id made here (a spec's) is new: only instances may repeat one.
         first = ids.setdefault(schedule.schedule_id, index) if spec_is_instance else index
         if first != index:  # two instances built with one id

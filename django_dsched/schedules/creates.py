@@ -30,6 +30,7 @@ from django_dsched.enums import ScheduleKind, ScheduleState
 from django_dsched.exceptions import ValidationError
 from django_dsched.models import Schedule
 from django_dsched.runtime.clock import database_now
+from django_dsched.schedules import permissions
 from django_dsched.schedules.constraints import (
     FieldCache,
     unique_name_error,
@@ -155,23 +156,38 @@ def existing_by_key(items: Sequence[Prepared]) -> dict[tuple[uuid.UUID, str], Sc
     return found
 
 
-def create(spec: Spec, *, actor: Any = None) -> Schedule:
+def create(spec: Spec, *, actor: Any = None, may_fire: bool | None = None) -> Schedule:
     """Create the schedule ``spec`` describes, or return the one with its key.
+
+    A schedule that would fire a backlog at once needs the permission to fire
+    (:func:`.permissions.check_new`): ``may_fire`` says whether the caller has it; None
+    (the default) asks the actor (a user's permission; code may).
 
     One statement (two when the kind needs the database's clock first; one more when the
     key exists): no transaction of its own, so it adds no BEGIN/COMMIT round trips and
     leaves a caller's transaction usable after a validation error.
     """
-    return _create(Preparer().prepare(spec), actor=actor)[0]
+    preparer = Preparer()
+    return _create(preparer.prepare(spec), preparer, actor=actor, may_fire=may_fire)[0]
 
 
-def create_instance(schedule: Schedule, *, actor: Any = None) -> tuple[Schedule, bool]:
+def create_instance(
+    schedule: Schedule, *, actor: Any = None, may_fire: bool | None = None
+) -> tuple[Schedule, bool]:
     """Insert the unsaved ``schedule`` (validated first) with its "created" event; or, if
-    its idempotency key exists, return the existing schedule. ``(schedule, created)``."""
-    return _create(Preparer().prepare_instance(schedule), actor=actor)
+    its idempotency key exists, return the existing schedule. ``(schedule, created)``.
+    ``may_fire`` as for :func:`create`."""
+    preparer = Preparer()
+    return _create(preparer.prepare_instance(schedule), preparer, actor=actor, may_fire=may_fire)
 
 
-def _create(item: Prepared, *, actor: Any) -> tuple[Schedule, bool]:
+def _create(
+    item: Prepared, preparer: Preparer, *, actor: Any, may_fire: bool | None
+) -> tuple[Schedule, bool]:
+    if may_fire is None:
+        may_fire = permissions.may(actor, permissions.FIRE)
+    if not may_fire and permissions.fires_a_backlog(item.schedule, preparer.clock.now):
+        raise permissions.refusal(permissions.FIRE, permissions.BACKLOG_WHY)
     if insert_one(item.schedule, item.delay, actor=actor, data_text=item.data_text):
         return item.schedule, True
     key = item.schedule.idempotency_key

@@ -32,7 +32,7 @@ from django_dsched.models.schedule import BOUND_FIELDS, GRID_FIELDS
 from django_dsched.models.validators import validate_plain_text
 from django_dsched.runtime.clock import database_now
 from django_dsched.scheduler.firing import fire_slots, reason
-from django_dsched.schedules import audit, binding, creates
+from django_dsched.schedules import audit, binding, creates, permissions
 
 # Most slots one backfill may fire.
 MAX_BACKFILL = 10_000
@@ -253,7 +253,12 @@ def resume(
     A set-aside schedule that still cannot be planned stays set aside (it is skipped); a
     paused one that cannot be planned resumes on its old slot, and the scheduler sets it
     aside with its error (one mechanism for every row that cannot be planned).
+
+    Catching up fires the missed slots: for a user ``actor`` it needs the permission to
+    fire (:data:`.permissions.FIRE`; :class:`.NotPermitted`, nothing changed, otherwise).
     """
+    if catch_up:
+        permissions.require(actor, permissions.FIRE, permissions.CATCH_UP_WHY)
     return _resume(schedules, actor=actor, catch_up=catch_up, at_pause_end=False)
 
 
@@ -618,7 +623,8 @@ def save_schedule(
     if schedule._state.adding:
         # Validated in Python, one INSERT with its "created" event (schedules.creates);
         # with an idempotency key that exists, the existing schedule.
-        return creates.create_instance(schedule, actor=actor)[0]
+        # (``may_fire``: a new schedule that would fire a backlog at once is a run now.)
+        return creates.create_instance(schedule, actor=actor, may_fire=may_fire)[0]
     schedule.full_clean()
     with _atomic():
         current = Schedule.objects.select_for_update().get(pk=schedule.pk)
@@ -722,7 +728,9 @@ def _fire(schedule: Schedule, slots: list[datetime], *, trigger: str, actor: Any
 
 
 def trigger(schedule: Schedule, *, actor: Any = None) -> int:
-    """Fire ``schedule`` once now, through the exactly-once path (returns 1)."""
+    """Fire ``schedule`` once now, through the exactly-once path (returns 1). A user
+    ``actor`` needs the permission to fire (:class:`.NotPermitted` otherwise)."""
+    permissions.require(actor, permissions.FIRE)
     if schedule.state not in TRIGGERABLE:
         raise ValidationError(
             _("Only active or paused schedules can be run now; this one is %(state)s.")
@@ -738,8 +746,10 @@ def backfill(
     """Fire each slot of ``schedule`` in ``[start, end]`` once, now.
 
     Slots that already fired are not fired again (the database refuses them). Returns
-    ``(fired, already_fired)``.
+    ``(fired, already_fired)``. A user ``actor`` needs the permission to fire
+    (:class:`.NotPermitted` otherwise).
     """
+    permissions.require(actor, permissions.FIRE)
     if start.tzinfo is None or end.tzinfo is None:
         raise ValidationError(_("Give timezone-aware times (with an offset or a zone)."))
     if end < start:

@@ -4,15 +4,19 @@ A refused action changes nothing."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 import pytest
 from django.contrib.admin import helpers
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from django_dsched.enums import ScheduleState
 from django_dsched.models import Event, OutboxMessage, Schedule
+from django_dsched.runtime.clock import database_now
 from tests.factories import ScheduleFactory
 
 pytestmark = pytest.mark.django_db
@@ -226,3 +230,63 @@ def test_staff_who_may_only_view_get_a_read_only_page(client):
     assert 'name="_save"' not in response.content.decode()
     assert client.post(url, {"schedule_name": "changed"}).status_code == 403
     assert Schedule.objects.get().schedule_name == "viewed"
+
+
+def add_form(start: datetime, **changes: str) -> dict[str, str]:
+    local = timezone.localtime(start)
+    return {
+        "schedule_name": "backlog",
+        "host_id": "00000000-0000-0000-0000-000000000000",
+        "schedule_kind": "INTERVAL",
+        "frequency_time": "1",
+        "frequency_unit": "MINUTES",
+        "start_ts_0": local.strftime("%Y-%m-%d"),
+        "start_ts_1": local.strftime("%H:%M:%S"),
+        "time_zone": "UTC",
+        "jitter_seconds": "0",
+        "priority": "0",
+        "misfire_policy": "CATCH_UP",
+        "catch_up_limit": "10000",
+        "event_topic": "reports",
+        "event_type": "report.build",
+        "event_data": "{}",
+        **changes,
+    }
+
+
+@pytest.mark.parametrize("role", ["superuser", "with_permission", "all_but_this_one"])
+def test_adding_a_schedule_that_fires_a_backlog_needs_the_run_now_permission(client, role):
+    """A new catch-up schedule whose start is a day ago would fire 1,440 slots at once:
+    that is a run now (as an edit that makes a schedule due), refused without it."""
+    user = login(client, role, "trigger_schedule")
+    if role == "with_permission":
+        user.user_permissions.add(Permission.objects.get(codename="add_schedule"))
+    start = database_now() - timedelta(days=1)
+    before = snapshot()
+    response = client.post(reverse("admin:dsched_schedule_add"), add_form(start))
+    if allowed(role):
+        assert response.status_code == 302, response.content.decode()[:2000]
+        assert Schedule.objects.filter(schedule_name="backlog").exists()
+        return
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors
+    assert "dsched.trigger_schedule" in errors["misfire_policy"][0]
+    assert snapshot() == before
+    # The first slot only (COALESCE), or a start ahead: no backlog, no run-now permission.
+    for changes in ({"misfire_policy": "COALESCE"}, {"schedule_name": "ahead"}):
+        begin = start if "misfire_policy" in changes else database_now() + timedelta(hours=1)
+        response = client.post(reverse("admin:dsched_schedule_add"), add_form(begin, **changes))
+        assert response.status_code == 302, response.context["adminform"].form.errors
+
+
+def test_duplicating_a_catch_up_schedule_needs_no_run_now_permission(client):
+    """The copy is paused in the same transaction: it never fires unseen."""
+    login(client, "with_permission", "add_schedule")
+    source = ScheduleFactory(
+        misfire_policy="CATCH_UP",
+        catch_up_limit=10_000,
+        start_ts=database_now() - timedelta(days=1),
+    )
+    post_action(client, "duplicate", [source])
+    copy = Schedule.objects.exclude(pk=source.pk).get()
+    assert copy.state == ScheduleState.PAUSED

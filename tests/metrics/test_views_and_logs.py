@@ -29,11 +29,20 @@ def gauges_now(settings):
 
 
 def test_the_view_refuses_anonymous_and_unpermitted_users(client, gauges_now):
+    """The gauges count every host: they need the cluster's permission, as the admin's
+    cluster page and the REST API's cluster/ do (seeing one tenant's schedules is not
+    enough)."""
     assert client.get("/dsched/metrics").status_code == 401
     user = User.objects.create_user("viewer", password="pw")
     client.force_login(user)
     assert client.get("/dsched/metrics").status_code == 403
     user.user_permissions.add(Permission.objects.get(codename="view_schedule"))
+    user = User.objects.get(pk=user.pk)
+    client.force_login(user)
+    answer = client.get("/dsched/metrics")
+    assert answer.status_code == 403
+    assert b"dsched.view_schedulerinstance" in answer.content
+    user.user_permissions.add(Permission.objects.get(codename="view_schedulerinstance"))
     user = User.objects.get(pk=user.pk)
     client.force_login(user)
     answer = client.get("/dsched/metrics")

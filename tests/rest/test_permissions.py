@@ -1,5 +1,8 @@
-"""Who may call what: every endpoint x (anonymous, no permission, each permission,
-superuser). The permissions are the admin's; a refused call changes nothing."""
+"""Who may call what: every endpoint, and every call that fires more than its endpoint
+says (a resume that catches up, a create with a backlog) or shows what another created (a
+create with an existing key), x (anonymous, no permission, each permission, the pairs that
+allow those, superuser). The permissions are the capabilities of
+django_dsched.schedules.permissions, the admin's; a refused call changes nothing."""
 
 from __future__ import annotations
 
@@ -40,6 +43,11 @@ class Endpoint:
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
     ok: int = 200
+    also: frozenset[str] = frozenset()  # and any one of these too (when not empty)
+    session: bool = False  # a page of the site (a logged-in user), not the API (a token)
+
+    def allows(self, codenames: set[str]) -> bool:
+        return bool(self.needs & codenames) and (not self.also or bool(self.also & codenames))
 
 
 ANY_VERSION = {"If-Match": "*"}
@@ -93,6 +101,37 @@ ENDPOINTS = {
         "POST", "schedules/bulk-cancel/", frozenset({"cancel_schedule"}), "{cancel active}"
     ),
 }
+FIRE = frozenset({"trigger_schedule"})
+# Calls of those endpoints that need more than the endpoint's permission, or answer less.
+CALLS = {
+    "resume catching up": Endpoint(
+        "POST",
+        "schedules/{paused}/resume/",
+        frozenset({"pause_schedule"}),
+        {"catch_up": True},
+        also=FIRE,
+    ),
+    "create with a backlog": Endpoint(
+        "POST", "schedules/", frozenset({"add_schedule"}), "{backlog}", ok=201, also=FIRE
+    ),
+    "bulk create with a backlog": Endpoint(
+        "POST", "schedules/bulk/", frozenset({"add_schedule"}), "[{backlog}]", ok=201, also=FIRE
+    ),
+    "create with an existing key": Endpoint(
+        "POST", "schedules/", frozenset({"add_schedule"}), {**INTERVAL, "key": "active"}
+    ),
+    "bulk create with an existing key": Endpoint(
+        "POST", "schedules/bulk/", frozenset({"add_schedule"}), [{**INTERVAL, "key": "active"}]
+    ),
+    # Not the API: the site's metrics page, for a logged-in user (docs/observability.md).
+    "metrics": Endpoint(
+        "GET",
+        "/dsched/metrics",
+        frozenset({"view_schedulerinstance", "change_schedulerinstance"}),
+        session=True,
+    ),
+}
+MATRIX = {**ENDPOINTS, **CALLS}
 CODENAMES = sorted(
     {
         "view_schedule",
@@ -108,17 +147,30 @@ CODENAMES = sorted(
         "view_schedulerinstance",
     }
 )
-ROLES = ["anonymous", "no permission", *CODENAMES, "superuser"]
+# The pairs that allow the calls needing two permissions, and a viewer who may also create.
+PAIRS = [
+    "pause_schedule+trigger_schedule",
+    "add_schedule+trigger_schedule",
+    "add_schedule+view_schedule",
+]
+ROLES = ["anonymous", "no permission", *CODENAMES, *PAIRS, "superuser"]
+
+
+def codenames_of(role: str) -> set[str]:
+    return set() if role in ("anonymous", "no permission", "superuser") else set(role.split("+"))
 
 
 @pytest.fixture
 def world() -> dict[str, str]:
-    """A due active schedule with past slots, a paused one, a dead letter."""
+    """A due active schedule with past slots, a paused one that missed slots and catches
+    up (CATCH_UP), a dead letter."""
     start = (database_now() - timedelta(minutes=10)).replace(second=0, microsecond=0)
     active = api.create_interval(
         "active", every=1, unit="MINUTES", start=start, key="active", topic="ops", event_type="ping"
     )
-    paused = api.create_interval("paused", every=1, topic="ops", event_type="ping")
+    paused = api.create_interval(
+        "paused", every=1, start=start, misfire_policy="CATCH_UP", topic="ops", event_type="ping"
+    )
     api.pause(paused)
     api.trigger(paused)
     message = OutboxMessage.objects.get(aggregate_id=paused.pk)
@@ -139,7 +191,7 @@ def client_for(role: str) -> APIClient:
         return APIClient(None)
     if role == "superuser":
         return APIClient(User.objects.create_superuser("root", "root@example.com", "pw"))
-    return APIClient(user_with([] if role == "no permission" else [role]))
+    return APIClient(user_with(codenames_of(role)))
 
 
 def snapshot() -> tuple[Any, ...]:
@@ -151,35 +203,69 @@ def snapshot() -> tuple[Any, ...]:
     )
 
 
+def backlog(world: dict[str, Any]) -> dict[str, Any]:
+    """A schedule that catches up on the ten minutes since its start as soon as it exists."""
+    return {
+        **INTERVAL,
+        "name": "backlog",
+        "every": 1,
+        "unit": "MINUTES",
+        "start": world["range_body"]["start"],
+        "misfire_policy": "CATCH_UP",
+        "catch_up_limit": 10_000,
+    }
+
+
 def body_of(endpoint: Endpoint, world: dict[str, Any]) -> Any:
     if endpoint.body == "{range}":
         return world["range_body"]
     if endpoint.body == "{cancel active}":
         return {"ids": [world["active"]]}
+    if endpoint.body == "{backlog}":
+        return backlog(world)
+    if endpoint.body == "[{backlog}]":
+        return [backlog(world)]
     return endpoint.body
 
 
 def call(client: APIClient, endpoint: Endpoint, world: dict[str, Any]) -> Any:
     path = endpoint.path.format(**world)
+    if endpoint.session and client.user is not None:
+        client.client.force_login(client.user)
     return client.request(endpoint.method, path, body_of(endpoint, world), **endpoint.headers)
 
 
+def shown(body: Any) -> set[str]:
+    """The fields an answer shows of the schedule it gives."""
+    return set(body["results"][0] if "results" in body else body)
+
+
 @pytest.mark.parametrize("role", ROLES)
-@pytest.mark.parametrize("name", list(ENDPOINTS))
+@pytest.mark.parametrize("name", list(MATRIX))
 def test_every_endpoint_needs_its_permission(name, role, world):
-    endpoint = ENDPOINTS[name]
+    endpoint = MATRIX[name]
     client = client_for(role)
     before = snapshot()
     response = call(client, endpoint, world)
     if role == "anonymous":
         assert response.status_code == 401
-        assert response["WWW-Authenticate"] == "Token"
-    elif role == "superuser" or role in endpoint.needs:
+        scheme = "Bearer" if endpoint.session else "Token"
+        assert response["WWW-Authenticate"].split()[0] == scheme
+    elif role == "superuser" or endpoint.allows(codenames_of(role)):
         assert response.status_code == endpoint.ok, response.body
+        if "existing key" in name:
+            # The existing schedule is another's: shown whole only to who may view it.
+            viewer = role == "superuser" or "view_schedule" in codenames_of(role)
+            assert ("data" in response.body) is (viewer and name.startswith("create"))
+            if not viewer:
+                assert shown(response.body) == {"outcome", "id", "host_id", "key"}
+                assert "ETag" not in response
+            assert snapshot() == before
         return
     else:
         assert response.status_code == 403
-        assert response.body["code"] == "permission_denied"
+        if not endpoint.session:
+            assert response.body["code"] == "permission_denied"
     assert snapshot() == before
 
 
@@ -191,7 +277,8 @@ def test_the_matrix_covers_every_operation_of_the_schema():
     }
     tested = {
         (e.method, "/" + re.sub(r"\{(active|paused|message)\}", "{id}", e.path.split("?")[0]))
-        for e in ENDPOINTS.values()
+        for e in MATRIX.values()
+        if not e.session
     }
     assert tested == documented
 
@@ -201,12 +288,12 @@ def test_the_schedule_actions_need_the_admins_permissions():
     rest = {"pause": "pause", "resume": "resume", "run_now": "trigger", "cancel": "destroy"}
     for admin_action, rest_action in rest.items():
         codename = f"dsched.{ACTIONS[admin_action].permission}_schedule"
-        assert permissions.SCHEDULES[rest_action] == (codename,), admin_action
+        assert permissions.SCHEDULES[rest_action].permissions == (codename,), admin_action
 
 
 @pytest.mark.parametrize("action", ["retry", "discard"])
 def test_the_dead_letter_actions_need_the_admins_permissions(action):
-    needed = permissions.OUTBOX[action]
+    needed = permissions.OUTBOX[action].permissions
     user = user_with([needed[0].split(".")[1]])
     request = RequestFactory().get("/")
     request.user = User.objects.get(pk=user.pk)

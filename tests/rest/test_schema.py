@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,8 @@ def test_every_operation_documents_its_errors_in_the_one_shape():
     for path, operations in schema["paths"].items():
         for method, operation in operations.items():
             responses = operation["responses"]
-            assert {"401", "403"} <= set(responses), (method, path)
+            assert {"400", "401", "403"} <= set(responses), (method, path)  # 400: unknown
+            # query parameters
             if "{id}" in path:
                 assert "404" in responses, (method, path)
             if method in ("post", "put", "patch") and "requestBody" in operation:
@@ -53,3 +55,46 @@ def test_every_operation_has_its_own_summary_and_no_inherited_description():
     assert len(set(summaries)) == len(summaries) == len(operations)
     descriptions = [op["description"] for op in operations if "description" in op]
     assert len(set(descriptions)) == len(descriptions)
+
+
+# RFC 3339 times (the schema's format: date-time), at the ends of the supported range.
+TIMES = [
+    f"{year}-{day}T{clock}{offset}"
+    for year in ("0001", "1899", "1900", "1901", "2026", "8998", "8999", "9999")
+    for day, clock in (("01-01", "00:00:00"), ("12-31", "23:59:59.999999"))
+    for offset in ("Z", "+14:00", "-14:00", "+23:59", "-23:59")
+]
+
+
+def time_pattern() -> str:
+    schema = yaml.safe_load(CHECKED_IN.read_text())
+    pattern: str = schema["components"]["schemas"]["RangeInputRequest"]["properties"]["start"][
+        "pattern"
+    ]
+    return pattern
+
+
+@pytest.mark.parametrize("text", TIMES)
+def test_the_schema_and_the_server_agree_on_every_time(text):
+    """A time the schema takes is one the server takes, whatever its offset, and one it
+    refuses the server refuses (schemathesis: no "schema-valid request rejected")."""
+    from django_dsched.rest.serializers import RangeInput
+
+    found = RangeInput(data={"start": text, "end": text})
+    assert found.is_valid() is (re.search(time_pattern(), text) is not None), found.errors
+
+
+@pytest.mark.parametrize("text", ["20260101T000000Z", "2026-W01-1T00:00:00Z", "99999-01-01"])
+def test_times_the_schema_does_not_describe_are_refused(text):
+    from django_dsched.rest.serializers import RangeInput
+
+    assert re.search(time_pattern(), text) is None
+    assert not RangeInput(data={"start": text, "end": text}).is_valid()
+
+
+def test_a_blank_cursor_is_refused_by_the_schema_too():
+    schema = yaml.safe_load(CHECKED_IN.read_text())
+    cursor = next(
+        p for p in schema["paths"]["/schedules/"]["get"]["parameters"] if p["name"] == "cursor"
+    )
+    assert cursor["schema"]["minLength"] == 1

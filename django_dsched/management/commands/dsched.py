@@ -4,16 +4,18 @@ import argparse
 from datetime import datetime
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from django_dsched import api
 from django_dsched.declared import sync
 from django_dsched.enums import ScheduleState
-from django_dsched.exceptions import ConfigurationError
+from django_dsched.exceptions import ConfigurationError, NotPermitted
 from django_dsched.management import _arguments
 from django_dsched.models import Schedule
 from django_dsched.runtime.text import escape_control_characters as shown
+from django_dsched.schedules import permissions as rules
 from django_dsched.schedules.describe import describe
 
 
@@ -29,6 +31,18 @@ def aware_datetime(value: str) -> datetime:
     return parsed
 
 
+# The capability each action needs when run as a user (--user); pause, resume, cancel,
+# trigger and backfill are checked by the Python API and the services they call, which
+# also check what a resume with --catch-up fires.
+NEEDS = {
+    "list": rules.VIEW,
+    "show": rules.VIEW,
+    "preview": rules.VIEW,
+    "cluster": rules.VIEW_CLUSTER,
+}
+OPERATOR_ONLY = ("sync", "import-celery-beat")
+
+
 class Command(BaseCommand):
     help = (
         "Operate schedules: list, show, preview, pause, resume, cancel, trigger, backfill, "
@@ -37,6 +51,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--host", help="Tenant (host_id); default DSCHED_DEFAULT_HOST_ID.")
+        parser.add_argument(
+            "--user",
+            help="Act as this user (username): each action needs the user's permission, as "
+            "in the admin and the REST API, and the user is the audit actor. Default: the "
+            "operator, who may do everything (actor manage.py).",
+        )
         actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
         listing = actions.add_parser("list", help="Schedules with their next fire times.")
         listing.add_argument("--state", choices=ScheduleState.values)
@@ -90,15 +110,33 @@ class Command(BaseCommand):
             "(default %(default)r).",
         )
 
-    def handle(self, *, action: str, host: str | None, **options: Any) -> None:
+    def handle(self, *, action: str, host: str | None, user: str | None, **options: Any) -> None:
+        if action in OPERATOR_ONLY and user is not None:
+            raise CommandError(
+                f"{action} acts for the whole deployment, not for a user: run it without --user."
+            )
+        self.actor: Any = "manage.py" if user is None else self._user(user)
         try:
+            needed = NEEDS.get(action)
+            if needed is not None:
+                rules.require(self.actor, needed)
             getattr(self, f"do_{action.replace('-', '_')}")(host=host, **options)
+        except NotPermitted as exc:
+            raise CommandError(str(exc)) from None
         except Schedule.DoesNotExist:
             raise CommandError(f"No schedule {options.get('schedule')!r} on this host.") from None
         except ValidationError as exc:
             raise CommandError("; ".join(exc.messages)) from None
         except (ValueError, ConfigurationError) as exc:
             raise CommandError(str(exc)) from None
+
+    @staticmethod
+    def _user(username: str) -> Any:
+        model = get_user_model()
+        try:
+            return model._default_manager.get_by_natural_key(username)
+        except model.DoesNotExist:
+            raise CommandError(f"No user {username!r}.") from None
 
     def do_list(self, *, host: str | None, state: str | None, **options: Any) -> None:
         rows = api.schedules(host_id=host, state=state)
@@ -153,11 +191,11 @@ class Command(BaseCommand):
         until: datetime | None,
         **options: Any,
     ) -> None:
-        done = api.pause(schedule, reason=reason, until=until, host_id=host, actor="manage.py")
+        done = api.pause(schedule, reason=reason, until=until, host_id=host, actor=self.actor)
         self._report(done, f"Paused {schedule}.", f"{schedule} is not active; nothing done.")
 
     def do_resume(self, *, host: str | None, schedule: str, catch_up: bool, **options: Any) -> None:
-        done = api.resume(schedule, catch_up=catch_up, host_id=host, actor="manage.py")
+        done = api.resume(schedule, catch_up=catch_up, host_id=host, actor=self.actor)
         self._report(
             done,
             f"Resumed {schedule}.",
@@ -166,17 +204,17 @@ class Command(BaseCommand):
         )
 
     def do_cancel(self, *, host: str | None, schedule: str, **options: Any) -> None:
-        done = api.cancel(schedule, host_id=host, actor="manage.py")
+        done = api.cancel(schedule, host_id=host, actor=self.actor)
         self._report(done, f"Cancelled {schedule}.", f"{schedule} cannot be cancelled now.")
 
     def do_trigger(self, *, host: str | None, schedule: str, **options: Any) -> None:
-        api.trigger(schedule, host_id=host, actor="manage.py")
+        api.trigger(schedule, host_id=host, actor=self.actor)
         self.stdout.write(f"Fired {schedule} once.")
 
     def do_backfill(
         self, *, host: str | None, schedule: str, start: datetime, end: datetime, **options: Any
     ) -> None:
-        fired, already = api.backfill(schedule, start, end, host_id=host, actor="manage.py")
+        fired, already = api.backfill(schedule, start, end, host_id=host, actor=self.actor)
         self.stdout.write(f"Fired {fired} slot(s); {already} had already fired.")
 
     def do_cluster(self, **options: Any) -> None:
