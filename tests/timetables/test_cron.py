@@ -113,7 +113,7 @@ def test_seconds_field():
 @pytest.mark.parametrize(
     ("expression", "zone", "fragment"),
     [
-        ("61 * * * *", "UTC", "not a valid"),
+        ("61 * * * *", "UTC", "out of range in the minute field"),
         ("* * *", "UTC", "five fields"),
         ("not cron", "UTC", "five fields"),
         ("0 0 * * *", "Mars/Olympus", "unknown time zone"),
