@@ -109,47 +109,103 @@ def microseconds(column: str) -> str:
 # Times travel as microseconds since the epoch: parsing and formatting thousands of
 # timestamps per batch costs more than the batch's SQL. Nothing here can fail on a row's
 # values: every column comes back as stored, to be judged by plan(), row by row.
-CLAIM = f"""
-SELECT schedule_id::text, schedule_kind, frequency_unit, frequency_time,
+CLAIM_COLUMNS = f"""schedule_id::text, schedule_kind, frequency_unit, frequency_time,
        {microseconds("start_ts")},
        {microseconds("next_slot_ts")},
        (extract(epoch FROM statement_timestamp()) * 1000000)::bigint,
        cron_expression, time_zone, misfire_policy, misfire_grace_seconds, catch_up_limit,
-       {microseconds("end_ts")}, max_fires, fire_count, jitter_seconds{{bucket_column}}
-FROM schedule_t
-WHERE active AND next_run_ts <= statement_timestamp(){{bucket_filter}}
-ORDER BY next_run_ts, priority DESC
-LIMIT %s
-FOR UPDATE SKIP LOCKED
-"""
+       {microseconds("end_ts")}, max_fires, fire_count, jitter_seconds"""
+
 # With buckets (DSCHED_BUCKETS > 1) the claim takes only rows of the buckets this instance
 # holds (no filter when it holds them all) and returns each row's bucket key, so the write
 # fences exactly the buckets it touches.
 IN_BUCKETS = "(bucket_key & %(mask)s) = ANY(%(buckets)s::int[])"
-CLAIM_BUCKETS = CLAIM.format(
-    bucket_column=", bucket_key", bucket_filter=f" AND {IN_BUCKETS}"
-).replace("LIMIT %s", "LIMIT %(limit)s")
-CLAIM_ALL_BUCKETS = CLAIM.format(bucket_column=", bucket_key", bucket_filter="").replace(
-    "LIMIT %s", "LIMIT %(limit)s"
-)
-CLAIM = CLAIM.format(bucket_column="", bucket_filter="")
-
 # Rows this instance could neither fire nor set aside (the database refused both) wait in
 # its quarantine (the loop's): the claim passes over them for a while.
-DUE = "WHERE active AND next_run_ts <= statement_timestamp()"
 NOT_QUARANTINED = "schedule_id <> ALL(%(skip)s::uuid[])"
+# The end of the last claim that found rows (the caller's, in microseconds); the first
+# claim of a process takes one backlog window before now.
+SINCE = """COALESCE('epoch'::timestamptz + %(since)s::bigint * interval '1 microsecond',
+                  statement_timestamp() - make_interval(secs => %(window)s))"""
 
 
-def skipping(claim: str) -> str:
-    """``claim`` (any CLAIM variant) passing over the ids in ``%(skip)s``."""
-    if claim.count(DUE) != 1:
-        raise ValueError("skipping: the claim lacks its due filter")
-    return claim.replace(DUE, f"{DUE} AND {NOT_QUARANTINED}").replace("LIMIT %s", "LIMIT %(limit)s")
+def claim_statement(
+    *, buckets: bool = False, every_bucket: bool = False, skip: bool = False
+) -> str:
+    """The claim: on-time work first, then the backlog.
+
+    ``again`` takes the rows the previous batch fired that were due again at once (a
+    catch-up, a slot due within the backlog window: ``%(again)s``, primary-key probes), and
+    ``fresh`` the rows that came due since the previous claim (``SINCE``), oldest first:
+    whatever is on time is claimed in the next round, however large the backlog.
+    ``backlog`` fills the rest of the batch from the rows due before that, oldest first, and
+    always gets at least ``%(backlog_share)s`` of it, so a backlog drains even while on-time
+    work fills the batch. All skip rows locked by others; ``fresh`` and ``backlog`` walk
+    the due index."""
+    columns = CLAIM_COLUMNS + (", bucket_key" if buckets else "")
+    where = "active"
+    if buckets and not every_bucket:
+        where += f" AND {IN_BUCKETS}"
+    if skip:
+        where += f" AND {NOT_QUARANTINED}"
+    return f"""
+WITH since AS MATERIALIZED (SELECT {SINCE} AS ts),
+again AS MATERIALIZED (
+    SELECT {columns} FROM schedule_t
+    WHERE schedule_id = ANY(%(again)s::uuid[]) AND {where}
+      AND next_run_ts <= (SELECT ts FROM since)
+    FOR UPDATE SKIP LOCKED
+),
+fresh AS MATERIALIZED (
+    SELECT {columns} FROM schedule_t
+    WHERE {where} AND next_run_ts <= statement_timestamp()
+      AND next_run_ts > (SELECT ts FROM since)
+    ORDER BY next_run_ts, priority DESC
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+backlog AS MATERIALIZED (
+    SELECT {columns} FROM schedule_t
+    WHERE {where} AND next_run_ts <= (SELECT ts FROM since)
+      AND schedule_id <> ALL(%(again)s::uuid[])
+    ORDER BY next_run_ts, priority DESC
+    LIMIT greatest(%(backlog_share)s,
+                   %(limit)s - (SELECT count(*) FROM fresh) - (SELECT count(*) FROM again))
+    FOR UPDATE SKIP LOCKED
+)
+SELECT * FROM again UNION ALL SELECT * FROM fresh UNION ALL SELECT * FROM backlog
+"""
 
 
-CLAIM_SKIPPING = skipping(CLAIM)
-CLAIM_BUCKETS_SKIPPING = skipping(CLAIM_BUCKETS)
-CLAIM_ALL_BUCKETS_SKIPPING = skipping(CLAIM_ALL_BUCKETS)
+# (buckets, every bucket, skip) -> the claim; built once here, picked per batch.
+CLAIMS = {
+    (buckets, every, skip): claim_statement(buckets=buckets, every_bucket=every, skip=skip)
+    for buckets in (False, True)
+    for every in (False, True)
+    for skip in (False, True)
+    if buckets or not every
+}
+CLAIM = CLAIMS[False, False, False]  # no buckets, nothing quarantined
+# The least part of a batch the backlog gets while on-time work would fill it.
+BACKLOG_SHARE = 0.1
+
+
+def claim_args(
+    limit: int,
+    since_us: int | None = None,
+    skip: Collection[str] = (),
+    again: Collection[str] = (),
+) -> dict[str, Any]:
+    """The parameters of a claim of ``limit`` rows (see :func:`claim_statement`)."""
+    return {
+        "limit": limit,
+        "since": since_us,
+        "again": list(again),
+        "window": backlog_window().total_seconds(),
+        "backlog_share": max(1, int(limit * BACKLOG_SHARE)),
+        "skip": list(skip),
+    }
+
 
 # This instance still holds the unexpired lease at its epoch; FOR SHARE keeps anyone from
 # taking the lease until the transaction ends. dsched.firing keeps the NOTIFY trigger quiet.
@@ -376,6 +432,10 @@ class BatchResult:
     # them). Each with the database's error.
     refused: tuple[tuple[str, str], ...] = ()
     quarantined: tuple[tuple[str, str], ...] = ()
+    # The claim's database time (microseconds) and the rows due again at once: the
+    # ``since_us`` and ``again`` of the next batch.
+    claimed_at: int | None = None
+    again_ids: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -392,8 +452,9 @@ class Plan:
     aside: list[tuple[str, str]] = field(default_factory=list)
     # Rows not planned because the budget ran out (left as they are).
     deferred: int = 0
-    # Planned rows whose next run is already due.
+    # Planned rows whose next run is already due (and their ids).
     again: int = 0
+    again_ids: list[str] = field(default_factory=list)
 
     def add(
         self,
@@ -461,6 +522,7 @@ def plan(rows: list[tuple[Any, ...]], deadline: float | None = None) -> Plan:
             result.add(schedule_id, slot, following, following, slot > next_slot)
             if following is not None and following <= now:
                 result.again += 1
+                result.again_ids.append(schedule_id)
             continue
         slow.append(row)
     for index, row in enumerate(slow):
@@ -516,6 +578,7 @@ def _plan_one(result: Plan, row: tuple[Any, ...], window: timedelta | None = Non
     )
     if next_run is not None and next_run <= now:
         result.again += 1
+        result.again_ids.append(schedule_id)
 
 
 def reason(exc: BaseException) -> str:
@@ -561,6 +624,8 @@ def fire_batch(
     metrics: bool = False,
     narrow: bool = False,
     skip: Collection[str] = (),
+    since_us: int | None = None,
+    again: Collection[str] = (),
 ) -> BatchResult:
     """Claim and fire up to ``batch_size`` due schedules inside the caller's transaction.
 
@@ -576,6 +641,11 @@ def fire_batch(
     and those rows are set aside with the database's error while the rest fires
     (``refused``); a row the database will not even set aside is reported in
     ``quarantined`` for the caller to pass over (``skip``: ids the claim passes over).
+
+    On-time work first: the rows ``again`` (the previous batch's ``again_ids``) and the rows
+    that came due after ``since_us`` (the ``claimed_at`` of the caller's previous batch that
+    claimed any; None: one backlog window ago) are claimed before the rows due earlier,
+    which fill the rest of the batch (:func:`claim_statement`).
     """
     bucketed = fence.bucket_count > 1
     params: dict[str, Any] = {
@@ -586,16 +656,13 @@ def fire_batch(
         "active": ACTIVE,
         "completed": COMPLETED,
     }
+    claim_params = claim_args(batch_size, since_us, skip, again)
     if bucketed:
         if not fence.buckets:
             return BatchResult(0, 0, 0, False)
         params.update(bucket_params(fence), limit=batch_size)
         every = len(fence.buckets) == fence.bucket_count
-        if skip:
-            claim = CLAIM_ALL_BUCKETS_SKIPPING if every else CLAIM_BUCKETS_SKIPPING
-            cursor.execute(claim, {**params, "skip": list(skip)})
-        else:
-            cursor.execute(CLAIM_ALL_BUCKETS if every else CLAIM_BUCKETS, params)
+        cursor.execute(CLAIMS[True, every, bool(skip)], {**params, **claim_params})
         keyed = cursor.fetchall()
         mask = fence.bucket_count - 1
         touched = sorted({row[-1] & mask for row in keyed})
@@ -604,14 +671,12 @@ def fire_batch(
         params["locks"] = [fence.lease_id + b * LOCK_STRIDE for b in touched]
         params["epochs"] = [held[b] for b in touched]
         params["fenced"] = len(touched)
-    elif skip:
-        cursor.execute(CLAIM_SKIPPING, {"limit": batch_size, "skip": list(skip)})
-        rows = cursor.fetchall()
     else:
-        cursor.execute(CLAIM, [batch_size])
+        cursor.execute(CLAIMS[False, False, bool(skip)], claim_params)
         rows = cursor.fetchall()
     if not rows:
         return BatchResult(0, 0, 0, False)
+    claimed_at = rows[0][6]
     decided = plan(rows, deadline)
     if keep_lease is not None and not keep_lease():
         return BatchResult(len(rows), 0, 0, True)
@@ -646,6 +711,8 @@ def fire_batch(
         topics=writer.topics or None,
         refused=tuple(writer.refused),
         quarantined=tuple(writer.quarantined),
+        claimed_at=claimed_at,
+        again_ids=tuple(decided.again_ids),
     )
 
 

@@ -132,6 +132,10 @@ class Scheduler(DatabaseLoop):
         self._narrowing = False
         # Rows the database refused to fire and to set aside: id -> until (monotonic).
         self._quarantine: dict[str, float] = {}
+        # The database time of the last claim that found rows: what came due after it is
+        # on time and claimed first (firing.claim_statement).
+        self._since: int | None = None
+        self._again: tuple[str, ...] = ()
         self._retention_wanted = True
         self.retention: RetentionWorker | None = None
 
@@ -380,6 +384,8 @@ class Scheduler(DatabaseLoop):
                         metrics=self.metrics is not None,
                         narrow=narrow,
                         skip=skip,
+                        since_us=self._since,
+                        again=self._again,
                     )
                     self.stats.claims += 1
                     if result.fenced:
@@ -411,6 +417,8 @@ class Scheduler(DatabaseLoop):
             if narrow:
                 self.stats.narrowed += 1
                 self._narrowing = False
+            if result.claimed_at is not None and not result.fenced:
+                self._since, self._again = result.claimed_at, result.again_ids
             if result.fenced:
                 self.stats.fenced += 1
                 if isinstance(self.lease, BucketLeases):

@@ -278,7 +278,7 @@ def test_claim_rows_match_the_database():
     # tests.fire_path builds the claim's row by hand: check it against the real CLAIM.
     from django.db import connection
 
-    from django_dsched.scheduler.firing import CLAIM
+    from django_dsched.scheduler.firing import CLAIM, claim_args
     from tests.fire_path import claim_row
 
     schedule = ScheduleFactory(
@@ -288,7 +288,7 @@ def test_claim_rows_match_the_database():
         max_fires=9,
     )
     with connection.cursor() as cursor:
-        cursor.execute(CLAIM, [10])
+        cursor.execute(CLAIM, claim_args(10))
         (row,) = cursor.fetchall()
     mine = claim_row(schedule, schedule.next_slot_ts, datetime(2026, 1, 1, tzinfo=UTC), 0)
     assert row[:6] == mine[:6] and row[7:] == mine[7:]

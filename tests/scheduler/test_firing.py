@@ -7,7 +7,7 @@ from django.db import IntegrityError, connection, transaction
 
 from django_dsched.enums import DeliveryStatus, FrequencyUnit, ScheduleState
 from django_dsched.models import Event, OutboxMessage, Schedule
-from django_dsched.scheduler.firing import CLAIM, fire_batch
+from django_dsched.scheduler.firing import CLAIM, claim_args, fire_batch
 from tests.factories import ScheduleFactory
 from tests.fire_path import fire
 from tests.helpers import other_session, sql
@@ -117,8 +117,8 @@ def test_concurrent_claims_get_disjoint_sets(db_now):
     with other_session() as s1, other_session() as s2:
         s1.set_autocommit(False)
         s2.set_autocommit(False)
-        first = {row[0] for row in sql(CLAIM, [6], using=s1)}
-        second = {row[0] for row in sql(CLAIM, [6], using=s2)}
+        first = {row[0] for row in sql(CLAIM, claim_args(6), using=s1)}
+        second = {row[0] for row in sql(CLAIM, claim_args(6), using=s2)}
         s1.rollback()
         s2.rollback()
     assert len(first) == 6 and len(second) == 4
@@ -197,7 +197,7 @@ def test_the_poll_uses_the_partial_index(db_now):
     sql("ANALYZE schedule_t")
     with transaction.atomic():
         sql("SET LOCAL enable_seqscan = off")
-        plan = "\n".join(r[0] for r in sql("EXPLAIN " + CLAIM, [500]))
+        plan = "\n".join(r[0] for r in sql("EXPLAIN " + CLAIM, claim_args(500)))
     assert "dsched_schedule_due_idx" in plan
     # Many schedules due at the same instant (an hourly cron) are read in order, not sorted.
     assert "Sort" not in plan

@@ -13,7 +13,7 @@ from django.db import connection, transaction
 from django_dsched.enums import MisfirePolicy, ScheduleKind
 from django_dsched.models import Event, Lease, Schedule
 from django_dsched.scheduler import Scheduler
-from django_dsched.scheduler.firing import CLAIM, Fence, fire_batch, plan
+from django_dsched.scheduler.firing import CLAIM, Fence, claim_args, fire_batch, plan
 from django_dsched.scheduler.lease import LeaseHolder
 from tests.factories import ScheduleFactory
 from tests.helpers import sql, wait_for
@@ -76,7 +76,7 @@ def test_plan_with_a_spent_budget_still_plans_the_first_slow_row(db_now):
     for _ in range(3):
         catch_up_cron(db_now, timedelta(minutes=2), limit=10)
     with transaction.atomic():
-        rows = sql(CLAIM, [10])
+        rows = sql(CLAIM, claim_args(10))
     decided = plan(rows, deadline=time.monotonic() - 1)
     assert (len(decided.ids), decided.deferred) == (1, 2)
 

@@ -1,0 +1,134 @@
+"""A backlog never starves on-time work: the claim takes what came due since the previous
+claim first, and fills the rest of the batch from the backlog, which always gets a share."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.db import connection, transaction
+
+from django_dsched.enums import FrequencyUnit
+from django_dsched.models import Event, Schedule
+from django_dsched.scheduler.firing import fire_batch
+from tests.helpers import sql
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+TENANT_A = uuid.UUID(int=0xA)
+TENANT_B = uuid.UUID(int=0xB)
+
+
+def backlog(count: int, due_ago: timedelta, prefix: str = "a") -> None:
+    """``count`` hourly schedules of tenant A, all due ``due_ago`` (in SQL: quick)."""
+    sql(
+        """
+        INSERT INTO schedule_t (schedule_id, host_id, schedule_name, schedule_kind,
+            frequency_unit, frequency_time, start_ts, next_slot_ts, next_run_ts, event_topic,
+            event_type, event_data)
+        SELECT gen_random_uuid(), %s, %s || n, 'INTERVAL', 'HOURS', 1,
+               now() - %s, now() - %s, now() - %s, 'a', 'a.tick', '{}'
+        FROM generate_series(1, %s) AS n
+        """,
+        [TENANT_A, prefix, due_ago, due_ago, due_ago, count],
+    )
+
+
+def on_time(count: int) -> list[Schedule]:
+    """Per-second schedules of tenant B, due now."""
+    now = sql("SELECT now()")[0][0]
+    return [
+        Schedule.objects.create(
+            host_id=TENANT_B,
+            schedule_name=f"b-{n}",
+            frequency_unit=FrequencyUnit.SECONDS,
+            frequency_time=1,
+            start_ts=now - timedelta(milliseconds=200),
+            event_topic="b",
+            event_type="b.tick",
+        )
+        for n in range(count)
+    ]
+
+
+def fire(fence, batch: int, since: int | None, again=()):
+    with transaction.atomic(), connection.cursor() as cursor:
+        result = fire_batch(cursor, fence, batch, since_us=since, again=again)
+    assert not result.fenced
+    return result
+
+
+def fired(host) -> int:
+    return Event.objects.filter(host_id=host, scheduled_ts__isnull=False).count()
+
+
+def test_on_time_schedules_are_claimed_before_an_older_backlog(fence):
+    backlog(3000, timedelta(minutes=30))
+    on_time(5)
+    first = fire(fence, 500, since=None)
+    # The backlog is older, yet B's five are in the first batch: they came due within the
+    # last backlog window, A's did not.
+    assert fired(TENANT_B) == 5
+    assert first.claimed == 500 and fired(TENANT_A) == 495
+    since = first.claimed_at
+    for round_ in range(3):
+        # B's schedules come due again (their next second): claimed first again.
+        sql(
+            "UPDATE schedule_t SET next_run_ts = clock_timestamp(), next_slot_ts = next_slot_ts"
+            " WHERE host_id = %s",
+            [TENANT_B],
+        )
+        result = fire(fence, 500, since)
+        since = result.claimed_at
+        assert fired(TENANT_B) == 5 * (round_ + 2)
+        # The backlog fills the rest of each batch: it drains at the batch's full rate.
+        assert result.claimed == 500
+    assert fired(TENANT_A) == 495 * 4
+
+
+def test_the_backlog_keeps_a_share_while_on_time_work_fills_the_batch(fence):
+    backlog(100, timedelta(minutes=30))
+    on_time(50)
+    result = fire(fence, 20, since=None)
+    # 20 on time, and at least a tenth of the batch from the backlog.
+    assert result.claimed == 22
+    assert (fired(TENANT_B), fired(TENANT_A)) == (20, 2)
+
+
+def test_a_backlog_with_nothing_on_time_drains_oldest_first(fence):
+    backlog(30, timedelta(minutes=30))
+    backlog(30, timedelta(minutes=50), prefix="older")
+    result = fire(fence, 30, since=None)
+    assert result.claimed == 30
+    oldest = Schedule.objects.filter(pk__in=Event.objects.values("aggregate_id"))
+    assert {s.start_ts for s in oldest} == {
+        s.start_ts for s in Schedule.objects.order_by("start_ts")[:30]
+    }
+
+
+def test_a_catch_up_stays_on_time_while_a_backlog_drains(fence):
+    """A row fired and due again at once (a catch-up's next slot) is claimed in the next
+    batch, though it came due before that batch's previous claim."""
+    backlog(3000, timedelta(minutes=30))
+    now = sql("SELECT now()")[0][0]
+    catching_up = Schedule.objects.create(
+        host_id=TENANT_B,
+        schedule_name="b-catch-up",
+        frequency_unit=FrequencyUnit.SECONDS,
+        frequency_time=1,
+        start_ts=now - timedelta(seconds=4, milliseconds=500),
+        misfire_policy="CATCH_UP",
+        event_topic="b",
+        event_type="b.tick",
+    )
+    # The last claim was ten seconds ago: the catch-up's slots came due since.
+    ten_seconds_ago = sql(
+        "SELECT (extract(epoch FROM now() - interval '10 seconds') * 1000000)::bigint"
+    )[0][0]
+    result = fire(fence, 500, since=ten_seconds_ago)
+    assert fired(TENANT_B) == 1
+    for round_ in range(3):
+        assert result.again_ids == (str(catching_up.schedule_id),)
+        result = fire(fence, 500, result.claimed_at, result.again_ids)
+        assert fired(TENANT_B) == round_ + 2
