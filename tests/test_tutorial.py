@@ -7,9 +7,10 @@ applied in order. Only the database differs: the test appends a ``DATABASES`` fo
 suite's test database to the settings. Then the tutorial's commands as subprocesses:
 ``migrate`` (which creates the declared schedule), ``check --database``, ``dsched list``,
 ``run_scheduler --with-relay`` (the declared function runs: it deletes an expired session
-put there by the test), its ``pycon`` blocks as doctests in ``manage.py shell`` (the delayed
-message is created, then delivered to the handler), and the admin's schedule list through
-Django's test client. Every command of the tutorial's shell blocks is one this test runs or
+put there by the test), and the tutorial's ``pycon`` blocks as doctests in ``manage.py
+shell``: the delayed message is created, then (once the handler has run) delivered. While
+it waits, a superuser made in the shell gets the admin's schedule list through Django's
+test client. Every command of the tutorial's shell blocks is one this test runs or
 one it names as left out, so a command added to the page fails here until it is accounted
 for.
 """
@@ -60,7 +61,7 @@ LEFT_OUT = {
     "cd mysite": "the commands run in the project's directory",
     "createuser --pwprompt mysite": "the project uses the suite's test database",
     "createdb --owner mysite mysite": "the project uses the suite's test database",
-    "python manage.py createsuperuser": "interactive: run with --noinput below",
+    "python manage.py createsuperuser": "interactive: the test makes one in the shell",
     "python manage.py runserver": "the admin is requested through Django's test client",
 }
 
@@ -76,8 +77,8 @@ raise SystemExit(1 if runner.failures else 0)
 ADMIN = """
 from django.contrib.auth import get_user_model
 from django.test import Client
-client = Client(HTTP_HOST="127.0.0.1")
-client.force_login(get_user_model().objects.get(username="admin"))
+client = Client(HTTP_HOST="127.0.0.1")  # runserver's address (DEBUG on, no ALLOWED_HOSTS)
+client.force_login(get_user_model().objects.create_superuser("admin", "", "not-a-secret"))
 page = client.get("/admin/dsched/schedule/")
 assert page.status_code == 200, page.status_code
 assert b"clear-expired-sessions" in page.content and b"welcome:42" in page.content
@@ -124,8 +125,13 @@ def test_the_tutorial_runs(transactional_db, tmp_path):
         assert done.returncode == 0, f"{args}\n{done.stdout}\n{done.stderr}"
         return done.stdout
 
-    run("-m", "django", "startproject", "mysite", cwd=tmp_path)
     project = tmp_path / "mysite"
+
+    def shell_doctest(block: str, path: Path) -> None:
+        path.write_text(block)
+        run("manage.py", "shell", "-c", DOCTEST.format(path=str(path), name=path.name), cwd=project)
+
+    run("-m", "django", "startproject", "mysite", cwd=tmp_path)
     run("manage.py", "startapp", "core", cwd=project)
     for body in blocks("python"):
         mark = FILE_MARK.fullmatch(body.splitlines()[0])
@@ -174,36 +180,16 @@ def test_the_tutorial_runs(transactional_db, tmp_path):
         assert not Session.objects.filter(session_key="expired").exists()
 
         first, second = blocks("pycon")
-        for index, body in enumerate((first, second)):
-            if index == 1:
-                wait_for(
-                    lambda: api.status(key="welcome:42").message_status == "DELIVERED",
-                    timeout=30,
-                    what="the delayed message to be delivered",
-                )
-                assert "welcome mail for user 42 (message " in log.read_text()
-            path = tmp_path / f"shell-{index}.txt"
-            path.write_text(body)
-            run(
-                "manage.py",
-                "shell",
-                "-c",
-                DOCTEST.format(path=str(path), name=f"pycon block {index}"),
-                cwd=project,
-            )
-
-        run(
-            "manage.py",
-            "createsuperuser",
-            "--noinput",
-            "--username",
-            "admin",
-            "--email",
-            "admin@example.com",
-            cwd=project,
-            DJANGO_SUPERUSER_PASSWORD="not-a-secret",
-        )
+        shell_doctest(first, tmp_path / "shell-0.txt")
+        # While the delayed message waits for its time: the admin's schedule list.
         assert "admin ok" in run("manage.py", "shell", "-c", textwrap.dedent(ADMIN), cwd=project)
+        wait_for(
+            lambda: api.status(key="welcome:42").message_status == "DELIVERED",
+            timeout=30,
+            what="the delayed message to be delivered",
+        )
+        assert "welcome mail for user 42 (message " in log.read_text()
+        shell_doctest(second, tmp_path / "shell-1.txt")
     finally:
         scheduler.send_signal(signal.SIGTERM)
         scheduler.wait(20)
