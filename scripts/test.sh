@@ -44,6 +44,12 @@ echo "== django-upgrade"
 git ls-files -z '*.py' | xargs -0 .venv/bin/django-upgrade --target-version 5.2
 echo "== mypy (strict)"
 .venv/bin/mypy
+echo "== docs site"
+# mkdocs.yml makes every broken link or anchor, link out of the site and page left out of
+# the nav a warning, and --strict makes a warning fail the build.
+site_dir="$(mktemp -d)"
+.venv/bin/mkdocs build --strict --site-dir "$site_dir"
+rm -rf "$site_dir"
 echo "== migrations match the models"
 DJANGO_SETTINGS_MODULE=tests.settings .venv/bin/python -m django migrate --noinput -v 0
 DJANGO_SETTINGS_MODULE=tests.settings .venv/bin/python -m django makemigrations --check --dry-run -v 1
