@@ -277,7 +277,7 @@ def test_a_silent_endpoint_fails_the_batch_after_timeout_once(settings):
         assert relay.run_until_idle() == 0
         elapsed = time.monotonic() - started
 
-    assert 1 <= elapsed < 2.5, elapsed
+    assert 1 <= elapsed < 2.9, elapsed  # three calls waiting each would take 3 s
     rows = list(OutboxMessage.objects.all())
     assert all(r.status == DeliveryStatus.PENDING and r.attempts == 1 for r in rows)
     assert all("ReadTimeoutError" in r.last_error and "(TIMEOUT 1s)" in r.last_error for r in rows)
