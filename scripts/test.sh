@@ -12,7 +12,7 @@ trap '.venv/bin/python -c "from example_project.embedded_db import stop; stop(\"
 
 # Redis and RabbitMQ for the transport tests, from Debian packages when missing (the tests
 # start their own servers on free localhost ports; they skip loudly without them, but fail
-# under CI=true).
+# under CI=true). The SQS transport's server, moto's, comes with the test extra (pip).
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || missing+=(rabbitmq-server)
