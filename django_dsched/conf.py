@@ -154,7 +154,8 @@ class AppSettings:
     TRANSPORTS: Setting[Mapping[str, Mapping[str, Any]]] = Setting(
         {"*": {"BACKEND": "handlers"}},
         'Where each topic\'s messages go: {topic or glob: {"BACKEND": ..., "OPTIONS": {...}}}. '
-        'BACKEND is an alias ("handlers", "tasks", "redis", "rabbitmq", "webhook", "celery") or '
+        'BACKEND is an alias ("handlers", "tasks", "redis", "rabbitmq", "webhook", "celery", '
+        '"sqs") or '
         'the dotted path of a Transport subclass; "*" catches the topics no other key matches.',
     )
     TRANSPORTS_BY_HOST: Setting[Mapping[str, Mapping[str, Mapping[str, Any]]]] = Setting(

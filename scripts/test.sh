@@ -12,7 +12,7 @@ trap '.venv/bin/python -c "from example_project.embedded_db import stop; stop(\"
 
 # Redis and RabbitMQ for the transport tests, from Debian packages when missing (the tests
 # start their own servers on free localhost ports; they skip loudly without them, but fail
-# under CI=true).
+# under CI=true). The SQS transport's server, moto's, comes with the test extra (pip).
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || missing+=(rabbitmq-server)
@@ -44,6 +44,12 @@ echo "== django-upgrade"
 git ls-files -z '*.py' | xargs -0 .venv/bin/django-upgrade --target-version 5.2
 echo "== mypy (strict)"
 .venv/bin/mypy
+echo "== docs site"
+# mkdocs.yml makes every broken link or anchor, link out of the site and page left out of
+# the nav a warning, and --strict makes a warning fail the build.
+site_dir="$(mktemp -d)"
+.venv/bin/mkdocs build --strict --site-dir "$site_dir"
+rm -rf "$site_dir"
 echo "== migrations match the models"
 DJANGO_SETTINGS_MODULE=tests.settings .venv/bin/python -m django migrate --noinput -v 0
 DJANGO_SETTINGS_MODULE=tests.settings .venv/bin/python -m django makemigrations --check --dry-run -v 1

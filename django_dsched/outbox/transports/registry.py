@@ -32,6 +32,7 @@ ALIASES = {
     "rabbitmq": "django_dsched.outbox.transports.rabbitmq.RabbitMQTransport",
     "webhook": "django_dsched.outbox.transports.webhook.WebhookTransport",
     "celery": "django_dsched.outbox.transports.celery.CeleryTransport",
+    "sqs": "django_dsched.outbox.transports.sqs.SQSTransport",
 }
 
 # The fire path writes the host into the CloudEvent's source: '/django-dsched/<host_id>'.
