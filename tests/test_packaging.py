@@ -24,22 +24,6 @@ PYPI_README = ROOT / "pypi.md"
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def dists(tmp_path_factory) -> dict[str, Path]:
-    """The sdist and the wheel, built as a release is (PEP 517, isolated)."""
-    out = tmp_path_factory.mktemp("dist")
-    built = subprocess.run(
-        [sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
-    [sdist] = out.glob("*.tar.gz")
-    [wheel] = out.glob("*.whl")
-    return {"sdist": sdist, "wheel": wheel}
-
-
 def test_twine_check_passes(dists):
     checked = subprocess.run(
         [sys.executable, "-m", "twine", "check", "--strict", *map(str, dists.values())],
@@ -78,16 +62,12 @@ def test_the_package_page_links_and_images_are_absolute():
     assert "scripts/" not in text  # nothing that only a clone of the repository has
 
 
-def test_the_installed_wheel_migrates_and_fires_in_a_new_project(dists, tmp_path, transactional_db):
+def test_the_installed_wheel_migrates_and_fires_in_a_new_project(
+    installed_wheel, tmp_path, transactional_db
+):
     """Installed in a directory of its own (its dependencies come from this environment),
     imported from there and not from this source tree."""
-    site = tmp_path / "site"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", site,
-         str(dists["wheel"])],
-        check=True,
-        timeout=120,
-    )  # fmt: skip
+    site = installed_wheel
     project = tmp_path / "project"
     project.mkdir()
     subprocess.run(
