@@ -11,7 +11,7 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import DatabaseError, connections
 from django.urls import URLResolver, get_resolver
 
-from django_dsched.conf import RENAMED, app_settings
+from django_dsched.conf import app_settings
 from django_dsched.exceptions import ConfigurationError
 
 
@@ -271,20 +271,6 @@ def check_delivery_settings(**kwargs: Any) -> list[Error]:
             Error("DSCHED_HANDLER_MODULES must be a list of module names.", id="dsched.E013")
         )
     return errors
-
-
-@register(Tags.compatibility)
-def check_renamed_settings(**kwargs: Any) -> list[CheckMessage]:
-    """A renamed setting still set under its old name is ignored: say so (dsched.W001)."""
-    return [
-        Warning(
-            f"{old} is no longer read; it was renamed {new}.",
-            hint=f"Rename {old} to {new} in your settings.",
-            id="dsched.W001",
-        )
-        for old, new in RENAMED.items()
-        if hasattr(settings, old)
-    ]
 
 
 @register(Tags.compatibility, Tags.database)

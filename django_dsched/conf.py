@@ -283,6 +283,3 @@ class AppSettings:
 
 
 app_settings = AppSettings()
-
-# Settings that were renamed: {old name: new name}; a system check warns about the old.
-RENAMED = {"DSCHED_LOCK_ID": "DSCHED_LEASE_ID"}

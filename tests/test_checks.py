@@ -59,16 +59,6 @@ def test_check_command_fails_on_errors(settings):
         call_command("check", databases=["default"])
 
 
-def test_a_renamed_setting_is_reported_by_its_new_name(settings):
-    from django_dsched.checks import check_renamed_settings
-
-    assert check_renamed_settings() == []
-    settings.DSCHED_LOCK_ID = 7
-    (warning,) = check_renamed_settings()
-    assert warning.id == "dsched.W001"
-    assert "DSCHED_LEASE_ID" in warning.msg
-
-
 def test_prepared_creates_behind_a_transaction_pooler_are_warned_about(settings):
     from django_dsched.checks import check_prepared_creates
 

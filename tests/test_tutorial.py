@@ -57,7 +57,7 @@ RUN = [
 LEFT_OUT = {
     "python -m venv .venv": "the suite's virtualenv has the package",
     "source .venv/bin/activate": "the suite's virtualenv has the package",
-    "pip install django-dsched": "the checkout under test is first on PYTHONPATH",
+    "pip install django-dsched": "the wheel built from the checkout is installed on PYTHONPATH",
     "cd mysite": "the commands run in the project's directory",
     "createuser --pwprompt mysite": "the project uses the suite's test database",
     "createdb --owner mysite mysite": "the project uses the suite's test database",
@@ -109,9 +109,10 @@ def test_every_python_block_of_the_tutorial_names_its_file():
         assert FILE_MARK.fullmatch(body.splitlines()[0]), body
 
 
-def test_the_tutorial_runs(transactional_db, tmp_path):
+def test_the_tutorial_runs(transactional_db, tmp_path, installed_wheel):
     env = {name: value for name, value in os.environ.items() if name != "DJANGO_SETTINGS_MODULE"}
-    env.update(PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+    # django-dsched from the built wheel, never from this source tree.
+    env.update(PYTHONPATH=str(installed_wheel), PYTHONUNBUFFERED="1")
 
     def run(*args: str, cwd: Path, **kwargs: str) -> str:
         done = subprocess.run(
