@@ -16,12 +16,13 @@ each one's range until the batch is full. A batch is also capped in bytes of pay
 batch size times the largest event.
 
 A backlog never starves on-time work: within each priority the claim takes first the rows
-that became claimable since this relay's previous claim that found rows (``since``, that
-claim's database time, kept by the relay: a new message, a retry whose backoff ended, a
-message whose claim expired), then the older ones (the backlog), oldest first. Each is a
-range of the index (``> since`` and ``<= since``). While a priority has a backlog, on-time
-rows take at most ``limit - share`` of the batch, so the backlog drains at a tenth of the
-batch at least, and at the batch's full rate when nothing is on time.
+that became claimable since this relay's previous claim that found rows (that claim's
+database time, kept by the relay, less ``ON_TIME_WINDOW`` for messages committed after it:
+``since``): a new message, a retry whose backoff ended, a message whose claim expired; then
+the older ones (the backlog), oldest first. Each is a range of the index (``> since`` and
+``<= since``). While a priority has a backlog, on-time rows take at most ``limit - share``
+of the batch, so the backlog drains at a tenth of the batch at least, and at the batch's
+full rate when nothing is on time.
 
 ``(claimed_by, attempts)`` is the claim's fencing token: every claim bumps ``attempts``, and
 every later write for that claim (extend, release, outcome) matches both, so a relay whose
@@ -74,11 +75,19 @@ PAYLOAD = "COALESCE(c.payload, (SELECT e.payload FROM event_store_t e WHERE e.id
 # Dead-lettered at claim: claimed max_attempts times with no outcome, or nothing to deliver.
 DEAD_AT_CLAIM = "(m.attempts >= %(max_attempts)s OR l.body IS NULL)"
 
-# Where on-time work starts: the database time of this relay's previous claim that found rows
-# (microseconds since the epoch), or for the first claim of a process %(window)s seconds
-# before now. Rows claimable since are on time; rows claimable by then are the backlog.
+# How far before the relay's previous claim on-time work starts (seconds). A message is
+# claimable from its event_ts, the time of the statement that wrote it, but visible only once
+# that transaction commits: a fire batch committed just after a claim holds messages claimable
+# "before" it, which would otherwise join the backlog. It also keeps on time, for this long,
+# on-time messages a full batch left over.
+ON_TIME_WINDOW = 1.0
+
+# Where on-time work starts: ON_TIME_WINDOW (%(window)s) before this relay's previous claim
+# that found rows (its database time in microseconds since the epoch, %(since)s), or before
+# now for the first claim of a process. Rows claimable after it are on time; rows claimable by
+# then are the backlog.
 SINCE = """COALESCE('epoch'::timestamptz + %(since)s::bigint * interval '1 microsecond',
-                  statement_timestamp() - make_interval(secs => %(window)s))"""
+                  statement_timestamp()) - make_interval(secs => %(window)s)"""
 
 # True if this priority (``l``) has a backlog, else NULL: the first row of the index's range
 # up to ``since`` (ordered as the index is, so it is read from the index, never scanned for).
@@ -327,7 +336,7 @@ def claim_args(
     limit: int,
     max_bytes: int | None = None,
     since_us: int | None = None,
-    window: float = 1.0,
+    window: float = ON_TIME_WINDOW,
 ) -> dict[str, Any]:
     """The parameters of :data:`CLAIM` (see :func:`claim_batch`)."""
     share = backlog_share(limit)
@@ -353,17 +362,17 @@ def claim_batch(
     max_bytes: int | None = None,
     *,
     since_us: int | None = None,
-    window: float = 1.0,
+    window: float = ON_TIME_WINDOW,
 ) -> Claimed:
     """Claim up to ``limit`` messages holding at most ``max_bytes`` of payload (JSON text;
     always at least one message, whatever its size; None: no cap).
 
     Claim order: higher priority first; within a priority, the messages that became
-    claimable after ``since_us`` (the ``at_us`` of this relay's previous claim that found
-    rows; None: ``window`` seconds before now), oldest first, then the older ones (the
-    backlog), oldest first, which fill the batch and get at least ``backlog_share(limit)``
-    of it while they last (of the byte cap's prefix too). Returns the messages in that
-    order, with the claim's time.
+    claimable after ``window`` seconds before ``since_us`` (the ``at_us`` of this relay's
+    previous claim that found rows; None: before now), oldest first, then the older ones
+    (the backlog), oldest first, which fill the batch and get at least
+    ``backlog_share(limit)`` of it while they last (of the byte cap's prefix too). Returns
+    the messages in that order, with the claim's time.
     """
     cursor.execute(CLAIM, claim_args(claimer, limit, max_bytes, since_us, window))
     rows = sorted(cursor.fetchall(), key=lambda row: row[8])
@@ -383,7 +392,7 @@ def claim(
     cursor: Any, claimer: Claimer, limit: int, max_bytes: int | None = None
 ) -> tuple[list[Message], list[Message]]:
     """:func:`claim_batch` as the first claim of a process (on time: claimable within the
-    last second); return (to deliver, dead-lettered at claim)."""
+    last ``ON_TIME_WINDOW``); return (to deliver, dead-lettered at claim)."""
     claimed = claim_batch(cursor, claimer, limit, max_bytes)
     return claimed.live, claimed.dead
 

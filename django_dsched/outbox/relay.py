@@ -189,9 +189,6 @@ class Relay(DatabaseLoop):
                 self.claim_limit(),
                 self.batch_bytes,
                 since_us=self._since,
-                # The first claim of a process: what became claimable within a poll interval
-                # is on time (an idle relay would have found it by then).
-                window=self.poll_interval,
             )
         live, dead = claimed.live, claimed.dead
         self._claimed_last = len(live) + len(dead)

@@ -31,7 +31,7 @@ from django_dsched.outbox.claims import (
     seconds_until_claimable,
 )
 from django_dsched.outbox.relay import Relay
-from tests.helpers import sql
+from tests.helpers import other_session, sql
 from tests.outbox_helpers import make_messages
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -214,6 +214,23 @@ def test_a_retry_whose_backoff_ends_and_an_expired_claim_are_on_time() -> None:
     assert claim_since(now_us(), limit=1000) == [*backlog[8:], waited]
 
 
+def test_a_message_committed_just_after_a_claim_is_on_time() -> None:
+    """A message is claimable from its ``event_ts``, the time of the statement that wrote
+    it, but visible only once its transaction commits: one committed just after a claim is
+    on time at the next (``ON_TIME_WINDOW``), not in the backlog."""
+    backlog = make_messages(300, age=600, host_id=TENANT_A)
+    with other_session() as writer:
+        sql("BEGIN", using=writer)
+        late = make_messages(1, host_id=TENANT_B, using=writer)
+        with connection.cursor() as cursor:
+            claimed = claim_batch(cursor, claimer(), 10, since_us=now_us())
+        sql("COMMIT", using=writer)
+    assert [m.id for m in claimed.live] == backlog[:10]
+    assert claimed.at_us is not None
+
+    assert claim_since(claimed.at_us, limit=10) == late + backlog[10:19]
+
+
 def test_a_byte_cap_keeps_the_backlogs_share() -> None:
     """The cap cuts the batch in an order that spreads the backlog's share among the
     on-time messages; the batch is delivered on time first."""
@@ -238,7 +255,8 @@ def test_priority_still_comes_first() -> None:
 
     # Within each priority on time first, then the backlog.
     assert claim_since(since, limit=10) == high_on_time + high_backlog + low_on_time[:2]
-    assert claim_since(now_us(), limit=10) == [*low_backlog, low_on_time[2]]
+    # On time a full batch left over stays on time for the window (a second).
+    assert claim_since(now_us(), limit=10) == [low_on_time[2], *low_backlog]
 
 
 def test_a_priority_without_a_backlog_takes_the_whole_batch() -> None:
