@@ -89,8 +89,16 @@ ON_TIME_WINDOW = 1.0
 SINCE = """COALESCE('epoch'::timestamptz + %(since)s::bigint * interval '1 microsecond',
                   statement_timestamp()) - make_interval(secs => %(window)s)"""
 
-# True if this priority (``l``) has a backlog, else NULL: the first row of the index's range
-# up to ``since`` (ordered as the index is, so it is read from the index, never scanned for).
+# Whether this priority (``l``) keeps the backlog's share: only if its on-time rows would
+# fill more than the batch less the share (true if the on-time range has a row past that many,
+# else NULL) and it has a backlog (true if the backlog's range has a first row). Both are read
+# from the index in its order, never scanned for; the backlog's is asked only if the on-time
+# rows are that many, so a round of a draining backlog does not read its front twice.
+CROWDED = f"""(SELECT true FROM outbox_message_t o
+                    WHERE o.status = %(pending)s AND o.priority = l.priority
+                      AND {AVAILABLE_TS} > (SELECT ts FROM since)
+                      AND {AVAILABLE_TS} <= statement_timestamp() AND {TOPICS}
+                    ORDER BY {AVAILABLE_TS} OFFSET %(on_time)s LIMIT 1)"""
 BEHIND = f"""(SELECT true FROM outbox_message_t o
                     WHERE o.status = %(pending)s AND o.priority = l.priority
                       AND {AVAILABLE_TS} <= (SELECT ts FROM since) AND {TOPICS}
@@ -116,7 +124,8 @@ locked AS (
           FROM levels l
           CROSS JOIN LATERAL (VALUES
               (0, (SELECT ts FROM since) + interval '1 microsecond', statement_timestamp(),
-               CASE WHEN {BEHIND} THEN %(on_time)s ELSE %(limit)s END),
+               CASE WHEN {CROWDED} IS NULL THEN %(limit)s
+                    WHEN {BEHIND} THEN %(on_time)s ELSE %(limit)s END),
               (1, '-infinity'::timestamptz, (SELECT ts FROM since), %(limit)s)
           ) r(part, after, until, most)
           CROSS JOIN LATERAL (

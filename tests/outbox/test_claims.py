@@ -496,7 +496,7 @@ def test_a_claim_reads_o_of_batch_rows_however_large_the_backlog() -> None:
     claimable: the claim takes B's first, reading two ranges of the ready index per priority
     (on time, then the backlog) and O(batch) rows, never the backlog beyond the batch."""
     add_waiting_messages(WAITING // 3)  # and some on a backoff or a claim, at two priorities
-    make_messages(WAITING, age=3600, host_id=TENANT_A)
+    backlog = make_messages(WAITING, age=3600, host_id=TENANT_A)
     sql("ANALYZE outbox_message_t")
     since = now_us()
     on_time = make_messages(BATCH // 5, host_id=TENANT_B)
@@ -507,6 +507,13 @@ def test_a_claim_reads_o_of_batch_rows_however_large_the_backlog() -> None:
             plan = explain(CLAIM, params(topics=topics, since=since_us, window=window))
             assert plan["Plan"]["Actual Rows"] == BATCH, what
             # Per claimed row: its index entry (locked), then its update by primary key; plus
-            # per priority its probe, its backlog's first row, and the two ranges' ends.
+            # per priority its probe, the two ranges' ends, and B's few read once more (are
+            # they more than the batch less the backlog's share?).
             assert_reads_o_of_batch(plan, what, max_rows=2 * BATCH + 10, max_buffers=40 * BATCH)
-    assert claim_since(since, limit=BATCH)[: BATCH // 5] == on_time
+    # On-time messages enough to fill the batch: the claim reads past the batch less the
+    # backlog's share of them once more, to know it must keep that share.
+    crowded = make_messages(BATCH, host_id=TENANT_B)
+    plan = explain(CLAIM, params(since=since))
+    assert_reads_o_of_batch(plan, "crowded", max_rows=3 * BATCH + 10, max_buffers=40 * BATCH)
+    share = backlog_share(BATCH)
+    assert claim_since(since, limit=BATCH) == (on_time + crowded)[: BATCH - share] + backlog[:share]
