@@ -184,12 +184,21 @@ def reach_database(command: BaseCommand, loop: DatabaseLoop, *, once: bool) -> b
     unapplied migrations (the commands set ``requires_migrations_checks`` off: Django's own
     check runs before anything can wait, and a database that is down made it a traceback).
     False: stopped while waiting."""
-    if once:
+    while True:
+        if once:
+            try:
+                connections[loop.using].ensure_connection()
+            except DatabaseError as exc:
+                raise CommandError(f"cannot reach the database: {describe_failure(exc)}") from exc
+        elif not wait_for_database(loop):
+            return False
         try:
-            connections[loop.using].ensure_connection()
+            command.check_migrations()
         except DatabaseError as exc:
-            raise CommandError(f"cannot reach the database: {describe_failure(exc)}") from exc
-    elif not wait_for_database(loop):
-        return False
-    command.check_migrations()
-    return True
+            if once:
+                raise CommandError(f"cannot reach the database: {describe_failure(exc)}") from exc
+            # Lost again before the check ended: wait for it once more.
+            connections[loop.using].close()
+            loop.note_outage(exc, 0.0)
+            continue
+        return True
