@@ -16,6 +16,11 @@ from the survivor (and from the old primary's data directory, served on its own 
   slot was due too), never under an epoch the old history used; deliveries are at least
   once with the same id.
 
+In the synchronous test the old primary then comes back writable on its own address (a
+failover manager that did not fence it): the schedulers see two writable hosts in their URL
+and fire nothing on either side until it is gone. ``check --database`` warns about
+asynchronous standbys (dsched.W030), and a loop given the standby alone says so.
+
 One Patroni cluster serves the module; each test uses a database of its own, copied from a
 migrated template, and rejoins the node the previous test killed.
 """
@@ -36,11 +41,12 @@ from pathlib import Path
 
 import pytest
 
+from django_dsched.checks import REPLICATION, replication_messages
 from django_dsched.scheduler.lease import TIMELINE
 from tests.brokers import free_port
 from tests.helpers import wait_for
 from tests.integration.conftest import ROOT, Instance
-from tests.patroni import PatroniCluster, query, start_cluster
+from tests.patroni import Node, PatroniCluster, query, start_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -118,6 +124,7 @@ class Run:
     delivered: Counter[str] = field(default_factory=Counter)
     timeline: int = 0
     logs: str = ""
+    fired_in_split: int = -1  # fires while two hosts of the URL accepted writes
 
 
 # What each history is read as: every fire with its epoch, instance and timeline, and the
@@ -140,7 +147,13 @@ def read(port: int, database: str) -> dict[str, list[tuple]]:
 
 
 def failover(
-    ha: PatroniCluster, tmp_path: Path, name: str, *, synchronous: bool, buckets: int
+    ha: PatroniCluster,
+    tmp_path: Path,
+    name: str,
+    *,
+    synchronous: bool,
+    buckets: int,
+    split_brain: bool = False,
 ) -> Run:
     ha.rejoin()
     ha.set_synchronous(synchronous)
@@ -199,6 +212,10 @@ def failover(
         first = wait_for(first_new_fire, timeout=60, what="a fire on the new primary")
         run.first_fire_after = first - run.killed_at
         time.sleep(2.0)  # the cluster runs on the new primary for a while
+        if split_brain:
+            run.old, run.fired_in_split = old_primary_back_writable(
+                primary, standby, processes, name
+            )
         died = [p.name for p in processes if p.process.poll() is not None]
         assert died == [], f"processes died: {died}\n{logs(processes)}"
         for scheduler in processes[:3]:
@@ -218,8 +235,9 @@ def failover(
             process.stop()
     run.logs = logs(processes)
     run.survivor = read(standby.pg_port, name)
-    with primary.standalone(free_port()) as port:
-        run.old = read(port, name)
+    if not split_brain:
+        with primary.standalone(free_port()) as port:
+            run.old = read(port, name)
     run.delivered = Counter(line.split()[1] for line in deliveries.read_text().splitlines())
     print(
         f"\n{name}: promoted {run.promoted_after:.2f}s after the kill, first fire on the new "
@@ -227,6 +245,34 @@ def failover(
         file=sys.stderr,
     )
     return run
+
+
+def old_primary_back_writable(
+    old: Node, new: Node, processes: list[Instance], name: str
+) -> tuple[dict[str, list[tuple]], int]:
+    """The old primary comes back writable on its own address (a failover manager that
+    did not fence it): the schedulers see two writable hosts in their URL and fire nothing
+    until it is gone again. Returns its history and the fires committed meanwhile."""
+    schedulers = processes[:3]
+    seen = "two hosts of the database URL accept writes (split brain)"
+    with old.standalone(old.pg_port) as port:
+        history = read(port, name)
+        wait_for(
+            lambda: all(seen in p.log() for p in schedulers), timeout=4 * LEASE, what="a split"
+        )
+        stopped = time.time() + 0.5  # a batch in flight when it was seen may still commit
+        time.sleep(1.5)
+        after = f"SELECT count(*) FROM event_store_t WHERE event_ts > to_timestamp({stopped})"
+        fired = query(new.pg_port, after, name)[0][0] + query(port, after, name)[0][0]
+    over = "only one host of the database URL accepts writes again"
+    wait_for(lambda: all(over in p.log() for p in schedulers), timeout=4 * LEASE, what="the end")
+    again = time.time()
+    wait_for(
+        lambda: query(new.pg_port, f"SELECT count(*) FROM event_store_t"
+                      f" WHERE event_ts > to_timestamp({again})", name)[0][0],
+        timeout=10, what="fires after the split",
+    )  # fmt: skip
+    return history, fired
 
 
 def logs(processes: list[Instance]) -> str:
@@ -298,8 +344,41 @@ def check_failover_time(run: Run) -> None:
 # -- the tests -----------------------------------------------------------------------------
 
 
+def manage(ha: PatroniCluster, url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "DATABASE_URL": url, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "django", *args, "--settings=tests.settings"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def test_check_database_warns_when_the_standbys_are_asynchronous_only(ha):
+    ha.rejoin()
+    ha.set_synchronous(True)
+    primary = ha.primary()
+    row = query(primary.pg_port, REPLICATION)[0]
+    assert replication_messages(*row) == []
+    ha.set_synchronous(False)
+    row = query(primary.pg_port, REPLICATION)[0]
+    assert [m.id for m in replication_messages(*row)] == ["dsched.W030"]
+    checked = manage(ha, ha.url(TEMPLATE), "check", "--database", "default")
+    assert checked.returncode == 0 and "dsched.W030" in checked.stderr, checked
+    # On the standby alone (a URL without target_session_attrs), the loops say what is
+    # wrong instead of failing on their first write.
+    standby = ha.standby_of(primary)
+    url = f"postgresql://postgres@127.0.0.1:{standby.pg_port}/{TEMPLATE}"
+    relay = manage(ha, url, "run_relay", "--once")
+    assert (
+        f"127.0.0.1:{standby.pg_port} is a standby (in recovery), and the relay writes"
+        in relay.stderr
+    ), relay
+    assert "Traceback" not in relay.stderr, relay
+
+
 def test_synchronous_standby_exactly_once_across_the_loss_of_the_primary(ha, tmp_path):
-    run = failover(ha, tmp_path, "ha_sync", synchronous=True, buckets=1)
+    run = failover(ha, tmp_path, "ha_sync", synchronous=True, buckets=1, split_brain=True)
+    # The old primary came back writable: nothing fired on either side while it was.
+    assert run.fired_in_split == 0
     check_one_history(run.survivor)
     check_no_catch_up_slot_lost(run.survivor)
     check_epochs(run, buckets=1)
