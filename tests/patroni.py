@@ -307,7 +307,9 @@ def _running(node: Node) -> bool:
     return node.process is not None and node.process.poll() is None
 
 
-def _config(node: Node, scope: str, etcd_port: int, bin_dir: Path, synchronous: bool) -> str:
+def _config(
+    node: Node, scope: str, etcd_port: int, bin_dir: Path, synchronous: bool, fsync: bool
+) -> str:
     return f"""\
 scope: {scope}
 namespace: /dsched-test/
@@ -339,8 +341,9 @@ bootstrap:
         wal_log_hints: 'on'
         wal_keep_size: 256MB
         # A test kills processes, never the machine: what was written survives in the
-        # page cache, so fsync buys nothing here and costs the shared disk.
-        fsync: 'off'
+        # page cache, so fsync buys nothing there and costs the shared disk (the benchmark
+        # turns it on).
+        fsync: '{"on" if fsync else "off"}'
   initdb:
     - encoding: UTF8
     - username: postgres
@@ -370,7 +373,7 @@ watchdog:
 """
 
 
-def start_cluster(*, synchronous: bool = True) -> PatroniCluster:
+def start_cluster(*, synchronous: bool = True, fsync: bool = False) -> PatroniCluster:
     """etcd and two Patroni nodes, a primary and a standby streaming from it."""
     patroni = require("patroni", "patroni")
     etcd_binary = require("etcd", "etcd-server")
@@ -403,7 +406,7 @@ def start_cluster(*, synchronous: bool = True) -> PatroniCluster:
         scope = f"dsched-{client}"
         for name in ("node1", "node2"):
             node = Node(name, free_port(), free_port(), workdir, user)
-            node.config.write_text(_config(node, scope, client, bin_dir, synchronous))
+            node.config.write_text(_config(node, scope, client, bin_dir, synchronous, fsync))
             if user is not None:
                 os.chown(node.config, user.pw_uid, user.pw_gid)
             cluster.nodes.append(node)
