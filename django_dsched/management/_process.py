@@ -197,8 +197,13 @@ def reach_database(command: BaseCommand, loop: DatabaseLoop, *, once: bool) -> b
         except DatabaseError as exc:
             if once:
                 raise CommandError(f"cannot reach the database: {describe_failure(exc)}") from exc
-            # Lost again before the check ended: wait for it once more.
+            # Lost again before the check ended (or the check's own database, Django's
+            # default alias, is down): wait and try again.
             connections[loop.using].close()
-            loop.note_outage(exc, 0.0)
+            delay = loop._backoff.next()
+            loop.note_outage(exc, delay)
+            loop.waker.wait(delay, None)
+            if loop.stopping.is_set():
+                return False
             continue
         return True

@@ -387,6 +387,5 @@ def wait_for_database(loop: DatabaseLoop) -> bool:
             loop.note_outage(exc, delay)
             loop.waker.wait(delay, None)
             continue
-        loop._backoff.reset()
-        return True
+        return True  # the loop's first good round resets the backoff
     return False
