@@ -294,6 +294,7 @@ class PatroniCluster:
     def stop(self) -> None:
         for node in self.nodes:
             node.stop()
+            _remove_shared_memory(node.data_dir)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.etcd.pid, signal.SIGTERM)
         try:
@@ -301,6 +302,21 @@ class PatroniCluster:
         except subprocess.TimeoutExpired:
             os.killpg(self.etcd.pid, signal.SIGKILL)
             self.etcd.wait(5)
+
+
+def _remove_shared_memory(data_dir: Path) -> None:
+    """The System V segment a killed postmaster left (its next start would remove it; a data
+    directory deleted after a kill never starts again)."""
+    try:
+        key, shmid = (data_dir / "postmaster.pid").read_text().splitlines()[6].split()[:2]
+        segments = Path("/proc/sysvipc/shm").read_text().splitlines()[1:]
+    except (OSError, IndexError, ValueError):
+        return
+    for segment in segments:
+        # key shmid perms size cpid lpid nattch ...: only that segment, and only if unused.
+        fields = segment.split()
+        if int(fields[0]) == int(key) and fields[1] == shmid and fields[6] == "0":
+            subprocess.run(["ipcrm", "-m", shmid], capture_output=True, check=False)
 
 
 def _running(node: Node) -> bool:
