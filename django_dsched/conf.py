@@ -102,6 +102,28 @@ class AppSettings:
         "(DSCHED_POLL_INTERVAL, DSCHED_RELAY_POLL_INTERVAL). False: always poll; True: LISTEN "
         "even through a pooler (only a session-mode pooler can carry it).",
     )
+    CONNECTION_OPTIONS: Setting[dict[str, Any]] = Setting(
+        {
+            "connect_timeout": 5,
+            "keepalives": 1,
+            "keepalives_idle": 4,
+            "keepalives_interval": 1,
+            "keepalives_count": 3,
+            "tcp_user_timeout": 7000,
+        },
+        "libpq options run_scheduler and run_relay add to the OPTIONS of DSCHED_DATABASE's "
+        "entry (an option the entry sets itself wins; None drops one): each attempt to reach "
+        "a host gives up after connect_timeout seconds, and a server that vanished without "
+        "closing the connection (a dead host, a cut network) is noticed in about 7 s "
+        "(keepalive probes on an idle connection; tcp_user_timeout, in ms, for data sent and "
+        "not acknowledged) instead of the kernel's minutes (docs/high-availability.md).",
+    )
+    RECONNECT_MAX_SECONDS = Setting(
+        2.0,
+        "Longest wait between two attempts of run_scheduler and run_relay to reach the "
+        "database, at start and after losing it (the waits double from 0.1 s up to this, "
+        "jittered), so a promoted standby is reached within it.",
+    )
     LEASE_ID = Setting(
         1, "Row of the lease in scheduler_lock_t; two clusters on one database use two ids."
     )

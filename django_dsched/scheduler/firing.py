@@ -44,6 +44,7 @@ from django_dsched.exceptions import ScheduleDataError
 from django_dsched.runtime.refusals import refused, sqlstate
 from django_dsched.scheduler import event_ids
 from django_dsched.scheduler.buckets import LOCK_STRIDE
+from django_dsched.scheduler.lease import TIMELINE
 from django_dsched.timetables import Rules, backlog_window, decide, timetable_for
 from django_dsched.timetables.grid import (
     MICROSECOND,
@@ -223,8 +224,10 @@ FRESH = """(CASE WHEN b.slot_ts IS NULL THEN 0
                           OFFSET 0) THEN 0
              ELSE 1 END)"""
 
-FENCE = """fence AS MATERIALIZED (
-    SELECT epoch, set_config('dsched.firing', 'on', true)
+# The fence also reads the server's timeline, which each event records in its metadata: two
+# histories of one database (a failover with asynchronous replication) tell their fires apart.
+FENCE = f"""fence AS MATERIALIZED (
+    SELECT epoch, set_config('dsched.firing', 'on', true), {TIMELINE} AS timeline
     FROM scheduler_lock_t
     WHERE lock_id = %(lease_id)s AND instance_id = %(instance)s AND epoch = %(epoch)s
       AND last_heartbeat > clock_timestamp() - make_interval(secs => %(lease)s)
@@ -235,8 +238,9 @@ FENCE = """fence AS MATERIALIZED (
 # With buckets: every bucket the batch touches is held by this instance at its epoch,
 # unexpired, FOR SHARE (nobody takes any of them until the transaction ends), and the
 # cluster still runs with this instance's bucket count.
-FENCE_BUCKETS = """fence AS MATERIALIZED (
-    SELECT max(f.epoch) AS epoch, set_config('dsched.firing', 'on', true)
+FENCE_BUCKETS = f"""fence AS MATERIALIZED (
+    SELECT max(f.epoch) AS epoch, set_config('dsched.firing', 'on', true),
+           {TIMELINE} AS timeline
     FROM (SELECT l.epoch FROM scheduler_lock_t l
           JOIN unnest(%(locks)s::int[], %(epochs)s::bigint[]) AS u(lock_id, epoch)
             ON l.lock_id = u.lock_id AND l.epoch = u.epoch
@@ -294,6 +298,7 @@ events AS (
            jsonb_build_object(
                'instance_id', %(instance)s::text,
                'leader_epoch', %(epoch)s::bigint,
+               'timeline', (SELECT timeline FROM fence),
                'schedule_name', schedule_name,
                'priority', priority,
                'trigger', 'schedule'),
@@ -911,7 +916,8 @@ events AS (
                'schedule_name', schedule_name,
                'priority', priority,
                'trigger', %(trigger)s::text,
-               'actor', %(actor)s::text),
+               'actor', %(actor)s::text,
+               'timeline', {TIMELINE}),
            slot_ts
     FROM fired
     ON CONFLICT ON CONSTRAINT dsched_event_one_per_slot DO NOTHING

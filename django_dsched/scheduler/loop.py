@@ -14,6 +14,7 @@ from django.db import DatabaseError, connections, transaction
 
 from django_dsched.conf import app_settings
 from django_dsched.exceptions import BucketCountMismatch
+from django_dsched.runtime.hosts import HostWatch
 from django_dsched.runtime.logs import get_logger
 from django_dsched.runtime.loops import DatabaseLoop
 from django_dsched.runtime.refusals import refused
@@ -138,6 +139,9 @@ class Scheduler(DatabaseLoop):
         self._again: tuple[str, ...] = ()
         self._retention_wanted = True
         self.retention: RetentionWorker | None = None
+        # With several hosts in the URL: two of them accepting writes (split brain) stops
+        # the fires (runtime/hosts.py). None until the first session; then one per process.
+        self.hosts: HostWatch | None = None
 
     # -- control -------------------------------------------------------------------------
     def run_until_idle(self) -> int:
@@ -157,6 +161,8 @@ class Scheduler(DatabaseLoop):
         return self.stats.fired - fired_before
 
     def shutdown(self) -> None:
+        if self.hosts is not None:
+            self.hosts.stop()
         if self.retention is not None:
             self.retention.stop(timeout=self.heartbeat_seconds)
         if self.lease.is_leader:
@@ -188,6 +194,9 @@ class Scheduler(DatabaseLoop):
         ready, why = super().readiness()
         if not ready:
             return ready, why
+        split = self.split_brain()
+        if split:
+            return False, f"two hosts of the database URL accept writes: {split}"
         role = self.leadership()
         if role == "leader":
             return True, "leader"
@@ -202,6 +211,9 @@ class Scheduler(DatabaseLoop):
     def step(self) -> float:
         """Do one round of work; return how long to sleep before the next one."""
         self._ensure_session()
+        if self.split_brain():
+            self._stand_aside()
+            return self.standby_interval
         now = time.monotonic()
         if not self._agreed:
             agree_bucket_count(
@@ -365,7 +377,7 @@ class Scheduler(DatabaseLoop):
         lease inside its transaction if the trust window closed meanwhile, so a slow batch
         shrinks; it never outlives the lease.
         """
-        while self.lease.is_trusted() and not self.stopping.is_set():
+        while self.lease.is_trusted() and not self.stopping.is_set() and not self.split_brain():
             fence = self._fence()
             if fence is None:  # trusted implies leading; for the type checker
                 break
@@ -622,7 +634,41 @@ class Scheduler(DatabaseLoop):
             "lock_timeout": str(lock_timeout_ms),
         }
 
+    def split_brain(self) -> str | None:
+        """Two different servers of the URL accept writes now (what they are), else None."""
+        return None if self.hosts is None else self.hosts.split
+
+    def _stand_aside(self) -> None:
+        """While two hosts accept writes: lead nothing (the other side may fire too; which
+        history survives is the failover manager's to settle, not ours)."""
+        if not self.lease.is_leader:
+            return
+        logger.error(
+            "stepping down instance=%s: two hosts of the database URL accept writes",
+            self.instance_id,
+            extra={"instance": self.instance_id, "epoch": self.lease.epoch},
+        )
+        try:
+            self.lease.release()
+        except DatabaseError:
+            self.lease.step_down()
+            raise
+        if self.metrics is not None:
+            self.metrics.lost_leadership()
+
+    def _watch_hosts(self) -> None:
+        """Start watching the URL's hosts for a split brain (once, when it lists several)."""
+        if self.hosts is not None:
+            return
+        params = connections[self.using].get_connection_params()
+        self.hosts = HostWatch(
+            params, self.lease.lease_seconds, f"scheduler instance={self.instance_id}"
+        )
+        if self.hosts.needed:
+            self.hosts.start()
+
     def on_new_session(self) -> None:
+        self._watch_hosts()
         self._agreed = False
         self.lease.step_down()  # a new session cannot carry the old one's leadership
         # Behind a pooler the backend pid is not this process's life: offer none.
