@@ -72,6 +72,7 @@ from django_dsched.rest.serializers import (
     ScheduleStatusSerializer,
     StatusQuery,
     TriggerResultSerializer,
+    api_names,
     definition_defaults,
     existing_only,
     model_values,
@@ -171,6 +172,7 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
             ("topic", "event_topic"),
             ("event_type", "event_type"),
             ("key", "idempotency_key"),
+            ("name", "schedule_name"),
         ):
             if name in filters:
                 queryset = queryset.filter(**{column: filters[name]})
@@ -210,7 +212,10 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
             raise drf_serializers.ValidationError({"host_id": [_("You may not use this host.")]})
         schedule = Schedule(host_id=host, origin=ScheduleOrigin.API, **model_values(values))
         outcome: list[tuple[Schedule, bool]] = []
-        self._save(lambda: outcome.append(creates.create_instance(schedule, actor=request.user)))
+        self._save(
+            lambda: outcome.append(creates.create_instance(schedule, actor=request.user)),
+            api_names(schedule.schedule_kind),
+        )
         schedule, created = outcome[0]
         if created or rules.allows(request.user, rules.VIEW):
             code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
@@ -300,7 +305,9 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
     def _edit(self, request: Request, *, partial: bool) -> Response:
         schedule = self.get_object()
         # A malformed body is a 400 whatever the precondition; then 428 / 412.
-        serializer = ScheduleInputSerializer(data=request.data, partial=partial)
+        serializer = ScheduleInputSerializer(
+            data=request.data, partial=partial, context={"kind": schedule.schedule_kind}
+        )
         serializer.is_valid(raise_exception=True)
         values = serializer.validated_data
         version = self._version(request, schedule, required=True)
@@ -338,11 +345,12 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
                     % {"permissions": ", ".join(missing)}
                 )
 
-        self._save(save)
+        self._save(save, api_names(schedule.schedule_kind))
         return with_etag(Schedule.objects.get(pk=schedule.pk))
 
-    def _save(self, save: Callable[[], Any]) -> None:
-        """Run ``save`` in a transaction; the services' refusals become API errors."""
+    def _save(self, save: Callable[[], Any], names: Mapping[str, str] = API_NAMES) -> None:
+        """Run ``save`` in a transaction; the services' refusals become API errors (the
+        model's fields under ``names``, the API's)."""
         try:
             with atomic():
                 save()
@@ -350,7 +358,7 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
             current = self.get_object()
             raise PreconditionFailed(current=detail(current), etag=etag(current)) from None
         except DschedValidationError as exc:
-            raise validation_failed(exc, API_NAMES) from None
+            raise validation_failed(exc, names) from None
         except IntegrityError:
             raise race_lost() from None
 
