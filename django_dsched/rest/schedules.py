@@ -79,7 +79,7 @@ from django_dsched.rest.serializers import (
     schedule_detail,
 )
 from django_dsched.runtime.clock import database_now
-from django_dsched.schedules import creates, lifecycle
+from django_dsched.schedules import creates, lifecycle, states
 from django_dsched.schedules import permissions as rules
 from django_dsched.schedules.permissions import Capability
 
@@ -299,7 +299,7 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
             request,
             lambda selected: lifecycle.cancel(selected, actor=request.user),
             required=True,
-            refused=_("Only active or paused schedules can be cancelled; this one is %(state)s."),
+            change="cancel",
         )
 
     def _edit(self, request: Request, *, partial: bool) -> Response:
@@ -368,16 +368,17 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
         service: Callable[[QuerySet[Schedule]], ChangeCount],
         *,
         required: bool,
-        refused: str,
+        change: str,
     ) -> Response:
-        """A state change by ``service``; 409 (``refused``) if the state does not allow it."""
+        """A state change (``change``: pause, resume, cancel) by ``service``; 409, naming
+        the schedule's state, if the state does not allow it."""
         schedule, count = self._act(
             request,
             lambda locked: service(Schedule.objects.filter(pk=locked.pk)),
             required=required,
         )
         if not count.changed:  # nothing was written
-            raise StateConflict(refused % {"state": schedule.get_state_display()})
+            raise StateConflict(states.why_not(change, schedule))
         return with_etag(schedule)
 
     # -- actions --------------------------------------------------------------------------
@@ -396,7 +397,7 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
                 selected, actor=request.user, reason=options["reason"], until=options["until"]
             ),
             required=False,
-            refused=_("Only active schedules can be paused; this one is %(state)s."),
+            change="pause",
         )
 
     @described(
@@ -420,7 +421,7 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
                 selected, actor=request.user, catch_up=options["catch_up"]
             ),
             required=False,
-            refused=_("Only paused schedules can be resumed; this one is %(state)s."),
+            change="resume",
         )
 
     @described(
@@ -442,7 +443,10 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
 
     @described(
         summary="Fire the past slots of a range, once each",
-        description="Slots that already fired are not fired again (`already_fired`).",
+        description=(
+            "Slots that already fired are not fired again (`already_fired`). A range that "
+            "holds no slot of the schedule fires nothing, and `note` says why."
+        ),
         request=RangeInput,
         responses={200: BackfillResultSerializer, **errors(*WRITE_ONE, 409, 412)},
         parameters=[if_match(False), ETAG_412],
@@ -451,15 +455,15 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
     def backfill(self, request: Request, **kwargs: Any) -> Response:
         bounds = body(RangeInput, request)
 
-        def fire(schedule: Schedule) -> dict[str, int]:
-            fired, already = lifecycle.backfill(
-                schedule, bounds["start"], bounds["end"], actor=request.user
-            )
-            return {"fired": fired, "already_fired": already}
+        def fire(schedule: Schedule) -> dict[str, Any]:
+            start, end = bounds["start"], bounds["end"]
+            fired, already = lifecycle.backfill(schedule, start, end, actor=request.user)
+            note = states.no_slot(schedule, start, end) if fired + already == 0 else None
+            return {"fired": fired, "already_fired": already, "note": note}
 
         return self._fire(request, fire)
 
-    def _fire(self, request: Request, fire: Callable[[Schedule], dict[str, int]]) -> Response:
+    def _fire(self, request: Request, fire: Callable[[Schedule], dict[str, Any]]) -> Response:
         schedule, counts = self._act(request, fire, required=False)
         return Response({**counts, "schedule": detail(schedule)})
 

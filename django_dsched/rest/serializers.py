@@ -688,6 +688,13 @@ class TriggerResultSerializer(serializers.Serializer[Any]):
 class BackfillResultSerializer(serializers.Serializer[Any]):
     fired = serializers.IntegerField()
     already_fired = serializers.IntegerField()
+    note = serializers.CharField(
+        allow_null=True,
+        help_text=_(
+            "Why nothing fired when the range holds no slot of the schedule (it starts "
+            "later, it ended before, ...); else null."
+        ),
+    )
     schedule = ScheduleDetailSerializer()
 
 
