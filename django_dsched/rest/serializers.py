@@ -451,8 +451,12 @@ class ScheduleDetailSerializer(ScheduleSerializer):
 class ScheduleListQuery(StrictSerializer):
     state = serializers.ChoiceField(ScheduleState.choices, required=False)
     kind = serializers.ChoiceField(ScheduleKind.choices, required=False)
-    topic = serializers.CharField(required=False, max_length=NAME_MAX_LENGTH)
-    event_type = serializers.CharField(required=False, max_length=NAME_MAX_LENGTH)
+    # Query filters match what is sent, whitespace included (DRF would trim " " to a blank
+    # value and refuse it, where the schema takes it).
+    topic = serializers.CharField(required=False, max_length=NAME_MAX_LENGTH, trim_whitespace=False)
+    event_type = serializers.CharField(
+        required=False, max_length=NAME_MAX_LENGTH, trim_whitespace=False
+    )
     key = serializers.CharField(
         required=False,
         max_length=KEY_MAX_LENGTH,
@@ -466,7 +470,10 @@ class ScheduleListQuery(StrictSerializer):
         help_text=_("A name (exact match; unique per host)."),
     )
     search = serializers.CharField(
-        required=False, max_length=NAME_MAX_LENGTH, help_text=_("Part of the name.")
+        required=False,
+        max_length=NAME_MAX_LENGTH,
+        trim_whitespace=False,
+        help_text=_("Part of the name."),
     )
 
 
@@ -799,7 +806,7 @@ class DeliveriesQuery(StrictSerializer):
 
 
 class OutboxQuery(DeliveriesQuery):
-    topic = serializers.CharField(required=False, max_length=NAME_MAX_LENGTH)
+    topic = serializers.CharField(required=False, max_length=NAME_MAX_LENGTH, trim_whitespace=False)
     schedule = serializers.UUIDField(required=False, help_text=_("Only this schedule's."))
 
 
