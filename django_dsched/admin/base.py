@@ -45,7 +45,27 @@ def unstorable_query(request: HttpRequest) -> HttpResponse | None:
     return HttpResponseRedirect(f"{request.path}?{ERROR_FLAG}=1")
 
 
-class ReadOnlyAdmin(AnyModelAdmin):
+class ShownTimes(AnyModelAdmin):
+    """Gives each time shown by :func:`.display.time_display` on a page the help text of
+    its model field, as Django gives a field's (a display method has none of its own)."""
+
+    def get_form(
+        self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        texts: dict[str, Any] = {}
+        for name in self.get_readonly_fields(request, obj):
+            text = (
+                getattr(getattr(self, name, None), "help_text", "") if isinstance(name, str) else ""
+            )
+            if text:
+                texts[str(name)] = text
+        if texts:
+            meta = getattr(kwargs.get("form", self.form), "Meta", None)
+            kwargs["help_texts"] = {**(getattr(meta, "help_texts", None) or {}), **texts}
+        return super().get_form(request, obj, change=change, **kwargs)
+
+
+class ReadOnlyAdmin(ShownTimes):
     """History is written by the scheduler only, and grows: no query may read all of it."""
 
     show_full_result_count = False

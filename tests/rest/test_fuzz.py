@@ -55,7 +55,8 @@ USERS = {"root-ab": None, "viewer-ab": VIEW, "tenant-a": None}  # None: a superu
 # other answer a valid request should not get, is a failure ("schema-valid request
 # rejected"). A bulk create's fields are named "<index>.<field>".
 DEFINITION = {
-    # The kind's own fields, a real zone and cron expression, a timing that fires at all,
+    # The kind's own fields (a one-shot's time is at or delay, the others' start), a real
+    # zone and cron expression, a timing that fires at all,
     # a jitter shorter than the interval, data within the size and depth limits, a name
     # and key not in use, a host the request may reach.
     "name",
@@ -65,6 +66,8 @@ DEFINITION = {
     "cron",
     "time_zone",
     "start",
+    "at",
+    "delay",
     "end",
     "max_fires",
     "misfire_grace_seconds",
