@@ -41,7 +41,7 @@ from tests.rest.hosts import HOST_A, HOST_B
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "docs" / "openapi.yaml"
 # Generated requests per operation and user (more with FUZZ_EXAMPLES=...); the same ones on
 # every run unless FUZZ_RANDOM=1 (then new ones each time: for hunting, not for CI).
-EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "25"))
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "12"))
 RANDOM = os.environ.get("FUZZ_RANDOM") == "1"
 
 schema = schemathesis.openapi.from_path(str(SCHEMA_PATH))
