@@ -193,24 +193,6 @@ class Migration(migrations.Migration):
                 ("aggregate_version", models.BigIntegerField(verbose_name="aggregate version")),
                 ("event_type", models.CharField(max_length=126, verbose_name="event type")),
                 ("event_ts", models.DateTimeField(verbose_name="event time")),
-                (
-                    "payload",
-                    models.JSONField(
-                        blank=True,
-                        help_text="NULL: the event's payload (same id) is the one delivered.",
-                        null=True,
-                        verbose_name="payload",
-                    ),
-                ),
-                (
-                    "metadata",
-                    models.JSONField(
-                        blank=True,
-                        help_text="NULL: the event's metadata (same id).",
-                        null=True,
-                        verbose_name="metadata",
-                    ),
-                ),
                 ("topic", models.CharField(max_length=126, verbose_name="topic")),
                 (
                     "status",
