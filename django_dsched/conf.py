@@ -191,14 +191,6 @@ class AppSettings:
         "Modules a relay imports at start so their @handler registrations exist (besides "
         "every installed app's dsched_handlers module).",
     )
-    OUTBOX_PAYLOAD_ONCE = Setting(
-        False,
-        "Fires write the payload and metadata once, in the event (the outbox message reads "
-        "them by the shared id). Turn it on once every relay runs a release that has this "
-        "setting: an older relay would deliver such a message as null. False: each message "
-        "keeps its own copy too (docs/delivery.md, Upgrading). Becomes True in the next "
-        "release.",
-    )
     RELAY_BATCH_SIZE = Setting(100, "Messages one relay claims per round trip.")
     # 8 MiB is 128 events of 64 KiB: a relay then stays well under 200 MB RSS whatever its
     # batch size (docs/performance.md).

@@ -17,10 +17,3 @@ def db_now():
     from django_dsched.runtime.clock import database_now
 
     return database_now
-
-
-@pytest.fixture
-def payload_once(settings):
-    """Fires store the payload and metadata only in the event (DSCHED_OUTBOX_PAYLOAD_ONCE on:
-    the outbox rows have NULL in both)."""
-    settings.DSCHED_OUTBOX_PAYLOAD_ONCE = True

@@ -8,11 +8,8 @@ from typing import TYPE_CHECKING, Any
 from django.contrib import admin
 from django.contrib.admin.views.main import ERROR_FLAG
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.utils.html import format_html
-from django.utils.translation import gettext_lazy as _
 
 from django_dsched.admin.paging import EstimatedCountPaginator
-from django_dsched.models import Event, OutboxMessage
 
 # The stylesheet (badges, panels, narrow screens; admin colour variables, so dark mode
 # works) and the script that shows times in the viewer's time zone.
@@ -91,11 +88,3 @@ class ReadOnlyAdmin(ShownTimes):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
-
-    @admin.display(description=_("payload"))
-    def payload_pretty(self, obj: Event | OutboxMessage) -> str:
-        return format_html('<pre class="dsched-json">{}</pre>', pretty_json(obj.payload))
-
-    @admin.display(description=_("metadata"))
-    def metadata_pretty(self, obj: Event | OutboxMessage) -> str:
-        return format_html('<pre class="dsched-json">{}</pre>', pretty_json(obj.metadata))

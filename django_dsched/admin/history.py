@@ -11,7 +11,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
-from django_dsched.admin.base import ReadOnlyAdmin
+from django_dsched.admin.base import ReadOnlyAdmin, pretty_json
 from django_dsched.admin.display import EMPTY, time_display
 from django_dsched.models import Event, Lease
 from django_dsched.schedules.audit import PREFIX
@@ -85,6 +85,14 @@ class EventAdmin(ReadOnlyAdmin):
     def actor(self, obj: Event) -> str:
         metadata = obj.metadata or {}
         return metadata.get("actor") or metadata.get("instance_id") or EMPTY
+
+    @admin.display(description=_("payload"))
+    def payload_pretty(self, obj: Event) -> str:
+        return format_html('<pre class="dsched-json">{}</pre>', pretty_json(obj.payload))
+
+    @admin.display(description=_("metadata"))
+    def metadata_pretty(self, obj: Event) -> str:
+        return format_html('<pre class="dsched-json">{}</pre>', pretty_json(obj.metadata))
 
 
 @admin.register(Lease)

@@ -22,7 +22,7 @@ from django_dsched.admin.display import (
 from django_dsched.admin.filters import OutboxTopicFilter
 from django_dsched.changes import ChangeCount
 from django_dsched.enums import DeliveryStatus
-from django_dsched.models import Event, OutboxMessage
+from django_dsched.models import OutboxMessage
 from django_dsched.outbox import dead_letters, runs
 
 if TYPE_CHECKING:
@@ -158,10 +158,9 @@ class OutboxMessageAdmin(ReadOnlyAdmin):
         return run_duration(obj)
 
     @admin.display(description=_("payload"))
-    def payload_pretty(self, obj: Event | OutboxMessage) -> str:
-        # The event's payload unless the row kept its own copy (models/outbox.py).
-        payload = obj.delivered_payload if isinstance(obj, OutboxMessage) else obj.payload
-        return format_html('<pre class="dsched-json">{}</pre>', pretty_json(payload))
+    def payload_pretty(self, obj: OutboxMessage) -> str:
+        # The event's payload, read by the shared id (models/outbox.py).
+        return format_html('<pre class="dsched-json">{}</pre>', pretty_json(obj.delivered_payload))
 
     @admin.display(description=_("last error"))
     def last_error_pretty(self, obj: OutboxMessage) -> str:

@@ -516,9 +516,7 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
     @action(detail=True, methods=["get"])
     def deliveries(self, request: Request, **kwargs: Any) -> Response:
         filters: Mapping[str, Any] = query(DeliveriesQuery, request, paginated=True)
-        queryset = OutboxMessage.objects.filter(aggregate_id=self.get_object().pk).defer(
-            "payload", "metadata"
-        )
+        queryset = OutboxMessage.objects.filter(aggregate_id=self.get_object().pk)
         if "status" in filters:
             queryset = queryset.filter(status=filters["status"])
         return self.page(queryset, MessageSerializer, ("-aggregate_version",))

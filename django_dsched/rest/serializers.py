@@ -795,7 +795,7 @@ def seconds(span: timedelta | None) -> float | None:
 
 class MessageDetailSerializer(MessageSerializer):
     payload = ObjectField(
-        source="delivered_payload",  # the event's, unless the row kept its own copy
+        source="delivered_payload",  # the event's, read by the shared id
         read_only=True,
         help_text=_("The CloudEvents envelope delivered."),
     )

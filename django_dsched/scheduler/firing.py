@@ -13,9 +13,8 @@ This is the product's hot loop, so it is set-based SQL on the raw connection. Pe
    at its epoch, taken ``FOR SHARE`` so nobody can take the lease until we commit), advances
    every schedule (``UPDATE ... RETURNING`` the columns the event needs), and inserts every
    event and outbox row from what the update returned. The payload is built in SQL from the
-   locked rows, so event data never round-trips through Python. With
-   ``DSCHED_OUTBOX_PAYLOAD_ONCE`` on it is stored once, in the event (the outbox row reads
-   it by the shared id); off (this release's default), the outbox row keeps a copy too.
+   locked rows, so event data never round-trips through Python. It is stored once, in the
+   event: the outbox row reads it by the shared id.
 
 If the fence fails the statement writes nothing and the caller rolls back and steps down.
 A second event for the same (schedule, slot) is refused by the database
@@ -38,7 +37,6 @@ from typing import Any
 
 from django.db import DatabaseError
 
-from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus, MisfirePolicy, ScheduleKind, ScheduleState
 from django_dsched.exceptions import ScheduleDataError
 from django_dsched.runtime.refusals import refused, sqlstate
@@ -67,38 +65,19 @@ ENVELOPE = """jsonb_build_object(
                'data', event_data)"""
 
 OUTBOX_COLUMNS = """(id, host_id, aggregate_id, aggregate_type, aggregate_version,
-                                  event_type, event_ts, payload, metadata, topic, status,
-                                  priority)"""
+                                  event_type, event_ts, topic, status, priority)"""
 
 # An outbox row from an inserted event (``e``: the INSERT's RETURNING): the topic and the
 # priority travel in the event itself, so no join with estimated row counts is needed
 # (a nested loop over two 1,000-row CTEs once cost more than the rest of the batch).
-# The payload and the metadata are stored once, in the event: the message has NULL in both
-# and its readers take the event's by the shared id (the relay's claim, the admin, REST).
-# That is 543 of the 696 bytes an outbox row had, a fifth of what a fire writes.
+# The payload and the metadata are stored once, in the event: the message has neither, and
+# its readers take the event's by the shared id (the relay's claim, the admin, REST). A copy
+# in the message would write 543 bytes more per fire, a quarter more than a fire writes.
 OUTBOX_FROM_EVENT = """e.id, e.host_id, e.aggregate_id, 'Schedule', e.aggregate_version,
-           e.event_type, e.event_ts, NULL, NULL, e.topic, %(pending)s, e.priority"""
+           e.event_type, e.event_ts, e.topic, %(pending)s, e.priority"""
 # What the event insert returns for it (the topic and the priority, not the whole payload).
 EVENT_FOR_OUTBOX = """id, host_id, aggregate_id, aggregate_version, event_type, event_ts,
               payload->>'topic' AS topic, (metadata->>'priority')::smallint AS priority"""
-# Until DSCHED_OUTBOX_PAYLOAD_ONCE is on, the outbox row keeps its own copy as well, so a
-# relay of a release before the payload was stored once (whose claim reads only the
-# message's own column) still delivers it during a rolling deploy (docs/delivery.md).
-OUTBOX_FROM_EVENT_COPY = OUTBOX_FROM_EVENT.replace("NULL, NULL,", "e.payload, e.metadata,")
-EVENT_FOR_OUTBOX_COPY = EVENT_FOR_OUTBOX.replace(
-    "payload->>'topic' AS topic,", "payload, metadata, payload->>'topic' AS topic,"
-)
-
-
-def with_outbox_copy(statement: str) -> str:
-    """``statement`` (WRITE, WRITE_BUCKETS or FIRE_SLOTS) writing each outbox row with its
-    own copy of the payload and metadata (DSCHED_OUTBOX_PAYLOAD_ONCE off)."""
-    # A check that ``python -O`` keeps: a failed substitution would write no copy silently.
-    if not statement.count(OUTBOX_FROM_EVENT) == statement.count(EVENT_FOR_OUTBOX) == 1:
-        raise ValueError("with_outbox_copy: the statement lacks the outbox parts it replaces")
-    return statement.replace(OUTBOX_FROM_EVENT, OUTBOX_FROM_EVENT_COPY).replace(
-        EVENT_FOR_OUTBOX, EVENT_FOR_OUTBOX_COPY
-    )
 
 
 def microseconds(column: str) -> str:
@@ -384,10 +363,6 @@ def with_buckets(statement: str) -> str:
 
 
 WRITE_BUCKETS = with_buckets(WRITE)
-# The same with the outbox copy: each chosen per call by DSCHED_OUTBOX_PAYLOAD_ONCE (built
-# once here: the fire path only picks one).
-WRITE_COPY = with_outbox_copy(WRITE)
-WRITE_BUCKETS_COPY = with_outbox_copy(WRITE_BUCKETS)
 SET_ASIDE_BUCKETS = with_buckets(SET_ASIDE)
 
 # Longest error text kept on a set-aside schedule.
@@ -689,10 +664,7 @@ def fire_batch(
     if decided.aside and not writer.set_aside(decided.aside):
         return BatchResult(len(rows), 0, 0, True)
     if decided.ids:
-        if app_settings.OUTBOX_PAYLOAD_ONCE:
-            write = WRITE_BUCKETS if bucketed else WRITE
-        else:
-            write = WRITE_BUCKETS_COPY if bucketed else WRITE_COPY
+        write = WRITE_BUCKETS if bucketed else WRITE
         params.update(
             pending=DeliveryStatus.PENDING.value, names=len(rows) <= NAMED_BATCH, topics=metrics
         )
@@ -940,7 +912,6 @@ advanced AS (
 SELECT (SELECT count(*) FROM target), (SELECT count(*) FROM events),
        (SELECT pg_notify('dsched_outbox', '') FROM target)
 """
-FIRE_SLOTS_COPY = with_outbox_copy(FIRE_SLOTS)
 
 
 def fire_slots(
@@ -956,7 +927,7 @@ def fire_slots(
     fired (slots that had already fired are skipped by the database), or None when the
     schedule does not exist or is not in one of ``states``."""
     cursor.execute(
-        FIRE_SLOTS if app_settings.OUTBOX_PAYLOAD_ONCE else FIRE_SLOTS_COPY,
+        FIRE_SLOTS,
         {
             "id": schedule_id,
             "states": array_literal(states),
