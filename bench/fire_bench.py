@@ -17,7 +17,7 @@ the fire, and ``scheduled_ts`` its grid slot. Prints figures; asserts nothing.
 
 Schedules are created in SQL (``INSERT ... SELECT generate_series``) with time-ordered ids,
 as the package's default (``django_dsched.models.ids.uuid7``) makes them; ``--random-ids`` gives
-them random (version 4) ids instead, as schedules created before that default have.
+them random (version 4) ids instead, as schedules created with ids of the caller's own may have.
 
 ``ceiling`` is the same work written by hand in plain psycopg on the same tables, indexes
 and server: per batch of 500 (one transaction), a ``SELECT ... FOR UPDATE SKIP LOCKED`` of
