@@ -8,6 +8,7 @@ knowing this package (``ValueError``, ``django.core.exceptions.ValidationError``
 from __future__ import annotations
 
 from django.core import exceptions as django_exceptions
+from django.db.utils import OperationalError
 
 
 class DschedError(Exception):
@@ -114,3 +115,8 @@ class NotImportable(DschedError):
 
 class BucketCountMismatch(ConfigurationError):
     """``DSCHED_BUCKETS`` differs from the bucket count the cluster in the database uses."""
+
+
+class NotPrimary(DschedError, OperationalError):
+    """The session reached a standby (a server in recovery): the loops write, so they need
+    the primary. A Django ``OperationalError`` too: the loop reconnects."""

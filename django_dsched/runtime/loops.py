@@ -15,6 +15,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from django.db.backends.utils import CursorWrapper
 
 from django_dsched.conf import app_settings
+from django_dsched.exceptions import NotPrimary
 from django_dsched.runtime.connections import describe_failure, server_of
 from django_dsched.runtime.logs import get_logger
 from django_dsched.runtime.wakeup import Waker
@@ -53,11 +54,6 @@ LOCK_WAIT_RETRY = 0.1
 # While the database stays away, a loop logs one line at the first failed attempt, then
 # again when the reason changes or this many seconds after its last line.
 OUTAGE_LOG_EVERY = 10.0
-
-
-class NotPrimary(OperationalError):
-    """The session reached a standby (a server in recovery): the loops write, so they need
-    the primary. A subclass of Django's ``OperationalError``: the loop reconnects."""
 
 
 def lock_wait_timed_out(exc: BaseException) -> bool:
