@@ -34,6 +34,7 @@ from django_dsched.outbox import runs
 from django_dsched.runtime.clock import database_now
 from django_dsched.schedules.creates import MAX_DELAY
 from django_dsched.schedules.describe import describe
+from django_dsched.schedules.specs import OPTIONS
 
 # The API's name of each writable field -> the model's.
 MODEL_FIELDS: Mapping[str, str] = {
@@ -44,13 +45,7 @@ MODEL_FIELDS: Mapping[str, str] = {
     "cron": "cron_expression",
     "time_zone": "time_zone",
     "start": "start_ts",
-    "end": "end_ts",
-    "max_fires": "max_fires",
-    "misfire_policy": "misfire_policy",
-    "misfire_grace_seconds": "misfire_grace_seconds",
-    "catch_up_limit": "catch_up_limit",
-    "jitter_seconds": "jitter_seconds",
-    "priority": "priority",
+    **OPTIONS,  # the options every kind takes, named as in the Python API
     "topic": "event_topic",
     "event_type": "event_type",
     "data": "event_data",

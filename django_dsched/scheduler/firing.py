@@ -112,16 +112,19 @@ SINCE = """COALESCE('epoch'::timestamptz + %(since)s::bigint * interval '1 micro
 def claim_statement(
     *, buckets: bool = False, every_bucket: bool = False, skip: bool = False
 ) -> str:
-    """The claim: on-time work first, then the backlog.
+    """The claim: on-time work first, then the backlog, never more than ``%(limit)s`` rows.
 
-    ``again`` takes the rows the previous batch fired that were due again at once (a
-    catch-up, a slot due within the backlog window: ``%(again)s``, primary-key probes), and
-    ``fresh`` the rows that came due since the previous claim (``SINCE``), oldest first:
-    whatever is on time is claimed in the next round, however large the backlog.
-    ``backlog`` fills the rest of the batch from the rows due before that, oldest first, and
-    always gets at least ``%(backlog_share)s`` of it, so a backlog drains even while on-time
-    work fills the batch. All skip rows locked by others; ``fresh`` and ``backlog`` walk
-    the due index."""
+    ``fresh`` takes the rows that came due since the previous claim (``SINCE``), oldest
+    first, up to the batch less ``%(backlog_share)s``: whatever is on time is claimed in the
+    next round, however large the backlog. ``again`` then takes the rows the previous batch
+    fired that were due again at once (a catch-up, a slot due within the backlog window:
+    ``%(again)s``, primary-key probes), and ``backlog`` the rows due before ``SINCE``,
+    oldest first, each up to what is left of the batch: so the backlog always gets at least
+    ``%(backlog_share)s`` of it and drains even while on-time work would fill it. ``more``
+    gives what is still left to the on-time rows past ``fresh``'s share. The parts take
+    disjoint rows (by ``SINCE`` and by id), so no row is claimed twice; all skip rows
+    locked by others. A claim shorter than the batch therefore left no due row that was
+    free (what NEXT_DUE relies on). ``fresh``, ``backlog`` and ``more`` walk the due index."""
     columns = CLAIM_COLUMNS + (", bucket_key" if buckets else "")
     where = "active"
     if buckets and not every_bucket:
@@ -130,18 +133,19 @@ def claim_statement(
         where += f" AND {NOT_QUARANTINED}"
     return f"""
 WITH since AS MATERIALIZED (SELECT {SINCE} AS ts),
-again AS MATERIALIZED (
-    SELECT {columns} FROM schedule_t
-    WHERE schedule_id = ANY(%(again)s::uuid[]) AND {where}
-      AND next_run_ts <= (SELECT ts FROM since)
-    FOR UPDATE SKIP LOCKED
-),
 fresh AS MATERIALIZED (
     SELECT {columns} FROM schedule_t
     WHERE {where} AND next_run_ts <= statement_timestamp()
       AND next_run_ts > (SELECT ts FROM since)
     ORDER BY next_run_ts, priority DESC
-    LIMIT %(limit)s
+    LIMIT greatest(0, %(limit)s - %(backlog_share)s)
+    FOR UPDATE SKIP LOCKED
+),
+again AS MATERIALIZED (
+    SELECT {columns} FROM schedule_t
+    WHERE schedule_id = ANY(%(again)s::uuid[]) AND {where}
+      AND next_run_ts <= (SELECT ts FROM since)
+    LIMIT greatest(0, %(limit)s - (SELECT count(*) FROM fresh))
     FOR UPDATE SKIP LOCKED
 ),
 backlog AS MATERIALIZED (
@@ -149,11 +153,21 @@ backlog AS MATERIALIZED (
     WHERE {where} AND next_run_ts <= (SELECT ts FROM since)
       AND schedule_id <> ALL(%(again)s::uuid[])
     ORDER BY next_run_ts, priority DESC
-    LIMIT greatest(%(backlog_share)s,
-                   %(limit)s - (SELECT count(*) FROM fresh) - (SELECT count(*) FROM again))
+    LIMIT greatest(0, %(limit)s - (SELECT count(*) FROM fresh) - (SELECT count(*) FROM again))
+    FOR UPDATE SKIP LOCKED
+),
+more AS MATERIALIZED (
+    SELECT {columns} FROM schedule_t
+    WHERE {where} AND next_run_ts <= statement_timestamp()
+      AND next_run_ts > (SELECT ts FROM since)
+      AND schedule_id NOT IN (SELECT schedule_id::uuid FROM fresh)
+    ORDER BY next_run_ts, priority DESC
+    LIMIT greatest(0, %(limit)s - (SELECT count(*) FROM fresh) - (SELECT count(*) FROM again)
+                      - (SELECT count(*) FROM backlog))
     FOR UPDATE SKIP LOCKED
 )
-SELECT * FROM again UNION ALL SELECT * FROM fresh UNION ALL SELECT * FROM backlog
+SELECT * FROM fresh UNION ALL SELECT * FROM again UNION ALL SELECT * FROM backlog
+UNION ALL SELECT * FROM more
 """
 
 
