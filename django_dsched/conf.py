@@ -165,6 +165,26 @@ class AppSettings:
     MISFIRE_GRACE_SECONDS = Setting(
         60, "Grace of schedules with the SKIP misfire policy and no grace of their own (s)."
     )
+    # -- quotas per tenant (docs/design.md, Quotas) --------------------------------------------
+    DEFAULT_MAX_ACTIVE_SCHEDULES: Setting[int | None] = Setting(
+        None,
+        "Most schedules a host (tenant) may have that can still fire (active, paused or set "
+        "aside), for hosts without a row in tenant_quota_t (the admin's tenant quotas); a "
+        "create past it is refused. None: no limit.",
+    )
+    DEFAULT_MAX_FIRES_PER_SECOND: Setting[float | None] = Setting(
+        None,
+        "Most fires per second the scheduler gives a host without a row in tenant_quota_t, "
+        "over every instance (each takes the share of its buckets); fires over it wait for a "
+        "later batch, none is dropped. None: no limit.",
+    )
+    QUOTA_CACHE_SECONDS = Setting(
+        5.0,
+        "Seconds a process remembers that a host has no quota of live schedules, sparing "
+        "its creates a read of tenant_quota_t; a quota given to such a host (a new row, or a "
+        "default set) applies to that process's creates within this time. A host with a "
+        "quota is checked against the stored row on every create.",
+    )
     SCHEDULES: Setting[Mapping[str, Mapping[str, Any]]] = Setting(
         {},
         "Schedules declared in settings, synced by `dsched sync` and after migrate: "

@@ -7,6 +7,8 @@ knowing this package (``ValueError``, ``django.core.exceptions.ValidationError``
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.core import exceptions as django_exceptions
 from django.db.utils import OperationalError
 
@@ -46,6 +48,17 @@ class ConflictError(ValidationError):
 class EditNotPermitted(ValidationError):
     """An edit would complete the schedule at once (like cancel) or fire it at once (like
     run now), and the caller lacks that permission: nothing was written."""
+
+
+class QuotaExceeded(ValidationError):
+    """A create would give a host (tenant) more live schedules than its quota allows
+    (``TenantQuota.max_active_schedules``, or ``DSCHED_DEFAULT_MAX_ACTIVE_SCHEDULES``):
+    nothing was written. ``host_id`` and ``limit`` name the quota."""
+
+    def __init__(self, message: str, *, host_id: Any, limit: int) -> None:
+        super().__init__(message, code="quota_exceeded")
+        self.host_id = host_id
+        self.limit = limit
 
 
 class NotPermitted(DschedError, django_exceptions.PermissionDenied):

@@ -58,7 +58,11 @@ from django_dsched.schedules.creates import Clock, Preparer
 JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
 LIVE = (ScheduleState.ACTIVE, ScheduleState.PAUSED)
 WHY = {
-    409: "A concurrent change won a race the validation could not see: read and retry.",
+    409: (
+        "A concurrent change won a race the validation could not see: read and retry; or "
+        "(`quota_exceeded`, bulk create) the call would take its host past its quota of live "
+        "schedules: nothing is written."
+    ),
     413: (
         "The body is larger than DSCHED_API_MAX_BULK_BODY_BYTES, or has more items than "
         "DSCHED_BULK_MAX_ITEMS (code too_many_items; checked after authentication, "

@@ -40,6 +40,7 @@ from django_dsched.rest.errors import (
     validation_failed,
 )
 from django_dsched.rest.responses import (
+    CREATE_409,
     ETAG,
     ETAG_412,
     READ,
@@ -190,7 +191,7 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
                 serializers=[ScheduleDetailSerializer, ExistingScheduleSerializer],
                 resource_type_field_name=None,
             ),
-            **errors(*WRITE, 409),
+            **errors(*WRITE, 409, why={409: CREATE_409}),
         },
         parameters=[ETAG],
         description=(

@@ -43,6 +43,7 @@ from django_dsched.runtime.refusals import refused, sqlstate
 from django_dsched.scheduler import event_ids
 from django_dsched.scheduler.buckets import LOCK_STRIDE
 from django_dsched.scheduler.lease import TIMELINE
+from django_dsched.scheduler.throttle import Throttle
 from django_dsched.timetables import Rules, backlog_window, decide, timetable_for
 from django_dsched.timetables.grid import (
     MICROSECOND,
@@ -103,6 +104,10 @@ IN_BUCKETS = "(bucket_key & %(mask)s) = ANY(%(buckets)s::int[])"
 # Rows this instance could neither fire nor set aside (the database refused both) wait in
 # its quarantine (the loop's): the claim passes over them for a while.
 NOT_QUARANTINED = "schedule_id <> ALL(%(skip)s::uuid[])"
+# Hosts over their fire rate (scheduler/throttle.py) whose bucket cannot pay a tick's fires:
+# the claim passes over their rows, which stay due. With any rate set, the claim also returns
+# each row's host, for its token.
+NOT_HELD_BACK = "host_id <> ALL(%(held_back)s::uuid[])"
 # The end of the last claim that found rows (the caller's, in microseconds); the first
 # claim of a process takes one backlog window before now.
 SINCE = """COALESCE('epoch'::timestamptz + %(since)s::bigint * interval '1 microsecond',
@@ -110,7 +115,7 @@ SINCE = """COALESCE('epoch'::timestamptz + %(since)s::bigint * interval '1 micro
 
 
 def claim_statement(
-    *, buckets: bool = False, every_bucket: bool = False, skip: bool = False
+    *, buckets: bool = False, every_bucket: bool = False, skip: bool = False, hosts: bool = False
 ) -> str:
     """The claim: on-time work first, then the backlog, never more than ``%(limit)s`` rows.
 
@@ -124,13 +129,20 @@ def claim_statement(
     gives what is still left to the on-time rows past ``fresh``'s share. The parts take
     disjoint rows (by ``SINCE`` and by id), so no row is claimed twice; all skip rows
     locked by others. A claim shorter than the batch therefore left no due row that was
-    free (what NEXT_DUE relies on). ``fresh``, ``backlog`` and ``more`` walk the due index."""
-    columns = CLAIM_COLUMNS + (", bucket_key" if buckets else "")
+    free (what NEXT_DUE relies on), but those of held-back hosts. ``fresh``, ``backlog``
+    and ``more`` walk the due index. ``hosts`` (a fire rate is set somewhere): each row's
+    host comes back (before the bucket key), and the rows of held-back hosts are passed
+    over."""
+    columns = (
+        CLAIM_COLUMNS + (", host_id::text" if hosts else "") + (", bucket_key" if buckets else "")
+    )
     where = "active"
     if buckets and not every_bucket:
         where += f" AND {IN_BUCKETS}"
     if skip:
         where += f" AND {NOT_QUARANTINED}"
+    if hosts:
+        where += f" AND {NOT_HELD_BACK}"
     return f"""
 WITH since AS MATERIALIZED (SELECT {SINCE} AS ts),
 fresh AS MATERIALIZED (
@@ -171,15 +183,18 @@ UNION ALL SELECT * FROM more
 """
 
 
-# (buckets, every bucket, skip) -> the claim; built once here, picked per batch.
+# (buckets, every bucket, skip, hosts) -> the claim; built once here, picked per batch.
 CLAIMS = {
-    (buckets, every, skip): claim_statement(buckets=buckets, every_bucket=every, skip=skip)
+    (buckets, every, skip, hosts): claim_statement(
+        buckets=buckets, every_bucket=every, skip=skip, hosts=hosts
+    )
     for buckets in (False, True)
     for every in (False, True)
     for skip in (False, True)
+    for hosts in (False, True)
     if buckets or not every
 }
-CLAIM = CLAIMS[False, False, False]  # no buckets, nothing quarantined
+CLAIM = CLAIMS[False, False, False, False]  # no buckets, nothing quarantined, no rates
 # The least part of a batch the backlog gets while on-time work would fill it.
 BACKLOG_SHARE = 0.1
 
@@ -189,9 +204,11 @@ def claim_args(
     since_us: int | None = None,
     skip: Collection[str] = (),
     again: Collection[str] = (),
+    held_back: Collection[str] = (),
 ) -> dict[str, Any]:
     """The parameters of a claim of ``limit`` rows (see :func:`claim_statement`)."""
     return {
+        "held_back": list(held_back),
         "limit": limit,
         "since": since_us,
         "again": list(again),
@@ -430,6 +447,9 @@ class BatchResult:
     # ``since_us`` and ``again`` of the next batch.
     claimed_at: int | None = None
     again_ids: tuple[str, ...] = ()
+    # Claimed rows left unplanned because their host was over its fire rate (no token):
+    # released at commit, claimed again once it has tokens.
+    throttled: int = 0
 
 
 @dataclass(slots=True)
@@ -620,6 +640,7 @@ def fire_batch(
     skip: Collection[str] = (),
     since_us: int | None = None,
     again: Collection[str] = (),
+    throttle: Throttle | None = None,
 ) -> BatchResult:
     """Claim and fire up to ``batch_size`` due schedules inside the caller's transaction.
 
@@ -640,8 +661,13 @@ def fire_batch(
     that came due after ``since_us`` (the ``claimed_at`` of the caller's previous batch that
     claimed any; None: one backlog window ago) are claimed before the rows due earlier,
     which fill the rest of the batch (:func:`claim_statement`).
+
+    ``throttle``: the hosts' fire rates (:mod:`.throttle`). The claim passes over the hosts
+    it holds back, and a claimed row whose host has no token left is not planned
+    (``throttled``): unchanged, it is released at commit and claimed again later.
     """
     bucketed = fence.bucket_count > 1
+    hosts = throttle is not None and throttle.active
     params: dict[str, Any] = {
         "lease_id": fence.lease_id,
         "instance": fence.instance_id,
@@ -650,13 +676,14 @@ def fire_batch(
         "active": ACTIVE,
         "completed": COMPLETED,
     }
-    claim_params = claim_args(batch_size, since_us, skip, again)
+    held_back = throttle.held_back() if hosts and throttle is not None else ()
+    claim_params = claim_args(batch_size, since_us, skip, again, held_back)
     if bucketed:
         if not fence.buckets:
             return BatchResult(0, 0, 0, False)
         params.update(bucket_params(fence), limit=batch_size)
         every = len(fence.buckets) == fence.bucket_count
-        cursor.execute(CLAIMS[True, every, bool(skip)], {**params, **claim_params})
+        cursor.execute(CLAIMS[True, every, bool(skip), hosts], {**params, **claim_params})
         keyed = cursor.fetchall()
         mask = fence.bucket_count - 1
         touched = sorted({row[-1] & mask for row in keyed})
@@ -666,28 +693,35 @@ def fire_batch(
         params["epochs"] = [held[b] for b in touched]
         params["fenced"] = len(touched)
     else:
-        cursor.execute(CLAIMS[False, False, bool(skip)], claim_params)
+        cursor.execute(CLAIMS[False, False, bool(skip), hosts], claim_params)
         rows = cursor.fetchall()
     if not rows:
         return BatchResult(0, 0, 0, False)
+    claimed = len(rows)
     claimed_at = rows[0][6]
+    throttled = 0
+    if hosts and throttle is not None:
+        # One token per row (a row fires one slot per batch at most); the others wait.
+        ready = [row[:-1] for row in rows if throttle.take(row[-1])]
+        throttled = claimed - len(ready)
+        rows = ready
     decided = plan(rows, deadline)
     if keep_lease is not None and not keep_lease():
-        return BatchResult(len(rows), 0, 0, True)
+        return BatchResult(claimed, 0, 0, True)
     writer = _Writer(cursor, params, bucketed, narrow)
     if decided.aside and not writer.set_aside(decided.aside):
-        return BatchResult(len(rows), 0, 0, True)
+        return BatchResult(claimed, 0, 0, True)
     if decided.ids:
         write = WRITE_BUCKETS if bucketed else WRITE
         params.update(
-            pending=DeliveryStatus.PENDING.value, names=len(rows) <= NAMED_BATCH, topics=metrics
+            pending=DeliveryStatus.PENDING.value, names=claimed <= NAMED_BATCH, topics=metrics
         )
         if not writer.write(write, decided):
-            return BatchResult(len(rows), 0, 0, True)
+            return BatchResult(claimed, 0, 0, True)
         if writer.refused and not writer.set_aside(writer.refused):
-            return BatchResult(len(rows), 0, 0, True)
+            return BatchResult(claimed, 0, 0, True)
     return BatchResult(
-        len(rows),
+        claimed,
         writer.fired,
         writer.due_fires - writer.fired,
         False,
@@ -704,6 +738,7 @@ def fire_batch(
         quarantined=tuple(writer.quarantined),
         claimed_at=claimed_at,
         again_ids=tuple(decided.again_ids),
+        throttled=throttled,
     )
 
 
@@ -832,6 +867,16 @@ NEXT_DUE_BUCKETS_SKIPPING = NEXT_DUE.format(
     bucket_filter=f" AND {IN_BUCKETS}", skip_filter=f" AND {NOT_QUARANTINED}"
 )
 NEXT_DUE_SKIPPING = NEXT_DUE.format(bucket_filter="", skip_filter=f" AND {NOT_QUARANTINED}")
+# With held-back hosts (their rows are due but wait for tokens, not for a lock): (buckets,
+# skip) -> the statement.
+NEXT_DUE_HOLDING = {
+    (buckets, skip): NEXT_DUE.format(
+        bucket_filter=f" AND {IN_BUCKETS}" if buckets else "",
+        skip_filter=(f" AND {NOT_QUARANTINED}" if skip else "") + f" AND {NOT_HELD_BACK}",
+    )
+    for buckets in (False, True)
+    for skip in (False, True)
+}
 NEXT_DUE = NEXT_DUE.format(bucket_filter="", skip_filter="")
 
 
@@ -854,11 +899,23 @@ class NextDue:
     locked: bool  # a due schedule was skipped: another transaction holds its row
 
 
-def next_due(cursor: Any, fence: Fence | None = None, skip: Collection[str] = ()) -> NextDue:
+def next_due(
+    cursor: Any,
+    fence: Fence | None = None,
+    skip: Collection[str] = (),
+    held_back: Collection[str] = (),
+) -> NextDue:
     """When to look again; call it in the transaction of the last (short) claim (with
-    buckets: among the buckets ``fence`` holds; ``skip``: quarantined ids, which are due
-    but not waiting on a lock)."""
-    if fence is not None and 1 < fence.bucket_count != len(fence.buckets):
+    buckets: among the buckets ``fence`` holds; ``skip``: quarantined ids, and
+    ``held_back``: hosts over their fire rate, whose rows are due but not waiting on a
+    lock)."""
+    some = fence is not None and 1 < fence.bucket_count != len(fence.buckets)
+    if held_back:
+        params: dict[str, Any] = {"held_back": list(held_back), "skip": list(skip)}
+        if some and fence is not None:
+            params.update(bucket_params(fence))
+        cursor.execute(NEXT_DUE_HOLDING[some, bool(skip)], params)
+    elif some and fence is not None:
         if skip:
             cursor.execute(NEXT_DUE_BUCKETS_SKIPPING, {**bucket_params(fence), "skip": list(skip)})
         else:

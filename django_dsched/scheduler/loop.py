@@ -35,6 +35,7 @@ from django_dsched.scheduler.lease import (
     stored_bucket_count,
 )
 from django_dsched.scheduler.retention_worker import RetentionWorker, worker_for
+from django_dsched.scheduler.throttle import Throttle, read_rates
 
 if TYPE_CHECKING:
     from django_dsched.metrics.scheduler import SchedulerMetrics
@@ -76,6 +77,7 @@ class Stats:
     narrowed: int = 0  # batches written again in halves to find the rows refused
     deferred: int = 0  # claimed rows left for the next batch by the planning budget
     locked_waits: int = 0  # rounds that waited because a due row was locked elsewhere
+    throttled: int = 0  # claimed rows left unplanned: their host was over its fire rate
 
 
 class Scheduler(DatabaseLoop):
@@ -137,6 +139,9 @@ class Scheduler(DatabaseLoop):
         # on time and claimed first (firing.claim_statement).
         self._since: int | None = None
         self._again: tuple[str, ...] = ()
+        # The hosts' fire rates (tenant quotas), read at most once per heartbeat.
+        self.throttle = Throttle()
+        self._next_rates = 0.0
         self._retention_wanted = True
         self.retention: RetentionWorker | None = None
         # With several hosts in the URL: two of them accepting writes (split brain) stops
@@ -377,6 +382,7 @@ class Scheduler(DatabaseLoop):
         lease inside its transaction if the trust window closed meanwhile, so a slow batch
         shrinks; it never outlives the lease.
         """
+        self._read_rates()
         while self.lease.is_trusted() and not self.stopping.is_set() and not self.split_brain():
             fence = self._fence()
             if fence is None:  # trusted implies leading; for the type checker
@@ -398,6 +404,7 @@ class Scheduler(DatabaseLoop):
                         skip=skip,
                         since_us=self._since,
                         again=self._again,
+                        throttle=self.throttle,
                     )
                     self.stats.claims += 1
                     if result.fenced:
@@ -410,7 +417,8 @@ class Scheduler(DatabaseLoop):
                         # All that was due and free is done: when to look again, asked in
                         # the claim's own transaction (see firing.NEXT_DUE).
                         passed_over = [*skip, *(i for i, _ in result.quarantined)]
-                        due = next_due(cursor, fence, passed_over)
+                        held_back = self.throttle.held_back() if self.throttle.active else ()
+                        due = next_due(cursor, fence, passed_over, held_back)
                         read_at = time.monotonic()
             except DatabaseError as exc:
                 if narrow or not refused(exc):
@@ -461,13 +469,31 @@ class Scheduler(DatabaseLoop):
                     self.metrics.batch(result, time.monotonic() - started)
                 self._count(result, fence.epoch)
             if due is not None:
-                # Less the time the commit took since the due time was read.
-                return self._wait_for(due, time.monotonic() - read_at)
+                # Less the time the commit took since the due time was read; no later than
+                # a host held back by its fire rate may be claimed again.
+                wait = self._wait_for(due, time.monotonic() - read_at)
+                ready = self.throttle.ready_in() if self.throttle.active else None
+                return wait if ready is None else min(wait, ready)
             if time.monotonic() >= self._next_heartbeat:
                 return 0.0
             if isinstance(self.lease, BucketLeases) and time.monotonic() >= self._next_look:
                 return 0.0  # a busy owner still stands by for others' buckets on time
         return 0.0 if self.lease.is_leader and not self.stopping.is_set() else self.poll_interval
+
+    def _read_rates(self) -> None:
+        """At most once per heartbeat: the hosts' fire rates, and this instance's share of
+        them (with buckets, the share of the buckets it holds: scheduler/throttle.py)."""
+        now = time.monotonic()
+        if now < self._next_rates:
+            return
+        self._next_rates = now + self.heartbeat_seconds
+        default = app_settings.DEFAULT_MAX_FIRES_PER_SECOND
+        with connections[self.using].cursor() as cursor:
+            rates = read_rates(cursor, default)
+        share = 1.0
+        if isinstance(self.lease, BucketLeases):
+            share = len(self.lease.held) / self.lease.count
+        self.throttle.configure(rates, default, share)
 
     def _count(self, result: BatchResult, epoch: int | None) -> None:
         self.stats.batches += 1
@@ -475,6 +501,9 @@ class Scheduler(DatabaseLoop):
         self.stats.duplicates += result.duplicates
         self.stats.set_aside += result.set_aside
         self.stats.deferred += result.deferred
+        self.stats.throttled += result.throttled
+        if self.metrics is not None and self.throttle.active:
+            self.metrics.quota_held_back.set(len(self.throttle.held_back()))
         context = {"instance": self.instance_id, "epoch": epoch}
         logger.info(
             "fired %d schedule(s)%s instance=%s epoch=%d",
