@@ -120,17 +120,17 @@ def claim_statement(
     """The claim: on-time work first, then the backlog, never more than ``%(limit)s`` rows.
 
     ``fresh`` takes the rows that came due since the previous claim (``SINCE``), oldest
-    first, up to the batch less ``%(backlog_share)s``: whatever is on time is claimed in the
-    next round, however large the backlog. ``again`` then takes the rows the previous batch
-    fired that were due again at once (a catch-up, a slot due within the backlog window:
+    first, up to the whole batch, or the batch less ``%(backlog_share)s`` when anything else
+    waits (``waiting``: one probe): whatever is on time is claimed in the next round,
+    however large the backlog. ``again`` then takes the rows the previous batch fired that
+    were due again at once (a catch-up, a slot due within the backlog window:
     ``%(again)s``, primary-key probes), and ``backlog`` the rows due before ``SINCE``,
-    oldest first, each up to what is left of the batch: so the backlog always gets at least
-    ``%(backlog_share)s`` of it and drains even while on-time work would fill it. ``more``
-    gives what is still left to the on-time rows past ``fresh``'s share. The parts take
-    disjoint rows (by ``SINCE`` and by id), so no row is claimed twice; all skip rows
-    locked by others. A claim shorter than the batch therefore left no due row that was
-    free (what NEXT_DUE relies on), but those of held-back hosts. ``fresh``, ``backlog``
-    and ``more`` walk the due index. ``hosts`` (a fire rate is set somewhere): each row's
+    oldest first, each up to what is left of the batch: so a backlog drains even while
+    on-time work would fill the batch. The parts take disjoint rows (by ``SINCE`` and by
+    id), so no row is claimed twice; all skip rows locked by others. A claim shorter than
+    the batch therefore left no due row that was free (what NEXT_DUE relies on), but those
+    of held-back hosts, and but a share left for a backlog locked by others. ``fresh`` and
+    ``backlog`` walk the due index. ``hosts`` (a fire rate is set somewhere): each row's
     host comes back (before the bucket key), and the rows of held-back hosts are passed
     over."""
     columns = (
@@ -145,12 +145,20 @@ def claim_statement(
         where += f" AND {NOT_HELD_BACK}"
     return f"""
 WITH since AS MATERIALIZED (SELECT {SINCE} AS ts),
+-- Whether anything waits besides the on-time rows (one probe of the due index): only then
+-- does the on-time part leave the backlog its share.
+waiting AS MATERIALIZED (
+    SELECT cardinality(%(again)s::uuid[]) > 0
+           OR EXISTS (SELECT FROM schedule_t
+                      WHERE {where} AND next_run_ts <= (SELECT ts FROM since)) AS yes
+),
 fresh AS MATERIALIZED (
     SELECT {columns} FROM schedule_t
     WHERE {where} AND next_run_ts <= statement_timestamp()
       AND next_run_ts > (SELECT ts FROM since)
     ORDER BY next_run_ts, priority DESC
-    LIMIT greatest(0, %(limit)s - %(backlog_share)s)
+    LIMIT greatest(0, %(limit)s
+                      - CASE WHEN (SELECT yes FROM waiting) THEN %(backlog_share)s ELSE 0 END)
     FOR UPDATE SKIP LOCKED
 ),
 again AS MATERIALIZED (
@@ -167,19 +175,8 @@ backlog AS MATERIALIZED (
     ORDER BY next_run_ts, priority DESC
     LIMIT greatest(0, %(limit)s - (SELECT count(*) FROM fresh) - (SELECT count(*) FROM again))
     FOR UPDATE SKIP LOCKED
-),
-more AS MATERIALIZED (
-    SELECT {columns} FROM schedule_t
-    WHERE {where} AND next_run_ts <= statement_timestamp()
-      AND next_run_ts > (SELECT ts FROM since)
-      AND schedule_id NOT IN (SELECT schedule_id::uuid FROM fresh)
-    ORDER BY next_run_ts, priority DESC
-    LIMIT greatest(0, %(limit)s - (SELECT count(*) FROM fresh) - (SELECT count(*) FROM again)
-                      - (SELECT count(*) FROM backlog))
-    FOR UPDATE SKIP LOCKED
 )
 SELECT * FROM fresh UNION ALL SELECT * FROM again UNION ALL SELECT * FROM backlog
-UNION ALL SELECT * FROM more
 """
 
 
