@@ -81,10 +81,10 @@ e AS (
     RETURNING *
 )
 INSERT INTO outbox_message_t (id, host_id, aggregate_id, aggregate_type, aggregate_version,
-                              event_type, event_ts, payload, metadata, topic, status,
-                              priority, attempts, delivered_ts, last_error)
+                              event_type, event_ts, topic, status, priority, attempts,
+                              delivered_ts, last_error)
 SELECT e.id, e.host_id, e.aggregate_id, e.aggregate_type, e.aggregate_version, e.event_type,
-       e.event_ts, e.payload, e.metadata, e.payload->>'topic',
+       e.event_ts, e.payload->>'topic',
        CASE b.bucket WHEN 0 THEN 'PENDING' WHEN 1 THEN 'DELIVERY_FAILED' ELSE 'DELIVERED' END,
        0, CASE b.bucket WHEN 1 THEN 10 ELSE 1 END,
        CASE WHEN b.bucket > 1 THEN e.event_ts + interval '20 ms' END,

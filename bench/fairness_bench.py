@@ -28,7 +28,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from setup_django import ROOT, configure
 
 os.environ["DEBUG"] = "False"
-os.environ.setdefault("DSCHED_OUTBOX_PAYLOAD_ONCE", "True")
 URL = configure("dsched_bench")
 
 from django.core.management import call_command  # noqa: E402

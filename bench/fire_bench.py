@@ -17,13 +17,14 @@ the fire, and ``scheduled_ts`` its grid slot. Prints figures; asserts nothing.
 
 Schedules are created in SQL (``INSERT ... SELECT generate_series``) with time-ordered ids,
 as the package's default (``django_dsched.models.ids.uuid7``) makes them; ``--random-ids`` gives
-them random (version 4) ids instead, as schedules created before that default have.
+them random (version 4) ids instead, as schedules created with ids of the caller's own may have.
 
 ``ceiling`` is the same work written by hand in plain psycopg on the same tables, indexes
 and server: per batch of 500 (one transaction), a ``SELECT ... FOR UPDATE SKIP LOCKED`` of
-due schedules, then per fire an INSERT into ``event_store_t``, one into
-``outbox_message_t`` (multi-row, from ``unnest``; the schedule's event data as payload, the
-same event ids) and an UPDATE of ``schedule_t`` (one statement each). Its rate is measured
+due schedules, then per fire an INSERT into ``event_store_t`` (the schedule's event data as
+payload), one into ``outbox_message_t`` (the same event ids; the payload only in the event,
+as the product stores it; both multi-row, from ``unnest``) and an UPDATE of ``schedule_t``
+(one statement each). Its rate is measured
 like the product's. ``scale`` runs the bursts, the drain and the ceiling at each size in
 rounds (the order alternating) and prints the medians and ratios.
 
@@ -50,10 +51,6 @@ from setup_django import ROOT, configure
 # A production scheduler: no query log (with DEBUG on, Django keeps the last 9,000 statements,
 # a fire statement's id arrays included: 340 MB at 1,000,000 fires, and time per batch).
 os.environ["DEBUG"] = "False"
-# The figures of record store the payload once (DSCHED_OUTBOX_PAYLOAD_ONCE on, as it will be
-# by default in the next release); the example project reads it from the environment, and
-# the run_scheduler processes inherit it. Export it as False to measure the outbox copy.
-os.environ.setdefault("DSCHED_OUTBOX_PAYLOAD_ONCE", "True")
 URL = configure("dsched_bench")
 
 import django  # noqa: E402
@@ -61,7 +58,6 @@ import psycopg  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
-from django_dsched.conf import app_settings  # noqa: E402
 from django_dsched.models import ids  # noqa: E402
 from django_dsched.scheduler import event_ids  # noqa: E402
 
@@ -226,11 +222,11 @@ FROM unnest(%s::uuid[], %s::uuid[], %s::uuid[], %s::bigint[], %s::text[], %s::te
 """
 CEILING_OUTBOX = """
 INSERT INTO outbox_message_t (id, host_id, aggregate_id, aggregate_type, aggregate_version,
-                              event_type, event_ts, payload, metadata, topic, status)
+                              event_type, event_ts, topic, status)
 SELECT u.id, u.host, u.sid, 'Schedule', u.version + 1, u.etype, statement_timestamp(),
-       u.data::jsonb, '{}', u.topic, 'PENDING'
-FROM unnest(%s::uuid[], %s::uuid[], %s::uuid[], %s::bigint[], %s::text[], %s::text[],
-            %s::text[]) AS u(id, host, sid, version, etype, data, topic)
+       u.topic, 'PENDING'
+FROM unnest(%s::uuid[], %s::uuid[], %s::uuid[], %s::bigint[], %s::text[], %s::text[])
+     AS u(id, host, sid, version, etype, topic)
 """
 CEILING_UPDATE = """
 UPDATE schedule_t s
@@ -266,7 +262,7 @@ def ceiling_run(schedules: int, batch_size: int) -> dict[str, float]:
                 ]
                 events = [eids, hosts, sids, versions, types, data, slots]
                 cur.execute(CEILING_EVENTS, events, binary=True)
-                cur.execute(CEILING_OUTBOX, [*events[:-1], topics], binary=True)
+                cur.execute(CEILING_OUTBOX, [*events[:5], topics], binary=True)
                 cur.execute(CEILING_UPDATE, [sids], binary=True)
     wall = time.monotonic() - started
     (written,) = sql("SELECT count(*) FROM event_store_t")[0]
@@ -422,8 +418,7 @@ def main() -> None:
         f"({', '.join(f'{k} {v}' for k, v in settings.items())}), Python "
         f"{sys.version.split()[0]}, Django {django.get_version()}, "
         f"{'random' if RANDOM_IDS else 'time-ordered'} schedule ids, "
-        f"metrics {'on' if METRICS else 'off'}, "
-        f"payload once {'on' if app_settings.OUTBOX_PAYLOAD_ONCE else 'off'}, load {load()}"
+        f"metrics {'on' if METRICS else 'off'}, load {load()}"
     )
     if options.what == "drain":
         burst(options.schedules or 1_000_000, options.runs, options.batch_size, "drain")

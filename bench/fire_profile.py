@@ -2,7 +2,6 @@
 statement timed per batch, with the server's I/O and WAL counters before and after.
 
     .venv/bin/python bench/fire_profile.py --sizes 10000,10000,10000,1000000
-    .venv/bin/python bench/fire_profile.py --outbox-copy      # outbox rows with their copy
     .venv/bin/python bench/fire_profile.py --no-autovacuum    # diagnosis only
 
 For each size: schedules made as ``fire_bench.py`` makes them (time-ordered ids, one hourly
@@ -14,13 +13,10 @@ batch in Python (``plan()``, the fence), the write statement and the commit;
 1,000 fires), ``pg_stat_wal`` (bytes and full-page images per fire) and the tables' sizes.
 The last size's rate is compared with the median of the others (the 10,000 bursts).
 
-The payload is stored once (``DSCHED_OUTBOX_PAYLOAD_ONCE`` on: the figures of record);
-``--outbox-copy`` turns it off, so each outbox row keeps its own copy of the payload and
-metadata (this release's default, and the fire path before they were stored once), and the
-two can be compared in one process. ``--no-autovacuum`` turns autovacuum off on the three
-tables for the run (never a production setting: it shows autovacuum's share). Runs against
-a ``dsched_fire_profile`` database (embedded PostgreSQL unless DATABASE_URL is set); the
-server's counters are server-wide, so nothing else should run on that server meanwhile.
+``--no-autovacuum`` turns autovacuum off on the three tables for the run (never a production
+setting: it shows autovacuum's share). Runs against a ``dsched_fire_profile`` database
+(embedded PostgreSQL unless DATABASE_URL is set); the server's counters are server-wide, so
+nothing else should run on that server meanwhile.
 """
 
 from __future__ import annotations
@@ -42,7 +38,6 @@ configure("dsched_fire_profile")
 
 from django.core.management import call_command  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
-from django.test import override_settings  # noqa: E402
 
 from django_dsched.conf import app_settings  # noqa: E402
 from django_dsched.models import ids  # noqa: E402
@@ -188,17 +183,12 @@ def main() -> None:
     )
     parser.add_argument("--sizes", default="10000,10000,10000,1000000")
     parser.add_argument("--batch-size", type=int, default=1000)
-    parser.add_argument("--outbox-copy", action="store_true")
     parser.add_argument("--no-autovacuum", action="store_true")
     options = parser.parse_args()
     call_command("migrate", verbosity=0)
-    override_settings(DSCHED_OUTBOX_PAYLOAD_ONCE=not options.outbox_copy).enable()
-    once = app_settings.OUTBOX_PAYLOAD_ONCE
     (buffers,) = sql("SELECT current_setting('shared_buffers')")[0]
     print(
-        f"shared_buffers {buffers}; payload once {'on' if once else 'off'} (outbox rows "
-        f"{'without' if once else 'with'} a copy of the payload); "
-        f"autovacuum {'off' if options.no_autovacuum else 'on'}",
+        f"shared_buffers {buffers}; autovacuum {'off' if options.no_autovacuum else 'on'}",
         flush=True,
     )
     sizes = [int(n) for n in options.sizes.split(",")]

@@ -64,8 +64,6 @@ if len(sys.argv) > 1 and sys.argv[1] == "relay-process":
 
 from setup_django import ROOT, configure
 
-# Its run_scheduler processes (latency) store the payload once, as the figures of record do.
-os.environ.setdefault("DSCHED_OUTBOX_PAYLOAD_ONCE", "True")
 URL = configure("dsched_relay_bench")
 
 import logging  # noqa: E402
@@ -73,7 +71,6 @@ import logging  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
-from django_dsched.conf import app_settings  # noqa: E402
 from django_dsched.enums import DeliveryStatus  # noqa: E402
 from django_dsched.handlers import registry  # noqa: E402
 from django_dsched.outbox import claims, relay  # noqa: E402
@@ -126,7 +123,10 @@ SET attempts = CASE WHEN m.attempts >= %(max_attempts)s THEN m.attempts ELSE m.a
                       ELSE m.last_error END
 FROM candidates c
 WHERE m.id = c.id
-RETURNING m.id, m.topic, m.event_type, m.payload, m.attempts, m.priority, m.event_ts, m.status
+RETURNING m.id, m.topic, m.event_type,
+          -- The payload as today's claim reads it: its event's (the message has none).
+          (SELECT e.payload FROM event_store_t e WHERE e.id = m.id),
+          m.attempts, m.priority, m.event_ts, m.status
 """
 
 OLD_NEXT_CLAIMABLE = """
@@ -197,10 +197,7 @@ OLD_FUNCTIONS = (old_claim_batch, old_seconds_until_claimable)
 
 
 def use_code(code: str, *, both_indexes: bool = False) -> None:
-    """Make the relay in this process run ``code`` ("old" or "new"), with only its index.
-    The old claim predates the payload stored once: its messages keep their own copy."""
-    global WITH_COPY
-    WITH_COPY = code == "old"
+    """Make the relay in this process run ``code`` ("old" or "new"), with only its index."""
     relay.claim_batch, relay.seconds_until_claimable = (  # type: ignore[assignment]
         OLD_FUNCTIONS if code == "old" else NEW_FUNCTIONS
     )
@@ -260,37 +257,26 @@ def ensure_waiting(count: int) -> None:
         sql(
             """
             INSERT INTO outbox_message_t (id, host_id, aggregate_id, aggregate_type,
-                aggregate_version, event_type, event_ts, payload, metadata, topic, status,
-                attempts, last_error, next_attempt_ts)
+                aggregate_version, event_type, event_ts, topic, status, attempts, last_error,
+                next_attempt_ts)
             SELECT g.id, '00000000-0000-0000-0000-000000000000', g.id, 'Schedule', 1,
                    'bench.tick',
                    statement_timestamp() - interval '1 day' + g.n * interval '1 microsecond',
-                   jsonb_build_object('specversion', '1.0', 'id', g.id, 'type', 'bench.tick',
-                                      'source', '/django-dsched/bench', 'topic', %s,
-                                      'time', statement_timestamp(),
-                                      'datacontenttype', 'application/json',
-                                      'data', jsonb_build_object('n', g.n)),
-                   '{}'::jsonb, %s, 'PENDING', 3, %s,
+                   %s, 'PENDING', 3, %s,
                    statement_timestamp() + interval '1 day' + (g.n %% 3600) * interval '1 s'
             FROM (SELECT gen_random_uuid() AS id, n
                   FROM generate_series(%s + 1, %s) AS n) g
             """,
-            [TOPIC, TOPIC, WAITING_ERROR, offset, min(count, offset + chunk)],
+            [TOPIC, WAITING_ERROR, offset, min(count, offset + chunk)],
         )
     sql("VACUUM ANALYZE outbox_message_t")
     elapsed = time.monotonic() - started
     print(f"  {count:,} messages waiting on a backoff (inserted in {elapsed:.0f} s)")
 
 
-# Messages as a fire writes them: the payload and metadata once, in the event (the message's
-# are NULL and the claim reads the event's). --copies also measures messages that keep their
-# own copy (as every message did before migration 0019), alternating in the same run.
-WITH_COPY = False
-
-
 def insert_pending(count: int, payload_kib: int = 0) -> None:
     """``count`` claimable messages with their events, oldest first (all in the past:
-    claimable at once)."""
+    claimable at once), as a fire writes them: the payload and metadata in the event."""
     data = (
         "jsonb_build_object('n', g.n, 'report', 'monthly')"
         if not payload_kib
@@ -318,15 +304,14 @@ def insert_pending(count: int, payload_kib: int = 0) -> None:
                                       'data', {data}),
                    '{{}}'::jsonb
             FROM (SELECT gen_random_uuid() AS id, n FROM generate_series(1, %s) AS n) g
-            RETURNING id, host_id, aggregate_id, event_type, event_ts, payload, metadata
+            RETURNING id, host_id, aggregate_id, event_type, event_ts
         )
         INSERT INTO outbox_message_t (id, host_id, aggregate_id, aggregate_type,
-            aggregate_version, event_type, event_ts, payload, metadata, topic, status)
-        SELECT id, host_id, aggregate_id, 'Schedule', 1, event_type, event_ts,
-               CASE WHEN %s THEN payload END, CASE WHEN %s THEN metadata END, %s, 'PENDING'
+            aggregate_version, event_type, event_ts, topic, status)
+        SELECT id, host_id, aggregate_id, 'Schedule', 1, event_type, event_ts, %s, 'PENDING'
         FROM events
         """,
-        [max(1, payload_kib * 1024 // 80), TOPIC, count, WITH_COPY, WITH_COPY, TOPIC],
+        [max(1, payload_kib * 1024 // 80), TOPIC, count, TOPIC],
     )
     sql("ANALYZE event_store_t")
     sql("ANALYZE outbox_message_t")
@@ -407,21 +392,16 @@ def ratio_line(what: str, results: dict[str, list[float]], higher_is_better: boo
 # -- throughput ----------------------------------------------------------------------------------
 
 
-def throughput(
-    messages: int, runs: int, batch_size: int, waiting: int, compare: bool, copies: bool = False
-) -> None:
-    """Messages/s of one relay draining a backlog. ``copies``: instead of the old claim, compare
-    messages that keep their own payload copy ("old") with messages stored once ("new")."""
-    global WITH_COPY
+def throughput(messages: int, runs: int, batch_size: int, waiting: int, compare: bool) -> None:
+    """Messages/s of one relay draining a backlog."""
     registry.register(noop, topic=TOPIC)
     ensure_waiting(waiting)
     with redis_server() as redis_url:
         for kind in ("handlers", "redis"):
             rates: dict[str, list[float]] = {}
             for run in range(runs):
-                for code in codes_for(compare or copies, run):
-                    use_code("new" if copies else code)
-                    WITH_COPY = code == "old"
+                for code in codes_for(compare, run):
+                    use_code(code)
                     clear_all_but_waiting()
                     insert_pending(messages)
                     relay_ = Relay(
@@ -604,14 +584,9 @@ def claim_cost(waiting: int, runs: int, batch_size: int) -> None:
 
 FIRE_INSERT = """
 INSERT INTO outbox_message_t (id, host_id, aggregate_id, aggregate_type, aggregate_version,
-    event_type, event_ts, payload, metadata, topic, status, priority)
+    event_type, event_ts, topic, status, priority)
 SELECT g.id, '00000000-0000-0000-0000-000000000000', g.id, 'Schedule', 1, 'bench.tick',
-       statement_timestamp(),
-       jsonb_build_object('specversion', '1.0', 'id', g.id, 'type', 'bench.tick',
-                          'source', '/django-dsched/bench', 'topic', %s,
-                          'time', statement_timestamp(), 'datacontenttype', 'application/json',
-                          'data', jsonb_build_object('n', g.n)),
-       '{}'::jsonb, %s, 'PENDING', 0
+       statement_timestamp(), %s, 'PENDING', 0
 FROM (SELECT gen_random_uuid() AS id, n FROM generate_series(1, 1000) AS n) g
 """
 
@@ -628,7 +603,7 @@ def fire_insert(runs: int) -> None:
             with connection.cursor() as cursor:
                 for _ in range(30):  # 30,000 rows
                     started = time.perf_counter()
-                    cursor.execute(FIRE_INSERT, [TOPIC, TOPIC])
+                    cursor.execute(FIRE_INSERT, [TOPIC])
                     these.append((time.perf_counter() - started) * 1000)
             times.setdefault(code, []).extend(these)
             per_run.setdefault(code, []).append(statistics.median(these))
@@ -650,7 +625,7 @@ def memory(messages: int, payload_kib: int, batch_size: int, runs: int, compare:
     """Peak RSS of a relay process draining ``messages`` events of ``payload_kib`` KiB."""
     reset()
     insert_pending(1, payload_kib)
-    size = scalar("SELECT octet_length(payload::text) FROM outbox_message_t")
+    size = scalar("SELECT octet_length(payload::text) FROM event_store_t")
     print(f"  payload: {size / 1024:.1f} KiB of JSON text per message")
     idle = relay_process("new", 0, batch_size)[1]
     print(f"  relay process with nothing to deliver: peak RSS {idle:.0f} MB")
@@ -734,23 +709,14 @@ def main() -> None:
     parser.add_argument("--waiting", type=int, help="default: 0 (claim: 1,000,000)")
     parser.add_argument("--payload-kib", type=int, default=64)
     parser.add_argument("--compare", action="store_true")
-    parser.add_argument(
-        "--copies",
-        action="store_true",
-        help="throughput: messages with their own payload copy (old) against stored once (new)",
-    )
     args = parser.parse_args()
     call_command("migrate", verbosity=0)
-    once = "on" if app_settings.OUTBOX_PAYLOAD_ONCE else "off"
-    print(
-        f"PostgreSQL {connection.pg_version}; load average {os.getloadavg()[0]:.1f}; "
-        f"payload once {once} (the run_scheduler processes' DSCHED_OUTBOX_PAYLOAD_ONCE)"
-    )
+    print(f"PostgreSQL {connection.pg_version}; load average {os.getloadavg()[0]:.1f}")
     step: Callable[[], None]
     for what, step in (
         ("throughput", lambda: throughput(
             args.messages or 20_000, args.runs, args.batch_size, args.waiting or 0,
-            args.compare, args.copies)),
+            args.compare)),
         ("latency", lambda: latency(
             args.schedules, args.seconds, args.runs if args.what == "latency" else 1,
             args.waiting or 0, args.compare)),

@@ -73,7 +73,7 @@ def items(count: int, at: datetime, pad: int = 0) -> list[dict[str, Any]]:
         {
             "kind": "ONCE",
             "name": f"reminder-{i}",
-            "start": when,
+            "at": when,
             "topic": "mail",
             "event_type": "reminder.send",
             "key": f"order-{i}:reminder",

@@ -102,6 +102,28 @@ class AppSettings:
         "(DSCHED_POLL_INTERVAL, DSCHED_RELAY_POLL_INTERVAL). False: always poll; True: LISTEN "
         "even through a pooler (only a session-mode pooler can carry it).",
     )
+    CONNECTION_OPTIONS: Setting[dict[str, Any]] = Setting(
+        {
+            "connect_timeout": 5,
+            "keepalives": 1,
+            "keepalives_idle": 4,
+            "keepalives_interval": 1,
+            "keepalives_count": 3,
+            "tcp_user_timeout": 7000,
+        },
+        "libpq options run_scheduler and run_relay add to the OPTIONS of DSCHED_DATABASE's "
+        "entry (an option the entry sets itself wins; None drops one): each attempt to reach "
+        "a host gives up after connect_timeout seconds, and a server that vanished without "
+        "closing the connection (a dead host, a cut network) is noticed in about 7 s "
+        "(keepalive probes on an idle connection; tcp_user_timeout, in ms, for data sent and "
+        "not acknowledged) instead of the kernel's minutes (docs/high-availability.md).",
+    )
+    RECONNECT_MAX_SECONDS = Setting(
+        2.0,
+        "Longest wait between two attempts of run_scheduler and run_relay to reach the "
+        "database, at start and after losing it (the waits double from 0.1 s up to this, "
+        "jittered), so a promoted standby is reached within it.",
+    )
     LEASE_ID = Setting(
         1, "Row of the lease in scheduler_lock_t; two clusters on one database use two ids."
     )
@@ -143,6 +165,26 @@ class AppSettings:
     MISFIRE_GRACE_SECONDS = Setting(
         60, "Grace of schedules with the SKIP misfire policy and no grace of their own (s)."
     )
+    # -- quotas per tenant (docs/design.md, Quotas) --------------------------------------------
+    DEFAULT_MAX_ACTIVE_SCHEDULES: Setting[int | None] = Setting(
+        None,
+        "Most schedules a host (tenant) may have that can still fire (active, paused or set "
+        "aside), for hosts without a row in tenant_quota_t (the admin's tenant quotas); a "
+        "create past it is refused. None: no limit.",
+    )
+    DEFAULT_MAX_FIRES_PER_SECOND: Setting[float | None] = Setting(
+        None,
+        "Most fires per second the scheduler gives a host without a row in tenant_quota_t, "
+        "over every instance (each takes the share of its buckets); fires over it wait for a "
+        "later batch, none is dropped. None: no limit.",
+    )
+    QUOTA_CACHE_SECONDS = Setting(
+        5.0,
+        "Seconds a process remembers that a host has no quota of live schedules, sparing "
+        "its creates a read of tenant_quota_t; a quota given to such a host (a new row, or a "
+        "default set) applies to that process's creates within this time. A host with a "
+        "quota is checked against the stored row on every create.",
+    )
     SCHEDULES: Setting[Mapping[str, Mapping[str, Any]]] = Setting(
         {},
         "Schedules declared in settings, synced by `dsched sync` and after migrate: "
@@ -168,14 +210,6 @@ class AppSettings:
         [],
         "Modules a relay imports at start so their @handler registrations exist (besides "
         "every installed app's dsched_handlers module).",
-    )
-    OUTBOX_PAYLOAD_ONCE = Setting(
-        False,
-        "Fires write the payload and metadata once, in the event (the outbox message reads "
-        "them by the shared id). Turn it on once every relay runs a release that has this "
-        "setting: an older relay would deliver such a message as null. False: each message "
-        "keeps its own copy too (docs/delivery.md, Upgrading). Becomes True in the next "
-        "release.",
     )
     RELAY_BATCH_SIZE = Setting(100, "Messages one relay claims per round trip.")
     # 8 MiB is 128 events of 64 KiB: a relay then stays well under 200 MB RSS whatever its

@@ -7,7 +7,10 @@ knowing this package (``ValueError``, ``django.core.exceptions.ValidationError``
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.core import exceptions as django_exceptions
+from django.db.utils import OperationalError
 
 
 class DschedError(Exception):
@@ -45,6 +48,17 @@ class ConflictError(ValidationError):
 class EditNotPermitted(ValidationError):
     """An edit would complete the schedule at once (like cancel) or fire it at once (like
     run now), and the caller lacks that permission: nothing was written."""
+
+
+class QuotaExceeded(ValidationError):
+    """A create would give a host (tenant) more live schedules than its quota allows
+    (``TenantQuota.max_active_schedules``, or ``DSCHED_DEFAULT_MAX_ACTIVE_SCHEDULES``):
+    nothing was written. ``host_id`` and ``limit`` name the quota."""
+
+    def __init__(self, message: str, *, host_id: Any, limit: int) -> None:
+        super().__init__(message, code="quota_exceeded")
+        self.host_id = host_id
+        self.limit = limit
 
 
 class NotPermitted(DschedError, django_exceptions.PermissionDenied):
@@ -114,3 +128,8 @@ class NotImportable(DschedError):
 
 class BucketCountMismatch(ConfigurationError):
     """``DSCHED_BUCKETS`` differs from the bucket count the cluster in the database uses."""
+
+
+class NotPrimary(DschedError, OperationalError):
+    """The session reached a standby (a server in recovery): the loops write, so they need
+    the primary. A Django ``OperationalError`` too: the loop reconnects."""

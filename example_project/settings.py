@@ -66,8 +66,6 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 DSCHED_LEASE_SECONDS = env.float("DSCHED_LEASE_SECONDS", default=5.0)
 DSCHED_HEARTBEAT_SECONDS = env.float("DSCHED_HEARTBEAT_SECONDS", default=1.0)
-# Off by default in this release (docs/delivery.md, Upgrading); the benchmarks turn it on.
-DSCHED_OUTBOX_PAYLOAD_ONCE = env.bool("DSCHED_OUTBOX_PAYLOAD_ONCE", default=False)
 
 LOGGING = {
     "version": 1,

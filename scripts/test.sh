@@ -26,6 +26,11 @@ command -v jq >/dev/null 2>&1 || missing+=(jq)
 # Prometheus, which scrapes real run_scheduler / run_relay processes in
 # tests/integration/test_observability.py.
 command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
+# Patroni, etcd and PostgreSQL 15 for the failover tests (tests/integration/test_failover.py:
+# a two-node cluster whose primary they kill).
+command -v patroni >/dev/null 2>&1 || missing+=(patroni)
+command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+[ -x /usr/lib/postgresql/15/bin/postgres ] || missing+=(postgresql-15)
 if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "== installing ${missing[*]}"

@@ -19,8 +19,21 @@ def db_now():
     return database_now
 
 
+@pytest.fixture(autouse=True)
+def _hosts_without_quota_unknown():
+    """Each test starts with no host known to have no quota (schedules/quotas.py): a test's
+    first create of a host reads its quota, whatever ran before (tests/schedules/test_quotas.py
+    counts that read; the query counts of creates prime it with ``known_unlimited``)."""
+    from django_dsched.schedules import quotas
+
+    quotas.forget()
+
+
 @pytest.fixture
-def payload_once(settings):
-    """Fires store the payload and metadata only in the event (DSCHED_OUTBOX_PAYLOAD_ONCE on:
-    the outbox rows have NULL in both)."""
-    settings.DSCHED_OUTBOX_PAYLOAD_ONCE = True
+def known_unlimited(db):
+    """The default host is known to have no quota: its creates read nothing more (tests
+    that count a create's statements)."""
+    from django_dsched.conf import app_settings
+    from django_dsched.schedules import quotas
+
+    assert not quotas.may_apply(app_settings.DEFAULT_HOST_ID)

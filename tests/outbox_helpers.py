@@ -1,4 +1,4 @@
-"""Helpers for relay tests: pending outbox messages without going through a fire."""
+"""Helpers for relay tests: pending outbox messages (and their events) without a fire."""
 
 from __future__ import annotations
 
@@ -11,22 +11,31 @@ from django_dsched.enums import DeliveryStatus
 
 DEFAULT_HOST = uuid.UUID(int=0)
 
+# Each message with its event (same id), which holds the payload, as a fire writes them.
 INSERT = """
+WITH g AS (SELECT gen_random_uuid() AS id, n FROM generate_series(1, %(count)s) AS n),
+events AS (
+    INSERT INTO event_store_t (id, host_id, aggregate_id, aggregate_type, aggregate_version,
+                               event_type, event_ts, payload, metadata)
+    SELECT g.id, %(host)s::uuid, g.id, 'Schedule', 1, %(type)s,
+           statement_timestamp() - make_interval(secs => %(age)s)
+               - (%(count)s - g.n) * interval '1 microsecond',
+           jsonb_build_object('specversion', '1.0', 'id', g.id, 'type', %(type)s,
+                              'source', '/django-dsched/' || %(host)s, 'subject', g.id,
+                              'topic', %(topic)s, 'time', statement_timestamp(),
+                              'datacontenttype', 'application/json',
+                              'data', jsonb_build_object('n', g.n)),
+           '{}'::jsonb
+    FROM g
+    RETURNING id, host_id, aggregate_id, event_type, event_ts
+)
 INSERT INTO outbox_message_t (id, host_id, aggregate_id, aggregate_type, aggregate_version,
-                              event_type, event_ts, payload, metadata, topic, status, priority,
-                              delivered_ts)
-SELECT g.id, %(host)s::uuid, g.id, 'Schedule', 1, %(type)s,
-       statement_timestamp() - make_interval(secs => %(age)s)
-           - (%(count)s - g.n) * interval '1 microsecond',
-       jsonb_build_object('specversion', '1.0', 'id', g.id, 'type', %(type)s,
-                          'source', '/django-dsched/' || %(host)s, 'subject', g.id,
-                          'topic', %(topic)s, 'time', statement_timestamp(),
-                          'datacontenttype', 'application/json',
-                          'data', jsonb_build_object('n', g.n)),
-       '{}'::jsonb, %(topic)s, %(status)s, %(priority)s,
+                              event_type, event_ts, topic, status, priority, delivered_ts)
+SELECT e.id, e.host_id, e.aggregate_id, 'Schedule', 1, e.event_type, e.event_ts, %(topic)s,
+       %(status)s, %(priority)s,
        CASE WHEN %(status)s = 'DELIVERED' THEN statement_timestamp() END
-FROM (SELECT gen_random_uuid() AS id, n FROM generate_series(1, %(count)s) AS n) g
-RETURNING id
+FROM events e
+RETURNING id, event_ts
 """
 
 
@@ -41,7 +50,7 @@ def make_messages(
     host_id: uuid.UUID | str = DEFAULT_HOST,
     using: Any = None,
 ) -> list[uuid.UUID]:
-    """Insert ``count`` messages, oldest first in id order of the returned list."""
+    """Insert ``count`` messages and their events; their ids, oldest first."""
     with (using or connection).cursor() as cursor:
         cursor.execute(
             INSERT,
@@ -55,8 +64,7 @@ def make_messages(
                 "host": str(host_id),
             },
         )
-        ids = [row[0] for row in cursor.fetchall()]
-    return ids
+        return [id_ for id_, _ in sorted(cursor.fetchall(), key=lambda row: row[1])]
 
 
 def statuses() -> dict[str, int]:

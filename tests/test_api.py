@@ -344,3 +344,44 @@ def test_a_user_actor_needs_the_permission_of_each_call():
         with pytest.raises(NotPermitted, match=permission):
             call()
     assert api.get(schedule.pk).state == "ACTIVE"
+
+
+def test_save_schedule_asks_a_user_actors_permissions(db_now):
+    """save_schedule is a service too: given a user as actor, an edit that fires the
+    schedule at once or ends it, and a create that fires a backlog, need the permissions
+    they need at every other door (nothing is written otherwise)."""
+    from django_dsched.exceptions import EditNotPermitted
+
+    editor = _user_with("editor", "add_schedule", "change_schedule")
+    schedule = api.create_once("later", at=db_now() + timedelta(days=1), **COMMON)
+    version = schedule.aggregate_version
+    schedule.start_ts = db_now() - timedelta(minutes=1)  # due now: a run now in effect
+    with pytest.raises(EditNotPermitted, match="run schedules now"):
+        lifecycle.save_schedule(schedule, ["start_ts"], actor=editor)
+    assert api.get(schedule.pk).aggregate_version == version
+    hourly = api.create_interval("hourly", every=1, unit="HOURS", **COMMON)
+    Schedule.objects.filter(pk=hourly.pk).update(fire_count=7)
+    hourly = api.get(hourly.pk)
+    hourly.max_fires = 7  # no fire left: a cancel in effect
+    with pytest.raises(EditNotPermitted, match="cancel"):
+        lifecycle.save_schedule(hourly, ["max_fires"], actor=editor)
+    assert api.get(hourly.pk).state == ScheduleState.ACTIVE
+    behind = Schedule(
+        host_id=schedule.host_id,
+        schedule_name="behind-saved",
+        schedule_kind="INTERVAL",
+        frequency_unit="MINUTES",
+        frequency_time=1,
+        start_ts=db_now() - timedelta(minutes=10),
+        misfire_policy="CATCH_UP",
+        catch_up_limit=10_000,
+        event_topic="t",
+        event_type="x",
+    )
+    with pytest.raises(NotPermitted, match="backlog"):
+        lifecycle.save_schedule(behind, actor=editor)
+    assert not Schedule.objects.filter(schedule_name="behind-saved").exists()
+    # Code is trusted, as before; and a caller may still say what the user may do.
+    schedule = api.get(schedule.pk)
+    schedule.start_ts = db_now() - timedelta(minutes=1)
+    lifecycle.save_schedule(schedule, ["start_ts"], actor="a-job")

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from io import StringIO
 
@@ -31,14 +32,78 @@ def test_list_and_show(nightly):
     assert "nightly" in run("list")
     assert "At 02:00, Monday through Friday (Europe/Brussels)" in run("list")
     shown = run("show", "nightly")
-    assert "state    ACTIVE" in shown and str(nightly.schedule_id) in shown
-    assert "run      None" in shown  # nothing fired yet
+    assert "state      ACTIVE" in shown and str(nightly.schedule_id) in shown
+    assert "run        -" in shown  # nothing fired yet
+    assert "last error -" in shown
 
 
 def test_show_gives_the_newest_runs_status(nightly):
     api.trigger("nightly")
 
-    assert "run      PENDING" in run("show", "nightly")
+    assert "run        PENDING" in run("show", "nightly")
+
+
+def completed_one_shot(db_now):
+    api.create_once("reminder", at=db_now() - timedelta(hours=1), topic="t", event_type="x")
+    Schedule.objects.filter(schedule_name="reminder").update(
+        state=ScheduleState.COMPLETED, active=False
+    )
+
+
+def test_list_shows_the_state_of_a_schedule_that_will_not_fire_next(nightly, db_now):
+    completed_one_shot(db_now)
+    until = db_now() + timedelta(days=2)
+    api.create_interval("held", every=1, topic="t", event_type="x")
+    api.pause("held", until=until)
+    api.create_interval("stopped", every=1, topic="t", event_type="x")
+    api.pause("stopped")
+    lines = {line.split()[0]: line for line in run("list").splitlines()}
+    assert " next 20" in lines["nightly"]
+    assert "COMPLETED completed " in lines["reminder"] and "next" not in lines["reminder"]
+    assert f"paused until {until:%Y-%m-%d %H:%M:%S%z}" in lines["held"]
+    assert "paused until resumed" in lines["stopped"]
+    assert "next" not in lines["held"] + lines["stopped"]
+
+
+def test_show_gives_the_newest_deliverys_error(nightly):
+    api.trigger("nightly")
+    OutboxMessage.objects.update(last_error="ConnectionRefusedError: relay-1 -> hooks")
+
+    assert "last error ConnectionRefusedError: relay-1 -> hooks" in run("show", "nightly")
+
+
+def test_cancelling_a_completed_one_shot_says_it_is_completed(db_now):
+    completed_one_shot(db_now)
+    with pytest.raises(CommandError) as refused:
+        run("cancel", "reminder")
+    assert str(refused.value) == (
+        "reminder is completed (it fired its last slot). Only active, paused or set aside "
+        "schedules can be cancelled. Nothing done."
+    )
+    assert "next" not in run("show", "reminder").split("next", 1)[1].splitlines()[0]
+
+
+def test_pausing_or_resuming_in_the_wrong_state_names_the_state(nightly):
+    with pytest.raises(CommandError, match=re.escape("nightly is already active. Nothing done.")):
+        run("resume", "nightly")
+    api.pause("nightly")
+    with pytest.raises(CommandError, match=re.escape("nightly is already paused. Nothing done.")):
+        run("pause", "nightly")
+    api.cancel("nightly")
+    with pytest.raises(
+        CommandError, match=re.escape("nightly is cancelled. Only paused or set aside")
+    ):
+        run("resume", "nightly")
+
+
+def test_a_backfill_without_a_slot_says_why(nightly, db_now):
+    """The range ends before the schedule starts: nothing fired, and the answer says why."""
+    start = nightly.start_ts - timedelta(days=3)
+    end = nightly.start_ts - timedelta(days=1)
+    out = run("backfill", "nightly", "--start", start.isoformat(), "--end", end.isoformat())
+    assert out.startswith("Fired nothing: No slot of this schedule falls between ")
+    assert f"; it starts at {nightly.start_ts:%Y-%m-%d %H:%M:%S} UTC." in out
+    assert not OutboxMessage.objects.exists()
 
 
 def test_preview(nightly):
@@ -62,7 +127,7 @@ def test_pause_resume_cancel_trigger(nightly, db_now):
     [
         (["show", "nope"], "No schedule 'nope'"),
         (["pause", "nightly", "--until", "2030-01-01T00:00:00"], "no offset"),
-        (["resume", "nightly"], "not paused"),
+        (["resume", "nightly"], "nightly is already active"),
         (["backfill", "nightly", "--start", "2026-01-01T00:00:00+00:00", "--end", "x"], "ISO"),
     ],
 )

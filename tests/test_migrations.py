@@ -1,85 +1,68 @@
+"""The schema is ``dsched.0001_initial``: the models' tables, indexes and constraints, and by
+hand what models cannot say (the trigger that wakes a sleeping leader); then
+``0002_tenant_quota``, the quotas per tenant."""
+
 from __future__ import annotations
 
+from datetime import timedelta
 from io import StringIO
 
 import pytest
 from django.core.management import call_command
+from django.db import connection, transaction
+from django.db.migrations.loader import MigrationLoader
+
+from tests.factories import ScheduleFactory
+from tests.helpers import other_session, sql
+
+TRIGGER = "SELECT count(*) FROM pg_trigger WHERE tgname = 'dsched_schedule_changed'"
+
+
+def notifications(session, seconds: float) -> list[str]:
+    """The channels of the notifications ``session`` receives within ``seconds``."""
+    return [n.channel for n in session.connection.notifies(timeout=seconds, stop_after=1)]
 
 
 @pytest.mark.django_db
-def test_no_missing_migrations():
-    out = StringIO()
-    call_command("makemigrations", "dsched", check=True, dry_run=True, stdout=out)
+def test_the_migrations_and_nothing_missing_from_them():
+    loader = MigrationLoader(None, ignore_no_migrations=True)
+    assert sorted(name for app, name in loader.disk_migrations if app == "dsched") == [
+        "0001_initial",
+        "0002_tenant_quota",
+    ]
+    call_command("makemigrations", "dsched", check=True, dry_run=True, stdout=StringIO())
 
 
 @pytest.mark.django_db(transaction=True)
-def test_migrations_reverse_and_reapply():
+def test_inserting_a_due_schedule_wakes_a_listening_session(db_now):
+    with other_session() as listener:
+        sql("LISTEN dsched_schedules", using=listener)
+        ScheduleFactory(start_ts=db_now() - timedelta(seconds=1))
+        assert notifications(listener, 5) == ["dsched_schedules"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_fire_paths_own_writes_do_not_wake_it(db_now):
+    """The fire path sets dsched.firing in its transaction: the leader does not wake itself."""
+    ScheduleFactory(start_ts=db_now() - timedelta(seconds=1))
+    with other_session() as listener:
+        sql("LISTEN dsched_schedules", using=listener)
+        with transaction.atomic():
+            sql("SELECT set_config('dsched.firing', 'on', true)")
+            sql("UPDATE schedule_t SET next_run_ts = next_run_ts + interval '1 minute'")
+        assert notifications(listener, 0.5) == []
+        sql("UPDATE schedule_t SET next_run_ts = next_run_ts + interval '1 minute'")
+        assert notifications(listener, 5) == ["dsched_schedules"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_migrating_to_zero_and_back():
     call_command("migrate", "dsched", "zero", verbosity=0)
+    tables = connection.introspection.table_names()
+    assert not {"schedule_t", "event_store_t", "outbox_message_t"} & set(tables)
+    assert sql("SELECT count(*) FROM pg_proc WHERE proname = 'dsched_notify_schedules'") == [(0,)]
     call_command("migrate", "dsched", verbosity=0)
-
-
-@pytest.mark.django_db(transaction=True)
-def test_the_lease_rename_keeps_the_permissions_groups_held():
-    from django.contrib.auth.models import Group, Permission
-    from django.contrib.contenttypes.models import ContentType
-
-    call_command("migrate", "dsched", "0007", verbosity=0)
-    old_type, _ = ContentType.objects.get_or_create(app_label="dsched", model="schedulerlock")
-    Permission.objects.filter(content_type__app_label="dsched", codename__endswith="lease").delete()
-    held, _ = Permission.objects.get_or_create(
-        content_type=old_type, codename="view_schedulerlock", defaults={"name": "x"}
+    assert {"schedule_t", "event_store_t", "outbox_message_t", "scheduler_lock_t"} <= set(
+        connection.introspection.table_names()
     )
-    group = Group.objects.create(name="operators")
-    group.permissions.add(held)
-    call_command("migrate", "dsched", verbosity=0)
-    assert list(group.permissions.values_list("codename", flat=True)) == ["view_lease"]
-
-
-@pytest.mark.django_db(transaction=True)
-def test_reversing_0019_copies_the_events_payload_back_into_the_messages(settings):
-    """Before the columns become NOT NULL again, a message that reads its payload from its
-    event gets the event's copy (what a relay of an earlier release reads); one whose event
-    is gone gets '{}' and, if pending, is dead-lettered, never delivered as an empty object."""
-    from datetime import timedelta
-
-    from django.db import connection, transaction
-
-    from django_dsched.runtime.clock import database_now
-    from django_dsched.scheduler.firing import Fence, fire_batch
-    from django_dsched.scheduler.lease import LeaseHolder
-    from tests.factories import ScheduleFactory
-    from tests.helpers import sql
-
-    settings.DSCHED_OUTBOX_PAYLOAD_ONCE = True
-    start = database_now() - timedelta(seconds=1)
-    for n in range(3):
-        ScheduleFactory(start_ts=start, event_data={"n": n})
-    lease = LeaseHolder(
-        connection, lease_id=1, instance_id="t", lease_seconds=30, fast_failover=True
-    )
-    assert lease.try_acquire() and lease.epoch is not None
-    with transaction.atomic(), connection.cursor() as cursor:
-        assert fire_batch(cursor, Fence(1, "t", lease.epoch, 30.0), 100).fired == 3
-    kept, delivered, orphan = [row[0] for row in sql("SELECT id FROM outbox_message_t ORDER BY id")]
-    sql(
-        "UPDATE outbox_message_t SET status = 'DELIVERED', delivered_ts = now() WHERE id = %s",
-        [delivered],
-    )
-    sql("DELETE FROM event_store_t WHERE id = %s", [orphan])
-    assert sql("SELECT count(*) FROM outbox_message_t WHERE payload IS NULL") == [(3,)]
-
-    call_command("migrate", "dsched", "0018", verbosity=0)
-
-    rows = sql(
-        "SELECT o.id, o.payload = e.payload AND o.metadata = e.metadata, o.status"
-        " FROM outbox_message_t o LEFT JOIN event_store_t e ON e.id = o.id"
-    )
-    assert sorted(rows) == sorted(
-        [(kept, True, "PENDING"), (delivered, True, "DELIVERED"), (orphan, None, "DELIVERY_FAILED")]
-    )
-    ((payload, metadata, error),) = sql(
-        "SELECT payload, metadata, last_error FROM outbox_message_t WHERE id = %s", [orphan]
-    )
-    assert (payload, metadata) in (({}, {}), ("{}", "{}"))
-    assert "its event (the same id) was deleted" in error
-    call_command("migrate", "dsched", verbosity=0)
+    assert sql(TRIGGER) == [(1,)]

@@ -8,11 +8,8 @@ from typing import TYPE_CHECKING, Any
 from django.contrib import admin
 from django.contrib.admin.views.main import ERROR_FLAG
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.utils.html import format_html
-from django.utils.translation import gettext_lazy as _
 
 from django_dsched.admin.paging import EstimatedCountPaginator
-from django_dsched.models import Event, OutboxMessage
 
 # The stylesheet (badges, panels, narrow screens; admin colour variables, so dark mode
 # works) and the script that shows times in the viewer's time zone.
@@ -45,7 +42,27 @@ def unstorable_query(request: HttpRequest) -> HttpResponse | None:
     return HttpResponseRedirect(f"{request.path}?{ERROR_FLAG}=1")
 
 
-class ReadOnlyAdmin(AnyModelAdmin):
+class ShownTimes(AnyModelAdmin):
+    """Gives each time shown by :func:`.display.time_display` on a page the help text of
+    its model field, as Django gives a field's (a display method has none of its own)."""
+
+    def get_form(
+        self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        texts: dict[str, Any] = {}
+        for name in self.get_readonly_fields(request, obj):
+            text = (
+                getattr(getattr(self, name, None), "help_text", "") if isinstance(name, str) else ""
+            )
+            if text:
+                texts[str(name)] = text
+        if texts:
+            meta = getattr(kwargs.get("form", self.form), "Meta", None)
+            kwargs["help_texts"] = {**(getattr(meta, "help_texts", None) or {}), **texts}
+        return super().get_form(request, obj, change=change, **kwargs)
+
+
+class ReadOnlyAdmin(ShownTimes):
     """History is written by the scheduler only, and grows: no query may read all of it."""
 
     show_full_result_count = False
@@ -71,11 +88,3 @@ class ReadOnlyAdmin(AnyModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
-
-    @admin.display(description=_("payload"))
-    def payload_pretty(self, obj: Event | OutboxMessage) -> str:
-        return format_html('<pre class="dsched-json">{}</pre>', pretty_json(obj.payload))
-
-    @admin.display(description=_("metadata"))
-    def metadata_pretty(self, obj: Event | OutboxMessage) -> str:
-        return format_html('<pre class="dsched-json">{}</pre>', pretty_json(obj.metadata))

@@ -5,8 +5,12 @@ Everything here escapes what it shows (``format_html``); data is never marked sa
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 
+from django.contrib import admin
+from django.db.models import Model
 from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.html import format_html
@@ -101,6 +105,27 @@ def moment(value: datetime | None, now: datetime | None, *, quiet: bool = False)
         absolute(value),
         relative(value, now),
     )
+
+
+def time_display(
+    model: type[Model], field: str, *, description: Any = None
+) -> Callable[[Any, Any], SafeString]:
+    """A ModelAdmin display method for the datetime ``field`` of ``model``, written as
+    every dsched page writes a time (:func:`absolute`: ``2026-11-27 03:14:00 UTC``, then
+    the viewer's zone), not as Django's default (``Nov. 27, 2026, 3:14 a.m.``). Sorts by
+    the field; labelled by its verbose name unless ``description`` says otherwise."""
+    model_field = model._meta.get_field(field)
+    label = description or getattr(model_field, "verbose_name", field)
+
+    @admin.display(description=label, ordering=field)
+    def show(model_admin: Any, obj: Any) -> SafeString:
+        value = getattr(obj, field, None)
+        # Not a time yet (None, or an unsaved row's database default): "-".
+        return absolute(value) if isinstance(value, datetime) else format_html("{}", EMPTY)
+
+    # The field's help text, for its page (base.ShownTimes puts it under the value).
+    show.help_text = getattr(model_field, "help_text", "")  # type: ignore[attr-defined]
+    return show
 
 
 def duration(value: timedelta | None) -> str:

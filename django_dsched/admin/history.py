@@ -11,8 +11,8 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
-from django_dsched.admin.base import ReadOnlyAdmin
-from django_dsched.admin.display import EMPTY
+from django_dsched.admin.base import ReadOnlyAdmin, pretty_json
+from django_dsched.admin.display import EMPTY, time_display
 from django_dsched.models import Event, Lease
 from django_dsched.schedules.audit import PREFIX
 
@@ -51,9 +51,9 @@ EVENT_FIELDS = (
     "id",
     "event_type",
     "schedule_link",
-    "aggregate_version",
-    "scheduled_ts",
-    "event_ts",
+    "version",
+    "slot",
+    "written",
     "leader_epoch",
     "host_id",
     "metadata_pretty",
@@ -63,17 +63,17 @@ EVENT_FIELDS = (
 
 @admin.register(Event)
 class EventAdmin(ReadOnlyAdmin):
-    list_display = [
-        "event_type",
-        "schedule_link",
-        "aggregate_version",
-        "scheduled_ts",
-        "event_ts",
-        "actor",
-    ]
+    list_display = ["event_type", "schedule_link", "version", "slot", "written", "actor"]
     list_filter = [EventKindFilter]
     search_fields = ["=aggregate_id", "=id", "event_type"]
     fields = readonly_fields = EVENT_FIELDS
+    # Times as every dsched page writes them (the schedule page's panels name them alike).
+    slot = time_display(Event, "scheduled_ts", description=_("slot"))
+    written = time_display(Event, "event_ts", description=_("written"))
+
+    @admin.display(description=_("version"), ordering="aggregate_version")
+    def version(self, obj: Event) -> int:
+        return obj.aggregate_version
 
     @admin.display(description=_("schedule"))
     def schedule_link(self, obj: Event) -> str:
@@ -86,7 +86,17 @@ class EventAdmin(ReadOnlyAdmin):
         metadata = obj.metadata or {}
         return metadata.get("actor") or metadata.get("instance_id") or EMPTY
 
+    @admin.display(description=_("payload"))
+    def payload_pretty(self, obj: Event) -> str:
+        return format_html('<pre class="dsched-json">{}</pre>', pretty_json(obj.payload))
+
+    @admin.display(description=_("metadata"))
+    def metadata_pretty(self, obj: Event) -> str:
+        return format_html('<pre class="dsched-json">{}</pre>', pretty_json(obj.metadata))
+
 
 @admin.register(Lease)
 class LeaseAdmin(ReadOnlyAdmin):
-    list_display = ["lease_id", "instance_id", "epoch", "last_heartbeat", "acquired_ts"]
+    list_display = ["lease_id", "instance_id", "epoch", "heartbeat", "acquired"]
+    heartbeat = time_display(Lease, "last_heartbeat")
+    acquired = time_display(Lease, "acquired_ts")

@@ -34,7 +34,7 @@ from django_dsched.conf import app_settings
 from django_dsched.enums import ScheduleOrigin, ScheduleState
 from django_dsched.models import Schedule
 from django_dsched.models.validators import NAME_MAX_LENGTH
-from django_dsched.schedules import lifecycle
+from django_dsched.schedules import lifecycle, states
 from django_dsched.schedules import permissions as rules
 
 # Schedules listed by name on a confirmation page; more are counted.
@@ -115,7 +115,8 @@ ACTIONS = {
 @dataclass
 class Result:
     changed: list[Schedule] = field(default_factory=list)
-    skipped: int = 0
+    # Left as they were because of their state (as read after the action).
+    skipped: list[Schedule] = field(default_factory=list)
     created: list[Schedule] = field(default_factory=list)
 
 
@@ -323,7 +324,8 @@ class ScheduleActionsMixin(ScheduleModelAdmin):
             changed = [s for s in locked if after.get(s.pk) != before[s.pk]]
             for schedule in changed:
                 self.log_change(request, schedule, note)
-        return Result(changed=changed, skipped=len(locked) - len(changed))
+            skipped = [s for s in locked if after.get(s.pk) == before[s.pk]]
+        return Result(changed=changed, skipped=skipped)
 
     def _do_pause(
         self, request: HttpRequest, ids: list[Any], reason: str = "", until: Any = None
@@ -347,13 +349,14 @@ class ScheduleActionsMixin(ScheduleModelAdmin):
             try:
                 fired = lifecycle.trigger(schedule, actor=request.user)
             except ValidationError:
-                result.skipped += 1
+                schedule.refresh_from_db()
+                result.skipped.append(schedule)
                 continue
             if fired:
                 result.changed.append(schedule)
                 self.log_change(request, schedule, _("Ran now: fired once."))
             else:
-                result.skipped += 1
+                result.skipped.append(schedule)
         return result
 
     def _do_duplicate(self, request: HttpRequest, ids: list[Any]) -> Result:
@@ -362,7 +365,6 @@ class ScheduleActionsMixin(ScheduleModelAdmin):
             try:
                 result.created.append(self._duplicate(request, source))
             except ValidationError as exc:
-                result.skipped += 1
                 self.message_user(
                     request,
                     _("%(name)s was not copied: %(error)s")
@@ -427,13 +429,20 @@ class ScheduleActionsMixin(ScheduleModelAdmin):
             request, done % {"count": count}, messages.SUCCESS if count else messages.INFO
         )
         if result.skipped:
-            self.message_user(
-                request,
-                ngettext(
-                    "%(count)d schedule was skipped: its state does not allow it.",
-                    "%(count)d schedules were skipped: their state does not allow it.",
-                    result.skipped,
-                )
-                % {"count": result.skipped},
-                messages.WARNING,
-            )
+            self.message_user(request, skipped(action.name, result.skipped), messages.WARNING)
+
+
+def skipped(change: str, schedules: Sequence[Schedule]) -> str:
+    """Which schedules ``change`` left as they were, and why: each one's state (the words of
+    the command and the REST API, :mod:`.states`)."""
+    if len(schedules) == 1:
+        return _("1 schedule was skipped: %(why)s") % {"why": states.why_not(change, schedules[0])}
+    by_name = sorted(schedules, key=lambda schedule: schedule.schedule_name)
+    named = [states.state_of(schedule) for schedule in by_name[:LISTED]]
+    if len(schedules) > LISTED:
+        named.append(_("%(count)d more") % {"count": len(schedules) - LISTED})
+    return ngettext(
+        "%(count)d schedule was skipped: %(which)s. %(rule)s",
+        "%(count)d schedules were skipped: %(which)s. %(rule)s",
+        len(schedules),
+    ) % {"count": len(schedules), "which": "; ".join(named), "rule": states.rule(change)}

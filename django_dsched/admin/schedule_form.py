@@ -16,7 +16,7 @@ from django_dsched.enums import ScheduleState
 from django_dsched.exceptions import EditNotPermitted, TimetableError
 from django_dsched.models import Schedule
 from django_dsched.runtime.clock import database_now
-from django_dsched.schedules import lifecycle, permissions
+from django_dsched.schedules import lifecycle, permissions, quotas
 from django_dsched.schedules.creates import Preparer
 
 CONFLICT = _(
@@ -126,11 +126,18 @@ class ScheduleForm(ScheduleModelForm):
             raise forms.ValidationError(exc.message_dict) from None
 
     def _check_create(self) -> None:
-        """Refuse a new schedule that would fire a backlog at once without the permission
-        to run now (:func:`.permissions.check_new`), on its misfire policy."""
-        if self.errors or self.may_fire:
+        """Refuse a new schedule past its host's quota of live schedules (checked under the
+        host's quota lock, which the admin's transaction keeps until the save commits), or
+        that would fire a backlog at once without the permission to run now
+        (:func:`.permissions.check_new`), on its misfire policy."""
+        if self.errors:
             return
         new = construct_instance(self, copy.copy(self.instance), fields=self._meta.fields)
+        refused = quotas.room(new.host_id, 1)
+        if refused is not None:
+            raise forms.ValidationError(refused.message, code=refused.code)
+        if self.may_fire:
+            return
         try:
             Preparer().prepare_instance(new)
         except (forms.ValidationError, TimetableError):

@@ -94,7 +94,7 @@ def deliveries(request: HttpRequest, schedule: Schedule, now: datetime) -> Page:
     """The outbox messages of its fires (``?deliveries_before=<version>`` pages back)."""
     return _page(
         request,
-        OutboxMessage.objects.filter(aggregate_id=schedule.pk).defer("payload", "metadata"),
+        OutboxMessage.objects.filter(aggregate_id=schedule.pk),
         "deliveries_before",
         lambda message: {
             "at": moment(message.event_ts, now),

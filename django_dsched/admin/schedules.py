@@ -11,14 +11,16 @@ from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce, Now
 from django.http import HttpRequest
 from django.urls import URLPattern, path, reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
+from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_lazy as _
 
 from django_dsched.admin import schedule_panels
-from django_dsched.admin.base import ASSETS, unstorable_query
-from django_dsched.admin.display import EMPTY, badge, moment
-from django_dsched.admin.filters import HostFilter, ScheduleValuesFilter
+from django_dsched.admin.base import ASSETS, ShownTimes, unstorable_query
+from django_dsched.admin.display import EMPTY, badge, moment, time_display
+from django_dsched.admin.filters import HostFilter, ScheduleValuesFilter, index_distinct
+from django_dsched.admin.outbox import RETRYING
 from django_dsched.admin.schedule_actions import ScheduleActionsMixin
 from django_dsched.admin.schedule_form import ScheduleForm
 from django_dsched.enums import DeliveryStatus, ScheduleOrigin, ScheduleState
@@ -29,8 +31,10 @@ from django_dsched.schedules.describe import describe
 
 
 def with_list_columns(queryset: QuerySet[Schedule]) -> QuerySet[Schedule]:
-    """The change list's computed columns, in the list's one query (no per-row queries)."""
-    failed = (
+    """The change list's computed columns, in the list's one query (no per-row queries):
+    each schedule's dead letters (a partial index serves the count) and the database's
+    clock."""
+    dead = (
         OutboxMessage.objects.filter(
             aggregate_id=OuterRef("pk"), status=DeliveryStatus.DELIVERY_FAILED
         )
@@ -40,32 +44,64 @@ def with_list_columns(queryset: QuerySet[Schedule]) -> QuerySet[Schedule]:
         .values("n")
     )
     return queryset.annotate(
-        failed_deliveries=Coalesce(Subquery(failed, output_field=IntegerField()), 0),
+        dead_letters=Coalesce(Subquery(dead, output_field=IntegerField()), 0),
         db_now=Now(),
     )
+
+
+def count_retrying(schedules: list[Schedule]) -> None:
+    """Set ``retrying`` on each of ``schedules``: its messages whose delivery failed and
+    will be tried again. One query for the page (pending messages are the backlog)."""
+    ids = [schedule.pk for schedule in schedules]
+    counts: dict[Any, int] = {}
+    if ids:
+        counts = dict(
+            OutboxMessage.objects.filter(RETRYING, aggregate_id__in=ids)
+            .order_by()
+            .values("aggregate_id")
+            .annotate(n=Count("pk"))
+            .values_list("aggregate_id", "n")
+        )
+    for schedule in schedules:
+        schedule.retrying = counts.get(schedule.pk, 0)  # type: ignore[attr-defined]
 
 
 class ScheduleChangeList(ChangeList):
     def get_queryset(self, request: HttpRequest, *args: Any, **kwargs: Any) -> QuerySet[Schedule]:
         return with_list_columns(super().get_queryset(request, *args, **kwargs))
 
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        self.result_list = list(self.result_list)  # read once: the page's rows
+        count_retrying(self.result_list)
+
+
+def many_hosts(request: HttpRequest) -> bool:
+    """Whether the schedules belong to more than one host (read once per request, from the
+    index on (host_id, schedule_name): two probes)."""
+    found: bool | None = getattr(request, "_dsched_many_hosts", None)
+    if found is None:
+        found = len(index_distinct(Schedule, "host_id", 2)) > 1
+        request._dsched_many_hosts = found  # type: ignore[attr-defined]
+    return found
+
 
 @admin.register(Schedule)
-class ScheduleAdmin(ScheduleActionsMixin):
+class ScheduleAdmin(ShownTimes, ScheduleActionsMixin):
     form = ScheduleForm
     change_form_template = "admin/dsched/schedule/change_form.html"
     change_list_template = "admin/dsched/schedule/change_list.html"
-    # Most telling first: on a narrow screen the table scrolls sideways.
+    # Most telling first; six columns, which fit a laptop's screen beside the navigation and
+    # the filters. With more than one host, each name shows its host under it.
     list_display = [
-        "schedule_name",
+        "name",
         "state_badge",
         "next_run",
         "frequency",
         "last_fire",
-        "failed",
-        "host",
+        "deliveries",
     ]
-    list_display_links = ["schedule_name"]
+    list_display_links = ["name"]
     list_filter = [
         "state",
         ("event_topic", ScheduleValuesFilter),
@@ -102,16 +138,17 @@ class ScheduleAdmin(ScheduleActionsMixin):
         (
             _("Status"),
             {
+                "classes": ["dsched-status"],
                 "fields": [
                     ("state_badge", "origin"),
                     "idempotency_key",
-                    ("set_aside_reason", "set_aside_ts"),
-                    ("paused_reason", "paused_until"),
-                    ("next_run_ts", "last_fired_ts"),
+                    ("set_aside_reason", "set_aside_at"),
+                    ("paused_reason", "paused_until_display"),
+                    ("next_run_display", "last_fired"),
                     ("fire_count", "misfire_count"),
                     "aggregate_version",
-                    ("created_ts", "updated_ts"),
-                ]
+                    ("created", "updated"),
+                ],
             },
         ),
     ]
@@ -120,17 +157,24 @@ class ScheduleAdmin(ScheduleActionsMixin):
         "state_badge",
         "origin",
         "set_aside_reason",
-        "set_aside_ts",
+        "set_aside_at",
         "paused_reason",
-        "paused_until",
-        "next_run_ts",
-        "last_fired_ts",
+        "paused_until_display",
+        "next_run_display",
+        "last_fired",
         "fire_count",
         "misfire_count",
         "aggregate_version",
-        "created_ts",
-        "updated_ts",
+        "created",
+        "updated",
     ]
+    # Times as every dsched page writes them (not Django's "Nov. 27, 2026, 3:14 a.m.").
+    set_aside_at = time_display(Schedule, "set_aside_ts")
+    paused_until_display = time_display(Schedule, "paused_until")
+    next_run_display = time_display(Schedule, "next_run_ts")
+    last_fired = time_display(Schedule, "last_fired_ts")
+    created = time_display(Schedule, "created_ts")
+    updated = time_display(Schedule, "updated_ts")
 
     class Media:
         css = ASSETS["css"]
@@ -140,10 +184,28 @@ class ScheduleAdmin(ScheduleActionsMixin):
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return ScheduleChangeList
 
-    @admin.display(description=_("host"), ordering="host_id")
-    def host(self, obj: Schedule) -> str:
+    def get_list_display(self, request: HttpRequest) -> Any:
+        if not many_hosts(request):
+            return self.list_display
+        return ["name_and_host", *self.list_display[1:]]
+
+    def get_list_display_links(self, request: HttpRequest, list_display: Any) -> Any:
+        return [list_display[0]]
+
+    @admin.display(description=_("name"), ordering="schedule_name")
+    def name(self, obj: Schedule) -> str:
+        return obj.schedule_name
+
+    @admin.display(description=_("name"), ordering="schedule_name")
+    def name_and_host(self, obj: Schedule) -> str:
         full = str(obj.host_id)
-        return format_html('<code title="{}">{}</code>', full, full[:8])
+        return format_html(
+            '{}<br><small class="dsched-muted">{} <code title="{}">{}</code></small>',
+            obj.schedule_name,
+            _("host"),
+            full,
+            full[:8],
+        )
 
     @admin.display(description=_("frequency"))
     def frequency(self, obj: Schedule) -> str:
@@ -177,18 +239,46 @@ class ScheduleAdmin(ScheduleActionsMixin):
             )
         return badge(obj.state, obj.get_state_display(), title=title)
 
-    @admin.display(description=_("failed deliveries"), ordering="failed_deliveries")
-    def failed(self, obj: Schedule) -> str:
-        count = getattr(obj, "failed_deliveries", 0)
-        if not count:
-            return "0"
+    @admin.display(description=_("deliveries"), ordering="dead_letters")
+    def deliveries(self, obj: Schedule) -> str:
+        """What to worry about: messages being retried and dead letters, each a link to
+        the outbox list of those messages, which shows their last error."""
         url = reverse("admin:dsched_outboxmessage_changelist")
-        query = urlencode(
-            {"aggregate_id": str(obj.pk), "status__exact": DeliveryStatus.DELIVERY_FAILED.value}
-        )
-        return format_html(
-            '<a class="dsched-badge dsched-bad" href="{}?{}">{}</a>', url, query, count
-        )
+        links = []
+        for count, query, tone, kind, text, title in (
+            (
+                getattr(obj, "retrying", 0),
+                {"retrying": "yes"},
+                "warn",
+                "retrying",
+                _("%(count)d retrying"),
+                _("Deliveries that failed and will be tried again: see their errors."),
+            ),
+            (
+                getattr(obj, "dead_letters", 0),
+                {"status__exact": DeliveryStatus.DELIVERY_FAILED.value},
+                "bad",
+                "dead",
+                _("%(count)d dead"),
+                _("Dead letters (no more attempts): see their errors, retry or discard them."),
+            ),
+        ):
+            if count:
+                links.append(
+                    format_html(
+                        '<a class="dsched-badge dsched-{} dsched-deliveries-{}" href="{}?{}" '
+                        'title="{}">{}</a>',
+                        tone,
+                        kind,
+                        url,
+                        urlencode({"aggregate_id": str(obj.pk), **query}),
+                        title,
+                        text % {"count": count},
+                    )
+                )
+        if not links:
+            return format_html('<span class="dsched-muted">{}</span>', EMPTY)
+        return format_html_join(mark_safe("<br>"), "{}", ((link,) for link in links))
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
         refused = unstorable_query(request)
@@ -205,7 +295,14 @@ class ScheduleAdmin(ScheduleActionsMixin):
     # -- the page of one schedule ---------------------------------------------------------
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         fieldsets = super().get_fieldsets(request, obj)
-        if obj is None or self.has_change_permission(request, obj):
+        if obj is None:
+            # A new schedule has no status yet (its times are the database's to fill).
+            return [
+                (name, options)
+                for name, options in fieldsets
+                if "dsched-status" not in options.get("classes", ())
+            ]
+        if self.has_change_permission(request, obj):
             return fieldsets
         # Read-only page: the version field is for saving only.
         first_name, first = fieldsets[0]

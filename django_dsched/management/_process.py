@@ -11,13 +11,16 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol
 
-from django.core.management.base import CommandError
+from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError, connections
 
 from django_dsched.conf import app_settings
 from django_dsched.exceptions import ConfigurationError
 from django_dsched.management._arguments import port
 from django_dsched.outbox.relay import Relay
+from django_dsched.runtime.connections import apply_connection_options, describe_failure
 from django_dsched.runtime.health import Checked, HealthServer
+from django_dsched.runtime.loops import DatabaseLoop, wait_for_database
 
 VERBOSITY_LEVELS = {0: logging.ERROR, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
 
@@ -164,3 +167,43 @@ def endpoints(
     finally:
         if health is not None:
             health.stop()
+
+
+def connection_options() -> None:
+    """Give the database entry the libpq options for losing a server
+    (``DSCHED_CONNECTION_OPTIONS`` beneath the entry's own), before anything connects."""
+    applied = apply_connection_options(app_settings.DATABASE)
+    logging.getLogger("django_dsched").debug(
+        "database options: %s", " ".join(f"{k}={v}" for k, v in sorted(applied.items()))
+    )
+
+
+def reach_database(command: BaseCommand, loop: DatabaseLoop, *, once: bool) -> bool:
+    """Before the loop runs: reach the database (a long-running command waits for it with
+    bounded backoff, a ``--once`` run fails in one line), then Django's check for
+    unapplied migrations (the commands set ``requires_migrations_checks`` off: Django's own
+    check runs before anything can wait, and a database that is down made it a traceback).
+    False: stopped while waiting."""
+    while True:
+        if once:
+            try:
+                connections[loop.using].ensure_connection()
+            except DatabaseError as exc:
+                raise CommandError(f"cannot reach the database: {describe_failure(exc)}") from exc
+        elif not wait_for_database(loop):
+            return False
+        try:
+            command.check_migrations()
+        except DatabaseError as exc:
+            if once:
+                raise CommandError(f"cannot reach the database: {describe_failure(exc)}") from exc
+            # Lost again before the check ended (or the check's own database, Django's
+            # default alias, is down): wait and try again.
+            connections[loop.using].close()
+            delay = loop._backoff.next()
+            loop.note_outage(exc, delay)
+            loop.waker.wait(delay, None)
+            if loop.stopping.is_set():
+                return False
+            continue
+        return True

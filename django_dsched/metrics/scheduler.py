@@ -56,6 +56,16 @@ class SchedulerMetrics:
             "dsched_deferred_schedules",
             "Claimed schedules left for the next batch because planning ran out of time.",
         )
+        self.quota_delayed = Counter(
+            "dsched_quota_delayed_schedules",
+            "Claimed schedules a batch left unplanned because their host was over its fire "
+            "rate (max_fires_per_second): released, and claimed again once the host has "
+            "tokens; none is dropped. One left in several batches counts in each.",
+        )
+        self.quota_held_back = Gauge(
+            "dsched_quota_held_back_hosts",
+            "Hosts over their fire rate whose rows the last claim passed over.",
+        )
         self.batch_duration = Histogram(
             "dsched_batch_duration_seconds",
             "Seconds one fire batch took, claim to commit (process monotonic clock).",
@@ -103,6 +113,8 @@ class SchedulerMetrics:
             self.set_aside.inc(result.set_aside)
         if result.deferred:
             self.deferred.inc(result.deferred)
+        if result.throttled:
+            self.quota_delayed.inc(result.throttled)
 
     def became_leader(self) -> None:
         self.leadership_changes.labels("acquired").inc()

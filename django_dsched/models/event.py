@@ -7,8 +7,11 @@ from django_dsched.models.records import EventRecord
 
 
 class Event(EventRecord):
-    """One row per fire (and, later, per change) of a schedule; never updated."""
+    """One row per fire (and, later, per change) of a schedule; never updated. A fire's
+    outbox message (same id) has no payload of its own: it delivers this one."""
 
+    payload = models.JSONField(_("payload"))
+    metadata = models.JSONField(_("metadata"), default=dict)
     scheduled_ts = models.DateTimeField(
         _("scheduled for"), null=True, help_text=_("The grid slot this fire is for.")
     )

@@ -20,23 +20,10 @@ class OutboxMessage(EventRecord):
     defaults because the fire statement does not name them.
 
     The payload and metadata are stored once, in the event (``event_store_t``, same id): a
-    message written by a fire has NULL in both, and every reader takes the event's
-    (:attr:`delivered_payload`, the relay's claim). Rows written before that keep their own
-    copy, which readers prefer. Retention never deletes an event whose message reads it.
+    message has no columns for them, and every reader takes the event's
+    (:attr:`delivered_payload`, the relay's claim). Retention never deletes an event while
+    its message exists.
     """
-
-    payload = models.JSONField(
-        _("payload"),
-        null=True,
-        blank=True,
-        help_text=_("NULL: the event's payload (same id) is the one delivered."),
-    )
-    metadata = models.JSONField(
-        _("metadata"),
-        null=True,
-        blank=True,
-        help_text=_("NULL: the event's metadata (same id)."),
-    )
 
     topic = models.CharField(_("topic"), max_length=126)
     status = models.CharField(
@@ -178,10 +165,8 @@ class OutboxMessage(EventRecord):
 
     @property
     def delivered_payload(self) -> Any:
-        """The payload the relay delivers: the row's own copy (rows written before the payload
-        was stored once) or its event's (one query); None only if that event is gone."""
-        if self.payload is not None:
-            return self.payload
+        """The payload the relay delivers: its event's (one query); None only if that event
+        was deleted (the relay dead-letters such a message at its claim)."""
         return (
             Event.objects.using(self._state.db or DEFAULT_DB_ALIAS)
             .filter(pk=self.pk)

@@ -7,7 +7,8 @@ from django.utils.translation import gettext_lazy as _
 
 
 class EventRecord(models.Model):
-    """Columns shared by events and outbox messages (the event-sourcing envelope)."""
+    """Columns shared by events and outbox messages (the event-sourcing envelope). The payload
+    and metadata are the event's alone: a message reads them by the shared id."""
 
     id = models.UUIDField(_("id"), primary_key=True, default=uuid.uuid4, editable=False)
     host_id = models.UUIDField(_("host id"))
@@ -16,8 +17,6 @@ class EventRecord(models.Model):
     aggregate_version = models.BigIntegerField(_("aggregate version"))
     event_type = models.CharField(_("event type"), max_length=126)
     event_ts = models.DateTimeField(_("event time"))
-    payload = models.JSONField(_("payload"))
-    metadata = models.JSONField(_("metadata"), default=dict)
 
     class Meta:
         abstract = True

@@ -469,7 +469,13 @@ class Schedule(models.Model):
                 except ValidationError as exc:
                     errors["cron_expression"] = exc.messages[0]
         if self.start_ts and self.end_ts and self.end_ts <= self.start_ts:
-            errors["end_ts"] = _("The end must be after the start.")
+            # A one-shot's time is "at" in the Python and REST APIs, "start" in the admin's
+            # form: the message names neither, so every door says the same thing.
+            errors["end_ts"] = (
+                _("The end must be after the time the one-shot fires.")
+                if self.schedule_kind == ScheduleKind.ONCE
+                else _("The end must be after the start.")
+            )
         if errors:
             raise ValidationError(errors)
         self._check_it_fires()

@@ -68,10 +68,10 @@ RECURSIVE levels(priority) AS (
 
 TOPICS = "(%(topics)s::text[] IS NULL OR o.topic = ANY(%(topics)s::text[]))"
 
-# The payload a claimed message delivers (``c``: the locked row): COALESCE evaluates the
-# probe only for rows without their own copy. NULL only if the event was deleted by hand
+# The payload a claimed message delivers (``c``: the locked row): its event's, stored once
+# there, one primary-key probe by the shared id. NULL only if the event was deleted by hand
 # (retention keeps it while the message exists): such a message is dead-lettered at claim.
-PAYLOAD = "COALESCE(c.payload, (SELECT e.payload FROM event_store_t e WHERE e.id = c.id))"
+PAYLOAD = "(SELECT e.payload FROM event_store_t e WHERE e.id = c.id)"
 # Dead-lettered at claim: claimed max_attempts times with no outcome, or nothing to deliver.
 DEAD_AT_CLAIM = "(m.attempts >= %(max_attempts)s OR l.body IS NULL)"
 
@@ -114,9 +114,8 @@ since AS MATERIALIZED (SELECT {SINCE} AS ts),
 -- the backlog), which fill the batch. Both are ``after <= available <= until`` (on time:
 -- after ``since``, i.e. from a microsecond past it), so one parameterized index scan serves
 -- both. Each locked row's payload is turned into text once: its length is what the byte
--- cap counts, the text what is returned. The payload is the message's own copy (rows
--- written before it was stored once) or else its event's, one primary-key probe of
--- event_store_t by the shared id.
+-- cap counts, the text what is returned. The payload is its event's, one primary-key probe
+-- of event_store_t by the shared id.
 locked AS (
     SELECT x.*, octet_length(x.body) AS bytes
     FROM (SELECT c.id, c.priority, c.available_ts, {PAYLOAD}::text AS body,
@@ -129,7 +128,7 @@ locked AS (
               (1, '-infinity'::timestamptz, (SELECT ts FROM since), %(limit)s)
           ) r(part, after, until, most)
           CROSS JOIN LATERAL (
-              SELECT o.id, o.priority, {AVAILABLE_TS} AS available_ts, o.payload
+              SELECT o.id, o.priority, {AVAILABLE_TS} AS available_ts
               FROM outbox_message_t o
               WHERE o.status = %(pending)s AND o.priority = l.priority
                 AND {AVAILABLE_TS} >= r.after AND {AVAILABLE_TS} <= r.until
@@ -165,8 +164,8 @@ SET attempts = CASE WHEN {DEAD_AT_CLAIM} THEN m.attempts ELSE m.attempts + 1 END
     -- its payload is gone: dead-letter it here rather than let it crash one more relay.
     status = CASE WHEN {DEAD_AT_CLAIM} THEN %(dead)s ELSE m.status END,
     last_error = CASE WHEN l.body IS NULL
-                      THEN 'no payload to deliver: the message has no copy of its own and'
-                           || ' its event (the same id) was deleted from event_store_t'
+                      THEN 'no payload to deliver: its event (the same id) was deleted'
+                           || ' from event_store_t'
                       WHEN m.attempts >= %(max_attempts)s
                       THEN 'claimed ' || m.attempts || ' times without a recorded outcome'
                            || ' (the relays holding it died or hung). Last error: '

@@ -47,17 +47,22 @@ from django_dsched.rest.serializers import (
     BulkCancelResultSerializer,
     BulkCreateResultSerializer,
     ScheduleInputSerializer,
+    api_names,
     existing_only,
     model_values,
 )
 from django_dsched.schedules import bulk, lifecycle
 from django_dsched.schedules import permissions as rules
-from django_dsched.schedules.creates import Preparer
+from django_dsched.schedules.creates import Clock, Preparer
 
 JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
 LIVE = (ScheduleState.ACTIVE, ScheduleState.PAUSED)
 WHY = {
-    409: "A concurrent change won a race the validation could not see: read and retry.",
+    409: (
+        "A concurrent change won a race the validation could not see: read and retry; or "
+        "(`quota_exceeded`, bulk create) the call would take its host past its quota of live "
+        "schedules: nothing is written."
+    ),
     413: (
         "The body is larger than DSCHED_API_MAX_BULK_BODY_BYTES, or has more items than "
         "DSCHED_BULK_MAX_ITEMS (code too_many_items; checked after authentication, "
@@ -81,23 +86,26 @@ def invalid(found: ItemErrors) -> exceptions.ValidationError:
     return exceptions.ValidationError({str(index): found[index] for index in sorted(found)})
 
 
-def item_errors(exc: BulkValidationError) -> ItemErrors:
-    """The Python API's ``(index, field, message)`` under the API's field names."""
+def item_errors(exc: BulkValidationError, items: Sequence[Schedule]) -> ItemErrors:
+    """The Python API's ``(index, field, message)`` under the API's field names (those of
+    each item's kind)."""
     found: ItemErrors = {}
     for index, field, message in exc.item_errors:
-        name = NON_FIELD if field == "__all__" else API_NAMES.get(field, field)
+        kind = items[index].schedule_kind if 0 <= index < len(items) else None
+        name = NON_FIELD if field == "__all__" else api_names(kind).get(field, field)
         found.setdefault(index, {}).setdefault(name, []).append(message)
     return found
 
 
 @contextmanager
-def refusals() -> Iterator[None]:
-    """A transaction; the services' refusals become API errors (as a single create's)."""
+def refusals(items: Sequence[Schedule] = ()) -> Iterator[None]:
+    """A transaction; the services' refusals become API errors (as a single create's),
+    an item's fields named as its kind names them."""
     try:
         with atomic():
             yield
     except BulkValidationError as exc:
-        raise invalid(item_errors(exc)) from None
+        raise invalid(item_errors(exc, items)) from None
     except DschedValidationError as exc:
         raise validation_failed(exc, API_NAMES) from None
     except IntegrityError:
@@ -192,10 +200,10 @@ class BulkCreateView(BulkView):
                 try:
                     preparer.prepare_instance(schedule)
                 except DschedValidationError as exc:
-                    found[index] = django_errors(exc, API_NAMES)
+                    found[index] = django_errors(exc, api_names(schedule.schedule_kind))
             raise invalid(found)
         ordered = [schedules[index] for index in range(len(items))]
-        with refusals():
+        with refusals(ordered):
             stored = api.bulk_create(ordered, actor=request.user)
         # An existing item's schedule is another's: shown whole only to who may view it.
         viewer = rules.allows(request.user, rules.VIEW)
@@ -218,6 +226,7 @@ class BulkCreateView(BulkView):
         (types, unknown fields, a host the request may not reach)."""
         reader = ScheduleInputSerializer()  # its fields are built once, for every item
         blanks = Blanks()
+        clock = Clock()  # the database's now, read once, for the items with a delay
         schedules: dict[int, Schedule] = {}
         found: ItemErrors = {}
         for index, item in enumerate(items):
@@ -239,7 +248,7 @@ class BulkCreateView(BulkView):
                 found[index] = {"host_id": [_("You may not use this host.")]}
                 continue
             schedules[index] = blanks.make(
-                host_id=host, origin=ScheduleOrigin.API, **model_values(values)
+                host_id=host, origin=ScheduleOrigin.API, **model_values(values, clock.now)
             )
         return schedules, found
 

@@ -26,7 +26,7 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.views import set_rollback
 
-from django_dsched.exceptions import ConflictError, DschedError
+from django_dsched.exceptions import ConflictError, DschedError, QuotaExceeded
 
 NON_FIELD = "non_field_errors"
 
@@ -89,6 +89,15 @@ class StateConflict(DschedError, exceptions.APIException):
     default_code = "state_conflict"
 
 
+class QuotaConflict(StateConflict):
+    """A create past the host's quota of live schedules (``QuotaExceeded``): a 409, since
+    the same request succeeds once the host has room (a schedule cancelled or completed, a
+    larger quota), not a 400 that asks to correct it."""
+
+    default_detail = _("The host has reached its quota of live schedules.")
+    default_code = "quota_exceeded"
+
+
 def race_lost(*, many: bool = False) -> StateConflict:
     """The 409 for an ``IntegrityError`` of a write: a concurrent request won a race the
     validation could not see (the same name, say)."""
@@ -142,6 +151,8 @@ def validation_failed(
     """The API error for a Django/dsched ValidationError raised by the services."""
     if isinstance(exc, ConflictError):
         return StateConflict(" ".join(exc.messages), code="conflict")
+    if isinstance(exc, QuotaExceeded):
+        return QuotaConflict(" ".join(exc.messages), code="quota_exceeded")
     codes = {error.code for error in exc.error_list} if hasattr(exc, "error_list") else set()
     if codes & STATE_CODES:
         return StateConflict(" ".join(exc.messages))

@@ -44,7 +44,7 @@ class OutboxViewSet(TenantViewSet[OutboxMessage]):
     )
     def list(self, request: Request) -> Response:
         filters: dict[str, Any] = query(OutboxQuery, request, paginated=True)
-        queryset = self.get_queryset().defer("payload", "metadata")
+        queryset = self.get_queryset()
         for name, column in (
             ("status", "status"),
             ("topic", "topic"),

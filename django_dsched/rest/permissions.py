@@ -46,11 +46,6 @@ OUTBOX: Mapping[str, Capability] = {
 }
 CLUSTER: Mapping[str, Capability] = {"retrieve": rules.VIEW_CLUSTER}
 
-# An edit that leaves a schedule without a future fire is a cancel in effect; one that
-# makes it due at once is a run now: they need those permissions too.
-ENDS_IT = rules.CANCEL.permission
-FIRES_IT = rules.FIRE.permission
-
 
 class ActionPermission(BasePermission):
     """The capability the view's table names for its current action (none: refused)."""

@@ -35,6 +35,13 @@ def errors(*codes: int, why: Mapping[int, str] | None = None) -> dict[int, OpenA
     }
 
 
+# A create's 409s.
+CREATE_409 = (
+    "The host has reached its quota of live schedules (`quota_exceeded`: nothing is created; "
+    "the same request succeeds once the host has room), or a concurrent change won a race "
+    "the validation could not see (`conflict`: read and retry)."
+)
+
 # Every endpoint refuses query parameters it does not know: each may answer 400.
 READ = (400, 401, 403)
 READ_ONE = (400, 401, 403, 404)

@@ -40,6 +40,7 @@ from django_dsched.rest.errors import (
     validation_failed,
 )
 from django_dsched.rest.responses import (
+    CREATE_409,
     ETAG,
     ETAG_412,
     READ,
@@ -72,13 +73,14 @@ from django_dsched.rest.serializers import (
     ScheduleStatusSerializer,
     StatusQuery,
     TriggerResultSerializer,
+    api_names,
     definition_defaults,
     existing_only,
     model_values,
     schedule_detail,
 )
 from django_dsched.runtime.clock import database_now
-from django_dsched.schedules import creates, lifecycle
+from django_dsched.schedules import creates, lifecycle, states
 from django_dsched.schedules import permissions as rules
 from django_dsched.schedules.permissions import Capability
 
@@ -171,6 +173,7 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
             ("topic", "event_topic"),
             ("event_type", "event_type"),
             ("key", "idempotency_key"),
+            ("name", "schedule_name"),
         ):
             if name in filters:
                 queryset = queryset.filter(**{column: filters[name]})
@@ -188,7 +191,7 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
                 serializers=[ScheduleDetailSerializer, ExistingScheduleSerializer],
                 resource_type_field_name=None,
             ),
-            **errors(*WRITE, 409),
+            **errors(*WRITE, 409, why={409: CREATE_409}),
         },
         parameters=[ETAG],
         description=(
@@ -210,7 +213,10 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
             raise drf_serializers.ValidationError({"host_id": [_("You may not use this host.")]})
         schedule = Schedule(host_id=host, origin=ScheduleOrigin.API, **model_values(values))
         outcome: list[tuple[Schedule, bool]] = []
-        self._save(lambda: outcome.append(creates.create_instance(schedule, actor=request.user)))
+        self._save(
+            lambda: outcome.append(creates.create_instance(schedule, actor=request.user)),
+            api_names(schedule.schedule_kind),
+        )
         schedule, created = outcome[0]
         if created or rules.allows(request.user, rules.VIEW):
             code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
@@ -294,13 +300,15 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
             request,
             lambda selected: lifecycle.cancel(selected, actor=request.user),
             required=True,
-            refused=_("Only active or paused schedules can be cancelled; this one is %(state)s."),
+            change="cancel",
         )
 
     def _edit(self, request: Request, *, partial: bool) -> Response:
         schedule = self.get_object()
         # A malformed body is a 400 whatever the precondition; then 428 / 412.
-        serializer = ScheduleInputSerializer(data=request.data, partial=partial)
+        serializer = ScheduleInputSerializer(
+            data=request.data, partial=partial, context={"kind": schedule.schedule_kind}
+        )
         serializer.is_valid(raise_exception=True)
         values = serializer.validated_data
         version = self._version(request, schedule, required=True)
@@ -320,8 +328,15 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
             setattr(schedule, name, value)
 
         def save() -> None:
+            # What the edit does is judged below, on the row as saved (a 403 naming the
+            # permissions missing), so the service is told the user may.
             lifecycle.save_schedule(
-                schedule, list(changes), actor=request.user, expected_version=version
+                schedule,
+                list(changes),
+                actor=request.user,
+                expected_version=version,
+                may_complete=True,
+                may_fire=True,
             )
             after = Schedule.objects.get(pk=schedule.pk)
             missing = [
@@ -338,11 +353,12 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
                     % {"permissions": ", ".join(missing)}
                 )
 
-        self._save(save)
+        self._save(save, api_names(schedule.schedule_kind))
         return with_etag(Schedule.objects.get(pk=schedule.pk))
 
-    def _save(self, save: Callable[[], Any]) -> None:
-        """Run ``save`` in a transaction; the services' refusals become API errors."""
+    def _save(self, save: Callable[[], Any], names: Mapping[str, str] = API_NAMES) -> None:
+        """Run ``save`` in a transaction; the services' refusals become API errors (the
+        model's fields under ``names``, the API's)."""
         try:
             with atomic():
                 save()
@@ -350,7 +366,7 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
             current = self.get_object()
             raise PreconditionFailed(current=detail(current), etag=etag(current)) from None
         except DschedValidationError as exc:
-            raise validation_failed(exc, API_NAMES) from None
+            raise validation_failed(exc, names) from None
         except IntegrityError:
             raise race_lost() from None
 
@@ -360,16 +376,17 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
         service: Callable[[QuerySet[Schedule]], ChangeCount],
         *,
         required: bool,
-        refused: str,
+        change: str,
     ) -> Response:
-        """A state change by ``service``; 409 (``refused``) if the state does not allow it."""
+        """A state change (``change``: pause, resume, cancel) by ``service``; 409, naming
+        the schedule's state, if the state does not allow it."""
         schedule, count = self._act(
             request,
             lambda locked: service(Schedule.objects.filter(pk=locked.pk)),
             required=required,
         )
         if not count.changed:  # nothing was written
-            raise StateConflict(refused % {"state": schedule.get_state_display()})
+            raise StateConflict(states.why_not(change, schedule))
         return with_etag(schedule)
 
     # -- actions --------------------------------------------------------------------------
@@ -388,7 +405,7 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
                 selected, actor=request.user, reason=options["reason"], until=options["until"]
             ),
             required=False,
-            refused=_("Only active schedules can be paused; this one is %(state)s."),
+            change="pause",
         )
 
     @described(
@@ -412,7 +429,7 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
                 selected, actor=request.user, catch_up=options["catch_up"]
             ),
             required=False,
-            refused=_("Only paused schedules can be resumed; this one is %(state)s."),
+            change="resume",
         )
 
     @described(
@@ -434,7 +451,10 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
 
     @described(
         summary="Fire the past slots of a range, once each",
-        description="Slots that already fired are not fired again (`already_fired`).",
+        description=(
+            "Slots that already fired are not fired again (`already_fired`). A range that "
+            "holds no slot of the schedule fires nothing, and `note` says why."
+        ),
         request=RangeInput,
         responses={200: BackfillResultSerializer, **errors(*WRITE_ONE, 409, 412)},
         parameters=[if_match(False), ETAG_412],
@@ -443,15 +463,15 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
     def backfill(self, request: Request, **kwargs: Any) -> Response:
         bounds = body(RangeInput, request)
 
-        def fire(schedule: Schedule) -> dict[str, int]:
-            fired, already = lifecycle.backfill(
-                schedule, bounds["start"], bounds["end"], actor=request.user
-            )
-            return {"fired": fired, "already_fired": already}
+        def fire(schedule: Schedule) -> dict[str, Any]:
+            start, end = bounds["start"], bounds["end"]
+            fired, already = lifecycle.backfill(schedule, start, end, actor=request.user)
+            note = states.no_slot(schedule, start, end) if fired + already == 0 else None
+            return {"fired": fired, "already_fired": already, "note": note}
 
         return self._fire(request, fire)
 
-    def _fire(self, request: Request, fire: Callable[[Schedule], dict[str, int]]) -> Response:
+    def _fire(self, request: Request, fire: Callable[[Schedule], dict[str, Any]]) -> Response:
         schedule, counts = self._act(request, fire, required=False)
         return Response({**counts, "schedule": detail(schedule)})
 
@@ -504,9 +524,7 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
     @action(detail=True, methods=["get"])
     def deliveries(self, request: Request, **kwargs: Any) -> Response:
         filters: Mapping[str, Any] = query(DeliveriesQuery, request, paginated=True)
-        queryset = OutboxMessage.objects.filter(aggregate_id=self.get_object().pk).defer(
-            "payload", "metadata"
-        )
+        queryset = OutboxMessage.objects.filter(aggregate_id=self.get_object().pk)
         if "status" in filters:
             queryset = queryset.filter(status=filters["status"])
         return self.page(queryset, MessageSerializer, ("-aggregate_version",))

@@ -8,7 +8,7 @@ services' (the Python API's own checks and messages), mapped onto these field na
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -31,7 +31,10 @@ from django_dsched.exceptions import ValidationError as DschedValidationError
 from django_dsched.models import Event, OutboxMessage, Schedule
 from django_dsched.models.validators import KEY_MAX_LENGTH, NAME_MAX_LENGTH, validate_aware
 from django_dsched.outbox import runs
+from django_dsched.runtime.clock import database_now
+from django_dsched.schedules.creates import MAX_DELAY
 from django_dsched.schedules.describe import describe
+from django_dsched.schedules.specs import OPTIONS
 
 # The API's name of each writable field -> the model's.
 MODEL_FIELDS: Mapping[str, str] = {
@@ -42,13 +45,7 @@ MODEL_FIELDS: Mapping[str, str] = {
     "cron": "cron_expression",
     "time_zone": "time_zone",
     "start": "start_ts",
-    "end": "end_ts",
-    "max_fires": "max_fires",
-    "misfire_policy": "misfire_policy",
-    "misfire_grace_seconds": "misfire_grace_seconds",
-    "catch_up_limit": "catch_up_limit",
-    "jitter_seconds": "jitter_seconds",
-    "priority": "priority",
+    **OPTIONS,  # the options every kind takes, named as in the Python API
     "topic": "event_topic",
     "event_type": "event_type",
     "data": "event_data",
@@ -56,6 +53,27 @@ MODEL_FIELDS: Mapping[str, str] = {
 }
 # The model's field -> the API's (for the model's validation errors).
 API_NAMES: Mapping[str, str] = {model: api for api, model in MODEL_FIELDS.items()}
+# A one-shot's time is ``at`` (or ``delay`` from now), as in the Python API: its start_ts
+# errors are about ``at``.
+ONCE_NAMES: Mapping[str, str] = {**API_NAMES, "start_ts": "at"}
+
+
+def api_names(kind: str | None) -> Mapping[str, str]:
+    """The model's field -> the API's, for a schedule of ``kind``."""
+    return ONCE_NAMES if kind == ScheduleKind.ONCE else API_NAMES
+
+
+# The longest ``delay`` of a one-shot, in seconds (the Python API's bound: 100 years).
+MAX_DELAY_SECONDS = int(MAX_DELAY.total_seconds())
+START_OF_ONCE = _(
+    "A one-shot (ONCE) fires at `at` (a time), or after `delay` (seconds from now): send at "
+    "instead of start."
+)
+ONLY_ONCE = _(
+    "%(field)s is for one-shot (ONCE) schedules; an interval or cron schedule starts at start."
+)
+AT_AND_DELAY = _("Give at or delay, not both.")
+NO_TIME = _("A one-shot (ONCE) needs its time: at (a time), or delay (seconds from now).")
 # Stored as "" when unset; null in the API.
 BLANK_AS_NULL = ("unit", "cron")
 INT32 = 2**31 - 1
@@ -223,8 +241,21 @@ class ScheduleInputSerializer(StrictSerializer):
         required=False,
         allow_null=True,
         help_text=_(
-            "Interval: the grid's anchor and first fire. One-shot: when it fires. Cron: no "
-            "fire before this. Default: now."
+            "Interval: the grid's anchor and first fire. Cron: no fire before this. Default: "
+            "now. Not for a one-shot (ONCE): its time is `at` or `delay`."
+        ),
+    )
+    at = InputTimeField(
+        required=False,
+        help_text=_("One-shot (ONCE) schedules: when it fires. Or give `delay`."),
+    )
+    delay = Integer(
+        required=False,
+        min_value=0,
+        max_value=MAX_DELAY_SECONDS,
+        help_text=_(
+            "One-shot (ONCE) schedules: fire this many seconds from now (the database's "
+            "clock), instead of at a time (`at`)."
         ),
     )
     end = InputTimeField(
@@ -271,13 +302,41 @@ class ScheduleInputSerializer(StrictSerializer):
         ),
     )
 
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        """The one-shot's time is ``at`` or ``delay`` (as in the Python API); the other
+        kinds' is ``start``. The kind is the one sent, else (an edit) ``context["kind"]``,
+        the schedule's; a create of a one-shot needs its time."""
+        kind = attrs.get("kind", self.context.get("kind"))
+        errors: dict[str, Any] = {}
+        if kind == ScheduleKind.ONCE:
+            if "start" in attrs:
+                errors["start"] = [START_OF_ONCE]
+            elif "at" in attrs and "delay" in attrs:
+                errors["delay"] = [AT_AND_DELAY]
+            elif "kind" not in self.context and "at" not in attrs and "delay" not in attrs:
+                errors["at"] = [NO_TIME]
+        else:
+            for name in ("at", "delay"):
+                if name in attrs:
+                    errors[name] = [ONLY_ONCE % {"field": name}]
+        if errors:
+            raise serializers.ValidationError(errors)
+        return attrs
 
-def model_values(validated: Mapping[str, Any]) -> dict[str, Any]:
-    """Validated API fields as model fields (``host_id`` is not among them)."""
+
+def model_values(
+    validated: Mapping[str, Any], now: Callable[[], datetime] | None = None
+) -> dict[str, Any]:
+    """Validated API fields as model fields (``host_id`` is not among them). A one-shot's
+    ``at`` is its start; ``delay`` is ``now()`` (the database's clock) plus the delay."""
     values = {}
     for name, value in validated.items():
         if name in MODEL_FIELDS:
             values[MODEL_FIELDS[name]] = "" if value is None and name in BLANK_AS_NULL else value
+    if "at" in validated:
+        values["start_ts"] = validated["at"]
+    elif "delay" in validated:
+        values["start_ts"] = (now or database_now)() + timedelta(seconds=validated["delay"])
     return values
 
 
@@ -303,7 +362,15 @@ class ScheduleSerializer(serializers.Serializer[Schedule]):
     )
     cron = serializers.CharField(source="cron_expression", read_only=True, allow_null=True)
     time_zone = serializers.CharField(read_only=True)
-    start = AwareDateTimeField(source="start_ts", read_only=True)
+    start = serializers.SerializerMethodField(
+        help_text=_(
+            "Interval: the grid's anchor and first fire. Cron: no fire before this. Null for "
+            "a one-shot (ONCE): see at."
+        )
+    )
+    at = serializers.SerializerMethodField(
+        help_text=_("One-shot (ONCE): when it fires. Null for interval and cron schedules.")
+    )
     end = AwareDateTimeField(source="end_ts", read_only=True, allow_null=True)
     max_fires = serializers.IntegerField(read_only=True, allow_null=True)
     misfire_policy = serializers.ChoiceField(MisfirePolicy.choices, read_only=True)
@@ -337,6 +404,20 @@ class ScheduleSerializer(serializers.Serializer[Schedule]):
     updated = AwareDateTimeField(source="updated_ts", read_only=True)
 
     @extend_schema_field({"type": "string", "format": "date-time", "nullable": True})
+    def get_start(self, schedule: Schedule) -> str | None:
+        if schedule.schedule_kind == ScheduleKind.ONCE:
+            return None
+        value: str | None = AwareDateTimeField().to_representation(schedule.start_ts)
+        return value
+
+    @extend_schema_field({"type": "string", "format": "date-time", "nullable": True})
+    def get_at(self, schedule: Schedule) -> str | None:
+        if schedule.schedule_kind != ScheduleKind.ONCE:
+            return None
+        value: str | None = AwareDateTimeField().to_representation(schedule.start_ts)
+        return value
+
+    @extend_schema_field({"type": "string", "format": "date-time", "nullable": True})
     def get_next_run(self, schedule: Schedule) -> str | None:
         if schedule.state not in (ScheduleState.ACTIVE, ScheduleState.PAUSED):
             return None
@@ -365,16 +446,29 @@ class ScheduleDetailSerializer(ScheduleSerializer):
 class ScheduleListQuery(StrictSerializer):
     state = serializers.ChoiceField(ScheduleState.choices, required=False)
     kind = serializers.ChoiceField(ScheduleKind.choices, required=False)
-    topic = serializers.CharField(required=False, max_length=NAME_MAX_LENGTH)
-    event_type = serializers.CharField(required=False, max_length=NAME_MAX_LENGTH)
+    # Query filters match what is sent, whitespace included (DRF would trim " " to a blank
+    # value and refuse it, where the schema takes it).
+    topic = serializers.CharField(required=False, max_length=NAME_MAX_LENGTH, trim_whitespace=False)
+    event_type = serializers.CharField(
+        required=False, max_length=NAME_MAX_LENGTH, trim_whitespace=False
+    )
     key = serializers.CharField(
         required=False,
         max_length=KEY_MAX_LENGTH,
         trim_whitespace=False,
         help_text=_("An idempotency key (exact match)."),
     )
+    name = serializers.CharField(
+        required=False,
+        max_length=NAME_MAX_LENGTH,
+        trim_whitespace=False,
+        help_text=_("A name (exact match; unique per host)."),
+    )
     search = serializers.CharField(
-        required=False, max_length=NAME_MAX_LENGTH, help_text=_("Part of the name.")
+        required=False,
+        max_length=NAME_MAX_LENGTH,
+        trim_whitespace=False,
+        help_text=_("Part of the name."),
     )
 
 
@@ -596,6 +690,13 @@ class TriggerResultSerializer(serializers.Serializer[Any]):
 class BackfillResultSerializer(serializers.Serializer[Any]):
     fired = serializers.IntegerField()
     already_fired = serializers.IntegerField()
+    note = serializers.CharField(
+        allow_null=True,
+        help_text=_(
+            "Why nothing fired when the range holds no slot of the schedule (it starts "
+            "later, it ended before, ...); else null."
+        ),
+    )
     schedule = ScheduleDetailSerializer()
 
 
@@ -689,7 +790,7 @@ def seconds(span: timedelta | None) -> float | None:
 
 class MessageDetailSerializer(MessageSerializer):
     payload = ObjectField(
-        source="delivered_payload",  # the event's, unless the row kept its own copy
+        source="delivered_payload",  # the event's, read by the shared id
         read_only=True,
         help_text=_("The CloudEvents envelope delivered."),
     )
@@ -700,7 +801,7 @@ class DeliveriesQuery(StrictSerializer):
 
 
 class OutboxQuery(DeliveriesQuery):
-    topic = serializers.CharField(required=False, max_length=NAME_MAX_LENGTH)
+    topic = serializers.CharField(required=False, max_length=NAME_MAX_LENGTH, trim_whitespace=False)
     schedule = serializers.UUIDField(required=False, help_text=_("Only this schedule's."))
 
 

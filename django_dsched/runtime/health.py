@@ -5,8 +5,9 @@ that reads the loops' state (never the database: a probe must not queue behind t
 work or hold a connection):
 
 - ``GET /livez``: 200 while every loop went round within ``DSCHED_HEALTH_STALL_SECONDS``
-  (the loops sleep at most their poll interval, and back off at most 5 s while the
-  database is away), else 503: the process is stuck and may be restarted.
+  (the loops sleep at most their poll interval, and back off at most
+  ``DSCHED_RECONNECT_MAX_SECONDS`` while the database is away), else 503: the process is
+  stuck and may be restarted.
 - ``GET /readyz``: 200 when every loop can work: its last round reached the database and,
   for a scheduler, it leads with a trusted lease or stands by with a fresh presence
   heartbeat (``Scheduler.readiness``); 503 with the reason otherwise (while reconnecting).

@@ -15,6 +15,8 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from django.db.backends.utils import CursorWrapper
 
 from django_dsched.conf import app_settings
+from django_dsched.exceptions import NotPrimary
+from django_dsched.runtime.connections import describe_failure, server_of
 from django_dsched.runtime.logs import get_logger
 from django_dsched.runtime.wakeup import Waker
 
@@ -48,6 +50,10 @@ def first_line(exc: BaseException) -> str:
 
 # After a lock wait gave up (lock_timeout), the loop goes round again this soon.
 LOCK_WAIT_RETRY = 0.1
+
+# While the database stays away, a loop logs one line at the first failed attempt, then
+# again when the reason changes or this many seconds after its last line.
+OUTAGE_LOG_EVERY = 10.0
 
 
 def lock_wait_timed_out(exc: BaseException) -> bool:
@@ -113,7 +119,14 @@ class DatabaseLoop:
         self.stopping = threading.Event()
         self.waker = Waker()
         self._session: object | None = None
-        self._backoff = Backoff()
+        self._backoff = Backoff(cap=float(app_settings.RECONNECT_MAX_SECONDS))
+        # The database outage in progress (monotonic start, attempts, last reason), for the
+        # logs and /readyz; None while connected. And the server of the last session.
+        self.outage_since: float | None = None
+        self.outage_attempts = 0
+        self.last_error = ""
+        self._outage_logged = (0.0, "")
+        self.server = ""
         # Set for each new session: whether it goes through a pooler, and whether we LISTEN.
         self.pooled = False
         self.listening = False
@@ -146,6 +159,8 @@ class DatabaseLoop:
     def readiness(self) -> tuple[bool, str]:
         """Whether this loop can do its work now, and why (the ``/readyz`` answer)."""
         if not self.connected:
+            if self.last_error:
+                return False, f"not connected to the database: {self.last_error}"
             return False, "not connected to the database"
         return True, "connected"
 
@@ -214,14 +229,64 @@ class DatabaseLoop:
         self.connected = False
         self._lost_connection()
         delay = self._backoff.next()
-        logger.warning(
-            "database unavailable (%s); retrying in %.1fs %s=%s",
-            first_line(exc),
-            delay,
-            self.kind,
-            self.instance_id,
-        )
+        self.note_outage(exc, delay)
         return delay
+
+    def note_outage(self, exc: BaseException, delay: float) -> None:
+        """Record a failed attempt to reach (or use) the database, and log it in one line:
+        the first of an outage, then when the reason changes or every
+        :data:`OUTAGE_LOG_EVERY` seconds."""
+        now = time.monotonic()
+        why = describe_failure(exc)
+        if self.outage_since is None:
+            self.outage_since, self.outage_attempts = now, 0
+        self.outage_attempts += 1
+        self.last_error = why
+        logged_at, logged_why = self._outage_logged
+        if self.outage_attempts == 1:
+            was = f" (was on {self.server})" if self.server else ""
+            logger.warning(
+                "database unavailable%s: %s; retrying in %.1fs %s=%s",
+                was,
+                why,
+                delay,
+                self.kind,
+                self.instance_id,
+            )
+        elif why != logged_why or now - logged_at >= OUTAGE_LOG_EVERY:
+            logger.warning(
+                "still no database after %.1fs (%d attempts): %s; retrying in %.1fs %s=%s",
+                now - self.outage_since,
+                self.outage_attempts,
+                why,
+                delay,
+                self.kind,
+                self.instance_id,
+            )
+        else:
+            return
+        self._outage_logged = (now, why)
+
+    def _connected_to(self, server: str) -> None:
+        """A new session reached ``server`` (``host:port``): say so, and that the database is
+        back if it follows an outage."""
+        if self.outage_since is not None:
+            moved = f" (was on {self.server})" if self.server and self.server != server else ""
+            logger.warning(
+                "database %s after %.1fs and %d failed attempt(s): %s=%s connected to %s%s",
+                "is back" if self.server else "reached",
+                time.monotonic() - self.outage_since,
+                self.outage_attempts,
+                self.kind,
+                self.instance_id,
+                server,
+                moved,
+            )
+        else:
+            logger.info("%s=%s connected to %s", self.kind, self.instance_id, server)
+        self.outage_since, self.outage_attempts, self.last_error = None, 0, ""
+        self._outage_logged = (0.0, "")
+        self.server = server
 
     def _lost_connection(self) -> None:
         self.connected = False
@@ -255,6 +320,16 @@ class DatabaseLoop:
         raw = connection.connection
         if raw is self._session:
             return
+        server = server_of(connection)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_is_in_recovery()")
+            (standby,) = cursor.fetchone()
+        if standby:
+            raise NotPrimary(
+                f"{server} is a standby (in recovery), and the {self.kind} writes: point "
+                "DSCHED_DATABASE at the primary (with several hosts, add "
+                "target_session_attrs=read-write to the URL)"
+            )
         self.pooled = behind_pooler(connection)
         self.listening = self.channels != () and (
             not self.pooled if app_settings.LISTEN is None else bool(app_settings.LISTEN)
@@ -272,6 +347,7 @@ class DatabaseLoop:
                     cursor.execute(f"LISTEN {channel}")
         if self.listening:
             raw.add_notify_handler(self.waker.on_notify)
+        self._connected_to(server)
         if self.pooled:
             logger.info(
                 "%s=%s connects through a pooler: %s",
@@ -285,3 +361,27 @@ class DatabaseLoop:
         """The socket to wait on for notifications (None when not listening)."""
         raw = connections[self.using].connection
         return None if raw is None or not self.listening else raw.pgconn
+
+
+def wait_for_database(loop: DatabaseLoop) -> bool:
+    """Connect ``loop``'s database before the loop starts, trying again with its backoff
+    (at most ``DSCHED_RECONNECT_MAX_SECONDS`` apart) while it is unreachable, one log line
+    per reason or per :data:`OUTAGE_LOG_EVERY` seconds, ``/readyz`` answering 503 with the
+    reason and ``/livez`` 200 meanwhile. True once connected; False when the loop was
+    stopped first (SIGTERM while waiting)."""
+    connection = connections[loop.using]
+    while not loop.stopping.is_set():
+        loop.tick()
+        try:
+            connection.ensure_connection()
+        except DatabaseError as exc:
+            try:
+                connection.close()
+            except DatabaseError:
+                pass
+            delay = loop._backoff.next()
+            loop.note_outage(exc, delay)
+            loop.waker.wait(delay, None)
+            continue
+        return True  # the loop's first good round resets the backoff
+    return False

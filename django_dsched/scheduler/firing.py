@@ -13,9 +13,8 @@ This is the product's hot loop, so it is set-based SQL on the raw connection. Pe
    at its epoch, taken ``FOR SHARE`` so nobody can take the lease until we commit), advances
    every schedule (``UPDATE ... RETURNING`` the columns the event needs), and inserts every
    event and outbox row from what the update returned. The payload is built in SQL from the
-   locked rows, so event data never round-trips through Python. With
-   ``DSCHED_OUTBOX_PAYLOAD_ONCE`` on it is stored once, in the event (the outbox row reads
-   it by the shared id); off (this release's default), the outbox row keeps a copy too.
+   locked rows, so event data never round-trips through Python. It is stored once, in the
+   event: the outbox row reads it by the shared id.
 
 If the fence fails the statement writes nothing and the caller rolls back and steps down.
 A second event for the same (schedule, slot) is refused by the database
@@ -38,12 +37,13 @@ from typing import Any
 
 from django.db import DatabaseError
 
-from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus, MisfirePolicy, ScheduleKind, ScheduleState
 from django_dsched.exceptions import ScheduleDataError
 from django_dsched.runtime.refusals import refused, sqlstate
 from django_dsched.scheduler import event_ids
 from django_dsched.scheduler.buckets import LOCK_STRIDE
+from django_dsched.scheduler.lease import TIMELINE
+from django_dsched.scheduler.throttle import Throttle
 from django_dsched.timetables import Rules, backlog_window, decide, timetable_for
 from django_dsched.timetables.grid import (
     MICROSECOND,
@@ -66,38 +66,19 @@ ENVELOPE = """jsonb_build_object(
                'data', event_data)"""
 
 OUTBOX_COLUMNS = """(id, host_id, aggregate_id, aggregate_type, aggregate_version,
-                                  event_type, event_ts, payload, metadata, topic, status,
-                                  priority)"""
+                                  event_type, event_ts, topic, status, priority)"""
 
 # An outbox row from an inserted event (``e``: the INSERT's RETURNING): the topic and the
 # priority travel in the event itself, so no join with estimated row counts is needed
 # (a nested loop over two 1,000-row CTEs once cost more than the rest of the batch).
-# The payload and the metadata are stored once, in the event: the message has NULL in both
-# and its readers take the event's by the shared id (the relay's claim, the admin, REST).
-# That is 543 of the 696 bytes an outbox row had, a fifth of what a fire writes.
+# The payload and the metadata are stored once, in the event: the message has neither, and
+# its readers take the event's by the shared id (the relay's claim, the admin, REST). A copy
+# in the message would write 543 bytes more per fire, a quarter more than a fire writes.
 OUTBOX_FROM_EVENT = """e.id, e.host_id, e.aggregate_id, 'Schedule', e.aggregate_version,
-           e.event_type, e.event_ts, NULL, NULL, e.topic, %(pending)s, e.priority"""
+           e.event_type, e.event_ts, e.topic, %(pending)s, e.priority"""
 # What the event insert returns for it (the topic and the priority, not the whole payload).
 EVENT_FOR_OUTBOX = """id, host_id, aggregate_id, aggregate_version, event_type, event_ts,
               payload->>'topic' AS topic, (metadata->>'priority')::smallint AS priority"""
-# Until DSCHED_OUTBOX_PAYLOAD_ONCE is on, the outbox row keeps its own copy as well, so a
-# relay of a release before the payload was stored once (whose claim reads only the
-# message's own column) still delivers it during a rolling deploy (docs/delivery.md).
-OUTBOX_FROM_EVENT_COPY = OUTBOX_FROM_EVENT.replace("NULL, NULL,", "e.payload, e.metadata,")
-EVENT_FOR_OUTBOX_COPY = EVENT_FOR_OUTBOX.replace(
-    "payload->>'topic' AS topic,", "payload, metadata, payload->>'topic' AS topic,"
-)
-
-
-def with_outbox_copy(statement: str) -> str:
-    """``statement`` (WRITE, WRITE_BUCKETS or FIRE_SLOTS) writing each outbox row with its
-    own copy of the payload and metadata (DSCHED_OUTBOX_PAYLOAD_ONCE off)."""
-    # A check that ``python -O`` keeps: a failed substitution would write no copy silently.
-    if not statement.count(OUTBOX_FROM_EVENT) == statement.count(EVENT_FOR_OUTBOX) == 1:
-        raise ValueError("with_outbox_copy: the statement lacks the outbox parts it replaces")
-    return statement.replace(OUTBOX_FROM_EVENT, OUTBOX_FROM_EVENT_COPY).replace(
-        EVENT_FOR_OUTBOX, EVENT_FOR_OUTBOX_COPY
-    )
 
 
 def microseconds(column: str) -> str:
@@ -123,6 +104,10 @@ IN_BUCKETS = "(bucket_key & %(mask)s) = ANY(%(buckets)s::int[])"
 # Rows this instance could neither fire nor set aside (the database refused both) wait in
 # its quarantine (the loop's): the claim passes over them for a while.
 NOT_QUARANTINED = "schedule_id <> ALL(%(skip)s::uuid[])"
+# Hosts over their fire rate (scheduler/throttle.py) whose bucket cannot pay a tick's fires:
+# the claim passes over their rows, which stay due. With any rate set, the claim also returns
+# each row's host, for its token.
+NOT_HELD_BACK = "host_id <> ALL(%(held_back)s::uuid[])"
 # The end of the last claim that found rows (the caller's, in microseconds); the first
 # claim of a process takes one backlog window before now.
 SINCE = """COALESCE('epoch'::timestamptz + %(since)s::bigint * interval '1 microsecond',
@@ -130,38 +115,57 @@ SINCE = """COALESCE('epoch'::timestamptz + %(since)s::bigint * interval '1 micro
 
 
 def claim_statement(
-    *, buckets: bool = False, every_bucket: bool = False, skip: bool = False
+    *, buckets: bool = False, every_bucket: bool = False, skip: bool = False, hosts: bool = False
 ) -> str:
-    """The claim: on-time work first, then the backlog.
+    """The claim: on-time work first, then the backlog, never more than ``%(limit)s`` rows.
 
-    ``again`` takes the rows the previous batch fired that were due again at once (a
-    catch-up, a slot due within the backlog window: ``%(again)s``, primary-key probes), and
-    ``fresh`` the rows that came due since the previous claim (``SINCE``), oldest first:
-    whatever is on time is claimed in the next round, however large the backlog.
-    ``backlog`` fills the rest of the batch from the rows due before that, oldest first, and
-    always gets at least ``%(backlog_share)s`` of it, so a backlog drains even while on-time
-    work fills the batch. All skip rows locked by others; ``fresh`` and ``backlog`` walk
-    the due index."""
-    columns = CLAIM_COLUMNS + (", bucket_key" if buckets else "")
+    ``fresh`` takes the rows that came due since the previous claim (``SINCE``), oldest
+    first, up to the whole batch, or the batch less ``%(backlog_share)s`` when anything else
+    waits (``waiting``: one probe): whatever is on time is claimed in the next round,
+    however large the backlog. ``again`` then takes the rows the previous batch fired that
+    were due again at once (a catch-up, a slot due within the backlog window:
+    ``%(again)s``, primary-key probes), and ``backlog`` the rows due before ``SINCE``,
+    oldest first, each up to what is left of the batch: so a backlog drains even while
+    on-time work would fill the batch. The parts take disjoint rows (by ``SINCE`` and by
+    id), so no row is claimed twice; all skip rows locked by others. A claim shorter than
+    the batch therefore left no due row that was free (what NEXT_DUE relies on), but those
+    of held-back hosts, and but a share left for a backlog locked by others. ``fresh`` and
+    ``backlog`` walk the due index. ``hosts`` (a fire rate is set somewhere): each row's
+    host comes back (before the bucket key), and the rows of held-back hosts are passed
+    over."""
+    columns = (
+        CLAIM_COLUMNS + (", host_id::text" if hosts else "") + (", bucket_key" if buckets else "")
+    )
     where = "active"
     if buckets and not every_bucket:
         where += f" AND {IN_BUCKETS}"
     if skip:
         where += f" AND {NOT_QUARANTINED}"
+    if hosts:
+        where += f" AND {NOT_HELD_BACK}"
     return f"""
 WITH since AS MATERIALIZED (SELECT {SINCE} AS ts),
-again AS MATERIALIZED (
-    SELECT {columns} FROM schedule_t
-    WHERE schedule_id = ANY(%(again)s::uuid[]) AND {where}
-      AND next_run_ts <= (SELECT ts FROM since)
-    FOR UPDATE SKIP LOCKED
+-- Whether anything waits besides the on-time rows (one probe of the due index): only then
+-- does the on-time part leave the backlog its share.
+waiting AS MATERIALIZED (
+    SELECT cardinality(%(again)s::uuid[]) > 0
+           OR EXISTS (SELECT FROM schedule_t
+                      WHERE {where} AND next_run_ts <= (SELECT ts FROM since)) AS yes
 ),
 fresh AS MATERIALIZED (
     SELECT {columns} FROM schedule_t
     WHERE {where} AND next_run_ts <= statement_timestamp()
       AND next_run_ts > (SELECT ts FROM since)
     ORDER BY next_run_ts, priority DESC
-    LIMIT %(limit)s
+    LIMIT greatest(0, %(limit)s
+                      - CASE WHEN (SELECT yes FROM waiting) THEN %(backlog_share)s ELSE 0 END)
+    FOR UPDATE SKIP LOCKED
+),
+again AS MATERIALIZED (
+    SELECT {columns} FROM schedule_t
+    WHERE schedule_id = ANY(%(again)s::uuid[]) AND {where}
+      AND next_run_ts <= (SELECT ts FROM since)
+    LIMIT greatest(0, %(limit)s - (SELECT count(*) FROM fresh))
     FOR UPDATE SKIP LOCKED
 ),
 backlog AS MATERIALIZED (
@@ -169,23 +173,25 @@ backlog AS MATERIALIZED (
     WHERE {where} AND next_run_ts <= (SELECT ts FROM since)
       AND schedule_id <> ALL(%(again)s::uuid[])
     ORDER BY next_run_ts, priority DESC
-    LIMIT greatest(%(backlog_share)s,
-                   %(limit)s - (SELECT count(*) FROM fresh) - (SELECT count(*) FROM again))
+    LIMIT greatest(0, %(limit)s - (SELECT count(*) FROM fresh) - (SELECT count(*) FROM again))
     FOR UPDATE SKIP LOCKED
 )
-SELECT * FROM again UNION ALL SELECT * FROM fresh UNION ALL SELECT * FROM backlog
+SELECT * FROM fresh UNION ALL SELECT * FROM again UNION ALL SELECT * FROM backlog
 """
 
 
-# (buckets, every bucket, skip) -> the claim; built once here, picked per batch.
+# (buckets, every bucket, skip, hosts) -> the claim; built once here, picked per batch.
 CLAIMS = {
-    (buckets, every, skip): claim_statement(buckets=buckets, every_bucket=every, skip=skip)
+    (buckets, every, skip, hosts): claim_statement(
+        buckets=buckets, every_bucket=every, skip=skip, hosts=hosts
+    )
     for buckets in (False, True)
     for every in (False, True)
     for skip in (False, True)
+    for hosts in (False, True)
     if buckets or not every
 }
-CLAIM = CLAIMS[False, False, False]  # no buckets, nothing quarantined
+CLAIM = CLAIMS[False, False, False, False]  # no buckets, nothing quarantined, no rates
 # The least part of a batch the backlog gets while on-time work would fill it.
 BACKLOG_SHARE = 0.1
 
@@ -195,9 +201,11 @@ def claim_args(
     since_us: int | None = None,
     skip: Collection[str] = (),
     again: Collection[str] = (),
+    held_back: Collection[str] = (),
 ) -> dict[str, Any]:
     """The parameters of a claim of ``limit`` rows (see :func:`claim_statement`)."""
     return {
+        "held_back": list(held_back),
         "limit": limit,
         "since": since_us,
         "again": list(again),
@@ -223,8 +231,10 @@ FRESH = """(CASE WHEN b.slot_ts IS NULL THEN 0
                           OFFSET 0) THEN 0
              ELSE 1 END)"""
 
-FENCE = """fence AS MATERIALIZED (
-    SELECT epoch, set_config('dsched.firing', 'on', true)
+# The fence also reads the server's timeline, which each event records in its metadata: two
+# histories of one database (a failover with asynchronous replication) tell their fires apart.
+FENCE = f"""fence AS MATERIALIZED (
+    SELECT epoch, set_config('dsched.firing', 'on', true), {TIMELINE} AS timeline
     FROM scheduler_lock_t
     WHERE lock_id = %(lease_id)s AND instance_id = %(instance)s AND epoch = %(epoch)s
       AND last_heartbeat > clock_timestamp() - make_interval(secs => %(lease)s)
@@ -235,8 +245,9 @@ FENCE = """fence AS MATERIALIZED (
 # With buckets: every bucket the batch touches is held by this instance at its epoch,
 # unexpired, FOR SHARE (nobody takes any of them until the transaction ends), and the
 # cluster still runs with this instance's bucket count.
-FENCE_BUCKETS = """fence AS MATERIALIZED (
-    SELECT max(f.epoch) AS epoch, set_config('dsched.firing', 'on', true)
+FENCE_BUCKETS = f"""fence AS MATERIALIZED (
+    SELECT max(f.epoch) AS epoch, set_config('dsched.firing', 'on', true),
+           {TIMELINE} AS timeline
     FROM (SELECT l.epoch FROM scheduler_lock_t l
           JOIN unnest(%(locks)s::int[], %(epochs)s::bigint[]) AS u(lock_id, epoch)
             ON l.lock_id = u.lock_id AND l.epoch = u.epoch
@@ -294,6 +305,7 @@ events AS (
            jsonb_build_object(
                'instance_id', %(instance)s::text,
                'leader_epoch', %(epoch)s::bigint,
+               'timeline', (SELECT timeline FROM fence),
                'schedule_name', schedule_name,
                'priority', priority,
                'trigger', 'schedule'),
@@ -379,10 +391,6 @@ def with_buckets(statement: str) -> str:
 
 
 WRITE_BUCKETS = with_buckets(WRITE)
-# The same with the outbox copy: each chosen per call by DSCHED_OUTBOX_PAYLOAD_ONCE (built
-# once here: the fire path only picks one).
-WRITE_COPY = with_outbox_copy(WRITE)
-WRITE_BUCKETS_COPY = with_outbox_copy(WRITE_BUCKETS)
 SET_ASIDE_BUCKETS = with_buckets(SET_ASIDE)
 
 # Longest error text kept on a set-aside schedule.
@@ -436,6 +444,9 @@ class BatchResult:
     # ``since_us`` and ``again`` of the next batch.
     claimed_at: int | None = None
     again_ids: tuple[str, ...] = ()
+    # Claimed rows left unplanned because their host was over its fire rate (no token):
+    # released at commit, claimed again once it has tokens.
+    throttled: int = 0
 
 
 @dataclass(slots=True)
@@ -626,6 +637,7 @@ def fire_batch(
     skip: Collection[str] = (),
     since_us: int | None = None,
     again: Collection[str] = (),
+    throttle: Throttle | None = None,
 ) -> BatchResult:
     """Claim and fire up to ``batch_size`` due schedules inside the caller's transaction.
 
@@ -646,8 +658,13 @@ def fire_batch(
     that came due after ``since_us`` (the ``claimed_at`` of the caller's previous batch that
     claimed any; None: one backlog window ago) are claimed before the rows due earlier,
     which fill the rest of the batch (:func:`claim_statement`).
+
+    ``throttle``: the hosts' fire rates (:mod:`.throttle`). The claim passes over the hosts
+    it holds back, and a claimed row whose host has no token left is not planned
+    (``throttled``): unchanged, it is released at commit and claimed again later.
     """
     bucketed = fence.bucket_count > 1
+    hosts = throttle is not None and throttle.active
     params: dict[str, Any] = {
         "lease_id": fence.lease_id,
         "instance": fence.instance_id,
@@ -656,13 +673,14 @@ def fire_batch(
         "active": ACTIVE,
         "completed": COMPLETED,
     }
-    claim_params = claim_args(batch_size, since_us, skip, again)
+    held_back = throttle.held_back() if hosts and throttle is not None else ()
+    claim_params = claim_args(batch_size, since_us, skip, again, held_back)
     if bucketed:
         if not fence.buckets:
             return BatchResult(0, 0, 0, False)
         params.update(bucket_params(fence), limit=batch_size)
         every = len(fence.buckets) == fence.bucket_count
-        cursor.execute(CLAIMS[True, every, bool(skip)], {**params, **claim_params})
+        cursor.execute(CLAIMS[True, every, bool(skip), hosts], {**params, **claim_params})
         keyed = cursor.fetchall()
         mask = fence.bucket_count - 1
         touched = sorted({row[-1] & mask for row in keyed})
@@ -672,31 +690,35 @@ def fire_batch(
         params["epochs"] = [held[b] for b in touched]
         params["fenced"] = len(touched)
     else:
-        cursor.execute(CLAIMS[False, False, bool(skip)], claim_params)
+        cursor.execute(CLAIMS[False, False, bool(skip), hosts], claim_params)
         rows = cursor.fetchall()
     if not rows:
         return BatchResult(0, 0, 0, False)
+    claimed = len(rows)
     claimed_at = rows[0][6]
+    throttled = 0
+    if hosts and throttle is not None:
+        # One token per row (a row fires one slot per batch at most); the others wait.
+        ready = [row[:-1] for row in rows if throttle.take(row[-1])]
+        throttled = claimed - len(ready)
+        rows = ready
     decided = plan(rows, deadline)
     if keep_lease is not None and not keep_lease():
-        return BatchResult(len(rows), 0, 0, True)
+        return BatchResult(claimed, 0, 0, True)
     writer = _Writer(cursor, params, bucketed, narrow)
     if decided.aside and not writer.set_aside(decided.aside):
-        return BatchResult(len(rows), 0, 0, True)
+        return BatchResult(claimed, 0, 0, True)
     if decided.ids:
-        if app_settings.OUTBOX_PAYLOAD_ONCE:
-            write = WRITE_BUCKETS if bucketed else WRITE
-        else:
-            write = WRITE_BUCKETS_COPY if bucketed else WRITE_COPY
+        write = WRITE_BUCKETS if bucketed else WRITE
         params.update(
-            pending=DeliveryStatus.PENDING.value, names=len(rows) <= NAMED_BATCH, topics=metrics
+            pending=DeliveryStatus.PENDING.value, names=claimed <= NAMED_BATCH, topics=metrics
         )
         if not writer.write(write, decided):
-            return BatchResult(len(rows), 0, 0, True)
+            return BatchResult(claimed, 0, 0, True)
         if writer.refused and not writer.set_aside(writer.refused):
-            return BatchResult(len(rows), 0, 0, True)
+            return BatchResult(claimed, 0, 0, True)
     return BatchResult(
-        len(rows),
+        claimed,
         writer.fired,
         writer.due_fires - writer.fired,
         False,
@@ -713,6 +735,7 @@ def fire_batch(
         quarantined=tuple(writer.quarantined),
         claimed_at=claimed_at,
         again_ids=tuple(decided.again_ids),
+        throttled=throttled,
     )
 
 
@@ -841,6 +864,16 @@ NEXT_DUE_BUCKETS_SKIPPING = NEXT_DUE.format(
     bucket_filter=f" AND {IN_BUCKETS}", skip_filter=f" AND {NOT_QUARANTINED}"
 )
 NEXT_DUE_SKIPPING = NEXT_DUE.format(bucket_filter="", skip_filter=f" AND {NOT_QUARANTINED}")
+# With held-back hosts (their rows are due but wait for tokens, not for a lock): (buckets,
+# skip) -> the statement.
+NEXT_DUE_HOLDING = {
+    (buckets, skip): NEXT_DUE.format(
+        bucket_filter=f" AND {IN_BUCKETS}" if buckets else "",
+        skip_filter=(f" AND {NOT_QUARANTINED}" if skip else "") + f" AND {NOT_HELD_BACK}",
+    )
+    for buckets in (False, True)
+    for skip in (False, True)
+}
 NEXT_DUE = NEXT_DUE.format(bucket_filter="", skip_filter="")
 
 
@@ -863,11 +896,23 @@ class NextDue:
     locked: bool  # a due schedule was skipped: another transaction holds its row
 
 
-def next_due(cursor: Any, fence: Fence | None = None, skip: Collection[str] = ()) -> NextDue:
+def next_due(
+    cursor: Any,
+    fence: Fence | None = None,
+    skip: Collection[str] = (),
+    held_back: Collection[str] = (),
+) -> NextDue:
     """When to look again; call it in the transaction of the last (short) claim (with
-    buckets: among the buckets ``fence`` holds; ``skip``: quarantined ids, which are due
-    but not waiting on a lock)."""
-    if fence is not None and 1 < fence.bucket_count != len(fence.buckets):
+    buckets: among the buckets ``fence`` holds; ``skip``: quarantined ids, and
+    ``held_back``: hosts over their fire rate, whose rows are due but not waiting on a
+    lock)."""
+    some = fence is not None and 1 < fence.bucket_count != len(fence.buckets)
+    if held_back:
+        params: dict[str, Any] = {"held_back": list(held_back), "skip": list(skip)}
+        if some and fence is not None:
+            params.update(bucket_params(fence))
+        cursor.execute(NEXT_DUE_HOLDING[some, bool(skip)], params)
+    elif some and fence is not None:
         if skip:
             cursor.execute(NEXT_DUE_BUCKETS_SKIPPING, {**bucket_params(fence), "skip": list(skip)})
         else:
@@ -911,7 +956,8 @@ events AS (
                'schedule_name', schedule_name,
                'priority', priority,
                'trigger', %(trigger)s::text,
-               'actor', %(actor)s::text),
+               'actor', %(actor)s::text,
+               'timeline', {TIMELINE}),
            slot_ts
     FROM fired
     ON CONFLICT ON CONSTRAINT dsched_event_one_per_slot DO NOTHING
@@ -934,7 +980,6 @@ advanced AS (
 SELECT (SELECT count(*) FROM target), (SELECT count(*) FROM events),
        (SELECT pg_notify('dsched_outbox', '') FROM target)
 """
-FIRE_SLOTS_COPY = with_outbox_copy(FIRE_SLOTS)
 
 
 def fire_slots(
@@ -950,7 +995,7 @@ def fire_slots(
     fired (slots that had already fired are skipped by the database), or None when the
     schedule does not exist or is not in one of ``states``."""
     cursor.execute(
-        FIRE_SLOTS if app_settings.OUTBOX_PAYLOAD_ONCE else FIRE_SLOTS_COPY,
+        FIRE_SLOTS,
         {
             "id": schedule_id,
             "states": array_literal(states),

@@ -21,6 +21,11 @@ Rules (all times are the database's clock):
   off for everyone until the next leader: failover then waits for the lease.
 * The leader trusts its lease only until ``renewal sent + lease - margin`` on its own
   monotonic clock, so a slow round trip never stretches leadership.
+* Epochs are fencing tokens across a failover too: a take folds the server's timeline into
+  the epoch (``EPOCH_FLOOR``: on timeline *t* an epoch is at least ``(t - 1) * 2**32 + 1``),
+  so a promoted standby (a new timeline) hands out epochs above every epoch of the old
+  primary's history, even the ones it never received (asynchronous replication). On one
+  timeline the fold changes nothing: epochs go 1, 2, 3, ... as before.
 """
 
 from __future__ import annotations
@@ -42,25 +47,35 @@ FREE = """(l.last_heartbeat < clock_timestamp() - make_interval(secs => %(lease)
             OR (%(fast)s AND l.holder_pid <> 0
                 AND NOT EXISTS (SELECT FROM pg_stat_activity a WHERE a.pid = l.holder_pid)))"""
 
+# The server's current timeline (the WAL insert timeline: a promoted standby has its new one
+# before it accepts a write; pg_control_checkpoint() would lag until the next checkpoint).
+# Both functions refuse to run on a standby, where no lease can be taken anyway.
+TIMELINE = "('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint"
+# Epochs of timeline t are above (t - 1) << 32: a lease taken after a promotion gets an epoch
+# no history before it can have handed out (2**32 takes per timeline before they would meet).
+EPOCH_FLOOR = f"(({TIMELINE} - 1) << 32)"
+
 ACQUIRE = f"""
-WITH free AS MATERIALIZED (
+WITH floor AS MATERIALIZED (SELECT {EPOCH_FLOOR} AS epoch),
+free AS MATERIALIZED (
     SELECT l.lock_id FROM scheduler_lock_t l
     WHERE l.lock_id = %(lease_id)s AND l.buckets = %(buckets)s AND {FREE}
     FOR UPDATE SKIP LOCKED
 ),
 taken AS (
     UPDATE scheduler_lock_t l
-    SET instance_id = %(instance)s, epoch = l.epoch + 1, last_heartbeat = clock_timestamp(),
-        acquired_ts = clock_timestamp(),
+    SET instance_id = %(instance)s, epoch = GREATEST(l.epoch, floor.epoch) + 1,
+        last_heartbeat = clock_timestamp(), acquired_ts = clock_timestamp(),
         holder_pid = CASE WHEN %(own_pid)s THEN pg_backend_pid() ELSE 0 END
-    FROM free WHERE l.lock_id = free.lock_id
+    FROM free, floor WHERE l.lock_id = free.lock_id
     RETURNING l.epoch
 ),
 created AS (
     INSERT INTO scheduler_lock_t
         (lock_id, instance_id, epoch, last_heartbeat, acquired_ts, holder_pid, buckets)
-    SELECT %(lease_id)s, %(instance)s, 1, clock_timestamp(), clock_timestamp(),
+    SELECT %(lease_id)s, %(instance)s, floor.epoch + 1, clock_timestamp(), clock_timestamp(),
            CASE WHEN %(own_pid)s THEN pg_backend_pid() ELSE 0 END, %(buckets)s
+    FROM floor
     WHERE NOT EXISTS (SELECT FROM scheduler_lock_t WHERE lock_id = %(lease_id)s)
     ON CONFLICT (lock_id) DO NOTHING
     RETURNING epoch
@@ -186,7 +201,8 @@ SAME_COUNT = """EXISTS (SELECT FROM scheduler_lock_t c
 # expired or whose holder's session is gone; a standby only one expired or whose holder's
 # session is gone, never one released for a hand-off to its new owner.
 ACQUIRE_MANY = f"""
-WITH free AS MATERIALIZED (
+WITH floor AS MATERIALIZED (SELECT {EPOCH_FLOOR} AS epoch),
+free AS MATERIALIZED (
     SELECT l.lock_id FROM scheduler_lock_t l
     JOIN unnest(%(locks)s::int[], %(top)s::boolean[]) AS u(lock_id, top)
       ON l.lock_id = u.lock_id
@@ -194,10 +210,10 @@ WITH free AS MATERIALIZED (
     FOR UPDATE OF l SKIP LOCKED
 )
 UPDATE scheduler_lock_t l
-SET instance_id = %(instance)s, epoch = l.epoch + 1, last_heartbeat = clock_timestamp(),
-    acquired_ts = clock_timestamp(), buckets = %(count)s,
+SET instance_id = %(instance)s, epoch = GREATEST(l.epoch, floor.epoch) + 1,
+    last_heartbeat = clock_timestamp(), acquired_ts = clock_timestamp(), buckets = %(count)s,
     holder_pid = CASE WHEN %(own_pid)s THEN pg_backend_pid() ELSE 0 END
-FROM free
+FROM free, floor
 WHERE l.lock_id = free.lock_id AND {SAME_COUNT}
 RETURNING l.lock_id, l.epoch
 """

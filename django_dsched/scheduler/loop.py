@@ -14,6 +14,7 @@ from django.db import DatabaseError, connections, transaction
 
 from django_dsched.conf import app_settings
 from django_dsched.exceptions import BucketCountMismatch
+from django_dsched.runtime.hosts import HostWatch
 from django_dsched.runtime.logs import get_logger
 from django_dsched.runtime.loops import DatabaseLoop
 from django_dsched.runtime.refusals import refused
@@ -34,6 +35,7 @@ from django_dsched.scheduler.lease import (
     stored_bucket_count,
 )
 from django_dsched.scheduler.retention_worker import RetentionWorker, worker_for
+from django_dsched.scheduler.throttle import Throttle, read_rates
 
 if TYPE_CHECKING:
     from django_dsched.metrics.scheduler import SchedulerMetrics
@@ -75,6 +77,7 @@ class Stats:
     narrowed: int = 0  # batches written again in halves to find the rows refused
     deferred: int = 0  # claimed rows left for the next batch by the planning budget
     locked_waits: int = 0  # rounds that waited because a due row was locked elsewhere
+    throttled: int = 0  # claimed rows left unplanned: their host was over its fire rate
 
 
 class Scheduler(DatabaseLoop):
@@ -136,8 +139,14 @@ class Scheduler(DatabaseLoop):
         # on time and claimed first (firing.claim_statement).
         self._since: int | None = None
         self._again: tuple[str, ...] = ()
+        # The hosts' fire rates (tenant quotas), read at most once per heartbeat.
+        self.throttle = Throttle()
+        self._next_rates = 0.0
         self._retention_wanted = True
         self.retention: RetentionWorker | None = None
+        # With several hosts in the URL: two of them accepting writes (split brain) stops
+        # the fires (runtime/hosts.py). None until the first session; then one per process.
+        self.hosts: HostWatch | None = None
 
     # -- control -------------------------------------------------------------------------
     def run_until_idle(self) -> int:
@@ -157,6 +166,8 @@ class Scheduler(DatabaseLoop):
         return self.stats.fired - fired_before
 
     def shutdown(self) -> None:
+        if self.hosts is not None:
+            self.hosts.stop()
         if self.retention is not None:
             self.retention.stop(timeout=self.heartbeat_seconds)
         if self.lease.is_leader:
@@ -188,6 +199,9 @@ class Scheduler(DatabaseLoop):
         ready, why = super().readiness()
         if not ready:
             return ready, why
+        split = self.split_brain()
+        if split:
+            return False, f"two hosts of the database URL accept writes: {split}"
         role = self.leadership()
         if role == "leader":
             return True, "leader"
@@ -202,6 +216,9 @@ class Scheduler(DatabaseLoop):
     def step(self) -> float:
         """Do one round of work; return how long to sleep before the next one."""
         self._ensure_session()
+        if self.split_brain():
+            self._stand_aside()
+            return self.standby_interval
         now = time.monotonic()
         if not self._agreed:
             agree_bucket_count(
@@ -365,7 +382,8 @@ class Scheduler(DatabaseLoop):
         lease inside its transaction if the trust window closed meanwhile, so a slow batch
         shrinks; it never outlives the lease.
         """
-        while self.lease.is_trusted() and not self.stopping.is_set():
+        self._read_rates()
+        while self.lease.is_trusted() and not self.stopping.is_set() and not self.split_brain():
             fence = self._fence()
             if fence is None:  # trusted implies leading; for the type checker
                 break
@@ -386,6 +404,7 @@ class Scheduler(DatabaseLoop):
                         skip=skip,
                         since_us=self._since,
                         again=self._again,
+                        throttle=self.throttle,
                     )
                     self.stats.claims += 1
                     if result.fenced:
@@ -398,7 +417,8 @@ class Scheduler(DatabaseLoop):
                         # All that was due and free is done: when to look again, asked in
                         # the claim's own transaction (see firing.NEXT_DUE).
                         passed_over = [*skip, *(i for i, _ in result.quarantined)]
-                        due = next_due(cursor, fence, passed_over)
+                        held_back = self.throttle.held_back() if self.throttle.active else ()
+                        due = next_due(cursor, fence, passed_over, held_back)
                         read_at = time.monotonic()
             except DatabaseError as exc:
                 if narrow or not refused(exc):
@@ -449,13 +469,31 @@ class Scheduler(DatabaseLoop):
                     self.metrics.batch(result, time.monotonic() - started)
                 self._count(result, fence.epoch)
             if due is not None:
-                # Less the time the commit took since the due time was read.
-                return self._wait_for(due, time.monotonic() - read_at)
+                # Less the time the commit took since the due time was read; no later than
+                # a host held back by its fire rate may be claimed again.
+                wait = self._wait_for(due, time.monotonic() - read_at)
+                ready = self.throttle.ready_in() if self.throttle.active else None
+                return wait if ready is None else min(wait, ready)
             if time.monotonic() >= self._next_heartbeat:
                 return 0.0
             if isinstance(self.lease, BucketLeases) and time.monotonic() >= self._next_look:
                 return 0.0  # a busy owner still stands by for others' buckets on time
         return 0.0 if self.lease.is_leader and not self.stopping.is_set() else self.poll_interval
+
+    def _read_rates(self) -> None:
+        """At most once per heartbeat: the hosts' fire rates, and this instance's share of
+        them (with buckets, the share of the buckets it holds: scheduler/throttle.py)."""
+        now = time.monotonic()
+        if now < self._next_rates:
+            return
+        self._next_rates = now + self.heartbeat_seconds
+        default = app_settings.DEFAULT_MAX_FIRES_PER_SECOND
+        with connections[self.using].cursor() as cursor:
+            rates = read_rates(cursor, default)
+        share = 1.0
+        if isinstance(self.lease, BucketLeases):
+            share = len(self.lease.held) / self.lease.count
+        self.throttle.configure(rates, default, share)
 
     def _count(self, result: BatchResult, epoch: int | None) -> None:
         self.stats.batches += 1
@@ -463,6 +501,9 @@ class Scheduler(DatabaseLoop):
         self.stats.duplicates += result.duplicates
         self.stats.set_aside += result.set_aside
         self.stats.deferred += result.deferred
+        self.stats.throttled += result.throttled
+        if self.metrics is not None and self.throttle.active:
+            self.metrics.quota_held_back.set(len(self.throttle.held_back()))
         context = {"instance": self.instance_id, "epoch": epoch}
         logger.info(
             "fired %d schedule(s)%s instance=%s epoch=%d",
@@ -622,7 +663,41 @@ class Scheduler(DatabaseLoop):
             "lock_timeout": str(lock_timeout_ms),
         }
 
+    def split_brain(self) -> str | None:
+        """Two different servers of the URL accept writes now (what they are), else None."""
+        return None if self.hosts is None else self.hosts.split
+
+    def _stand_aside(self) -> None:
+        """While two hosts accept writes: lead nothing (the other side may fire too; which
+        history survives is the failover manager's to settle, not ours)."""
+        if not self.lease.is_leader:
+            return
+        logger.error(
+            "stepping down instance=%s: two hosts of the database URL accept writes",
+            self.instance_id,
+            extra={"instance": self.instance_id, "epoch": self.lease.epoch},
+        )
+        try:
+            self.lease.release()
+        except DatabaseError:
+            self.lease.step_down()
+            raise
+        if self.metrics is not None:
+            self.metrics.lost_leadership()
+
+    def _watch_hosts(self) -> None:
+        """Start watching the URL's hosts for a split brain (once, when it lists several)."""
+        if self.hosts is not None:
+            return
+        params = connections[self.using].get_connection_params()
+        self.hosts = HostWatch(
+            params, self.lease.lease_seconds, f"scheduler instance={self.instance_id}"
+        )
+        if self.hosts.needed:
+            self.hosts.start()
+
     def on_new_session(self) -> None:
+        self._watch_hosts()
         self._agreed = False
         self.lease.step_down()  # a new session cannot carry the old one's leadership
         # Behind a pooler the backend pid is not this process's life: offer none.

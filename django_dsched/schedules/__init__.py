@@ -14,6 +14,9 @@ goes through these names; nothing else writes ``schedule_t``.
   run now, backfill, and the pauses that end by themselves.
 - :mod:`.audit`: the audit event each change writes. :mod:`.describe`: timing in words.
 - :mod:`.permissions`: who may do what, one rule per capability, asked by every door.
+- :mod:`.quotas`: the quota of live schedules per host, checked by every create.
+- :mod:`.states`: why a pause, resume, cancel, run now or backfill did nothing, in the
+  words every door says it (the schedule's state, where its slots are).
 """
 
 from __future__ import annotations

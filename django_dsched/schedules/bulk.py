@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import itertools
 import uuid
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
@@ -27,7 +28,7 @@ from django_dsched.exceptions import BulkValidationError, ValidationError
 from django_dsched.models import Schedule
 from django_dsched.models.schedule import resolve_host
 from django_dsched.models.validators import storable_text
-from django_dsched.schedules import binding, lifecycle, permissions
+from django_dsched.schedules import binding, lifecycle, permissions, quotas
 from django_dsched.schedules.bulk_insert import CHUNK, Inserter
 from django_dsched.schedules.constraints import unique_name_error
 from django_dsched.schedules.creates import Prepared, Preparer, existing_by_key
@@ -137,11 +138,14 @@ def bulk_create(
 
     All or nothing: any invalid item (or a key, a name or an instance's id given twice in
     the call, or an instance's id already taken) raises :class:`BulkValidationError` and
-    nothing is written. One statement for the first 1,000 items, then one per 2,500, each
-    sent while the next is validated (plus one to read the database's clock when an item
-    needs it or more than 1,000 items are given, and one to read the schedules whose keys
-    exist, and one whether the ids of items the insert skipped are taken, when any are not
-    keys found).
+    nothing is written; so does a call that would take a host past its quota of live
+    schedules (:class:`QuotaExceeded`, checked once every item is valid and inserted, under
+    the host's quota lock: :mod:`.quotas`). One statement for the first 1,000 items, then
+    one per 2,500, each sent while the next is validated (plus one to read the database's
+    clock when an item needs it or more than 1,000 items are given, and one to read the
+    schedules whose keys exist, and one whether the ids of items the insert skipped are
+    taken, when any are not keys found; and, for a host with a quota, one to lock it and
+    two to read its quota and count).
     """
     items = _bounded(specs, _("items"))
     preparer = Preparer()
@@ -224,7 +228,12 @@ def bulk_create(
             return []
         inserter.finish()
         sending.close()
-        return _settle(items, prepared)
+        result = _settle(items, prepared)
+        # Counted once inserted, under each host's quota lock, so that what the insert
+        # skipped (keys that exist) takes no place; a refusal undoes the call.
+        added = Counter(item.schedule.host_id for item in prepared if item.created)
+        quotas.check_added(added)
+        return result
 
 
 def _settle(items: list[Any], prepared: list[Prepared]) -> list[Schedule]:

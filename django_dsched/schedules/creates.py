@@ -24,13 +24,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db import transaction
 from django.utils.translation import gettext as _
 
+from django_dsched.conf import app_settings
 from django_dsched.enums import ScheduleKind, ScheduleState
-from django_dsched.exceptions import ValidationError
+from django_dsched.exceptions import QuotaExceeded, ValidationError
 from django_dsched.models import Schedule
 from django_dsched.runtime.clock import database_now
-from django_dsched.schedules import permissions
+from django_dsched.schedules import permissions, quotas
 from django_dsched.schedules.constraints import (
     FieldCache,
     unique_name_error,
@@ -188,14 +190,31 @@ def _create(
         may_fire = permissions.may(actor, permissions.FIRE)
     if not may_fire and permissions.fires_a_backlog(item.schedule, preparer.clock.now):
         raise permissions.refusal(permissions.FIRE, permissions.BACKLOG_WHY)
-    if insert_one(item.schedule, item.delay, actor=actor, data_text=item.data_text):
+    host = item.schedule.host_id
+    refused: QuotaExceeded | None = None
+    if quotas.may_apply(host):
+        # The host's quota lock, the count and the insert in one transaction (none of its
+        # own inside the caller's); the refusal is raised once it is left, so the caller's
+        # transaction stays usable.
+        with transaction.atomic(using=app_settings.DATABASE, savepoint=False):
+            refused = quotas.room(host, 1)
+            inserted = refused is None and _insert(item, actor)
+    else:
+        inserted = _insert(item, actor)
+    if inserted:
         return item.schedule, True
     key = item.schedule.idempotency_key
     if key is not None:
         existing = existing_by_key([item]).get((item.schedule.host_id, key))
         if existing is not None:
-            return existing, False
+            return existing, False  # a retry of a create that succeeded: no new place
+    if refused is not None:
+        raise refused
     raise unique_name_error(item.schedule)
+
+
+def _insert(item: Prepared, actor: Any) -> bool:
+    return insert_one(item.schedule, item.delay, actor=actor, data_text=item.data_text)
 
 
 __all__ = [

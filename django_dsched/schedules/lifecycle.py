@@ -602,8 +602,8 @@ def save_schedule(
     *,
     actor: Any = None,
     expected_version: int | None = None,
-    may_complete: bool = True,
-    may_fire: bool = True,
+    may_complete: bool | None = None,
+    may_fire: bool | None = None,
 ) -> Schedule:
     """Create ``schedule``, or write the ``changed_fields`` of an existing one.
 
@@ -617,9 +617,15 @@ def save_schedule(
 
     An edit that would end the schedule now (no slot left within its bounds) is a cancel,
     and one that makes it due now is a run now: with ``may_complete`` / ``may_fire`` False
-    (a caller without those permissions, such as the admin for that user) it is refused
-    with :class:`EditNotPermitted`, naming the field. Code is trusted: both default to True.
+    it is refused with :class:`EditNotPermitted`, naming the field. Left None they are the
+    ``actor``'s permissions to cancel and to run now when it is a user (code is trusted),
+    as at every door (:mod:`.permissions`); a new schedule that fires a backlog needs the
+    latter too (:class:`.NotPermitted`).
     """
+    if may_complete is None:
+        may_complete = permissions.may(actor, permissions.CANCEL)
+    if may_fire is None:
+        may_fire = permissions.may(actor, permissions.FIRE)
     if schedule._state.adding:
         # Validated in Python, one INSERT with its "created" event (schedules.creates);
         # with an idempotency key that exists, the existing schedule.

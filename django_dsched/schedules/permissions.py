@@ -53,6 +53,13 @@ DISCARD = Capability("discard dead letters", ("dsched.discard_outboxmessage",))
 VIEW_CLUSTER = Capability(
     "view the cluster", ("dsched.view_schedulerinstance", "dsched.change_schedulerinstance")
 )
+# Quotas per tenant (models.TenantQuota): cluster-wide limits, set in the admin only.
+VIEW_QUOTAS = Capability(
+    "view tenant quotas", ("dsched.view_tenantquota", "dsched.change_tenantquota")
+)
+ADD_QUOTAS = Capability("add tenant quotas", ("dsched.add_tenantquota",))
+CHANGE_QUOTAS = Capability("change tenant quotas", ("dsched.change_tenantquota",))
+DELETE_QUOTAS = Capability("delete tenant quotas", ("dsched.delete_tenantquota",))
 CAPABILITIES = (
     VIEW,
     ADD,
@@ -64,6 +71,10 @@ CAPABILITIES = (
     RETRY,
     DISCARD,
     VIEW_CLUSTER,
+    VIEW_QUOTAS,
+    ADD_QUOTAS,
+    CHANGE_QUOTAS,
+    DELETE_QUOTAS,
 )
 
 

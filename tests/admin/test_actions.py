@@ -153,7 +153,12 @@ def test_state_changes_report_counts_and_log_each_changed_schedule(
     response = select(admin_client, action, [*changed, skipped], post="yes")
     messages = messages_of(response)
     assert any(m.startswith("2 schedules") for m in messages), messages
-    assert "1 schedule was skipped: its state does not allow it." in messages
+    why = {
+        "pause_selected": "is cancelled. Only active schedules can be paused.",
+        "resume_selected": "is cancelled. Only paused or set aside schedules can be resumed.",
+        "cancel_selected": "is already cancelled.",
+    }[action]
+    assert f"1 schedule was skipped: {skipped.schedule_name} {why}" in messages
     for schedule in changed:
         schedule.refresh_from_db()
         assert schedule.state == end
@@ -181,7 +186,10 @@ def test_run_now_fires_once_through_the_exactly_once_path(admin_client):
     response = select(admin_client, "run_now_selected", [active, paused, cancelled], post="yes")
     messages = messages_of(response)
     assert "2 schedules fired once now." in messages
-    assert "1 schedule was skipped: its state does not allow it." in messages
+    assert (
+        "1 schedule was skipped: cancelled is cancelled. Only active or paused schedules can "
+        "be run now." in messages
+    )
     fires = Event.objects.filter(scheduled_ts__isnull=False)
     assert sorted(fires.values_list("metadata__schedule_name", "metadata__trigger")) == [
         ("active", "manual"),
@@ -265,3 +273,21 @@ def test_buttons_follow_the_schedule_state(admin_client):
     assert offered(ScheduleFactory()) == ["pause", "run_now", "duplicate", "cancel"]
     assert offered(ScheduleFactory(paused=True)) == ["resume", "run_now", "duplicate", "cancel"]
     assert offered(ScheduleFactory(cancelled=True)) == ["duplicate"]
+
+
+def test_a_skipped_cancel_names_each_schedules_state(admin_client):
+    """Cancelling a completed one-shot said "its state does not allow it": it now says it
+    is completed, as the command and the REST API do."""
+    done = ScheduleFactory(schedule_name="reminder", state=ScheduleState.COMPLETED, active=False)
+    response = select(admin_client, "cancel_selected", [done], post="yes")
+    assert (
+        "1 schedule was skipped: reminder is completed (it fired its last slot). Only active, "
+        "paused or set aside schedules can be cancelled." in messages_of(response)
+    )
+    gone = ScheduleFactory(schedule_name="old", cancelled=True)
+    response = select(admin_client, "cancel_selected", [done, gone], post="yes")
+    assert (
+        "2 schedules were skipped: old is cancelled; reminder is completed (it fired its last "
+        "slot). Only active, paused or set aside schedules can be cancelled."
+        in messages_of(response)
+    )

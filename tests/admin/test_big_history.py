@@ -60,10 +60,10 @@ e AS (
     RETURNING *
 )
 INSERT INTO outbox_message_t (id, host_id, aggregate_id, aggregate_type, aggregate_version,
-                              event_type, event_ts, payload, metadata, topic, status,
-                              priority, attempts, delivered_ts, last_error)
+                              event_type, event_ts, topic, status, priority, attempts,
+                              delivered_ts, last_error)
 SELECT e.id, e.host_id, e.aggregate_id, e.aggregate_type, e.aggregate_version, e.event_type,
-       e.event_ts, e.payload, e.metadata, e.payload->>'topic',
+       e.event_ts, e.payload->>'topic',
        b.status, 0, 1, CASE b.status WHEN 'DELIVERED' THEN e.event_ts END, ''
 FROM e CROSS JOIN LATERAL (
     SELECT CASE WHEN e.aggregate_version %% 1000 = 2 THEN 'DELIVERY_FAILED'

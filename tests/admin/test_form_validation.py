@@ -71,3 +71,35 @@ def test_a_never_firing_cron_is_refused(admin_client):
     )
     assert "would never fire" in response.content.decode()
     assert not Schedule.objects.exists()
+
+
+def test_a_one_shots_errors_say_what_the_python_and_rest_apis_say(admin_client):
+    """The form's labels are the model's ("start"), but its messages are the other doors'
+    (api.create_once(at=..., end=...) and REST's `at`)."""
+    from datetime import UTC, datetime
+
+    from django_dsched import api
+    from django_dsched.exceptions import ValidationError
+
+    response = admin_client.post(
+        reverse("admin:dsched_schedule_add"),
+        {
+            **BASE,
+            "schedule_kind": "ONCE",
+            "start_ts_0": "2031-02-01",
+            "start_ts_1": "00:00:00",
+            "end_ts_0": "2031-01-01",
+            "end_ts_1": "00:00:00",
+        },
+    )
+    errors = response.context["adminform"].form.errors
+    with pytest.raises(ValidationError) as refused:
+        api.create_once(
+            at=datetime(2031, 2, 1, tzinfo=UTC),
+            end=datetime(2031, 1, 1, tzinfo=UTC),
+            topic="reports",
+            event_type="report.build",
+        )
+    assert errors["end_ts"] == refused.value.message_dict["end"]
+    assert errors["end_ts"] == ["The end must be after the time the one-shot fires."]
+    assert not Schedule.objects.exists()

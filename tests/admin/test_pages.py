@@ -3,6 +3,7 @@ columns, the event list, and escaping of stored text (RELIABILITY S-08)."""
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -13,6 +14,7 @@ from django.urls import reverse
 from django_dsched import api
 from django_dsched.enums import DeliveryStatus, ScheduleState
 from django_dsched.models import Event, OutboxMessage, Schedule
+from django_dsched.runtime.clock import database_now
 from django_dsched.schedules import lifecycle
 from tests.admin.test_admin import form_data
 from tests.factories import ScheduleFactory
@@ -201,12 +203,75 @@ def test_the_list_shows_state_times_frequency_and_failures(admin_client):
         reverse("admin:dsched_outboxmessage_changelist")
         + f"?aggregate_id={failing.pk}&amp;status__exact=DELIVERY_FAILED"
     )
-    assert f'href="{failed_url}">2</a>' in content
-    # The link leads to the failed deliveries of that schedule.
+    assert f'href="{failed_url}" ' in content and ">2 dead</a>" in content
+    # The link leads to the failed deliveries of that schedule, with their errors.
     followed = admin_client.get(failed_url.replace("&amp;", "&"))
     assert followed.context["cl"].result_count == 2
     failing.refresh_from_db()
     assert f'datetime="{failing.next_run_ts.isoformat()}"' in content
+
+
+def test_the_list_shows_retrying_deliveries_one_click_from_their_errors(admin_client):
+    """The deliveries column: messages that failed and will be tried again, and dead
+    letters, each a link to those messages, whose list shows their last error."""
+    flaky = ScheduleFactory(schedule_name="flaky")
+    for _ in range(3):
+        lifecycle.trigger(flaky)
+    OutboxMessage.objects.update(attempts=2, last_error="Timeout after 10 s")
+    OutboxMessage.objects.filter(aggregate_version=4).update(
+        status=DeliveryStatus.DELIVERY_FAILED, last_error="HTTP 503"
+    )
+    ScheduleFactory(schedule_name="quiet")
+    content = admin_client.get(reverse("admin:dsched_schedule_changelist")).content.decode()
+    assert ">2 retrying</a>" in content and ">1 dead</a>" in content
+    retrying_url = (
+        reverse("admin:dsched_outboxmessage_changelist") + f"?aggregate_id={flaky.pk}&retrying=yes"
+    )
+    assert f'href="{retrying_url.replace("&", "&amp;")}"' in content
+    followed = admin_client.get(retrying_url)
+    assert followed.context["cl"].result_count == 2
+    assert "Timeout after 10 s" in followed.content.decode()
+
+
+def test_a_list_of_many_hosts_shows_each_names_host(admin_client):
+    ScheduleFactory(schedule_name="alpha")
+    content = admin_client.get(reverse("admin:dsched_schedule_changelist")).content.decode()
+    assert 'title="00000000-0000-0000-0000-000000000000"' not in content
+    ScheduleFactory(schedule_name="bravo", host_id="00000000-0000-0000-0000-000000000001")
+    content = admin_client.get(reverse("admin:dsched_schedule_changelist")).content.decode()
+    assert '<code title="00000000-0000-0000-0000-000000000001">00000000</code>' in content
+
+
+def test_the_add_form_shows_no_status_and_no_internal_values(admin_client):
+    """It showed "<django.db.models.expressions.DatabaseDefault object at 0x...>" for
+    Created and Updated."""
+    content = admin_client.get(reverse("admin:dsched_schedule_add")).content.decode()
+    assert "DatabaseDefault" not in content and "object at 0x" not in content
+    assert "Status</h2>" not in content
+
+
+# Django's default way of writing a time ("Nov. 27, 2026, 3:14 a.m.").
+DJANGO_TIME = re.compile(r"[A-Z][a-z]{2}\.? \d{1,2}, \d{4}, \d{1,2}(:\d{2})? [ap]\.m\.")
+
+
+@pytest.mark.parametrize("page", ["event", "outboxmessage", "lease", "schedule"])
+def test_every_page_writes_times_one_way(admin_client, page):
+    """The history lists showed Django's "Nov. 27, 2026, 3:14 a.m." where the other pages
+    showed 2026-11-27 03:14:00 UTC (then the viewer's zone)."""
+    from django_dsched.models import Lease
+
+    schedule = ScheduleFactory(schedule_name="ticking")
+    lifecycle.trigger(schedule)
+    Lease.objects.create(lease_id=1, instance_id="node-1", last_heartbeat=database_now())
+    message = OutboxMessage.objects.get()
+    urls = [reverse(f"admin:dsched_{page}_changelist")]
+    if page in ("event", "outboxmessage", "schedule"):
+        pk = schedule.pk if page == "schedule" else message.pk
+        urls.append(reverse(f"admin:dsched_{page}_change", args=[pk]))
+    for url in urls:
+        content = admin_client.get(url).content.decode()
+        assert not DJANGO_TIME.search(content), url
+        assert re.search(r'<time datetime="[^"]+" data-dsched-local', content), url
 
 
 @pytest.mark.parametrize(

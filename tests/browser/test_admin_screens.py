@@ -51,7 +51,7 @@ def test_main_pages(logged_in, wait, live_server, screenshots):
     for state in ("active", "paused", "cancelled", "completed"):
         assert state in table
     failed = browser.find_element(By.CSS_SELECTOR, "#result_list a.dsched-badge.dsched-bad")
-    assert failed.text == "1"
+    assert failed.text == "1 dead"
     first = browser.find_element(By.CSS_SELECTOR, "#result_list time")
     assert "GMT+1" in first.text or "GMT+2" in first.text or "CET" in first.text
     shoot(browser, screenshots, "changelist")

@@ -276,7 +276,7 @@ def test_a_priority_without_a_backlog_takes_the_whole_batch() -> None:
 def make_large_messages(count: int, size: int, **kwargs: Any) -> list[Any]:
     ids = make_messages(count, **kwargs)
     sql(
-        "UPDATE outbox_message_t"
+        "UPDATE event_store_t"
         " SET payload = jsonb_set(payload, '{data,blob}', to_jsonb(repeat('x', %s)))"
         " WHERE id = ANY(%s)",
         [size, ids],
@@ -286,7 +286,7 @@ def make_large_messages(count: int, size: int, **kwargs: Any) -> list[Any]:
 
 def payload_bytes(ids: list[Any]) -> int:
     return sql(
-        "SELECT coalesce(sum(octet_length(payload::text)), 0) FROM outbox_message_t"
+        "SELECT coalesce(sum(octet_length(payload::text)), 0) FROM event_store_t"
         " WHERE id = ANY(%s)",
         [ids],
     )[0][0]
@@ -432,12 +432,12 @@ def add_waiting_messages(count: int) -> None:
     sql(
         """
         INSERT INTO outbox_message_t (id, host_id, aggregate_id, aggregate_type,
-            aggregate_version, event_type, event_ts, payload, metadata, topic, status, priority,
-            attempts, last_error, next_attempt_ts, claimed_by, claimed_until)
+            aggregate_version, event_type, event_ts, topic, status, priority, attempts,
+            last_error, next_attempt_ts, claimed_by, claimed_until)
         SELECT gen_random_uuid(), '00000000-0000-0000-0000-000000000000', gen_random_uuid(),
                'Schedule', 1, 'report.build',
                statement_timestamp() - interval '1 hour' + n * interval '1 microsecond',
-               jsonb_build_object('n', n), '{}', 'reports', 'PENDING',
+               'reports', 'PENDING',
                CASE WHEN n %% 3 = 0 THEN 5 ELSE 0 END, 1, 'down',
                CASE WHEN n %% 10 <> 0
                     THEN statement_timestamp() + interval '1 hour' + (n %% 600) * interval '1s'

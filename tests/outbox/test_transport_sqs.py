@@ -16,7 +16,7 @@ from django_dsched import api
 from django_dsched.checks import check_delivery_settings
 from django_dsched.enums import DeliveryStatus
 from django_dsched.exceptions import DeliveryError, PermanentDeliveryError
-from django_dsched.models import OutboxMessage, Schedule
+from django_dsched.models import Event, OutboxMessage, Schedule
 from django_dsched.outbox.claims import Message
 from django_dsched.outbox.relay import Relay
 from django_dsched.outbox.transports.sqs import SQSTransport, entry_failure
@@ -211,7 +211,7 @@ def test_an_oversize_message_is_dead_lettered_at_once_alone(settings, sqs_endpoi
     queue_url = new_queue(sqs_client)
     settings.DSCHED_TRANSPORTS = route(sqs_endpoint, queue_url)
     small, large, other = make_messages(3)
-    OutboxMessage.objects.filter(id=large).update(payload={"id": str(large), "blob": "x" * 300_000})
+    Event.objects.filter(id=large).update(payload={"id": str(large), "blob": "x" * 300_000})
 
     assert Relay(instance_id="r1").run_until_idle() == 2
 
@@ -231,7 +231,7 @@ def test_a_message_the_queue_refuses_fails_alone(settings, sqs_endpoint, sqs_cli
     queue_url = new_queue(sqs_client, MaximumMessageSize="1024")
     settings.DSCHED_TRANSPORTS = route(sqs_endpoint, queue_url)
     small, large, other = make_messages(3)
-    OutboxMessage.objects.filter(id=large).update(payload={"id": str(large), "blob": "x" * 2000})
+    Event.objects.filter(id=large).update(payload={"id": str(large), "blob": "x" * 2000})
 
     assert Relay(instance_id="r1").run_until_idle() == 2
 

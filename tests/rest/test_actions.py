@@ -101,8 +101,10 @@ def test_backfill_fires_each_past_slot_once(root):
     response = action(root, past, "backfill", bounds)
     assert response.status_code == 200, response.body
     assert (response.body["fired"], response.body["already_fired"]) == (3, 0)
+    assert response.body["note"] is None
     response = action(root, past, "backfill", bounds)
     assert (response.body["fired"], response.body["already_fired"]) == (0, 3)
+    assert response.body["note"] is None
     assert Event.objects.filter(aggregate_id=past.pk, metadata__trigger="backfill").count() == 3
 
     response = action(
@@ -112,6 +114,35 @@ def test_backfill_fires_each_past_slot_once(root):
     assert "past only" in response.body["errors"]["non_field_errors"][0]
     response = action(root, past, "backfill", {"start": bounds["start"]})
     assert response.status_code == 400 and "end" in response.body["errors"]
+
+
+def test_a_backfill_of_a_range_without_a_slot_says_why(root):
+    start = database_now().replace(microsecond=0) - timedelta(hours=3)
+    hourly = api.create_interval(
+        "hourly", every=1, unit="HOURS", start=start, topic="ops", event_type="ping"
+    )
+    before = {"start": iso(start - timedelta(days=2)), "end": iso(start - timedelta(days=1))}
+    response = action(root, hourly, "backfill", before)
+    assert response.status_code == 200, response.body
+    assert (response.body["fired"], response.body["already_fired"]) == (0, 0)
+    assert response.body["note"] == (
+        f"No slot of this schedule falls between {start - timedelta(days=2):%Y-%m-%d %H:%M:%S} "
+        f"UTC and {start - timedelta(days=1):%Y-%m-%d %H:%M:%S} UTC; it starts at "
+        f"{start:%Y-%m-%d %H:%M:%S} UTC."
+    )
+
+
+def test_a_refused_cancel_names_the_schedules_state(root):
+    reminder = api.create_once(
+        "reminder", at=database_now() - timedelta(hours=1), topic="mail", event_type="send"
+    )
+    Schedule.objects.filter(pk=reminder.pk).update(state=ScheduleState.COMPLETED, active=False)
+    response = root.delete(f"schedules/{reminder.pk}/", **{"If-Match": "*"})
+    assert response.status_code == 409
+    assert response.body["detail"] == (
+        "reminder is completed (it fired its last slot). Only active, paused or set aside "
+        "schedules can be cancelled."
+    )
 
 
 def test_preview_and_dry_run_are_computed_by_the_firing_code(root, schedule):

@@ -29,7 +29,7 @@ CANCEL = "schedules/bulk-cancel/"
 ONCE = {
     "kind": "ONCE",
     "name": "reminder-1",
-    "start": "2031-01-01T09:00:00+01:00",
+    "at": "2031-01-01T09:00:00+01:00",
     "topic": "mail",
     "event_type": "reminder.send",
     "key": "order-1:reminder",

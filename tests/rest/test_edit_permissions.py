@@ -78,7 +78,7 @@ def test_a_limit_already_reached_ends_it(api_as, interval):
 
 
 def test_an_edit_that_makes_it_due_at_once_needs_the_run_now_permission(api_as, one_shot):
-    past = {"start": iso(database_now() - timedelta(minutes=5))}
+    past = {"at": iso(database_now() - timedelta(minutes=5))}
     response = edit(api_as(CHANGE), one_shot, past)
     assert response.status_code == 403 and "trigger_schedule" in response.body["detail"]
     assert Schedule.objects.get().start_ts == one_shot.start_ts
@@ -89,5 +89,5 @@ def test_an_edit_that_makes_it_due_at_once_needs_the_run_now_permission(api_as, 
 
 
 def test_moving_a_one_shot_later_needs_nothing_more(api_as, one_shot):
-    later = {"start": iso(one_shot.start_ts + timedelta(days=1))}
+    later = {"at": iso(one_shot.start_ts + timedelta(days=1))}
     assert edit(api_as(CHANGE), one_shot, later).status_code == 200

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.django_db
 REMINDER = {
     "kind": "ONCE",
     "name": "reminder-42",
-    "start": "2030-01-01T09:00:00+01:00",
+    "at": "2030-01-01T09:00:00+01:00",
     "topic": "mail",
     "event_type": "reminder.send",
     "key": "order-42:reminder",
@@ -120,7 +120,7 @@ def test_an_edit_keeps_the_key_and_cannot_change_it(root):
     path = f"schedules/{created.body['id']}/"
     without_key = {name: value for name, value in REMINDER.items() if name != "key"}
     replaced = root.put(
-        path, {**without_key, "start": "2030-01-02T09:00:00+01:00"}, **{"If-Match": created["ETag"]}
+        path, {**without_key, "at": "2030-01-02T09:00:00+01:00"}, **{"If-Match": created["ETag"]}
     )
     assert replaced.status_code == 200, replaced.body
     assert replaced.body["key"] == "order-42:reminder"

@@ -91,9 +91,16 @@ def test_the_backlog_keeps_a_share_while_on_time_work_fills_the_batch(fence):
     backlog(100, timedelta(minutes=30))
     on_time(50)
     result = fire(fence, 20, since=None)
-    # 20 on time, and at least a tenth of the batch from the backlog.
-    assert result.claimed == 22
-    assert (fired(TENANT_B), fired(TENANT_A)) == (20, 2)
+    # A tenth of the batch from the backlog, the rest on time: never more than the batch.
+    assert result.claimed == 20
+    assert (fired(TENANT_B), fired(TENANT_A)) == (18, 2)
+
+
+def test_on_time_work_takes_the_backlogs_share_when_there_is_no_backlog(fence):
+    on_time(50)
+    result = fire(fence, 20, since=None)
+    # A full batch of on-time work: the claim is not short, so nothing reads as locked.
+    assert result.claimed == 20 and fired(TENANT_B) == 20
 
 
 def test_a_backlog_with_nothing_on_time_drains_oldest_first(fence):
@@ -132,3 +139,31 @@ def test_a_catch_up_stays_on_time_while_a_backlog_drains(fence):
         assert result.again_ids == (str(catching_up.schedule_id),)
         result = fire(fence, 500, result.claimed_at, result.again_ids)
         assert fired(TENANT_B) == round_ + 2
+
+
+def test_a_batch_never_claims_more_than_its_size(fence):
+    """Catch-ups due again at once, on-time work and a backlog together: every claim stays
+    within the batch size (the rows due again do not pile up from one batch to the next)."""
+    backlog(30, timedelta(minutes=30))
+    now = sql("SELECT now()")[0][0]
+    for n in range(30):
+        Schedule.objects.create(
+            host_id=TENANT_B,
+            schedule_name=f"b-catch-up-{n}",
+            frequency_unit=FrequencyUnit.SECONDS,
+            frequency_time=1,
+            start_ts=now - timedelta(minutes=10),
+            misfire_policy="CATCH_UP",
+            catch_up_limit=10_000,
+            event_topic="b",
+            event_type="b.tick",
+        )
+    on_time(30)
+    result = fire(fence, 10, since=None)
+    sizes = [result.claimed]
+    for _ in range(8):
+        result = fire(fence, 10, result.claimed_at, result.again_ids)
+        sizes.append(result.claimed)
+    assert max(sizes) <= 10, sizes
+    # Nothing starves: on-time work and the backlog both got part of the batches.
+    assert fired(TENANT_A) > 0 and fired(TENANT_B) > 0

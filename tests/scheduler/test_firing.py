@@ -20,9 +20,7 @@ def make_due(db_now, ago=timedelta(seconds=1), **kwargs):
     return ScheduleFactory(start_ts=start, **kwargs)
 
 
-@pytest.mark.parametrize("once", [True, False], ids=["payload-once", "outbox-copy"])
-def test_a_fire_writes_event_and_outbox_and_advances(fence, db_now, settings, once):
-    settings.DSCHED_OUTBOX_PAYLOAD_ONCE = once
+def test_a_fire_writes_event_and_outbox_and_advances(fence, db_now):
     schedule = make_due(db_now, event_data={"k": [1, 2]})
     result = fire(fence)
     assert (result.claimed, result.fired, result.fenced) == (1, 1, False)
@@ -48,10 +46,7 @@ def test_a_fire_writes_event_and_outbox_and_advances(fence, db_now, settings, on
     assert payload["data"] == {"k": [1, 2]}
     assert payload["subject"] == str(schedule.schedule_id)
     assert payload["scheduledtime"].startswith(schedule.start_ts.isoformat()[:19])
-    if once:  # Stored once: the message reads the event's payload and metadata by its id.
-        assert message.payload is None and message.metadata is None
-    else:  # Until then (a relay of an earlier release reads only its own copy): a copy.
-        assert (message.payload, message.metadata) == (event.payload, event.metadata)
+    # Stored once, in the event: the message reads it by the shared id.
     assert message.delivered_payload == payload
     assert event.metadata["instance_id"] == "test"
 

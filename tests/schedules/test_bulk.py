@@ -55,6 +55,7 @@ def test_a_mix_of_kinds_in_one_call_in_order_with_their_events():
     assert Event.objects.filter(event_type="dsched.schedule.created").count() == 5
 
 
+@pytest.mark.usefixtures("known_unlimited")
 def test_a_thousand_one_shots_take_one_statement():
     specs = [api.Once(delay=timedelta(hours=1), data={"n": n}, **COMMON) for n in range(1000)]
     with CaptureQueriesContext(connections["default"]) as queries:

@@ -51,6 +51,7 @@ def test_a_create_takes_at_most_three_round_trips(create, kwargs):
     ).exists()
 
 
+@pytest.mark.usefixtures("known_unlimited")
 def test_a_delayed_message_is_one_statement():
     with CaptureQueriesContext(connection) as queries:
         api.create_once(delay=timedelta(minutes=15), data={"user": 42}, **COMMON)
@@ -58,6 +59,7 @@ def test_a_delayed_message_is_one_statement():
     assert "INSERT INTO" in queries[0]["sql"] and "event_store_t" in queries[0]["sql"]
 
 
+@pytest.mark.usefixtures("known_unlimited")
 def test_a_created_schedule_carries_the_bucket_key_the_database_generated():
     with CaptureQueriesContext(connection) as queries:
         schedule = api.create_once(delay=timedelta(minutes=15), **COMMON)
@@ -319,6 +321,7 @@ def test_columns_left_to_the_database_store_what_the_instance_holds(case):
     assert held == stored
 
 
+@pytest.mark.usefixtures("known_unlimited")
 def test_a_delayed_message_names_only_the_columns_that_differ_from_their_defaults():
     with CaptureQueriesContext(connection) as queries:
         api.create_once(delay=timedelta(minutes=15), **COMMON)
@@ -387,6 +390,7 @@ def test_with_prepare_creates_each_statement_is_prepared_and_does_the_same(setti
     assert Event.objects.count() == Schedule.objects.count() == len(SINGLE_CREATES) + 3
 
 
+@pytest.mark.usefixtures("known_unlimited")
 def test_with_prepare_creates_the_query_log_holds_the_statement_and_its_values(settings):
     """DEBUG's query log (connection.queries, CaptureQueriesContext, the debug toolbar) shows
     a prepared create as it shows an unprepared one: the statement with its values, not

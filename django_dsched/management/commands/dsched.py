@@ -16,6 +16,7 @@ from django_dsched.management import _arguments
 from django_dsched.models import Schedule
 from django_dsched.runtime.text import escape_control_characters as shown
 from django_dsched.schedules import permissions as rules
+from django_dsched.schedules import states
 from django_dsched.schedules.describe import describe
 
 
@@ -41,6 +42,19 @@ NEEDS = {
     "cluster": rules.VIEW_CLUSTER,
 }
 OPERATOR_ONLY = ("sync", "import-celery-beat")
+TIME = "%Y-%m-%d %H:%M:%S%z"
+
+
+def when(schedule: Schedule) -> str:
+    """What comes next for ``schedule``: its next fire when it is active, else its state
+    ("paused until ...", "completed", "cancelled", "set aside")."""
+    if schedule.state == ScheduleState.ACTIVE:
+        return f"next {schedule.next_run_ts:{TIME}}"
+    if schedule.state == ScheduleState.PAUSED:
+        if schedule.paused_until is not None:
+            return f"paused until {schedule.paused_until:{TIME}}"
+        return "paused until resumed"
+    return str(schedule.get_state_display())
 
 
 class Command(BaseCommand):
@@ -143,21 +157,22 @@ class Command(BaseCommand):
         for schedule in rows:
             line = (
                 f"{shown(schedule.schedule_name):<32} {schedule.state:<9} "
-                f"next {schedule.next_run_ts:%Y-%m-%d %H:%M:%S%z}  {describe(schedule)}"
+                f"{when(schedule):<30}  {describe(schedule)}"
             )
             if schedule.state == ScheduleState.SET_ASIDE:
-                line += f"  error: {schedule.set_aside_reason}"
+                line += f"  error: {shown(schedule.set_aside_reason)}"
             self.stdout.write(line)
 
     def do_show(self, *, host: str | None, schedule: str, **options: Any) -> None:
         status = api.status(schedule, host_id=host)
         found = api.get(schedule, host_id=host)
         self.stdout.write(f"{shown(found.schedule_name)} ({found.schedule_id})")
-        self.stdout.write(f"  timing   {describe(found)}")
-        self.stdout.write(f"  topic    {found.event_topic}  type {found.event_type}")
+        self.stdout.write(f"  {'timing':<10} {describe(found)}")
+        self.stdout.write(f"  {'topic':<10} {found.event_topic}  type {found.event_type}")
+        active = status.state == ScheduleState.ACTIVE
         for label, value in (
             ("state", status.state),
-            ("next", status.next_fire),
+            ("next", status.next_fire if active else when(found)),
             ("last", status.last_fired),
             ("delivery", status.last_delivery),
             ("run", status.last_run),
@@ -165,21 +180,27 @@ class Command(BaseCommand):
             ("misfires", status.misfire_count),
             ("version", status.version),
         ):
-            self.stdout.write(f"  {label:<8} {value}")
+            self.stdout.write(f"  {label:<10} {'-' if value is None else value}")
+        # The newest delivery's error: why a fire did not reach its handler ("-": none).
+        self.stdout.write(f"  {'last error':<10} {shown(status.last_error) or '-'}")
         if status.paused_reason or status.paused_until:
             reason = shown(status.paused_reason)
-            self.stdout.write(f"  paused   {reason} until {status.paused_until}")
+            self.stdout.write(f"  {'paused':<10} {reason} until {status.paused_until}")
         if status.set_aside_reason:
-            when = status.set_aside_at
-            self.stdout.write(f"  error    {shown(status.set_aside_reason)} (set aside {when})")
+            aside = status.set_aside_at
+            self.stdout.write(
+                f"  {'set aside':<10} {shown(status.set_aside_reason)} (since {aside})"
+            )
 
     def do_preview(self, *, host: str | None, schedule: str, count: int, **options: Any) -> None:
         for when in api.preview(schedule, count, host_id=host):
             self.stdout.write(when.isoformat())
 
-    def _report(self, done: bool, yes: str, no: str) -> None:
+    def _report(self, done: bool, yes: str, change: str, host: str | None, schedule: str) -> None:
+        """``yes``, or an error saying why ``change`` did nothing (the schedule's state)."""
         if not done:
-            raise CommandError(no)
+            found = api.get(schedule, host_id=host)
+            raise CommandError(f"{shown(states.why_not(change, found))} Nothing done.")
         self.stdout.write(yes)
 
     def do_pause(
@@ -192,20 +213,15 @@ class Command(BaseCommand):
         **options: Any,
     ) -> None:
         done = api.pause(schedule, reason=reason, until=until, host_id=host, actor=self.actor)
-        self._report(done, f"Paused {schedule}.", f"{schedule} is not active; nothing done.")
+        self._report(done, f"Paused {schedule}.", "pause", host, schedule)
 
     def do_resume(self, *, host: str | None, schedule: str, catch_up: bool, **options: Any) -> None:
         done = api.resume(schedule, catch_up=catch_up, host_id=host, actor=self.actor)
-        self._report(
-            done,
-            f"Resumed {schedule}.",
-            f"{schedule} is not paused, or is set aside and still cannot be planned "
-            "(see dsched show); nothing done.",
-        )
+        self._report(done, f"Resumed {schedule}.", "resume", host, schedule)
 
     def do_cancel(self, *, host: str | None, schedule: str, **options: Any) -> None:
         done = api.cancel(schedule, host_id=host, actor=self.actor)
-        self._report(done, f"Cancelled {schedule}.", f"{schedule} cannot be cancelled now.")
+        self._report(done, f"Cancelled {schedule}.", "cancel", host, schedule)
 
     def do_trigger(self, *, host: str | None, schedule: str, **options: Any) -> None:
         api.trigger(schedule, host_id=host, actor=self.actor)
@@ -215,6 +231,10 @@ class Command(BaseCommand):
         self, *, host: str | None, schedule: str, start: datetime, end: datetime, **options: Any
     ) -> None:
         fired, already = api.backfill(schedule, start, end, host_id=host, actor=self.actor)
+        if fired + already == 0:
+            found = api.get(schedule, host_id=host)
+            self.stdout.write(f"Fired nothing: {states.no_slot(found, start, end)}")
+            return
         self.stdout.write(f"Fired {fired} slot(s); {already} had already fired.")
 
     def do_cluster(self, **options: Any) -> None:

@@ -10,7 +10,9 @@ from django_dsched.management._arguments import instance_id, positive_float, pos
 from django_dsched.management._process import (
     add_endpoint_arguments,
     configure_logging,
+    connection_options,
     endpoints,
+    reach_database,
     require_metrics,
     stop_on_signals,
 )
@@ -24,7 +26,8 @@ class Command(BaseCommand):
         "handlers, Redis, RabbitMQ, webhooks), with retries and dead letters. Run as many as "
         "you like, on any machines."
     )
-    requires_migrations_checks = True
+    # Checked once the database is reached (reach_database), not before anything can wait.
+    requires_migrations_checks = False
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
@@ -92,6 +95,7 @@ class Command(BaseCommand):
             raise CommandError("Use --once or --max-iterations, not both.")
         metrics_on = require_metrics(metrics_port, database_metrics)
         configure_logging(verbosity)
+        connection_options()
         metrics = None
         if metrics_on:
             from django_dsched.metrics.relay import relay_metrics
@@ -110,7 +114,9 @@ class Command(BaseCommand):
             stop_on_signals(relay),
             endpoints([relay], metrics_port, health_port, database_metrics),
         ):
-            if once:
+            if not reach_database(self, relay, once=once):
+                relay.shutdown()
+            elif once:
                 delivered = relay.run_until_idle()
                 if verbosity:
                     self.stdout.write(f"Delivered {delivered} message(s).")

@@ -11,7 +11,9 @@ from django_dsched.management._arguments import instance_id, positive_float, pos
 from django_dsched.management._process import (
     add_endpoint_arguments,
     configure_logging,
+    connection_options,
     endpoints,
+    reach_database,
     relay_thread,
     require_metrics,
     stop_on_signals,
@@ -41,7 +43,8 @@ class Command(BaseCommand):
         "Run a scheduler instance. Run one on as many machines as you like: one leads and "
         "fires due schedules, the others stand by and take over if it stops."
     )
-    requires_migrations_checks = True
+    # Checked once the database is reached (reach_database), not before anything can wait.
+    requires_migrations_checks = False
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
@@ -101,6 +104,7 @@ class Command(BaseCommand):
             raise CommandError("Use --once or --max-iterations, not both.")
         metrics_on = require_metrics(metrics_port, database_metrics)
         configure_logging(verbosity)
+        connection_options()
         scheduler = Scheduler(
             instance_id=instance_id,
             batch_size=batch_size,
@@ -146,7 +150,9 @@ class Command(BaseCommand):
             stop_on_signals(scheduler),
             endpoints(loops, metrics_port, health_port, database_metrics),
         ):
-            if once:
+            if not reach_database(self, scheduler, once=once):
+                scheduler.shutdown()
+            elif once:
                 fired = scheduler.run_until_idle()
                 if verbosity:
                     self.stdout.write(f"Fired {fired} schedule(s).")

@@ -1,7 +1,6 @@
 """The payload and metadata are stored once, in the event: a message written by a fire (or a
-manual trigger, or a backfill) has none of its own and every reader takes the event's by the
-shared id; rows written before that keep their copy and keep working; retention never
-deletes an event a message still reads."""
+manual trigger, or a backfill) has no columns for them and every reader takes the event's by
+the shared id; retention never deletes an event while its message exists."""
 
 from __future__ import annotations
 
@@ -19,18 +18,13 @@ from django_dsched.outbox.claims import claim
 from django_dsched.outbox.relay import Relay
 from django_dsched.outbox.retention import count_expired, purge_expired
 from django_dsched.runtime.clock import database_now
-from django_dsched.scheduler import firing
 from django_dsched.scheduler.firing import Fence, fire_batch
 from django_dsched.scheduler.lease import LeaseHolder
 from tests.factories import ScheduleFactory
 from tests.helpers import sql
 from tests.webhook_servers import Sink
 
-pytestmark = [
-    pytest.mark.django_db(transaction=True),
-    # DSCHED_OUTBOX_PAYLOAD_ONCE on, except where a test turns it off.
-    pytest.mark.usefixtures("payload_once"),
-]
+pytestmark = pytest.mark.django_db(transaction=True)
 
 DAY = 86400
 
@@ -55,21 +49,9 @@ def fired(count: int = 1, **data: Any) -> list[Any]:
     return list(OutboxMessage.objects.order_by("event_ts", "id").values_list("id", flat=True))
 
 
-def keep_own_copy(ids: list[Any]) -> None:
-    """Make messages look written before the payload was stored once: with their copy."""
-    sql(
-        "UPDATE outbox_message_t o SET payload = e.payload, metadata = e.metadata"
-        " FROM event_store_t e WHERE e.id = o.id AND o.id = ANY(%s)",
-        [ids],
-    )
-
-
-@pytest.mark.parametrize("once", [True, False], ids=["payload-once", "outbox-copy"])
-def test_every_outbox_writer_stores_the_payload_only_in_the_event_once_turned_on(settings, once):
-    """DSCHED_OUTBOX_PAYLOAD_ONCE on: NULL in the message. Off (this release's default, for
-    relays of an earlier release during a rolling deploy): the message's own copy, equal to
-    the event's."""
-    settings.DSCHED_OUTBOX_PAYLOAD_ONCE = once
+def test_every_outbox_writer_stores_the_payload_only_in_the_event():
+    """The leader's fire, run now and a backfill: each message has its event's id, topic and
+    priority, and the event holds the payload; the message has no column for one."""
     fired(2)  # the leader's fire
     schedule = api.create_interval(
         "manual", every=1, unit="HOURS", topic="reports", event_type="report.build"
@@ -82,48 +64,32 @@ def test_every_outbox_writer_stores_the_payload_only_in_the_event_once_turned_on
     api.backfill(backfilled, start, start + timedelta(hours=1))
 
     rows = sql(
-        "SELECT o.payload IS NULL, o.metadata IS NULL, e.payload IS NOT NULL,"
-        " o.topic = e.payload->>'topic', o.priority = (e.metadata->>'priority')::int,"
-        " o.payload = e.payload AND o.metadata = e.metadata"
+        "SELECT e.payload->>'id' = o.id::text, o.topic = e.payload->>'topic',"
+        " o.priority = (e.metadata->>'priority')::int"
         " FROM outbox_message_t o JOIN event_store_t e ON e.id = o.id"
     )
-    assert len(rows) == 5
-    if once:
-        assert set(rows) == {(True, True, True, True, True, None)}
-    else:
-        assert set(rows) == {(False, False, True, True, True, True)}
+    assert rows == [(True, True, True)] * 5
+    columns = {
+        c.name
+        for c in connection.introspection.get_table_description(
+            connection.cursor(), "outbox_message_t"
+        )
+    }
+    assert not {"payload", "metadata"} & columns
 
 
-def test_the_bucketed_fire_statement_chooses_the_same_way():
-    """WRITE_BUCKETS and its copy variant differ only in the outbox's payload and metadata."""
-    once, copy = firing.WRITE_BUCKETS, firing.WRITE_BUCKETS_COPY
-    assert "NULL, NULL, e.topic" in once and "e.payload, e.metadata, e.topic" not in once
-    assert "e.payload, e.metadata, e.topic" in copy and "NULL, NULL, e.topic" not in copy
-    assert copy == firing.with_outbox_copy(once)
-    assert firing.FENCE_BUCKETS in copy
-
-
-def test_the_copy_variant_refuses_a_statement_it_cannot_rewrite():
-    """The substitution is checked even under ``python -O`` (a raise, not an assert)."""
-    with pytest.raises(ValueError, match="lacks the outbox parts"):
-        firing.with_outbox_copy("SELECT 1")
-
-
-@pytest.mark.parametrize("own_copy", [False, True], ids=["stored-once", "old-row-with-copy"])
-def test_the_relay_delivers_the_same_bytes_as_from_a_copy(settings, sink, own_copy):
+def test_the_relay_delivers_the_events_payload_byte_for_byte(settings, sink):
     settings.DSCHED_TRANSPORTS = {
         "*": {"BACKEND": "webhook", "OPTIONS": {"URL": sink + "/ok/{topic}", "TIMEOUT": 2}}
     }
     ids = fired(3, text="é ✓ <b>", nested={"a": [1, 2.5, None, True]})
-    if own_copy:
-        keep_own_copy(ids)
 
     assert Relay(instance_id="r1").run_until_idle() == 3
 
     assert len(Sink.requests) == 3
     for (_, headers, body), id_ in zip(Sink.requests, ids, strict=True):
         event = Event.objects.get(pk=id_)
-        # What a row with its own copy delivered: the event's payload, serialised alike.
+        # The event's payload, serialised compactly, as the webhook sends JSON.
         expected = json.dumps(event.payload, separators=(",", ":"), ensure_ascii=False).encode()
         assert body == expected
         assert json.loads(body)["id"] == str(id_) == headers["Idempotency-Key"]
@@ -167,12 +133,11 @@ def test_a_message_whose_event_was_deleted_is_dead_lettered_with_its_reason(
 def test_the_message_reads_its_payload_from_the_event(relay_settings):
     (id_,) = fired(1)
     message = OutboxMessage.objects.get(pk=id_)
-    assert message.payload is None
     assert message.delivered_payload == Event.objects.get(pk=id_).payload
-    keep_own_copy([id_])
+    assert message.delivered_payload["id"] == str(id_)
+    # Read from the event each time: there is no other copy.
     sql("UPDATE event_store_t SET payload = '{\"other\": 1}' WHERE id = %s", [id_])
-    # A row with its own copy delivers that copy, as before.
-    assert OutboxMessage.objects.get(pk=id_).delivered_payload["id"] == str(id_)
+    assert OutboxMessage.objects.get(pk=id_).delivered_payload == {"other": 1}
 
 
 # -- retention --------------------------------------------------------------------------------
@@ -201,28 +166,22 @@ def remaining(ids: list[Any]) -> tuple[int, int]:
     )
 
 
-def test_retention_keeps_an_event_while_a_message_reads_it(settings):
+def test_retention_keeps_an_event_while_its_message_exists(settings):
     settings.DSCHED_RETENTION_DAYS = 45
-    late, old, copied = fired(3)
+    late, old = fired(2)
     # Fired 60 days ago, delivered yesterday (a dead letter retried): the message stays, so
     # does the event it reads its payload from.
     age([late], fired_days=60, delivered_days=1)
     # Both expired: the message goes, then its event, in the same pass.
     age([old], fired_days=60, delivered_days=50)
-    # A row written before the payload was stored once keeps its copy: its event may go
-    # (as before).
-    keep_own_copy([copied])
-    age([copied], fired_days=60, delivered_days=1)
 
     found = count_expired()
     purged = purge_expired()
-    # `old`'s message; the copy's event and `old`'s (its message goes first, in the pass).
-    assert (purged.outbox, purged.events) == (1, 2)
+    # `old`'s message, then its event (the message goes first, in the pass).
+    assert (purged.outbox, purged.events) == (1, 1)
     assert (found.outbox, found.events) == (purged.outbox, purged.events)
     assert remaining([late]) == (1, 1)
     assert remaining([old]) == (0, 0)
-    assert remaining([copied]) == (1, 0)
-    assert OutboxMessage.objects.get(pk=copied).delivered_payload["id"] == str(copied)
     assert OutboxMessage.objects.get(pk=late).delivered_payload["id"] == str(late)
 
     # Once the late message expires too, it and its event go.

@@ -1,0 +1,155 @@
+"""Two writable primaries in one URL (split brain): seen, and never fired on.
+
+With a multi-host URL (``host=a,b target_session_attrs=read-write``) libpq connects to the
+first host that accepts writes. If an old primary comes back writable next to the promoted
+one (a failover manager that did not fence it), new sessions may land on either: two
+histories, each firing the same slots. The database cannot fence that (each side's lease
+rows are its own), so the scheduler watches for it: :class:`HostWatch` asks every host of
+the URL, from a thread of its own every lease period, whether it accepts writes and which
+server it is, and reports a split while two *different* servers do. Two hosts that are one
+server (two poolers in front of the same primary) are one: a server is its system
+identifier, timeline and postmaster start time. The scheduler fires nothing while a split
+lasts (docs/high-availability.md).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from django_dsched.runtime.logs import get_logger
+
+logger = get_logger("django_dsched")
+
+IDENTITY = """
+SELECT NOT pg_is_in_recovery(), (SELECT system_identifier FROM pg_control_system()),
+       ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint,
+       pg_postmaster_start_time()::text
+"""
+# Run only where pg_is_in_recovery() is false (pg_walfile_name refuses to on a standby).
+STANDBY = "SELECT NOT pg_is_in_recovery()"
+
+# Connection parameters that are not libpq's (psycopg's own, Django's).
+NOT_LIBPQ = {"cursor_factory", "context", "prepare_threshold", "autocommit", "row_factory"}
+
+
+@dataclass(frozen=True, slots=True)
+class Server:
+    """A writable server: what tells two apart."""
+
+    system_identifier: int
+    timeline: int
+    started: str
+
+
+def listed_hosts(params: dict[str, Any]) -> list[tuple[str, str]]:
+    """(host, port) of each host a libpq parameter set lists (one port for all, or one each)."""
+    hosts = str(params.get("host") or "").split(",")
+    ports = str(params.get("port") or "").split(",")
+    if len(ports) == 1:
+        ports = ports * len(hosts)
+    if len(ports) != len(hosts):
+        return []
+    return [(h, p) for h, p in zip(hosts, ports, strict=True) if h]
+
+
+def probe(params: dict[str, Any], host: str, port: str, timeout: float) -> Server | None:
+    """The server at (host, port) if it accepts writes now; None if it is a standby or
+    unreachable."""
+    single = {k: v for k, v in params.items() if k not in NOT_LIBPQ}
+    single.update(host=host, target_session_attrs="any")
+    if port:
+        single["port"] = port
+    single["connect_timeout"] = max(2, int(timeout))
+    single.pop("hostaddr", None)
+    try:
+        with psycopg.connect(**single, autocommit=True) as connection:
+            if not connection.execute(STANDBY).fetchone()[0]:  # type: ignore[index]
+                return None
+            row = connection.execute(IDENTITY).fetchone()
+    except psycopg.Error:
+        return None
+    if row is None or not row[0]:
+        return None
+    return Server(int(row[1]), int(row[2]), str(row[3]))
+
+
+def split_of(writable: dict[str, Server]) -> str | None:
+    """A description of the split when two different servers accept writes, else None."""
+    servers: dict[Server, list[str]] = {}
+    for where, server in writable.items():
+        servers.setdefault(server, []).append(where)
+    if len(servers) < 2:
+        return None
+    return "; ".join(
+        f"{', '.join(wheres)} (timeline {server.timeline}, up since {server.started})"
+        for server, wheres in servers.items()
+    )
+
+
+class HostWatch:
+    """Probes every host of ``params`` every ``interval`` seconds on a daemon thread;
+    :attr:`split` describes two writable servers while there are (None otherwise)."""
+
+    def __init__(
+        self,
+        params: dict[str, Any],
+        interval: float,
+        name: str,
+        prober: Callable[[dict[str, Any], str, str, float], Server | None] = probe,
+    ) -> None:
+        self.params = params
+        self.hosts = listed_hosts(params)
+        self.interval = interval
+        self.name = name
+        self.prober = prober
+        self.split: str | None = None
+        self.rounds = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"dsched-hosts:{name}", daemon=True)
+
+    @property
+    def needed(self) -> bool:
+        """Whether there is anything to watch (the URL lists more than one host)."""
+        return len(self.hosts) > 1
+
+    def start(self) -> HostWatch:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def check(self) -> str | None:
+        """One round: probe every host, update :attr:`split`, log a change."""
+        writable = {}
+        for host, port in self.hosts:
+            server = self.prober(self.params, host, port, self.interval)
+            if server is not None:
+                writable[f"{host}:{port}"] = server
+        split = split_of(writable)
+        if split and split != self.split:
+            logger.error(
+                "two hosts of the database URL accept writes (split brain): %s; %s fires "
+                "nothing until only one does (the failover manager must fence the old "
+                "primary: docs/high-availability.md)",
+                split,
+                self.name,
+            )
+        elif self.split and not split:
+            logger.warning("only one host of the database URL accepts writes again: %s", self.name)
+        self.split = split
+        self.rounds += 1
+        return split
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.check()
+            except Exception:  # a probe must never take the process down
+                logger.exception("could not check the hosts of the database URL")
+            self._stop.wait(self.interval)

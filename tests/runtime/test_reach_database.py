@@ -1,0 +1,53 @@
+"""The commands' start: reach the database, then Django's migration check, which may fail on
+a database lost meanwhile (tried again after a backoff) or end a --once run in one line."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.management.base import CommandError
+from django.db import OperationalError
+
+from django_dsched.management._process import reach_database
+from django_dsched.runtime.loops import DatabaseLoop
+
+pytestmark = pytest.mark.django_db
+
+
+class Loop(DatabaseLoop):
+    kind = "test"
+
+    def __init__(self) -> None:
+        super().__init__("t", None)
+
+        class Stats:
+            db_errors = 0
+
+        self.stats = Stats()
+
+
+class Command:
+    def __init__(self, failures: int) -> None:
+        self.failures, self.calls = failures, 0
+
+    def check_migrations(self) -> None:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise OperationalError("server closed the connection unexpectedly")
+
+
+def test_a_check_that_fails_on_the_database_is_tried_again_after_a_backoff():
+    loop, command = Loop(), Command(failures=2)
+    assert reach_database(command, loop, once=False)
+    assert command.calls == 3
+    assert loop.outage_attempts == 2 and loop._backoff.attempt == 2
+
+
+def test_a_once_run_fails_in_one_line():
+    with pytest.raises(CommandError, match=r"^cannot reach the database: server closed"):
+        reach_database(Command(failures=1), Loop(), once=True)
+
+
+def test_a_stop_while_waiting_ends_the_wait():
+    loop = Loop()
+    loop.stop()
+    assert not reach_database(Command(failures=0), loop, once=False)
