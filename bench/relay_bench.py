@@ -177,13 +177,28 @@ INDEXES = {
     ),
 }
 
-NEW_FUNCTIONS = (claims.claim, claims.seconds_until_claimable)
-OLD_FUNCTIONS = (old_claim, old_seconds_until_claimable)
+
+def old_claim_batch(
+    cursor: Any,
+    claimer: Claimer,
+    limit: int,
+    max_bytes: int | None = None,
+    *,
+    since_us: int | None = None,
+    window: float = 1.0,
+) -> claims.Claimed:
+    """The previous claim where the relay calls ``claim_batch`` (no on-time part)."""
+    live, dead = old_claim(cursor, claimer, limit, max_bytes)
+    return claims.Claimed(live, dead)
+
+
+NEW_FUNCTIONS = (claims.claim_batch, claims.seconds_until_claimable)
+OLD_FUNCTIONS = (old_claim_batch, old_seconds_until_claimable)
 
 
 def use_code(code: str, *, both_indexes: bool = False) -> None:
     """Make the relay in this process run ``code`` ("old" or "new"), with only its index."""
-    relay.claim, relay.seconds_until_claimable = (  # type: ignore[assignment]
+    relay.claim_batch, relay.seconds_until_claimable = (  # type: ignore[assignment]
         OLD_FUNCTIONS if code == "old" else NEW_FUNCTIONS
     )
     for name, (index, ddl) in INDEXES.items():
@@ -206,6 +221,12 @@ def claim_params(limit: int, **extra: Any) -> dict[str, Any]:
         "limit": limit,
         "max_bytes": 8 * 1024 * 1024,
         "within": 2.0,
+        # The claim's on-time part: a first claim (everything claimable within the last
+        # second is on time), its share of the batch as a relay asks for it.
+        "since": None,
+        "window": 1.0,
+        "share": claims.backlog_share(limit),
+        "on_time": limit - claims.backlog_share(limit),
         **extra,
     }
 
@@ -648,7 +669,7 @@ def relay_process(code: str, messages: int, batch_size: int) -> tuple[int, float
 def relay_process_main(code: str, batch_size: int) -> None:
     """The child of ``memory``: deliver what is claimable; print delivered, VmHWM (MB) and
     the seconds it took."""
-    relay.claim, relay.seconds_until_claimable = (  # type: ignore[assignment]
+    relay.claim_batch, relay.seconds_until_claimable = (  # type: ignore[assignment]
         OLD_FUNCTIONS if code == "old" else NEW_FUNCTIONS
     )
     registry.register(noop, topic=TOPIC)

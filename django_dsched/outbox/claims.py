@@ -11,9 +11,18 @@ The claim reads only claimable rows, however many wait on a backoff or a claim: 
 ``dsched_outbox_ready_idx`` is keyed on ``(priority DESC, GREATEST(...))`` over pending rows,
 so within one priority the claimable rows are a range at the front. The statement visits the
 priorities present (one index probe each, a "skip scan" written as a recursive CTE) and reads
-each one's range in order until the batch is full. A batch is also capped in bytes of payload
+each one's range until the batch is full. A batch is also capped in bytes of payload
 (``max_bytes``; always at least one message), so a relay's memory does not grow with the
 batch size times the largest event.
+
+A backlog never starves on-time work: within each priority the claim takes first the rows
+that became claimable since this relay's previous claim that found rows (that claim's
+database time, kept by the relay, less ``ON_TIME_WINDOW`` for messages committed after it:
+``since``): a new message, a retry whose backoff ended, a message whose claim expired; then
+the older ones (the backlog), oldest first. Each is a range of the index (``> since`` and
+``<= since``). While a priority has a backlog, on-time rows take at most ``limit - share``
+of the batch, so the backlog drains at a tenth of the batch at least, and at the batch's
+full rate when nothing is on time.
 
 ``(claimed_by, attempts)`` is the claim's fencing token: every claim bumps ``attempts``, and
 every later write for that claim (extend, release, outcome) matches both, so a relay whose
@@ -66,35 +75,85 @@ PAYLOAD = "(SELECT e.payload FROM event_store_t e WHERE e.id = c.id)"
 # Dead-lettered at claim: claimed max_attempts times with no outcome, or nothing to deliver.
 DEAD_AT_CLAIM = "(m.attempts >= %(max_attempts)s OR l.body IS NULL)"
 
+# How far before the relay's previous claim on-time work starts (seconds). A message is
+# claimable from its event_ts, the time of the statement that wrote it, but visible only once
+# that transaction commits: a fire batch committed just after a claim holds messages claimable
+# "before" it, which would otherwise join the backlog. It also keeps on time, for this long,
+# on-time messages a full batch left over.
+ON_TIME_WINDOW = 1.0
+
+# Where on-time work starts: ON_TIME_WINDOW (%(window)s) before this relay's previous claim
+# that found rows (its database time in microseconds since the epoch, %(since)s), or before
+# now for the first claim of a process. Rows claimable after it are on time; rows claimable by
+# then are the backlog.
+SINCE = """COALESCE('epoch'::timestamptz + %(since)s::bigint * interval '1 microsecond',
+                  statement_timestamp()) - make_interval(secs => %(window)s)"""
+
+# Whether this priority (``l``) keeps the backlog's share: only if its on-time rows would
+# fill more than the batch less the share (true if the on-time range has a row past that many,
+# else NULL) and it has a backlog (true if the backlog's range has a first row). Both are read
+# from the index in its order, never scanned for; the backlog's is asked only if the on-time
+# rows are that many, so a round of a draining backlog does not read its front twice.
+CROWDED = f"""(SELECT true FROM outbox_message_t o
+                    WHERE o.status = %(pending)s AND o.priority = l.priority
+                      AND {AVAILABLE_TS} > (SELECT ts FROM since)
+                      AND {AVAILABLE_TS} <= statement_timestamp() AND {TOPICS}
+                    ORDER BY {AVAILABLE_TS} OFFSET %(on_time)s LIMIT 1)"""
+BEHIND = f"""(SELECT true FROM outbox_message_t o
+                    WHERE o.status = %(pending)s AND o.priority = l.priority
+                      AND {AVAILABLE_TS} <= (SELECT ts FROM since) AND {TOPICS}
+                    ORDER BY {AVAILABLE_TS} LIMIT 1)"""
+
 CLAIM = f"""
 WITH {PRIORITIES},
--- Per priority, the claimable rows in the order they became claimable: an index range, so
--- rows waiting on a backoff or a live claim are never read. Each locked row's payload is
--- turned into text once: its length is what the byte cap counts, the text what is returned.
--- The payload is its event's, one primary-key probe of event_store_t by the shared id.
+since AS MATERIALIZED (SELECT {SINCE} AS ts),
+-- Per priority, two ranges of the ready index (``r``), each in the order its rows became
+-- claimable, so rows waiting on a backoff or a live claim are never read: first the rows
+-- claimable since this relay's previous claim (part 0: on time; while the priority has a
+-- backlog, no more than the batch less the backlog's share), then the older ones (part 1:
+-- the backlog), which fill the batch. Both are ``after <= available <= until`` (on time:
+-- after ``since``, i.e. from a microsecond past it), so one parameterized index scan serves
+-- both. Each locked row's payload is turned into text once: its length is what the byte
+-- cap counts, the text what is returned. The payload is its event's, one primary-key probe
+-- of event_store_t by the shared id.
 locked AS (
     SELECT x.*, octet_length(x.body) AS bytes
-    FROM (SELECT c.id, c.priority, c.available_ts, {PAYLOAD}::text AS body
+    FROM (SELECT c.id, c.priority, c.available_ts, {PAYLOAD}::text AS body,
+                 r.part
           FROM levels l
+          CROSS JOIN LATERAL (VALUES
+              (0, (SELECT ts FROM since) + interval '1 microsecond', statement_timestamp(),
+               CASE WHEN {CROWDED} IS NULL THEN %(limit)s
+                    WHEN {BEHIND} THEN %(on_time)s ELSE %(limit)s END),
+              (1, '-infinity'::timestamptz, (SELECT ts FROM since), %(limit)s)
+          ) r(part, after, until, most)
           CROSS JOIN LATERAL (
               SELECT o.id, o.priority, {AVAILABLE_TS} AS available_ts
               FROM outbox_message_t o
               WHERE o.status = %(pending)s AND o.priority = l.priority
-                AND {AVAILABLE_TS} <= statement_timestamp()
+                AND {AVAILABLE_TS} >= r.after AND {AVAILABLE_TS} <= r.until
                 AND {TOPICS}
               ORDER BY {AVAILABLE_TS}
-              LIMIT %(limit)s
+              LIMIT r.most
               FOR UPDATE OF o SKIP LOCKED
           ) c
           LIMIT %(limit)s) x
 ),
--- The batch: the prefix of those within max_bytes of payload (JSON text), at least one.
+-- The batch: the prefix of those within max_bytes of payload (JSON text), at least one, in
+-- an order that spreads the backlog's share through each priority (``spread``: the share's
+-- backlog rows to every batch-less-share on-time ones, the first after the first on-time
+-- one), so a byte cap keeps that share too. ``n``: the order of delivery, on time first.
 candidates AS (
-    SELECT id, n, bytes
-    FROM (SELECT id, bytes, row_number() OVER w AS n, sum(bytes) OVER w AS running
-          FROM locked
-          WINDOW w AS (ORDER BY priority DESC, available_ts, id ROWS UNBOUNDED PRECEDING)) s
-    WHERE n = 1 OR %(max_bytes)s::bigint IS NULL OR running <= %(max_bytes)s::bigint
+    SELECT id, row_number() OVER (ORDER BY priority DESC, part, available_ts, id) AS n, bytes
+    FROM (SELECT id, priority, part, available_ts, bytes,
+                 row_number() OVER w AS k, sum(bytes) OVER w AS running
+          FROM (SELECT *, (row_number() OVER (PARTITION BY priority, part
+                                              ORDER BY available_ts, id) - 1)
+                          * CASE part WHEN 0 THEN %(share)s ELSE %(on_time)s END AS spread
+                FROM locked) p
+          WINDOW w AS (ORDER BY priority DESC, spread, part, available_ts, id
+                       ROWS UNBOUNDED PRECEDING)) s
+    WHERE k = 1 OR %(max_bytes)s::bigint IS NULL OR running <= %(max_bytes)s::bigint
 )
 UPDATE outbox_message_t m
 SET attempts = CASE WHEN {DEAD_AT_CLAIM} THEN m.attempts ELSE m.attempts + 1 END,
@@ -121,8 +180,11 @@ FROM candidates c
 JOIN locked l ON l.id = c.id
 WHERE m.id = c.id
 RETURNING m.id, m.topic, m.event_type, l.body, m.attempts, m.priority, m.event_ts, m.status,
-          c.n, c.bytes
+          c.n, c.bytes, (extract(epoch FROM statement_timestamp()) * 1000000)::bigint
 """
+
+# The least part of a batch the backlog gets while on-time work would fill it.
+BACKLOG_SHARE = 0.1
 
 # Keep a claim alive during a long batch; returns the ids still ours. The message whose run is
 # under way (%(running)s, if any, run by the relay itself) gets its start time, %(running_for)s
@@ -260,37 +322,87 @@ def _statuses() -> dict[str, str]:
     }
 
 
-def claim(
-    cursor: Any, claimer: Claimer, limit: int, max_bytes: int | None = None
-) -> tuple[list[Message], list[Message]]:
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """What a claim took, and when."""
+
+    live: list[Message]  # to deliver, in order
+    dead: list[Message]  # dead-lettered at claim
+    # The claim's database time (microseconds since the epoch): the ``since_us`` of the next
+    # claim; None if it found nothing.
+    at_us: int | None = None
+
+
+def backlog_share(limit: int) -> int:
+    """Rows of a claim of ``limit`` kept for the backlog while on-time work would fill it: a
+    tenth, at least one (none in a batch of one, which takes the on-time message)."""
+    return max(1, int(limit * BACKLOG_SHARE)) if limit > 1 else 0
+
+
+def claim_args(
+    claimer: Claimer,
+    limit: int,
+    max_bytes: int | None = None,
+    since_us: int | None = None,
+    window: float = ON_TIME_WINDOW,
+) -> dict[str, Any]:
+    """The parameters of :data:`CLAIM` (see :func:`claim_batch`)."""
+    share = backlog_share(limit)
+    return {
+        **_statuses(),
+        "relay": claimer.relay_id,
+        "visibility": claimer.visibility_timeout,
+        "max_attempts": claimer.max_attempts,
+        "topics": list(claimer.topics) if claimer.topics else None,
+        "limit": limit,
+        "max_bytes": max_bytes,
+        "since": since_us,
+        "window": window,
+        "share": share,
+        "on_time": limit - share,
+    }
+
+
+def claim_batch(
+    cursor: Any,
+    claimer: Claimer,
+    limit: int,
+    max_bytes: int | None = None,
+    *,
+    since_us: int | None = None,
+    window: float = ON_TIME_WINDOW,
+) -> Claimed:
     """Claim up to ``limit`` messages holding at most ``max_bytes`` of payload (JSON text;
-    always at least one message, whatever its size; None: no cap), in claim order: higher
-    priority first, then the longest claimable. Return (to deliver, dead-lettered at claim).
+    always at least one message, whatever its size; None: no cap).
+
+    Claim order: higher priority first; within a priority, the messages that became
+    claimable after ``window`` seconds before ``since_us`` (the ``at_us`` of this relay's
+    previous claim that found rows; None: before now), oldest first, then the older ones
+    (the backlog), oldest first, which fill the batch and get at least
+    ``backlog_share(limit)`` of it while they last (of the byte cap's prefix too). Returns
+    the messages in that order, with the claim's time.
     """
-    cursor.execute(
-        CLAIM,
-        {
-            **_statuses(),
-            "relay": claimer.relay_id,
-            "visibility": claimer.visibility_timeout,
-            "max_attempts": claimer.max_attempts,
-            "topics": list(claimer.topics) if claimer.topics else None,
-            "limit": limit,
-            "max_bytes": max_bytes,
-        },
-    )
+    cursor.execute(CLAIM, claim_args(claimer, limit, max_bytes, since_us, window))
+    rows = sorted(cursor.fetchall(), key=lambda row: row[8])
     live: list[Message] = []
     dead: list[Message] = []
-    for id_, topic, event_type, payload, attempts, priority, event_ts, status, _, size in sorted(
-        cursor.fetchall(), key=lambda row: row[8]
-    ):
+    for id_, topic, event_type, payload, attempts, priority, event_ts, status, _, size, _ in rows:
         if payload is None:  # dead-lettered at claim: its event is gone
             payload = {}
         elif isinstance(payload, str | bytes):  # Django's psycopg setup leaves jsonb undecoded
             payload = json.loads(payload)
         message = Message(id_, topic, event_type, payload, attempts, priority, event_ts, size or 0)
         (live if status == DeliveryStatus.PENDING else dead).append(message)
-    return live, dead
+    return Claimed(live, dead, rows[0][10] if rows else None)
+
+
+def claim(
+    cursor: Any, claimer: Claimer, limit: int, max_bytes: int | None = None
+) -> tuple[list[Message], list[Message]]:
+    """:func:`claim_batch` as the first claim of a process (on time: claimable within the
+    last ``ON_TIME_WINDOW``); return (to deliver, dead-lettered at claim)."""
+    claimed = claim_batch(cursor, claimer, limit, max_bytes)
+    return claimed.live, claimed.dead
 
 
 def _tokens(messages: Sequence[Message]) -> dict[str, Any]:

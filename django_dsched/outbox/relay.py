@@ -1,8 +1,9 @@
 """The ``run_relay`` loop: claim pending outbox messages, deliver them, record the outcome.
 
 Any number of relays run at once, anywhere. Each round, a relay claims a batch (higher priority
-first, then the longest claimable; at most ``RELAY_BATCH_SIZE`` messages and
-``RELAY_BATCH_BYTES`` of payload) with ``SKIP LOCKED`` and a visibility timeout
+first; within a priority, what became claimable since its previous claim first, then the
+backlog, oldest first, with a share of the batch kept for it; at most ``RELAY_BATCH_SIZE``
+messages and ``RELAY_BATCH_BYTES`` of payload) with ``SKIP LOCKED`` and a visibility timeout
 (:mod:`.claims`), sends each message with the transport its topic is configured for
 (:mod:`.transports`), then records every outcome in one statement: DELIVERED, a retry after a
 jittered exponential delay, or DELIVERY_FAILED (a dead letter) once the attempts are used up.
@@ -40,7 +41,7 @@ from django_dsched.outbox.claims import (
     DeliveryOutcome,
     Message,
     Settled,
-    claim,
+    claim_batch,
     extend,
     release,
     seconds_until_claimable,
@@ -144,6 +145,9 @@ class Relay(DatabaseLoop):
         self.stats = RelayStats()
         self._claimed_last = 0
         self._message_bytes = 0.0  # mean payload bytes per message of the last claim
+        # The database time of the last claim that found rows: what became claimable after it
+        # is on time and claimed before the backlog (claims.claim_batch).
+        self._since: int | None = None
         autodiscover()
 
     # -- control -------------------------------------------------------------------------
@@ -179,11 +183,19 @@ class Relay(DatabaseLoop):
         self._ensure_session()
         connection = connections[self.using]
         with connection.cursor() as cursor:
-            live, dead = claim(cursor, self.claimer, self.claim_limit(), self.batch_bytes)
+            claimed = claim_batch(
+                cursor,
+                self.claimer,
+                self.claim_limit(),
+                self.batch_bytes,
+                since_us=self._since,
+            )
+        live, dead = claimed.live, claimed.dead
         self._claimed_last = len(live) + len(dead)
+        if claimed.at_us is not None:
+            self._since = claimed.at_us
         if self._claimed_last:
-            claimed = live + dead
-            self._message_bytes = sum(m.size for m in claimed) / len(claimed)
+            self._message_bytes = sum(m.size for m in live + dead) / self._claimed_last
         for message in dead:
             self.stats.dead_lettered += 1
             logger.error(

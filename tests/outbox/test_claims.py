@@ -1,14 +1,16 @@
 """The claim statement on a real database: what it claims, in what order, what it reads.
 
 The plan tests run ``EXPLAIN (ANALYZE, BUFFERS)`` on the claim and on the next-claimable query
-with 300,000 messages waiting on a backoff or a live claim, and assert on the plan's shape and
-on the rows and buffers it read (never on time): a round must cost O(batch), however many
+with 300,000 messages waiting on a backoff or a live claim, and on the claim with 300,000
+claimable messages of one tenant behind another's on-time ones, and assert on the plan's shape
+and on the rows and buffers it read (never on time): a round must cost O(batch), however many
 messages wait.
 """
 
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,17 +25,21 @@ from django_dsched.outbox.claims import (
     CLAIM,
     NEXT_CLAIMABLE,
     Claimer,
+    backlog_share,
     claim,
+    claim_batch,
     seconds_until_claimable,
 )
 from django_dsched.outbox.relay import Relay
-from tests.helpers import sql
+from tests.helpers import other_session, sql
 from tests.outbox_helpers import make_messages
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 WAITING = 300_000
 BATCH = 50
+TENANT_A = uuid.UUID(int=0xA)
+TENANT_B = uuid.UUID(int=0xB)
 
 
 def claimer(name: str = "r1", topics: list[str] | None = None) -> Claimer:
@@ -141,6 +147,127 @@ def seconds_until_claimable_now(
 ) -> float | None:
     with connection.cursor() as cursor:
         return seconds_until_claimable(cursor, topics, within=within)
+
+
+# -- a backlog and on-time work -----------------------------------------------------------------
+
+
+def now_us() -> int:
+    """The database's time now, as a claim returns it (microseconds since the epoch)."""
+    return int(sql("SELECT (extract(epoch FROM statement_timestamp()) * 1000000)::bigint")[0][0])
+
+
+def claim_since(since_us: int | None, limit: int = 100, max_bytes: int | None = None) -> list[Any]:
+    """The ids a claim takes, in order, for a relay whose previous claim was at ``since_us``."""
+    with connection.cursor() as cursor:
+        claimed = claim_batch(cursor, claimer(), limit, max_bytes, since_us=since_us)
+    return [m.id for m in claimed.live + claimed.dead]
+
+
+def test_on_time_messages_are_claimed_before_an_older_backlog() -> None:
+    backlog = make_messages(3000, age=600, host_id=TENANT_A)
+    since = now_us()
+    on_time = make_messages(5, host_id=TENANT_B)
+
+    assert claim_since(since) == on_time + backlog[:95]
+    # The backlog fills the rest of each batch, oldest first.
+    assert claim_since(now_us()) == backlog[95:195]
+
+
+def test_the_first_claim_of_a_process_takes_what_became_claimable_within_its_window() -> None:
+    backlog = make_messages(3000, age=600, host_id=TENANT_A)
+    on_time = make_messages(5, host_id=TENANT_B)
+
+    assert claim_ids(limit=10) == on_time + backlog[:5]
+
+
+def test_the_backlog_keeps_a_share_while_on_time_work_fills_the_batch() -> None:
+    backlog = make_messages(100, age=600, host_id=TENANT_A)
+    since = now_us()
+    on_time = make_messages(50, host_id=TENANT_B)
+
+    # A tenth of the batch for the backlog, oldest first; on-time work takes the rest.
+    assert claim_since(since, limit=20) == on_time[:18] + backlog[:2]
+    assert backlog_share(20) == 2 and backlog_share(2) == 1 and backlog_share(1) == 0
+
+
+def test_a_batch_with_nothing_new_is_all_backlog_oldest_first() -> None:
+    older = make_messages(30, age=1200, host_id=TENANT_B)
+    backlog = make_messages(30, age=600, host_id=TENANT_A)
+
+    assert claim_since(now_us(), limit=40) == older + backlog[:10]
+    assert claim_since(now_us(), limit=40) == backlog[10:]
+
+
+def test_a_retry_whose_backoff_ends_and_an_expired_claim_are_on_time() -> None:
+    """Due now: claimed before a backlog that was claimable earlier, however old they are.
+    A retry whose backoff ended before the previous claim queues in the backlog by the end
+    of its backoff."""
+    backlog = make_messages(300, age=600, host_id=TENANT_A)
+    retried, recovered, waited = make_messages(3, age=900, host_id=TENANT_B)
+    back_off([waited], -60)  # its backoff ended a minute ago
+    since = now_us()
+    back_off([retried], 0)  # its backoff ends now
+    hold([recovered], 0)  # the relay that held it died: its claim expires now
+
+    assert claim_since(since, limit=10) == [retried, recovered, *backlog[:8]]
+    assert claim_since(now_us(), limit=1000) == [*backlog[8:], waited]
+
+
+def test_a_message_committed_just_after_a_claim_is_on_time() -> None:
+    """A message is claimable from its ``event_ts``, the time of the statement that wrote
+    it, but visible only once its transaction commits: one committed just after a claim is
+    on time at the next (``ON_TIME_WINDOW``), not in the backlog."""
+    backlog = make_messages(300, age=600, host_id=TENANT_A)
+    with other_session() as writer:
+        sql("BEGIN", using=writer)
+        late = make_messages(1, host_id=TENANT_B, using=writer)
+        with connection.cursor() as cursor:
+            claimed = claim_batch(cursor, claimer(), 10, since_us=now_us())
+        sql("COMMIT", using=writer)
+    assert [m.id for m in claimed.live] == backlog[:10]
+    assert claimed.at_us is not None
+
+    assert claim_since(claimed.at_us, limit=10) == late + backlog[10:19]
+
+
+def test_a_byte_cap_keeps_the_backlogs_share() -> None:
+    """The cap cuts the batch in an order that spreads the backlog's share among the
+    on-time messages; the batch is delivered on time first."""
+    backlog = make_large_messages(10, 20_000, age=600, host_id=TENANT_A)
+    since = now_us()
+    on_time = make_large_messages(10, 20_000, host_id=TENANT_B)
+    one = payload_bytes(on_time[-1:])
+
+    # Limit 10: nine on time, one backlog, cut in the order B A B B B …: five fit.
+    assert claim_since(since, limit=10, max_bytes=5 * one + one // 2) == [
+        *on_time[:4],
+        backlog[0],
+    ]
+
+
+def test_priority_still_comes_first() -> None:
+    high_backlog = make_messages(5, priority=5, age=600, host_id=TENANT_A)
+    low_backlog = make_messages(5, age=900, host_id=TENANT_A)
+    since = now_us()
+    high_on_time = make_messages(3, priority=5, host_id=TENANT_B)
+    low_on_time = make_messages(3, host_id=TENANT_B)
+
+    # Within each priority on time first, then the backlog.
+    assert claim_since(since, limit=10) == high_on_time + high_backlog + low_on_time[:2]
+    # On time a full batch left over stays on time for the window (a second).
+    assert claim_since(now_us(), limit=10) == [low_on_time[2], *low_backlog]
+
+
+def test_a_priority_without_a_backlog_takes_the_whole_batch() -> None:
+    """The backlog's share is kept only where there is a backlog: it never lets a lower
+    priority's messages ahead of a higher one's."""
+    low_backlog = make_messages(5, age=600, host_id=TENANT_A)
+    since = now_us()
+    high = make_messages(12, priority=5, host_id=TENANT_B)
+
+    assert claim_since(since, limit=10) == high[:10]
+    assert claim_since(since, limit=10) == high[10:] + low_backlog
 
 
 # -- bytes ---------------------------------------------------------------------------------------
@@ -291,6 +418,10 @@ def params(**extra: Any) -> dict[str, Any]:
         "limit": BATCH,
         "max_bytes": 8 * 1024 * 1024,
         "within": 2.0,
+        "since": None,
+        "window": 1.0,
+        "share": backlog_share(BATCH),
+        "on_time": BATCH - backlog_share(BATCH),
         **extra,
     }
 
@@ -358,3 +489,31 @@ def test_a_claim_reads_o_of_batch_rows_however_many_messages_wait() -> None:
         assert_reads_o_of_batch(
             plan, f"claim {topics}", max_rows=2 * BATCH + 10, max_buffers=40 * BATCH
         )
+
+
+def test_a_claim_reads_o_of_batch_rows_however_large_the_backlog() -> None:
+    """Tenant A's 300,000 claimable messages, an hour old, and tenant B's few, just
+    claimable: the claim takes B's first, reading two ranges of the ready index per priority
+    (on time, then the backlog) and O(batch) rows, never the backlog beyond the batch."""
+    add_waiting_messages(WAITING // 3)  # and some on a backoff or a claim, at two priorities
+    backlog = make_messages(WAITING, age=3600, host_id=TENANT_A)
+    sql("ANALYZE outbox_message_t")
+    since = now_us()
+    on_time = make_messages(BATCH // 5, host_id=TENANT_B)
+
+    for topics in (None, ["reports"]):
+        for since_us, window in ((since, 1.0), (None, 600.0)):  # the first claim: a window
+            what = f"claim {topics} since={since_us} window={window}"
+            plan = explain(CLAIM, params(topics=topics, since=since_us, window=window))
+            assert plan["Plan"]["Actual Rows"] == BATCH, what
+            # Per claimed row: its index entry (locked), then its update by primary key; plus
+            # per priority its probe, the two ranges' ends, and B's few read once more (are
+            # they more than the batch less the backlog's share?).
+            assert_reads_o_of_batch(plan, what, max_rows=2 * BATCH + 10, max_buffers=40 * BATCH)
+    # On-time messages enough to fill the batch: the claim reads past the batch less the
+    # backlog's share of them once more, to know it must keep that share.
+    crowded = make_messages(BATCH, host_id=TENANT_B)
+    plan = explain(CLAIM, params(since=since))
+    assert_reads_o_of_batch(plan, "crowded", max_rows=3 * BATCH + 10, max_buffers=40 * BATCH)
+    share = backlog_share(BATCH)
+    assert claim_since(since, limit=BATCH) == (on_time + crowded)[: BATCH - share] + backlog[:share]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -49,6 +50,25 @@ def test_higher_priority_first(relay_settings, handle):
     Relay(instance_id="r1").run_until_idle()
 
     assert seen == [str(i) for i in high + low]
+
+
+def test_what_became_claimable_since_the_last_claim_goes_before_the_backlog(relay_settings, handle):
+    """Tenant A's backlog drains a batch at a time; tenant B's messages, claimable while it
+    drains, are delivered in the next batch, ahead of the backlog."""
+    seen = []
+    handle(lambda event: seen.append(event["id"]), topic="reports")
+    backlog = make_messages(500, age=600, host_id=uuid.UUID(int=0xA))
+    relay = Relay(instance_id="r1", batch_size=50)
+    try:
+        relay.step()
+        assert seen == [str(i) for i in backlog[:50]]
+        on_time = make_messages(3, host_id=uuid.UUID(int=0xB))
+        relay.step()
+        assert seen[50:] == [str(i) for i in on_time + backlog[50:97]]
+        relay.step()  # nothing new: a batch of backlog
+        assert seen[100:] == [str(i) for i in backlog[97:147]]
+    finally:
+        relay.shutdown()
 
 
 def test_event_type_and_topic_handlers_both_run(relay_settings, handle):
