@@ -108,9 +108,12 @@ NOT_QUARANTINED = "schedule_id <> ALL(%(skip)s::uuid[])"
 # the claim passes over their rows, which stay due. With any rate set, the claim also returns
 # each row's host, for its token.
 NOT_HELD_BACK = "host_id <> ALL(%(held_back)s::uuid[])"
-# The end of the last claim that found rows (the caller's, in microseconds); the first
-# claim of a process takes one backlog window before now.
-SINCE = """COALESCE('epoch'::timestamptz + %(since)s::bigint * interval '1 microsecond',
+# A second before the last claim that found rows (the caller's, in microseconds): a row
+# that came due just before that claim but committed after it (a create, an edit, a pause
+# that ended) is still on time. The first claim of a process takes one backlog window
+# before now.
+SINCE = """COALESCE('epoch'::timestamptz + %(since)s::bigint * interval '1 microsecond'
+                  - interval '1 second',
                   statement_timestamp() - make_interval(secs => %(window)s))"""
 
 

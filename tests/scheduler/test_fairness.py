@@ -167,3 +167,19 @@ def test_a_batch_never_claims_more_than_its_size(fence):
     assert max(sizes) <= 10, sizes
     # Nothing starves: on-time work and the backlog both got part of the batches.
     assert fired(TENANT_A) > 0 and fired(TENANT_B) > 0
+
+
+def test_a_row_committed_just_after_a_claim_is_still_on_time(fence):
+    """A create whose statement ran before the previous claim and committed after it has a
+    run time before that claim: it is on time, not behind the backlog."""
+    backlog(3000, timedelta(minutes=30))
+    first = fire(fence, 500, since=None)
+    assert first.claimed_at is not None
+    late = on_time(1)[0]
+    sql(
+        "UPDATE schedule_t SET next_run_ts = 'epoch'::timestamptz + %s * interval '1 microsecond'"
+        " - interval '500 milliseconds' WHERE schedule_id = %s",
+        [first.claimed_at, late.schedule_id],
+    )
+    fire(fence, 500, first.claimed_at)
+    assert fired(TENANT_B) == 1
