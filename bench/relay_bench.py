@@ -53,7 +53,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 if len(sys.argv) > 1 and sys.argv[1] == "relay-process":
     os.environ["DEBUG"] = "False"  # a production relay: no query log in the memory figure
 
+from plans import Plan, summarize
 from setup_django import ROOT, configure
 
 URL = configure("dsched_relay_bench")
@@ -502,14 +502,6 @@ def latency_run(
 # -- claim: EXPLAIN (ANALYZE, BUFFERS) -----------------------------------------------------------
 
 
-@dataclass
-class Plan:
-    ms: float
-    buffers: int
-    rows_read: int
-    scans: str
-
-
 def explain(query: str, params: dict[str, Any]) -> Plan:
     with connection.cursor() as cursor:
         cursor.execute("BEGIN")
@@ -518,29 +510,7 @@ def explain(query: str, params: dict[str, Any]) -> Plan:
             (raw,) = cursor.fetchone()
         finally:
             cursor.execute("ROLLBACK")
-    plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]
-
-    def walk(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
-        yield node
-        for child in node.get("Plans", []):
-            yield from walk(child)
-
-    scans = [
-        n
-        for n in walk(plan["Plan"])
-        if n.get("Relation Name") == "outbox_message_t" and "Scan" in n["Node Type"]
-    ]
-    rows = sum(
-        (n["Actual Rows"] + n.get("Rows Removed by Filter", 0)) * n["Actual Loops"] for n in scans
-    )
-    names = sorted({f"{n['Node Type']} {n.get('Index Name', '')}".strip() for n in scans})
-    top = plan["Plan"]
-    return Plan(
-        plan["Execution Time"],
-        top["Shared Hit Blocks"] + top["Shared Read Blocks"],
-        rows,
-        "; ".join(names),
-    )
+    return summarize(raw)
 
 
 def claim_cost(waiting: int, runs: int, batch_size: int) -> None:

@@ -30,13 +30,11 @@ DATABASE_URL is set). Prints figures; asserts nothing.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 os.environ["DEBUG"] = "False"  # no query log growing with the run
 
+from plans import Plan, summarize
 from setup_django import configure
 
 configure("dsched_relay_fairness_bench")
@@ -275,15 +274,12 @@ def drain(backlog: int, rate: float, batch_size: int, runs: int, compare: bool) 
 
 
 @dataclass
-class Plan:
-    ms: float
-    buffers: int
-    rows_read: int
-    scans: str
-    b_first: bool
+class ClaimPlan:
+    plan: Plan
+    b_first: bool  # every one of B's messages was claimed
 
 
-def explain(params: dict[str, Any], b_ids: set[Any]) -> Plan:
+def explain(params: dict[str, Any], b_ids: set[Any]) -> ClaimPlan:
     with connection.cursor() as cursor:
         cursor.execute("BEGIN")
         try:
@@ -297,30 +293,7 @@ def explain(params: dict[str, Any], b_ids: set[Any]) -> Plan:
             claimed = {row[0] for row in cursor.fetchall()}
         finally:
             cursor.execute("ROLLBACK")
-    plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]
-
-    def walk(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
-        yield node
-        for child in node.get("Plans", []):
-            yield from walk(child)
-
-    scans = [
-        n
-        for n in walk(plan["Plan"])
-        if n.get("Relation Name") == "outbox_message_t" and "Scan" in n["Node Type"]
-    ]
-    rows = sum(
-        (n["Actual Rows"] + n.get("Rows Removed by Filter", 0)) * n["Actual Loops"] for n in scans
-    )
-    names = sorted({f"{n['Node Type']} {n.get('Index Name', '')}".strip() for n in scans})
-    top = plan["Plan"]
-    return Plan(
-        plan["Execution Time"],
-        top["Shared Hit Blocks"] + top["Shared Read Blocks"],
-        rows,
-        "; ".join(names),
-        b_ids <= claimed,
-    )
+    return ClaimPlan(summarize(raw), b_ids <= claimed)
 
 
 def claim_cost(backlog: int, batch_size: int, runs: int, compare: bool) -> None:
@@ -339,10 +312,10 @@ def claim_cost(backlog: int, batch_size: int, runs: int, compare: bool) -> None:
                 results.setdefault(code, []).append(plan)
     for code, plans in results.items():
         print(
-            f"claim {code}: median {statistics.median(p.ms for p in plans):.2f} ms "
-            f"(runs: {', '.join(f'{p.ms:.2f}' for p in plans)}); buffers "
-            f"{statistics.median(p.buffers for p in plans):,.0f}, rows read "
-            f"{statistics.median(p.rows_read for p in plans):,.0f} ({plans[0].scans}); "
+            f"claim {code}: median {statistics.median(p.plan.ms for p in plans):.2f} ms "
+            f"(runs: {', '.join(f'{p.plan.ms:.2f}' for p in plans)}); buffers "
+            f"{statistics.median(p.plan.buffers for p in plans):,.0f}, rows read "
+            f"{statistics.median(p.plan.rows_read for p in plans):,.0f} ({plans[0].plan.scans}); "
             f"B's {len(b_ids)} all claimed: {all(p.b_first for p in plans)}; "
             f"batch {batch_size}, {backlog:,} of A's claimable"
         )
