@@ -1,6 +1,6 @@
-"""The schema is ``dsched.0001_initial``: the models' tables, indexes and constraints, and by
-hand what models cannot say (the trigger that wakes a sleeping leader); then
-``0002_tenant_quota``, the quotas per tenant."""
+"""The schema is ``dsched.0001_initial``, the only migration: the models' tables, indexes and
+constraints (the quotas per tenant included), and by hand what models cannot say (the trigger
+that wakes a sleeping leader)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,6 @@ def test_the_migrations_and_nothing_missing_from_them():
     loader = MigrationLoader(None, ignore_no_migrations=True)
     assert sorted(name for app, name in loader.disk_migrations if app == "dsched") == [
         "0001_initial",
-        "0002_tenant_quota",
     ]
     call_command("makemigrations", "dsched", check=True, dry_run=True, stdout=StringIO())
 

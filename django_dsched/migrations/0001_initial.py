@@ -903,5 +903,63 @@ class Migration(migrations.Migration):
                 ],
             },
         ),
+        migrations.CreateModel(
+            name="TenantQuota",
+            fields=[
+                (
+                    "host_id",
+                    models.UUIDField(
+                        help_text="The tenant these limits apply to.",
+                        primary_key=True,
+                        serialize=False,
+                        verbose_name="host id",
+                    ),
+                ),
+                (
+                    "max_active_schedules",
+                    models.IntegerField(
+                        blank=True,
+                        help_text="Most schedules the host may have that can still fire (active, paused or set aside; completed and cancelled ones do not count). A create past it is refused. Empty: no limit.",
+                        null=True,
+                        validators=[django.core.validators.MinValueValidator(0)],
+                        verbose_name="most live schedules",
+                    ),
+                ),
+                (
+                    "max_fires_per_second",
+                    models.FloatField(
+                        blank=True,
+                        help_text="Most fires per second the scheduler gives the host (over every instance); fires over it wait, none is dropped. Empty: no limit.",
+                        null=True,
+                        validators=[django.core.validators.MinValueValidator(0.001)],
+                        verbose_name="most fires per second",
+                    ),
+                ),
+                (
+                    "updated_ts",
+                    models.DateTimeField(
+                        db_default=django.db.models.functions.datetime.Now(),
+                        editable=False,
+                        verbose_name="updated",
+                    ),
+                ),
+            ],
+            options={
+                "verbose_name": "tenant quota",
+                "verbose_name_plural": "tenant quotas",
+                "db_table": "tenant_quota_t",
+                "ordering": ["host_id"],
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(("max_active_schedules__gte", 0)),
+                        name="dsched_quota_schedules_not_negative",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(("max_fires_per_second__gte", 0.001)),
+                        name="dsched_quota_rate_positive",
+                    ),
+                ],
+            },
+        ),
         migrations.RunSQL(SCHEDULE_CHANGED, DROP_SCHEDULE_CHANGED),
     ]
