@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
@@ -146,12 +147,9 @@ def test_a_declared_schedule_past_the_quota_fails_the_sync_with_the_message(sett
     assert Schedule.objects.count() == 0  # the sync is one transaction
 
 
-@pytest.mark.django_db(transaction=True)
-def test_two_sessions_at_the_limit_never_both_get_the_last_place():
-    """Session A creates the last allowed schedule and keeps its transaction open; session B
-    creates one too and must wait for A's quota lock, then count A's row: refused."""
-    TenantQuota.objects.create(host_id=HOST, max_active_schedules=2)
-    create("a")
+def race(first: Callable[[], object], second: Callable[[], object]) -> dict[str, object]:
+    """``first`` in session A, whose transaction stays open; then ``second`` in session B,
+    until B waits for A's quota lock; then A commits. What each session ended with."""
     created = threading.Event()
     release = threading.Event()
     outcome: dict[str, object] = {}
@@ -159,7 +157,7 @@ def test_two_sessions_at_the_limit_never_both_get_the_last_place():
     def session_a() -> None:
         try:
             with transaction.atomic():
-                create("from-a")
+                first()
                 created.set()
                 release.wait(timeout=30)
         except BaseException as exc:  # reported below
@@ -169,7 +167,7 @@ def test_two_sessions_at_the_limit_never_both_get_the_last_place():
 
     def session_b() -> None:
         try:
-            create("from-b")
+            second()
             outcome["b"] = "created"
         except BaseException as exc:
             outcome["b"] = exc
@@ -185,6 +183,16 @@ def test_two_sessions_at_the_limit_never_both_get_the_last_place():
     release.set()
     a.join(timeout=30)
     b.join(timeout=30)
+    return outcome
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_sessions_at_the_limit_never_both_get_the_last_place():
+    """Session A creates the last allowed schedule and keeps its transaction open; session B
+    creates one too and must wait for A's quota lock, then count A's row: refused."""
+    TenantQuota.objects.create(host_id=HOST, max_active_schedules=2)
+    create("a")
+    outcome = race(lambda: create("from-a"), lambda: create("from-b"))
     assert "a" not in outcome, outcome
     assert isinstance(outcome["b"], QuotaExceeded), outcome
     names = sql("SELECT schedule_name FROM schedule_t WHERE host_id = %s ORDER BY 1", [HOST])
@@ -196,39 +204,10 @@ def test_two_bulk_calls_at_the_limit_never_both_fit():
     """Bulk calls count once inserted: B's count waits for A's quota lock (A keeps its
     transaction open), then sees A's rows beside its own: refused, undone."""
     TenantQuota.objects.create(host_id=HOST, max_active_schedules=3)
-    created = threading.Event()
-    release = threading.Event()
-    outcome: dict[str, object] = {}
-
-    def session_a() -> None:
-        try:
-            with transaction.atomic():
-                api.bulk_create([spec("a-1"), spec("a-2")])
-                created.set()
-                release.wait(timeout=30)
-        except BaseException as exc:  # reported below
-            outcome["a"] = exc
-        finally:
-            connections.close_all()
-
-    def session_b() -> None:
-        try:
-            api.bulk_create([spec("b-1"), spec("b-2")])
-            outcome["b"] = "created"
-        except BaseException as exc:
-            outcome["b"] = exc
-        finally:
-            connections.close_all()
-
-    a = threading.Thread(target=session_a)
-    a.start()
-    assert created.wait(timeout=30)
-    b = threading.Thread(target=session_b)
-    b.start()
-    lock_waiter("%pg_advisory_xact_lock%", what="session B waiting for the quota lock")
-    release.set()
-    a.join(timeout=30)
-    b.join(timeout=30)
+    outcome = race(
+        lambda: api.bulk_create([spec("a-1"), spec("a-2")]),
+        lambda: api.bulk_create([spec("b-1"), spec("b-2")]),
+    )
     assert "a" not in outcome, outcome
     assert isinstance(outcome["b"], QuotaExceeded), outcome
     assert sorted(Schedule.objects.values_list("schedule_name", flat=True)) == ["a-1", "a-2"]
