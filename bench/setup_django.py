@@ -14,12 +14,23 @@ from urllib.parse import urlsplit, urlunsplit
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _create_missing(url: str, database: str) -> None:
+    """Create ``database`` on the server of ``url`` unless it exists."""
+    import psycopg
+
+    server = urlunsplit(urlsplit(url)._replace(path="/postgres"))
+    with psycopg.connect(server, autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [database]).fetchone():
+            conn.execute(f'CREATE DATABASE "{database}"')
+
+
 def configure(database: str) -> str:
     """Set up Django on ``database``; return its URL (for subprocesses)."""
     sys.path.insert(0, str(ROOT))
     url = os.environ.get("DATABASE_URL")
     if url:
         url = urlunsplit(urlsplit(url)._replace(path=f"/{database}"))
+        _create_missing(url, database)
     else:
         from example_project.embedded_db import database_url
 

@@ -81,7 +81,8 @@ class AppSettings:
     )
     POLL_INTERVAL = Setting(
         2.0,
-        "Longest sleep of an idle leader, in seconds (it also wakes on NOTIFY and when due). "
+        "Longest sleep of an idle leader, in seconds, at most 30 (it also wakes when due, and on "
+        "the NOTIFY of a write that makes a schedule due within 30 s). "
         "Also the backlog window of the COALESCE and SKIP misfire policies (at least 1 s): a "
         "slot due for less than this fires in a round of its own, never coalesced "
         "(docs/design.md, Misfires).",
@@ -153,14 +154,16 @@ class AppSettings:
         "Most items one api.bulk_create or api.bulk_cancel call takes; a larger call is "
         "refused before anything is written.",
     )
-    PREPARE_CREATES = Setting(
-        False,
+    PREPARE_CREATES: Setting[bool | None] = Setting(
+        None,
         "Single creates (api.create_*, the admin's and REST's create) send their statement as "
-        "a server-side prepared statement (psycopg's prepare=True; about 1.7x the creates per "
-        "second in a transaction, docs/performance.md). Only on a direct connection or behind "
-        "PgBouncer >= 1.22 with max_prepared_statements > 0: an older PgBouncer in transaction "
-        "mode cannot carry prepared statements, and 1.21 passes on the DEALLOCATE ALL psycopg "
-        "sends after every rollback (docs/pgbouncer.md).",
+        "a server-side prepared statement (psycopg's prepare=True: the server parses and plans "
+        "it once per session, about half its work per create, docs/performance.md). None: "
+        "from a session's second create on, unless the session goes through a pooler "
+        "(detected once per session). True: always, also through a pooler, which must then be "
+        "PgBouncer >= 1.22 with max_prepared_statements > 0 (an older one in transaction mode "
+        "cannot carry prepared statements, and 1.21 passes on the DEALLOCATE ALL psycopg sends "
+        "after every rollback, docs/pgbouncer.md). False: never.",
     )
     MISFIRE_GRACE_SECONDS = Setting(
         60, "Grace of schedules with the SKIP misfire policy and no grace of their own (s)."

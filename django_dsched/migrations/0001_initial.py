@@ -11,24 +11,38 @@ import django_dsched.models.validators
 import uuid
 from django.db import migrations, models
 
-# Wakes a sleeping leader (LISTEN dsched_schedules) when a schedule is created or changed.
-# The fire path sets dsched.firing for its own transaction so the leader does not wake itself.
+# Wakes a sleeping leader (LISTEN dsched_schedules) when a schedule is created or changed so
+# that it is due within 30 seconds (scheduler.loop.WAKE_HORIZON): a leader never sleeps longer
+# than that, so it finds a schedule due later at its next poll, in time, without a NOTIFY.
+# A NOTIFY holds a database-wide lock from its transaction's commit until the commit's WAL is
+# flushed, so every notifying transaction commits alone: creates due later (the common case,
+# a reminder or a delayed message) do not pay it. The WHEN clauses are checked per row without
+# calling the function; it runs at most once per transaction (dsched.notified), and never for
+# the fire path's writes (it sets dsched.firing), so the leader does not wake itself.
 # A trigger is not something models can declare: it is written here by hand.
 SCHEDULE_CHANGED = """
 CREATE FUNCTION dsched_notify_schedules() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF coalesce(current_setting('dsched.firing', true), '') <> 'on' THEN
-        PERFORM pg_notify('dsched_schedules', '');
-    END IF;
+    PERFORM pg_notify('dsched_schedules', ''), set_config('dsched.notified', 'on', true);
     RETURN NULL;
 END
 $$;
+CREATE TRIGGER dsched_schedule_created
+    AFTER INSERT ON schedule_t FOR EACH ROW
+    WHEN (NEW.active AND NEW.next_run_ts < statement_timestamp() + interval '30 seconds'
+          AND current_setting('dsched.firing', true) IS DISTINCT FROM 'on'
+          AND current_setting('dsched.notified', true) IS DISTINCT FROM 'on')
+    EXECUTE FUNCTION dsched_notify_schedules();
 CREATE TRIGGER dsched_schedule_changed
-    AFTER INSERT OR UPDATE OF next_run_ts, active, state ON schedule_t
-    FOR EACH STATEMENT EXECUTE FUNCTION dsched_notify_schedules();
+    AFTER UPDATE OF next_run_ts, active, state ON schedule_t FOR EACH ROW
+    WHEN (NEW.active AND NEW.next_run_ts < statement_timestamp() + interval '30 seconds'
+          AND current_setting('dsched.firing', true) IS DISTINCT FROM 'on'
+          AND current_setting('dsched.notified', true) IS DISTINCT FROM 'on')
+    EXECUTE FUNCTION dsched_notify_schedules();
 """
 DROP_SCHEDULE_CHANGED = """
 DROP TRIGGER IF EXISTS dsched_schedule_changed ON schedule_t;
+DROP TRIGGER IF EXISTS dsched_schedule_created ON schedule_t;
 DROP FUNCTION IF EXISTS dsched_notify_schedules();
 """
 

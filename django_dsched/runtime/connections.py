@@ -10,6 +10,8 @@
 * :func:`describe_failure`: one line for a failed connection, naming every host of a
   multi-host URL (``host=a,b``) with its own reason, not only the last one tried.
 * :func:`server_of`: ``host:port`` a session reached, for the logs.
+* :func:`behind_pooler`: whether a session goes through a connection pooler (the loops
+  LISTEN only on a direct one; single creates prepare their statement only there).
 """
 
 from __future__ import annotations
@@ -76,3 +78,20 @@ def server_of(connection: Any) -> str:
         return "(not connected)"
     info = raw.info
     return f"{info.host}:{info.port}"
+
+
+def behind_pooler(connection: Any) -> bool:
+    """Whether ``connection`` (a Django wrapper, connected) goes through a connection pooler.
+
+    True when its settings say so (``DISABLE_SERVER_SIDE_CURSORS``, which Django needs behind
+    a transaction-mode pooler), or when the backend running our statements is not the one
+    the login named: a pooler such as PgBouncer answers the login itself, with a cancel key
+    of its own, while a plain TCP proxy passes the server's through. The question goes on
+    the psycopg session itself: it stays out of Django's query log (and a test's count).
+    """
+    if connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"):
+        return True
+    session = connection.connection
+    row = session.execute("SELECT pg_backend_pid()").fetchone()
+    pooled: bool = row is None or row[0] != session.info.backend_pid
+    return pooled

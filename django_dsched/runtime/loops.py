@@ -16,7 +16,7 @@ from django.db.backends.utils import CursorWrapper
 
 from django_dsched.conf import app_settings
 from django_dsched.exceptions import NotPrimary
-from django_dsched.runtime.connections import describe_failure, server_of
+from django_dsched.runtime.connections import behind_pooler, describe_failure, server_of
 from django_dsched.runtime.logs import get_logger
 from django_dsched.runtime.wakeup import Waker
 
@@ -76,23 +76,6 @@ def retry_delay(attempt: int, base: float, cap: float) -> float:
 
 class LoopStats(Protocol):
     db_errors: int
-
-
-def behind_pooler(connection: Any) -> bool:
-    """Whether ``connection`` (a Django wrapper, connected) goes through a connection pooler.
-
-    True when its settings say so (``DISABLE_SERVER_SIDE_CURSORS``, which Django needs behind
-    a transaction-mode pooler), or when the backend running our statements is not the one
-    the login named: a pooler such as PgBouncer answers the login itself, with a cancel key
-    of its own, while a plain TCP proxy passes the server's through.
-    """
-    if connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"):
-        return True
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid()")
-        (server_pid,) = cursor.fetchone()
-    pooled: bool = server_pid != connection.connection.info.backend_pid
-    return pooled
 
 
 class DatabaseLoop:

@@ -80,6 +80,12 @@ class Stats:
     throttled: int = 0  # claimed rows left unplanned: their host was over its fire rate
 
 
+# A write to schedule_t that makes a schedule due within this many seconds NOTIFYs the leader
+# (the trigger in migrations/0001_initial.py spells the same interval); one due later is found
+# by a poll, so a leader never sleeps longer than this, whatever DSCHED_POLL_INTERVAL.
+WAKE_HORIZON = 30.0
+
+
 class Scheduler(DatabaseLoop):
     kind = "scheduler"
     channels = ("dsched_schedules", "dsched_leader")
@@ -98,7 +104,7 @@ class Scheduler(DatabaseLoop):
         # Prometheus series to feed (None: metrics off; see django_dsched.metrics).
         self.metrics = metrics
         self.batch_size = batch_size or app_settings.BATCH_SIZE
-        self.poll_interval = poll_interval or app_settings.POLL_INTERVAL
+        self.poll_interval = min(poll_interval or app_settings.POLL_INTERVAL, WAKE_HORIZON)
         self.heartbeat_seconds = float(app_settings.HEARTBEAT_SECONDS)
         self.standby_interval = float(app_settings.STANDBY_INTERVAL)
         self.bucket_count = int(app_settings.BUCKETS)

@@ -10,12 +10,15 @@ as one ``jsonb`` constant of their database defaults written into the statement:
 object, whatever the mix. Statements are built once per set of named columns (a handful in
 practice) and cached.
 
-By default nothing is prepared server-side (PgBouncer < 1.22 in transaction mode cannot carry
-psycopg's prepared statements, docs/pgbouncer.md). ``DSCHED_PREPARE_CREATES`` (off by default) sends
-the statement through a server-binding psycopg cursor with ``prepare=True`` on Django's own
-connection and wrapper (the query log, execute wrappers and error translation stay), so the
-server parses and plans each variant once per session: about 1.7x the creates per second in
-a transaction (docs/performance.md).
+A prepared statement sends the statement through a server-binding psycopg cursor with
+``prepare=True`` on Django's own connection and wrapper (the query log, execute wrappers and
+error translation stay), so the server parses and plans each variant once per session: it
+halves the server's work per create (docs/performance.md). ``DSCHED_PREPARE_CREATES``: True,
+always; False, never; None (the default), from a session's second create on, unless the
+session goes through a pooler (:func:`.behind_pooler`, asked once per session at its second
+create): PgBouncer < 1.22 in transaction mode cannot carry prepared statements
+(docs/pgbouncer.md), and a session that makes one create (``CONN_MAX_AGE = 0``) gains
+nothing from preparing it and pays for no check.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 from typing import Any, Self
+from weakref import WeakKeyDictionary
 
 import psycopg
 from django.db import IntegrityError, connections
@@ -33,6 +37,7 @@ from django.db.models.expressions import DatabaseDefault
 
 from django_dsched.conf import app_settings
 from django_dsched.models import Event, Schedule
+from django_dsched.runtime.connections import behind_pooler
 from django_dsched.schedules import audit, binding
 from django_dsched.schedules.constraints import constraint_error, event_data_json
 from django_dsched.schedules.specs import TIMED
@@ -253,10 +258,30 @@ class _PreparedDebugWrapper(CursorDebugWrapper):
             return CursorWrapper.execute(self, sql, params)
 
 
+# Per psycopg session (DSCHED_PREPARE_CREATES = None): None after its first create, then
+# whether it prepares (it is not behind a pooler).
+_sessions: WeakKeyDictionary[Any, bool | None] = WeakKeyDictionary()
+
+
+def _prepares(connection: BaseDatabaseWrapper) -> bool:
+    setting = app_settings.PREPARE_CREATES
+    if setting is not None:
+        return bool(setting)
+    connection.ensure_connection()
+    session = connection.connection
+    if session not in _sessions:
+        _sessions[session] = None
+        return False
+    verdict = _sessions[session]
+    if verdict is None:
+        verdict = _sessions[session] = not behind_pooler(connection)
+    return verdict
+
+
 def _cursor(connection: BaseDatabaseWrapper) -> CursorWrapper:
-    """Django's cursor, or with ``DSCHED_PREPARE_CREATES`` one that prepares its statement,
-    wrapped as Django wraps its own."""
-    if not app_settings.PREPARE_CREATES:
+    """Django's cursor, or one that prepares its statement (:func:`_prepares`), wrapped as
+    Django wraps its own."""
+    if not _prepares(connection):
         return connection.cursor()
     return binding.wrapped(connection, _PreparingCursor, _PreparedDebugWrapper)
 

@@ -357,10 +357,48 @@ def _prepared_creates() -> int:
         return cursor.fetchone()[0]
 
 
-def test_by_default_a_single_create_prepares_nothing():
-    """PgBouncer < 1.21 in transaction mode cannot carry a prepared statement."""
+def _fresh_session() -> None:
+    """A new database session, as a new web worker or CONN_MAX_AGE = 0 request gets."""
+    connection.close()
+    connection.ensure_connection()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("known_unlimited")
+def test_by_default_a_session_prepares_its_creates_from_the_second_on():
+    """One create per session (CONN_MAX_AGE = 0) prepares nothing and asks nothing more; a
+    session that makes more, on a direct connection, prepares them."""
+    _fresh_session()
+    with CaptureQueriesContext(connection) as queries:
+        api.create_once("first", delay=timedelta(hours=1), **COMMON)
+    assert len(queries) == 1
+    assert _prepared_creates() == 0
+    for n in range(3):
+        api.create_once(f"then-{n}", delay=timedelta(hours=1), **COMMON)
+    assert _prepared_creates() == 1
+    assert Schedule.objects.count() == Event.objects.count() == 4
+
+
+@pytest.mark.django_db(transaction=True)
+def test_by_default_a_session_through_a_pooler_prepares_nothing(monkeypatch):
+    """PgBouncer < 1.22 in transaction mode cannot carry a prepared statement; a database
+    entry set up for it says so (tests/integration/test_creates_pgbouncer.py finds a real
+    PgBouncer by its cancel key)."""
+    monkeypatch.setitem(connection.settings_dict, "DISABLE_SERVER_SIDE_CURSORS", True)
+    _fresh_session()
+    for n in range(3):
+        api.create_once(f"pooled-{n}", delay=timedelta(hours=1), **COMMON)
+    assert _prepared_creates() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_prepare_creates_off_prepares_nothing(settings):
+    settings.DSCHED_PREPARE_CREATES = False
+    _fresh_session()
     for create, kwargs in SINGLE_CREATES.values():
         create(**COMMON, **kwargs)
+    for n in range(3):
+        api.create_once(f"unprepared-{n}", delay=timedelta(hours=1), **COMMON)
     assert _prepared_creates() == 0
 
 
