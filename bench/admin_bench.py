@@ -71,11 +71,10 @@ e AS (
                                leader_epoch)
     SELECT gen_random_uuid(), s.host_id, s.schedule_id, 'Schedule', g / %(schedules)s + 2,
            s.event_type, now() - (%(events)s - g) * interval '10 ms',
-           jsonb_build_object('specversion', '1.0', 'type', s.event_type,
-                              'topic', s.event_topic, 'data', jsonb_build_object('n', g)),
-           jsonb_build_object('schedule_name', s.schedule_name, 'priority', 0,
-                              'trigger', 'schedule', 'instance_id', 'bench',
-                              'leader_epoch', 1),
+           jsonb_build_object('n', g),
+           jsonb_build_object('topic', s.event_topic, 'schedule_name', s.schedule_name,
+                              'priority', 0, 'trigger', 'schedule', 'instance_id', 'bench',
+                              'timeline', 1),
            now() - (%(events)s / %(schedules)s - g / %(schedules)s) * interval '1 minute', 1
     FROM generate_series(%(first)s, %(last)s) AS g JOIN s ON s.k = g %% %(schedules)s
     RETURNING *

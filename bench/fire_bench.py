@@ -178,6 +178,11 @@ def duplicates() -> int:
     )[0][0]
 
 
+def wal_lsn() -> int:
+    """The server's current WAL position, in bytes."""
+    return int(sql("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")[0][0])
+
+
 def load() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
@@ -187,19 +192,22 @@ def fire_run(schedules: int, batch_size: int) -> dict[str, float]:
     reset()
     insert_schedules(schedules, "HOURS", 1, "now() - interval '30 minutes'")
     before = load()
+    wal = wal_lsn()
     spawned = time.monotonic()
     process = start_scheduler(f"--batch-size={batch_size}")
     wait_drained(schedules, timeout=1800)
     wall = time.monotonic() - spawned
+    wal = (wal_lsn() - wal) / schedules
     rss = peak_rss_mb(process.pid)
     stop(process)
     rate, batches, span = firing_rate(schedules)
     print(
         f"  fire {schedules:,}: {rate:,.0f} fires/s ({batches} batches in {span:.3f} s;"
-        f" all fired {wall:.2f} s after spawning; peak RSS {rss:.0f} MB; load {before})",
+        f" all fired {wall:.2f} s after spawning; peak RSS {rss:.0f} MB; WAL {wal:,.0f} B"
+        f" a fire; load {before})",
         flush=True,
     )
-    return {"rate": rate, "wall": wall, "rss": rss, "dups": duplicates()}
+    return {"rate": rate, "wall": wall, "rss": rss, "dups": duplicates(), "wal": wal}
 
 
 # The ceiling: the same three writes per fire by hand, in batches (see the module's doc).
@@ -245,6 +253,7 @@ def ceiling_run(schedules: int, batch_size: int) -> dict[str, float]:
     reset()
     insert_schedules(schedules, "HOURS", 1, "now() - interval '30 minutes'")
     before = load()
+    wal = wal_lsn()
     started = time.monotonic()
     with psycopg.connect(URL, autocommit=True) as conn, conn.cursor() as cur:
         # As the fire path does: the schedules' NOTIFY trigger stays quiet.
@@ -265,16 +274,17 @@ def ceiling_run(schedules: int, batch_size: int) -> dict[str, float]:
                 cur.execute(CEILING_OUTBOX, [*events[:5], topics], binary=True)
                 cur.execute(CEILING_UPDATE, [sids], binary=True)
     wall = time.monotonic() - started
+    wal = (wal_lsn() - wal) / schedules
     (written,) = sql("SELECT count(*) FROM event_store_t")[0]
     if written != schedules:
         raise SystemExit(f"ceiling: expected {schedules} fires, found {written}")
     rate, batches, span = firing_rate(schedules)
     print(
         f"  ceiling {schedules:,}: {rate:,.0f} fires/s ({batches} batches in {span:.3f} s;"
-        f" {wall:.2f} s in all; load {before})",
+        f" {wall:.2f} s in all; WAL {wal:,.0f} B a fire; load {before})",
         flush=True,
     )
-    return {"rate": rate, "wall": wall, "dups": duplicates()}
+    return {"rate": rate, "wall": wall, "dups": duplicates(), "wal": wal}
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -312,12 +322,18 @@ def scale(sizes: list[int], runs: int, batch_size: int, ceiling_batch: int) -> N
     """The fire path and the ceiling at each size, in rounds; medians and ratios."""
     fires: dict[int, list[float]] = {n: [] for n in sizes}
     ceil: dict[int, list[float]] = {n: [] for n in sizes}
+    wal: dict[tuple[str, int], list[float]] = {}
+
+    def measured(kind: str, n: int, result: dict[str, float], into: list[float]) -> None:
+        into.append(result["rate"])
+        wal.setdefault((kind, n), []).append(result["wal"])
+
     for run in range(runs):
         print(f"round {run + 1} (load {load()})", flush=True)
         for n in sizes:
             pair = [
-                lambda n=n: fires[n].append(fire_run(n, batch_size)["rate"]),
-                lambda n=n: ceil[n].append(ceiling_run(n, ceiling_batch)["rate"]),
+                lambda n=n: measured("fire path", n, fire_run(n, batch_size), fires[n]),
+                lambda n=n: measured("ceiling", n, ceiling_run(n, ceiling_batch), ceil[n]),
             ]
             for step in pair if run % 2 == 0 else reversed(pair):
                 step()
@@ -336,6 +352,8 @@ def scale(sizes: list[int], runs: int, batch_size: int, ceiling_batch: int) -> N
             f" {c:,.0f} ({min(ceil[n]):,.0f}-{max(ceil[n]):,.0f}) | {c / base_ceiling:.2f} |"
             f" {f / c:.2f} ({min(per_round):.2f}-{max(per_round):.2f}) |"
         )
+    for (kind, n), bytes_per_fire in sorted(wal.items()):
+        print(f"WAL per fire, {kind}, {n:,}: median {statistics.median(bytes_per_fire):,.0f} B")
 
 
 def steady(schedules: int, seconds: int) -> None:

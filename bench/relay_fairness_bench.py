@@ -135,12 +135,8 @@ WITH events AS (
         event_type, event_ts, payload, metadata)
     SELECT g.id, %(host)s::uuid, g.id, 'Schedule', 1, %(topic)s || '.tick',
            statement_timestamp() - make_interval(secs => %(age)s) + g.n * interval '1 microsecond',
-           jsonb_build_object('specversion', '1.0', 'id', g.id, 'type', %(topic)s || '.tick',
-                              'source', '/django-dsched/' || %(host)s, 'topic', %(topic)s,
-                              'subject', g.id, 'time', statement_timestamp(),
-                              'datacontenttype', 'application/json',
-                              'data', jsonb_build_object('n', g.n, 'report', 'monthly')),
-           '{}'::jsonb
+           jsonb_build_object('n', g.n, 'report', 'monthly'),
+           jsonb_build_object('topic', %(topic)s)
     FROM (SELECT gen_random_uuid() AS id, n FROM generate_series(1, %(count)s) AS n) g
     RETURNING id, host_id, aggregate_id, event_type, event_ts
 )

@@ -11,21 +11,18 @@ from django_dsched.enums import DeliveryStatus
 
 DEFAULT_HOST = uuid.UUID(int=0)
 
-# Each message with its event (same id), which holds the payload, as a fire writes them.
+# Each message with its event (same id), which holds its data and topic, as a fire writes
+# them (the envelope is composed from the event when delivered: outbox/envelope.py).
 INSERT = """
-WITH g AS (SELECT gen_random_uuid() AS id, n FROM generate_series(1, %(count)s) AS n),
+WITH g AS (SELECT gen_random_uuid() AS id, n,
+                  statement_timestamp() - make_interval(secs => %(age)s)
+                      - (%(count)s - n) * interval '1 microsecond' AS ts
+           FROM generate_series(1, %(count)s) AS n),
 events AS (
     INSERT INTO event_store_t (id, host_id, aggregate_id, aggregate_type, aggregate_version,
-                               event_type, event_ts, payload, metadata)
-    SELECT g.id, %(host)s::uuid, g.id, 'Schedule', 1, %(type)s,
-           statement_timestamp() - make_interval(secs => %(age)s)
-               - (%(count)s - g.n) * interval '1 microsecond',
-           jsonb_build_object('specversion', '1.0', 'id', g.id, 'type', %(type)s,
-                              'source', '/django-dsched/' || %(host)s, 'subject', g.id,
-                              'topic', %(topic)s, 'time', statement_timestamp(),
-                              'datacontenttype', 'application/json',
-                              'data', jsonb_build_object('n', g.n)),
-           '{}'::jsonb
+                               event_type, event_ts, payload, metadata, scheduled_ts)
+    SELECT g.id, %(host)s::uuid, g.id, 'Schedule', 1, %(type)s, g.ts,
+           jsonb_build_object('n', g.n), jsonb_build_object('topic', %(topic)s), g.ts
     FROM g
     RETURNING id, host_id, aggregate_id, event_type, event_ts
 )

@@ -21,6 +21,7 @@ from django_dsched.checks import check_delivery_settings
 from django_dsched.enums import DeliveryStatus
 from django_dsched.handlers import registry
 from django_dsched.models import OutboxMessage
+from django_dsched.outbox import envelope
 from django_dsched.outbox.claims import (
     CLAIM,
     NEXT_CLAIMABLE,
@@ -277,7 +278,7 @@ def make_large_messages(count: int, size: int, **kwargs: Any) -> list[Any]:
     ids = make_messages(count, **kwargs)
     sql(
         "UPDATE event_store_t"
-        " SET payload = jsonb_set(payload, '{data,blob}', to_jsonb(repeat('x', %s)))"
+        " SET payload = jsonb_set(payload, '{blob}', to_jsonb(repeat('x', %s)))"
         " WHERE id = ANY(%s)",
         [size, ids],
     )
@@ -285,9 +286,10 @@ def make_large_messages(count: int, size: int, **kwargs: Any) -> list[Any]:
 
 
 def payload_bytes(ids: list[Any]) -> int:
+    """Bytes of the envelopes the relay delivers for ``ids`` (JSON text)."""
     return sql(
-        "SELECT coalesce(sum(octet_length(payload::text)), 0) FROM event_store_t"
-        " WHERE id = ANY(%s)",
+        f"SELECT coalesce(sum(octet_length({envelope.sql('e')}::text)), 0) FROM event_store_t e"
+        " WHERE e.id = ANY(%s)",
         [ids],
     )[0][0]
 

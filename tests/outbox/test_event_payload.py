@@ -1,11 +1,13 @@
-"""The payload and metadata are stored once, in the event: a message written by a fire (or a
-manual trigger, or a backfill) has no columns for them and every reader takes the event's by
-the shared id; retention never deletes an event while its message exists."""
+"""What a fire delivers is stored once, in its event: its data (``payload``) and its topic
+(``metadata``), and the CloudEvents envelope is composed from the event's columns when read
+(outbox/envelope.py). A message written by a fire (or a manual trigger, or a backfill) has no
+columns for them and every reader takes the event's by the shared id; retention never
+deletes an event while its message exists."""
 
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -14,6 +16,7 @@ from django.db import connection, transaction
 from django_dsched import api
 from django_dsched.enums import DeliveryStatus
 from django_dsched.models import Event, OutboxMessage
+from django_dsched.outbox import envelope
 from django_dsched.outbox.claims import claim
 from django_dsched.outbox.relay import Relay
 from django_dsched.outbox.retention import count_expired, purge_expired
@@ -64,11 +67,13 @@ def test_every_outbox_writer_stores_the_payload_only_in_the_event():
     api.backfill(backfilled, start, start + timedelta(hours=1))
 
     rows = sql(
-        "SELECT e.payload->>'id' = o.id::text, o.topic = e.payload->>'topic',"
-        " o.priority = (e.metadata->>'priority')::int"
+        f"SELECT {envelope.sql('e')}->>'id' = o.id::text, o.topic = e.metadata->>'topic',"
+        " o.priority = (e.metadata->>'priority')::int,"
+        " e.payload = s.event_data, e.scheduled_ts IS NOT NULL"
         " FROM outbox_message_t o JOIN event_store_t e ON e.id = o.id"
+        " JOIN schedule_t s ON s.schedule_id = e.aggregate_id"
     )
-    assert rows == [(True, True, True)] * 5
+    assert rows == [(True, True, True, True, True)] * 5
     columns = {
         c.name
         for c in connection.introspection.get_table_description(
@@ -89,9 +94,23 @@ def test_the_relay_delivers_the_events_payload_byte_for_byte(settings, sink):
     assert len(Sink.requests) == 3
     for (_, headers, body), id_ in zip(Sink.requests, ids, strict=True):
         event = Event.objects.get(pk=id_)
-        # The event's payload, serialised compactly, as the webhook sends JSON.
-        expected = json.dumps(event.payload, separators=(",", ":"), ensure_ascii=False).encode()
-        assert body == expected
+        # The envelope composed from the event, serialised compactly, as the webhook sends it.
+        expected = envelope.of_event(id_)
+        assert body == json.dumps(expected, separators=(",", ":"), ensure_ascii=False).encode()
+        sent = json.loads(body)
+        times = {name: datetime.fromisoformat(sent.pop(name)) for name in ("time", "scheduledtime")}
+        assert times == {"time": event.event_ts, "scheduledtime": event.scheduled_ts}
+        assert sent == {
+            "specversion": "1.0",
+            "id": str(id_),
+            "source": f"/django-dsched/{event.host_id}",
+            "subject": str(event.aggregate_id),
+            "type": event.event_type,
+            "datacontenttype": "application/json",
+            "topic": event.metadata["topic"],
+            "data": event.payload,
+        }
+        assert event.payload["text"] == "é ✓ <b>"
         assert json.loads(body)["id"] == str(id_) == headers["Idempotency-Key"]
     assert set(OutboxMessage.objects.values_list("status", flat=True)) == {DeliveryStatus.DELIVERED}
 
@@ -99,14 +118,18 @@ def test_the_relay_delivers_the_events_payload_byte_for_byte(settings, sink):
 def test_the_byte_cap_counts_the_events_payload(relay_settings):
     ids = fired(4, blob="x" * 5000)
     sizes = dict(
-        sql("SELECT id, octet_length(payload::text) FROM event_store_t WHERE id = ANY(%s)", [ids])
+        sql(
+            f"SELECT id, octet_length({envelope.sql('e')}::text) FROM event_store_t e"
+            " WHERE id = ANY(%s)",
+            [ids],
+        )
     )
     relay = Relay(instance_id="r1")
     with connection.cursor() as cursor:
         live, dead = claim(cursor, relay.claimer, 100, max_bytes=2 * sizes[ids[0]] + 10)
     assert [m.id for m in live] == ids[:2] and not dead
     assert [m.size for m in live] == [sizes[i] for i in ids[:2]]
-    assert [m.payload for m in live] == [Event.objects.get(pk=i).payload for i in ids[:2]]
+    assert [m.payload for m in live] == [envelope.of_event(i) for i in ids[:2]]
 
 
 def test_a_message_whose_event_was_deleted_is_dead_lettered_with_its_reason(
@@ -133,11 +156,12 @@ def test_a_message_whose_event_was_deleted_is_dead_lettered_with_its_reason(
 def test_the_message_reads_its_payload_from_the_event(relay_settings):
     (id_,) = fired(1)
     message = OutboxMessage.objects.get(pk=id_)
-    assert message.delivered_payload == Event.objects.get(pk=id_).payload
+    assert message.delivered_payload == envelope.of_event(id_)
     assert message.delivered_payload["id"] == str(id_)
+    assert message.delivered_payload["data"] == Event.objects.get(pk=id_).payload
     # Read from the event each time: there is no other copy.
     sql("UPDATE event_store_t SET payload = '{\"other\": 1}' WHERE id = %s", [id_])
-    assert OutboxMessage.objects.get(pk=id_).delivered_payload == {"other": 1}
+    assert OutboxMessage.objects.get(pk=id_).delivered_payload["data"] == {"other": 1}
 
 
 # -- retention --------------------------------------------------------------------------------

@@ -123,6 +123,7 @@ def test_relay_sends_batches_of_ten_each_message_once(settings, sqs_endpoint, sq
             "source": payload["source"],
             "subject": payload["subject"],
             "time": payload["time"],
+            "scheduledtime": payload["scheduledtime"],
             "specversion": "1.0",
         }
         assert "MessageGroupId" not in message["Attributes"]  # a standard queue

@@ -32,7 +32,7 @@ def test_a_fire_s_id_is_derived_from_its_schedule_and_slot(fence, db_now):
         event = Event.objects.get(aggregate_id=schedule.pk)
         assert event.id == event_ids.event_id(schedule.pk, event.scheduled_ts)
         assert OutboxMessage.objects.get(aggregate_id=schedule.pk).id == event.id
-        assert event.payload["id"] == str(event.id)
+        assert OutboxMessage.objects.get(pk=event.id).delivered_payload["id"] == str(event.id)
         assert event.id.version == 7
         assert event.id.variant == uuid.RFC_4122
         # The slot's time in milliseconds is in the top 48 bits: ids sort with slots.

@@ -38,7 +38,9 @@ def test_a_fire_writes_event_and_outbox_and_advances(fence, db_now):
     assert schedule.next_run_ts == schedule.start_ts + timedelta(minutes=1)
     assert schedule.fire_count == 1
     assert schedule.last_fired_ts == event.event_ts
-    payload = event.payload
+    assert event.payload == {"k": [1, 2]}  # the data; the envelope is composed when read
+    assert event.metadata["topic"] == "reports"
+    payload = message.delivered_payload
     assert payload["specversion"] == "1.0"
     assert payload["id"] == str(event.id)
     assert payload["type"] == "report.build"
@@ -46,8 +48,6 @@ def test_a_fire_writes_event_and_outbox_and_advances(fence, db_now):
     assert payload["data"] == {"k": [1, 2]}
     assert payload["subject"] == str(schedule.schedule_id)
     assert payload["scheduledtime"].startswith(schedule.start_ts.isoformat()[:19])
-    # Stored once, in the event: the message reads it by the shared id.
-    assert message.delivered_payload == payload
     assert event.metadata["instance_id"] == "test"
 
 
