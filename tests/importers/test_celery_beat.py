@@ -27,6 +27,7 @@ from django_dsched.importers.celery_beat import (
     schedule_name,
 )
 from django_dsched.models import Event, Schedule
+from django_dsched.outbox import envelope
 from django_dsched.outbox.claims import Message
 from django_dsched.outbox.transports.celery import task_message
 
@@ -204,7 +205,8 @@ def test_an_imported_event_makes_the_task_beat_would_send(beat):
         schedule = Schedule.objects.get(schedule_name=name)
         api.trigger(schedule)
         event = Event.objects.get(aggregate_id=schedule.schedule_id, scheduled_ts__isnull=False)
-        message = Message(event.id, event.payload["topic"], event.event_type, event.payload, 1)
+        delivered = envelope.of_event(event.id)
+        message = Message(event.id, delivered["topic"], event.event_type, delivered, 1)
         task, args, kwargs, options = task_message(message, {})
         entry = ModelEntry(PeriodicTask.objects.get(name=name))
         assert (task, args, kwargs) == (entry.task, entry.args, entry.kwargs)
