@@ -483,8 +483,7 @@ def settle(cursor: Any, claimer: Claimer, outcomes: Sequence[DeliveryOutcome]) -
             "ended_ago": literal(0.0 if o.ended is None else now - o.ended for o in outcomes),
             # Rarely any: bound as lists (the errors need quoting), NULL when none failed.
             "errors": [
-                make_storable_text(o.error, ERROR_MAX_CHARS) if o.error else None
-                for o in outcomes
+                make_storable_text(o.error, ERROR_MAX_CHARS) if o.error else None for o in outcomes
             ]
             if failed
             else None,
