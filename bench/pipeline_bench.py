@@ -439,8 +439,8 @@ def e2e(count: int, runs: int, batch: int, baseline: Path | None) -> None:
                         scheduler = start_scheduler()
                         try:
                             wait_until(
-                                "SELECT count(*) = %d FROM outbox_message_t"
-                                " WHERE status = 'DELIVERED'" % count,
+                                f"SELECT count(*) = {count} FROM outbox_message_t"
+                                " WHERE status = 'DELIVERED'",
                                 600,
                             )
                         finally:

@@ -25,7 +25,6 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import groupby
 from typing import TYPE_CHECKING, Any
@@ -146,11 +145,6 @@ class Relay(DatabaseLoop):
             max_run=app_settings.RELAY_MAX_RUN_SECONDS,
         )
         self.stats = RelayStats()
-        # The settle in flight (its outcomes recorded on the settle thread while the next
-        # batch is claimed and sent), with the transports' labels of its messages.
-        self._settler: ThreadPoolExecutor | None = None
-        self._settling: tuple[Future[Recorded], dict[uuid.UUID, str]] | None = None
-        self._settler_used = False
         self._claimed_last = 0
         self._message_bytes = 0.0  # mean payload bytes per message of the last claim
         # The database time of the last claim that found rows: what became claimable after it
@@ -174,14 +168,6 @@ class Relay(DatabaseLoop):
         return self.stats.delivered - delivered_before
 
     def shutdown(self) -> None:
-        try:
-            self._collect()
-        except Exception:  # the database is away: those claims expire and are sent again
-            logger.warning(
-                "could not record the last outcomes relay=%s", self.instance_id, exc_info=True
-            )
-        finally:
-            self._close_settler()
         self.heartbeat.stop()
         self.transports.close()
         self._close()
@@ -233,14 +219,8 @@ class Relay(DatabaseLoop):
         if self._claimed_last:
             self.stats.batches += 1
             self.stats.claimed += len(live)
-            # This batch's outcomes are recorded while the next batch is claimed and sent.
-            self.deliver(live, settle_later=True)
+            self.deliver(live)
             return 0.0
-        self._collect()
-        if self._settler is not None and self._settler_used:
-            # Idle: the settle thread's session is closed until a burst needs it again.
-            self._settler.submit(self._close_connection)
-            self._settler_used = False
         with connection.cursor() as cursor:
             until = seconds_until_claimable(cursor, self.topics, within=self.poll_interval)
         wait = self.poll_interval if until is None else max(0.0, until)
@@ -254,18 +234,17 @@ class Relay(DatabaseLoop):
         fits = self.batch_bytes / self._message_bytes
         return max(1, min(self.batch_size, int(fits * CLAIM_SPARE) + 1))
 
-    def deliver(self, messages: Sequence[Message], *, settle_later: bool = False) -> None:
-        """Send claimed messages in order, renewing the claim as needed, then record outcomes
-        (``settle_later``: on the settle thread, while the relay goes on; see :meth:`_settle`)."""
+    def deliver(self, messages: Sequence[Message]) -> None:
+        """Send claimed messages in order, renewing the claim as needed, then record outcomes."""
         messages = list(messages)
         self.heartbeat.hold(messages)  # renewed from its own thread while the batch runs
         try:
-            self._deliver(messages, settle_later)
+            self._deliver(messages)
         finally:
             self.heartbeat.running((), None)
             self.heartbeat.drop(m.id for m in messages)
 
-    def _deliver(self, messages: list[Message], later: bool) -> None:
+    def _deliver(self, messages: list[Message]) -> None:
         renew_at = time.monotonic() + self.claimer.visibility_timeout * RENEW_AFTER
         outcomes: list[DeliveryOutcome] = []
         lost: set[uuid.UUID] = set()  # claims another relay took over while this batch ran
@@ -304,8 +283,8 @@ class Relay(DatabaseLoop):
                 self._outcome(m, exc, None if hands_off else started, ended)
                 for m, exc in zip(chunk, results, strict=True)
             )
+        self._settle(outcomes)
         unsent = [m for m in messages[sent:] if m.id not in lost]
-        self._settle(outcomes, later=later and not unsent)
         if unsent:
             self._release(unsent)
 
@@ -397,52 +376,14 @@ class Relay(DatabaseLoop):
     def _retry_delay(self, message: Message) -> float:
         return retry_delay(message.attempt, self.retry_base, self.retry_max)
 
-    def _settle(self, outcomes: list[DeliveryOutcome], *, later: bool = False) -> None:
-        """Record ``outcomes``: now, on the relay's connection; or, ``later``, on the settle
-        thread's own connection while the relay claims and sends its next batch (collected
-        by :meth:`_collect` before the next settle, or when the relay finds nothing to do,
-        or stops). One settle at a time, in order."""
+    def _settle(self, outcomes: list[DeliveryOutcome]) -> None:
         if not outcomes:
             return
-        self._collect()
         self.heartbeat.drop(o.message.id for o in outcomes)
-        labels = self._labels
-        self._labels = {}
-        if later:
-            if self._settler is None:
-                self._settler = ThreadPoolExecutor(1, f"dsched-settle-{self.instance_id}")
-            self._settling = (self._settler.submit(self._record, outcomes), labels)
-            self._settler_used = True
-            return
+        labels, self._labels = self._labels, {}
         with self.heartbeat.writing, binding.cursor(connections[self.using]) as cursor:
             recorded = record(self.using, cursor, self.claimer, outcomes, self._retry_delay)
         self._report(recorded, labels)
-
-    def _record(self, outcomes: list[DeliveryOutcome]) -> Recorded:
-        """:func:`outcomes.record` on the settle thread's connection (its own session)."""
-        try:
-            with self.heartbeat.writing, binding.cursor(connections[self.using]) as cursor:
-                return record(self.using, cursor, self.claimer, outcomes, self._retry_delay)
-        except BaseException:
-            connections[self.using].close()  # this thread's session: a new one next time
-            raise
-
-    def _collect(self) -> None:
-        """Wait for the settle in flight, if any, and report it; its error (a lost
-        connection) is raised here, in the relay's loop, as a settle of its own would be."""
-        settling, self._settling = self._settling, None
-        if settling is not None:
-            future, labels = settling
-            self._report(future.result(), labels)
-
-    def _close_settler(self) -> None:
-        settler, self._settler = self._settler, None
-        if settler is not None:
-            settler.submit(self._close_connection)  # the thread's own session
-            settler.shutdown(wait=True)
-
-    def _close_connection(self) -> None:
-        connections[self.using].close()
 
     def _report(self, recorded: Recorded, labels: dict[uuid.UUID, str]) -> None:
         """Stats, logs and metrics of recorded outcomes."""

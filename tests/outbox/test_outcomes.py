@@ -213,28 +213,15 @@ def test_an_outcome_refused_even_as_a_failed_attempt_loses_no_other(relay_settin
 
 
 def test_a_batch_nothing_refuses_costs_one_statement(relay_settings, handle):
-    """One settle statement for the batch, no savepoint: on every connection the relay
-    uses (the settle runs on a thread of its own while the relay goes on)."""
     from django.db import connection
-    from django.db.backends.signals import connection_created
+    from django.test.utils import CaptureQueriesContext
 
     handle(lambda event: None, topic="reports")
     make_messages(5)
-    statements: list[str] = []
 
-    def capture(execute, sql, params, many, context):
-        statements.append(sql)
-        return execute(sql, params, many, context)
+    with CaptureQueriesContext(connection) as queries:
+        assert Relay(instance_id="r1").run_until_idle() == 5
 
-    def on_created(sender, connection, **kwargs):
-        connection.execute_wrappers.append(capture)
-
-    connection_created.connect(on_created)
-    try:
-        with connection.execute_wrapper(capture):
-            assert Relay(instance_id="r1").run_until_idle() == 5
-    finally:
-        connection_created.disconnect(on_created)
-
+    statements = [q["sql"] for q in queries.captured_queries]
     assert sum("unnest(" in s and "delivered_ts =" in s for s in statements) == 1
     assert not any("SAVEPOINT" in s for s in statements)
