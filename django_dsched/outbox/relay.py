@@ -252,7 +252,8 @@ class Relay(DatabaseLoop):
         for chunk, send, hands_off in self._chunks(messages):
             if self.stopping.is_set():
                 break
-            lost |= self.heartbeat.lost()
+            if self.heartbeat.lost_any:
+                lost |= self.heartbeat.lost()
             if time.monotonic() >= renew_at:
                 self._settle(outcomes)
                 outcomes = []
@@ -279,10 +280,13 @@ class Relay(DatabaseLoop):
             ended = time.monotonic()
             self.heartbeat.running((), None)
             self.tick()
-            outcomes.extend(
-                self._outcome(m, exc, None if hands_off else started, ended)
-                for m, exc in zip(chunk, results, strict=True)
-            )
+            began = None if hands_off else started
+            for m, exc in zip(chunk, results, strict=True):
+                outcomes.append(
+                    DeliveryOutcome(m, started=began, ended=ended)
+                    if exc is None
+                    else self._outcome(m, exc, began, ended)
+                )
         self._settle(outcomes)
         unsent = [m for m in messages[sent:] if m.id not in lost]
         if unsent:
