@@ -281,11 +281,11 @@ class Relay(DatabaseLoop):
             self.heartbeat.running((), None)
             self.tick()
             began = None if hands_off else started
-            for m, exc in zip(chunk, results, strict=True):
+            for m, result in zip(chunk, results, strict=True):
                 outcomes.append(
                     DeliveryOutcome(m, started=began, ended=ended)
-                    if exc is None
-                    else self._outcome(m, exc, began, ended)
+                    if result is None
+                    else self._outcome(m, result, began, ended)
                 )
         self._settle(outcomes)
         unsent = [m for m in messages[sent:] if m.id not in lost]

@@ -135,7 +135,7 @@ class RedisStreamsTransport(Transport):
         connection = pool.get_connection()
         results: list[BaseException | None] = []
         try:
-            connection.send_packed_command([packed])
+            connection.send_packed_command([packed])  # type: ignore[no-untyped-call]
             while len(results) < count:
                 try:
                     connection.read_response()
@@ -144,7 +144,7 @@ class RedisStreamsTransport(Transport):
                 else:
                     results.append(None)
         except Exception as exc:  # the connection failed: the rest is not known to be sent
-            connection.disconnect()
+            connection.disconnect()  # type: ignore[no-untyped-call]
             results += [exc] * (count - len(results))
         finally:
             pool.release(connection)
