@@ -326,6 +326,8 @@ class Relay(DatabaseLoop):
             if getattr(message, "host_id", None) is not None:
                 return message.topic, host_of(message)
             source = message.payload.get("source") if isinstance(message.payload, dict) else None
+            if not isinstance(source, str):  # no source, or one of another JSON type
+                return message.topic, host_of(message)
             host = hosts.get(source, hosts)
             if host is hosts:
                 host = hosts[source] = host_of(message)
