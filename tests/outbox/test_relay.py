@@ -348,3 +348,21 @@ def test_a_settle_the_database_fails_loses_nothing(relay_settings, handle):
     assert Relay(instance_id="r2", batch_size=10).run_until_idle() == 30
     assert statuses() == {DeliveryStatus.DELIVERED: 30}
     assert sorted(seen) == sorted([str(i) for i in ids[:10]] + [str(i) for i in ids])
+
+
+def test_an_envelope_source_of_any_json_type_is_routed_as_no_host(relay_settings, handle):
+    """The route of a message is its topic and the host named by its envelope's ``source``;
+    a source that is not a string (an event edited by hand) names no host, and the relay
+    delivers it by its topic's route like any other."""
+    seen: list[str] = []
+    handle(lambda event: seen.append(event["id"]), topic="reports")
+    ids = make_messages(4)
+    sql(
+        "UPDATE event_store_t SET payload = payload || jsonb_build_object('source', v)"
+        " FROM (VALUES (0, '[1, 2]'::jsonb), (1, '{\"a\": 1}'), (2, 'null')) s(n, v)"
+        " WHERE id = (%s::uuid[])[n + 1]",
+        [ids],
+    )
+
+    assert Relay(instance_id="r1").run_until_idle() == 4
+    assert seen == [str(i) for i in ids]
