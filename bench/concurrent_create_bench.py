@@ -20,7 +20,8 @@ time from the first start to the last finish. Prints medians per measure and the
 dsched / ceiling and dsched(N) / dsched(1).
 
 Runs against the ``dsched_create_bench`` database (the embedded PostgreSQL unless
-DATABASE_URL is set; ``bench/stock_server.py`` starts a stock one). Asserts nothing.
+DATABASE_URL is set; ``DSCHED_BENCH_SERVER=stock``: a stock one, bench/stock_server.py). Asserts
+nothing.
 """
 
 from __future__ import annotations

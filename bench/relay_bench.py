@@ -1,7 +1,7 @@
 """Benchmark of the outbox relay: throughput, fire-to-delivery latency, claim cost, memory.
 
     .venv/bin/python bench/relay_bench.py                       # throughput and latency
-    .venv/bin/python bench/relay_bench.py throughput --messages 20000 --runs 5
+    .venv/bin/python bench/relay_bench.py throughput --messages 20000 --runs 5   # and the ceiling
     .venv/bin/python bench/relay_bench.py throughput --waiting 1000000 --compare --runs 5
     .venv/bin/python bench/relay_bench.py latency --schedules 200 --seconds 20 --runs 5
     .venv/bin/python bench/relay_bench.py claim --waiting 1000000 --runs 11
@@ -10,7 +10,9 @@
 
 ``throughput``: a backlog of pending messages is drained by one relay (the ``Relay`` loop of
 ``run_relay``, in this process) to the in-process handler transport (a no-op handler) and to
-Redis Streams (a redis-server started here on a free port); prints messages per second.
+Redis Streams (a redis-server started here on a free port); prints messages per second, then
+the hand-written ceiling's on as many messages (``bench/pipeline_bench.py`` says what it is,
+and measures the relay against the scheduler in the same run).
 
 ``latency``: a real ``run_scheduler`` process fires schedules every second while one relay
 delivers them; prints p50/p99 of ``delivered_ts - event_ts`` (both database times: the fire
@@ -420,8 +422,54 @@ def throughput(messages: int, runs: int, batch_size: int, waiting: int, compare:
                     f"({messages:,} messages, batch {batch_size}, {waiting:,} waiting)"
                 )
             ratio_line(f"throughput {kind}", rates, higher_is_better=True)
+        ceilings = []
+        for _ in range(runs):
+            clear_all_but_waiting()
+            insert_pending(messages)
+            started = time.perf_counter()
+            ceiling(batch_size)
+            ceilings.append(messages / (time.perf_counter() - started))
+        print(
+            f"throughput ceiling: {spread(ceilings)} msg/s (hand-written: one claiming UPDATE,"
+            f" a no-op, one UPDATE marking the batch delivered; batch {batch_size};"
+            " bench/pipeline_bench.py)"
+        )
     use_code("new")
     clear_all_but_waiting()
+
+
+CEILING_CLAIM = """
+UPDATE outbox_message_t m
+SET claimed_by = 'ceiling', attempts = m.attempts + 1, picked_ts = clock_timestamp(),
+    claimed_until = clock_timestamp() + interval '60 s'
+FROM (SELECT o.id FROM outbox_message_t o
+      WHERE o.status = 'PENDING'
+        AND GREATEST(o.event_ts, o.next_attempt_ts, o.claimed_until) <= statement_timestamp()
+      ORDER BY o.priority DESC, GREATEST(o.event_ts, o.next_attempt_ts, o.claimed_until)
+      LIMIT %s FOR UPDATE SKIP LOCKED) c
+WHERE m.id = c.id
+RETURNING m.id, (SELECT e.payload::text FROM event_store_t e WHERE e.id = m.id)
+"""
+CEILING_SETTLE = """
+UPDATE outbox_message_t SET status = 'DELIVERED', delivered_ts = clock_timestamp(),
+    claimed_by = '', claimed_until = NULL
+WHERE id = ANY(%s)
+"""
+
+
+def noop_text(payload: str) -> None:
+    pass
+
+
+def ceiling(batch_size: int) -> None:
+    """The least a relay does per batch, by hand (as in bench/pipeline_bench.py)."""
+    import psycopg
+
+    with psycopg.connect(URL, autocommit=True) as conn, conn.cursor() as cur:
+        while rows := cur.execute(CEILING_CLAIM, [batch_size]).fetchall():
+            for _, payload in rows:
+                noop_text(payload)
+            cur.execute(CEILING_SETTLE, [[id_ for id_, _ in rows]], binary=True)
 
 
 # -- latency -------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Shared by the benchmarks: point Django at a benchmark database and set it up.
 
 ``configure("dsched_bench")`` uses that database on the embedded PostgreSQL, or on the
-server of ``DATABASE_URL`` when it is set, with the example project's settings.
+server of ``DATABASE_URL`` when it is set, or, with ``DSCHED_BENCH_SERVER=stock``, on a stock
+PostgreSQL 15 (``bench/stock_server.py``), with the example project's settings.
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ def configure(database: str) -> str:
     if url:
         url = urlunsplit(urlsplit(url)._replace(path=f"/{database}"))
         _create_missing(url, database)
+    elif os.environ.get("DSCHED_BENCH_SERVER", "tuned") == "stock":
+        from stock_server import database_url as stock_url
+
+        url = stock_url(database)
     else:
         from example_project.embedded_db import database_url
 

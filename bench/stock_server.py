@@ -1,111 +1,103 @@
-"""A PostgreSQL 15 server with stock settings, for measuring what most users run.
+"""A stock PostgreSQL for the benchmarks: Debian's PostgreSQL 15 with its default settings
+except ``shared_buffers = 512MB`` and ``max_connections = 200`` (the server issue 29 was
+measured on: ``max_wal_size`` 1 GB, ``checkpoint_timeout`` 5 min, ``work_mem`` 4 MB,
+``synchronous_commit`` on).
 
-    eval "$(python bench/stock_server.py start)"    # exports DATABASE_URL
-    .venv/bin/python bench/fire_bench.py burst       # any benchmark honours DATABASE_URL
-    python bench/stock_server.py stop
-
-The server is Debian's PostgreSQL 15 (``postgresql-15``) on a fresh ``initdb`` cluster with
-every setting at its default except ``shared_buffers = 512MB`` and ``max_connections = 200``
-(so ``max_wal_size`` 1 GB, ``checkpoint_timeout`` 5 min, ``synchronous_commit`` on,
-``wal_compression`` off), as a team that installed the package and raised the buffers would
-run it. The embedded server of the tests and of the other benchmarks is tuned instead
-(``example_project/embedded_db.py``: 1 GB of buffers, no checkpoint within a run).
-
-It keeps its data in ``.dsched-data/stock`` (or ``$DSCHED_DATA_DIR/stock``), listens on a
-Unix socket there and on no TCP port, and runs as the ``postgres`` user when started by
-root (PostgreSQL refuses to run as root).
+Chosen by ``DSCHED_BENCH_SERVER=stock`` (``bench/setup_django.configure``); the default,
+``tuned``, is the embedded server of ``example_project/embedded_db.py``. The cluster lives in
+``.dsched-data/stock-pg15`` (``DSCHED_DATA_DIR``), listens on a Unix socket only, and is
+started on first use and left running (``python bench/stock_server.py stop`` stops it). As
+root it runs as the ``postgres`` user (PostgreSQL refuses root).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import pwd
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-BIN = Path("/usr/lib/postgresql/15/bin")
+BIN = Path(os.environ.get("DSCHED_STOCK_PG_BIN", "/usr/lib/postgresql/15/bin"))
 ROOT = Path(__file__).resolve().parent.parent
-DATA_ROOT = Path(os.environ.get("DSCHED_DATA_DIR", ROOT / ".dsched-data")) / "stock"
-PORT = 5499  # only names the socket file: no TCP listener
-STOCK = {"shared_buffers": "512MB", "max_connections": "200"}
+DATA_ROOT = Path(os.environ.get("DSCHED_DATA_DIR", ROOT / ".dsched-data"))
+NAME = "stock-pg15"
+# What differs from initdb's defaults (Debian's postgresql.conf changes nothing else that
+# matters here: its other lines are logging, paths, locale and SSL).
+SETTINGS = {"shared_buffers": "512MB", "max_connections": "200"}
 
 
-def _as_postgres(argv: list[str]) -> list[str]:
-    if os.geteuid() != 0:
-        return argv
-    return ["runuser", "-u", "postgres", "--", *argv]
+def _user() -> pwd.struct_passwd | None:
+    return pwd.getpwnam("postgres") if os.geteuid() == 0 else None
 
 
-def _owner_ready() -> None:
-    DATA_ROOT.mkdir(parents=True, exist_ok=True)
-    if os.geteuid() == 0:
-        user = pwd.getpwnam("postgres")
-        os.chown(DATA_ROOT, user.pw_uid, user.pw_gid)
+def _run(args: list[str], user: pwd.struct_passwd | None) -> None:
+    subprocess.run(
+        args,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        user=user.pw_uid if user else None,
+        group=user.pw_gid if user else None,
+        env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+    )
 
 
-def url(database: str = "postgres") -> str:
-    user = "postgres" if os.geteuid() == 0 else pwd.getpwuid(os.geteuid()).pw_name
-    return f"postgresql://{user}@/{database}?host={DATA_ROOT}&port={PORT}"
+def _psql(socket_dir: Path, statement: str, user: pwd.struct_passwd | None) -> str:
+    out = subprocess.run(
+        [str(BIN / "psql"), "-h", str(socket_dir), "-d", "postgres", "-Atc", statement],
+        check=True,
+        capture_output=True,
+        text=True,
+        user=user.pw_uid if user else None,
+        group=user.pw_gid if user else None,
+        env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PGUSER": "postgres"},
+    )
+    return out.stdout.strip()
 
 
-def start() -> str:
-    if not (BIN / "postgres").exists():
-        sys.exit("PostgreSQL 15 is not installed: apt-get install postgresql-15")
-    data = DATA_ROOT / "data"
-    _owner_ready()
+def database_url(database: str) -> str:
+    """Start (or reuse) the stock server; return a URL for ``database`` on it."""
+    user = _user()
+    data = DATA_ROOT / NAME / "data"
+    sockets = DATA_ROOT / NAME / "run"
     if not (data / "PG_VERSION").exists():
-        subprocess.run(
-            _as_postgres([str(BIN / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust"]),
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
+        data.mkdir(parents=True, exist_ok=True)
+        sockets.mkdir(parents=True, exist_ok=True)
+        if user:
+            for path in (DATA_ROOT / NAME, data, sockets):
+                os.chown(path, user.pw_uid, user.pw_gid)
+        initdb = [str(BIN / "initdb"), "-D", str(data), "-U", "postgres", "-E", "UTF8"]
+        _run([*initdb, "--locale", "C.UTF-8", "-A", "trust"], user)
+        with (data / "postgresql.conf").open("a") as conf:
+            conf.write("\n# bench/stock_server.py: Debian defaults, and\n")
+            conf.writelines(f"{k} = '{v}'\n" for k, v in SETTINGS.items())
+            conf.write(f"listen_addresses = ''\nunix_socket_directories = '{sockets}'\n")
     if not (data / "postmaster.pid").exists():
-        options = " ".join(f"-c {name}={value}" for name, value in STOCK.items())
-        options += f" -c listen_addresses='' -c unix_socket_directories='{DATA_ROOT}'"
-        options += f" -p {PORT}"
-        subprocess.run(
-            _as_postgres(
-                [
-                    str(BIN / "pg_ctl"),
-                    "-D",
-                    str(data),
-                    "-l",
-                    str(DATA_ROOT / "server.log"),
-                    "-w",
-                    "-o",
-                    options,
-                    "start",
-                ]
-            ),
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
-    return url()
+        log = DATA_ROOT / NAME / "server.log"
+        _run([str(BIN / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", "start"], user)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            exists = _psql(sockets, f"SELECT 1 FROM pg_database WHERE datname = '{database}'", user)
+            break
+        except subprocess.CalledProcessError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    if exists != "1":
+        _psql(sockets, f'CREATE DATABASE "{database}"', user)
+    return f"postgresql://postgres@/{database}?host={sockets}"
 
 
 def stop() -> None:
-    data = DATA_ROOT / "data"
+    data = DATA_ROOT / NAME / "data"
     if (data / "postmaster.pid").exists():
-        subprocess.run(
-            _as_postgres([str(BIN / "pg_ctl"), "-D", str(data), "-w", "-m", "fast", "stop"]),
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("action", choices=["start", "stop", "url"])
-    args = parser.parse_args()
-    if args.action == "start":
-        print(f"export DATABASE_URL='{start()}'")
-    elif args.action == "stop":
-        stop()
-    else:
-        print(url())
+        _run([str(BIN / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"], _user())
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["stop"]:
+        stop()
+    else:
+        print(database_url(sys.argv[1] if len(sys.argv) > 1 else "postgres"))

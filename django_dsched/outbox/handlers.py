@@ -41,6 +41,8 @@ class HandlerRegistry:
         self._by_topic: dict[str, list[Handler]] = {}
         self._by_type: dict[str, list[Handler]] = {}
         self._lock = threading.Lock()
+        # for_message()'s answers, by (topic, event type); emptied by every change.
+        self._found: dict[tuple[str, str], list[Handler]] = {}
 
     def register(
         self, func: Handler, *, topic: str | None = None, event_type: str | None = None
@@ -59,11 +61,13 @@ class HandlerRegistry:
             funcs = table.setdefault(key, [])
             if func not in funcs:
                 funcs.append(func)
+            self._found = {}
 
     def unregister(
         self, func: Handler, *, topic: str | None = None, event_type: str | None = None
     ) -> None:
         with self._lock:
+            self._found = {}
             for table, key in ((self._by_topic, topic), (self._by_type, event_type)):
                 if key is not None and func in table.get(key, []):
                     table[key].remove(func)
@@ -71,10 +75,18 @@ class HandlerRegistry:
                         del table[key]
 
     def for_message(self, topic: str, event_type: str) -> list[Handler]:
-        """The handlers a message runs: its event type's, then its topic's (each once)."""
-        with self._lock:
-            found = [*self._by_type.get(event_type, ()), *self._by_topic.get(topic, ())]
-        return list(dict.fromkeys(found))
+        """The handlers a message runs: its event type's, then its topic's (each once). The
+        list is shared by the calls that find the same handlers: do not change it."""
+        found = self._found.get((topic, event_type))
+        if found is None:
+            with self._lock:
+                found = list(
+                    dict.fromkeys(
+                        [*self._by_type.get(event_type, ()), *self._by_topic.get(topic, ())]
+                    )
+                )
+                self._found[topic, event_type] = found
+        return found
 
     def __len__(self) -> int:
         return sum(map(len, self._by_topic.values())) + sum(map(len, self._by_type.values()))

@@ -65,6 +65,9 @@ class ClaimHeartbeat:
         self._stop = threading.Event()
         self._held: dict[uuid.UUID, Message] = {}
         self._lost: set[uuid.UUID] = set()
+        # Whether any claim is reported lost (read without the lock, once per send, by the
+        # relay: it asks for the set only then).
+        self.lost_any = False
         self._running: tuple[tuple[uuid.UUID, ...], float] | None = None
         self._marked: set[uuid.UUID] = set()
         self._next_beat = 0.0
@@ -85,10 +88,16 @@ class ClaimHeartbeat:
     def drop(self, ids: Iterable[uuid.UUID]) -> None:
         """These are settled or released: no more renewals."""
         with self._lock:
-            for id_ in ids:
-                self._held.pop(id_, None)
-                self._lost.discard(id_)
-                self._marked.discard(id_)
+            pop = self._held.pop
+            if self._lost or self._marked:
+                for id_ in ids:
+                    pop(id_, None)
+                    self._lost.discard(id_)
+                    self._marked.discard(id_)
+                self.lost_any = bool(self._lost)
+            else:
+                for id_ in ids:
+                    pop(id_, None)
 
     def running(self, ids: Sequence[uuid.UUID], since: float | None) -> None:
         """The relay is running ``ids`` since ``since`` (monotonic); None: nothing now."""
@@ -171,6 +180,7 @@ class ClaimHeartbeat:
         with self._lock:
             given_up = set(self._held)
             self._lost |= given_up
+            self.lost_any = bool(self._lost)
             self._held.clear()
         logger.error(
             "gave up %d claim(s) relay=%s: a send has run %.0f s, longer than "
@@ -217,6 +227,7 @@ class ClaimHeartbeat:
         with self._lock:
             lost &= self._held.keys()  # settled meanwhile: not lost
             self._lost |= lost
+            self.lost_any = bool(self._lost)
             self._marked.update(ids)
         if lost:
             logger.warning(

@@ -20,6 +20,7 @@ statement's NOTIFY on ``dsched_outbox`` wakes it at once.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections import Counter
@@ -48,11 +49,12 @@ from django_dsched.outbox.claims import (
 )
 from django_dsched.outbox.handlers import autodiscover
 from django_dsched.outbox.heartbeat import ClaimHeartbeat
-from django_dsched.outbox.outcomes import record
+from django_dsched.outbox.outcomes import Recorded, record
 from django_dsched.outbox.transports import Transport, Transports
 from django_dsched.outbox.transports.registry import host_of
 from django_dsched.runtime.logs import get_logger
 from django_dsched.runtime.loops import DatabaseLoop, retry_delay
+from django_dsched.schedules import binding
 
 if TYPE_CHECKING:
     from django_dsched.metrics.relay import RelayMetrics  # needs prometheus_client
@@ -182,7 +184,7 @@ class Relay(DatabaseLoop):
         """Claim and deliver one batch; return how long to sleep before the next round."""
         self._ensure_session()
         connection = connections[self.using]
-        with connection.cursor() as cursor:
+        with binding.cursor(connection) as cursor:
             claimed = claim_batch(
                 cursor,
                 self.claimer,
@@ -250,7 +252,8 @@ class Relay(DatabaseLoop):
         for chunk, send, hands_off in self._chunks(messages):
             if self.stopping.is_set():
                 break
-            lost |= self.heartbeat.lost()
+            if self.heartbeat.lost_any:
+                lost |= self.heartbeat.lost()
             if time.monotonic() >= renew_at:
                 self._settle(outcomes)
                 outcomes = []
@@ -277,12 +280,14 @@ class Relay(DatabaseLoop):
             ended = time.monotonic()
             self.heartbeat.running((), None)
             self.tick()
-            outcomes.extend(
-                self._outcome(m, exc, None if hands_off else started, ended)
-                for m, exc in zip(chunk, results, strict=True)
-            )
+            began = None if hands_off else started
+            for m, result in zip(chunk, results, strict=True):
+                outcomes.append(
+                    DeliveryOutcome(m, started=began, ended=ended)
+                    if result is None
+                    else self._outcome(m, result, began, ended)
+                )
         self._settle(outcomes)
-        self._labels = {}
         unsent = [m for m in messages[sent:] if m.id not in lost]
         if unsent:
             self._release(unsent)
@@ -315,7 +320,20 @@ class Relay(DatabaseLoop):
         """Runs of messages that share a transport, cut to the transport's batch size, each
         with whether the transport hands the work off to workers that report its phases."""
         chunks = []
-        for _, group in groupby(messages, key=lambda m: (m.topic, host_of(m))):
+        hosts: dict[Any, str | None] = {}  # host_of() by envelope source, once per batch
+
+        def route(message: Message) -> tuple[str, str | None]:
+            if getattr(message, "host_id", None) is not None:
+                return message.topic, host_of(message)
+            source = message.payload.get("source") if isinstance(message.payload, dict) else None
+            if not isinstance(source, str):  # no source, or one of another JSON type
+                return message.topic, host_of(message)
+            host = hosts.get(source, hosts)
+            if host is hosts:
+                host = hosts[source] = host_of(message)
+            return message.topic, host  # type: ignore[return-value]
+
+        for _, group in groupby(messages, key=route):
             run = list(group)
             try:
                 transport: Transport | None = self.transports.for_message(run[0])
@@ -368,18 +386,24 @@ class Relay(DatabaseLoop):
         if not outcomes:
             return
         self.heartbeat.drop(o.message.id for o in outcomes)
-        with self.heartbeat.writing, connections[self.using].cursor() as cursor:
+        labels, self._labels = self._labels, {}
+        with self.heartbeat.writing, binding.cursor(connections[self.using]) as cursor:
             recorded = record(self.using, cursor, self.claimer, outcomes, self._retry_delay)
+        self._report(recorded, labels)
+
+    def _report(self, recorded: Recorded, labels: dict[uuid.UUID, str]) -> None:
+        """Stats, logs and metrics of recorded outcomes."""
         self._report_refusals(recorded.refused, recorded.unrecorded)
         by_id = {s.id: s for s in recorded.settled}
         delivered = 0
         tally: Counter[tuple[str, str]] | None = Counter() if self.metrics is not None else None
         latencies: list[float] = []
+        debug = logger.isEnabledFor(logging.DEBUG)
         for outcome in [*recorded.outcomes, *recorded.unrecorded.values()]:
             message = outcome.message
             result = by_id.get(message.id)
             if tally is not None:
-                self._measure(message, outcome, result, tally, latencies)
+                self._measure(message, outcome, result, tally, latencies, labels)
             if message.id in recorded.unrecorded:
                 continue  # reported above
             if result is None:
@@ -394,14 +418,15 @@ class Relay(DatabaseLoop):
                 )
             elif outcome.delivered:
                 delivered += 1
-                logger.debug(
-                    "delivered id=%s topic=%s type=%s attempt=%d",
-                    message.id,
-                    message.topic,
-                    message.event_type,
-                    message.attempt,
-                    extra=self._log_context(message),
-                )
+                if debug:
+                    logger.debug(
+                        "delivered id=%s topic=%s type=%s attempt=%d",
+                        message.id,
+                        message.topic,
+                        message.event_type,
+                        message.attempt,
+                        extra=self._log_context(message),
+                    )
             elif result.status == DeliveryStatus.DELIVERY_FAILED:
                 self.stats.dead_lettered += 1
                 logger.error(
@@ -476,9 +501,10 @@ class Relay(DatabaseLoop):
         result: Settled | None,
         tally: Counter[tuple[str, str]],
         latencies: list[float],
+        labels: dict[uuid.UUID, str],
     ) -> None:
         """Count one settled outcome for the metrics (and its latency, if delivered)."""
-        label = self._labels.get(message.id) or self._transport_label(message)
+        label = labels.get(message.id) or self._transport_label(message)
         if result is None:
             tally[label, LOST] += 1
         elif outcome.delivered:

@@ -313,3 +313,56 @@ def test_atomic_handlers_leave_no_writes_behind(relay_settings, handle, atomic, 
         assert sql("SELECT count(*) FROM relay_test_writes")[0][0] == rows_left
     finally:
         sql("DROP TABLE relay_test_writes")
+
+
+def test_a_settle_the_database_fails_loses_nothing(relay_settings, handle):
+    """A settle that fails with an error that is no refusal of a row (here a trigger's
+    serialization failure; in life a lost session) fails the round: the batch stays claimed,
+    nothing else is claimed meanwhile, and once the claims expire the batch is claimed and
+    delivered again, with the same ids."""
+    seen: list[str] = []
+    handle(lambda event: seen.append(event["id"]), topic="reports")
+    ids = make_messages(30)
+    sql(
+        "CREATE FUNCTION dsched_test_no_settle() RETURNS trigger LANGUAGE plpgsql AS $$"
+        " BEGIN RAISE EXCEPTION 'no settle' USING ERRCODE = '40001'; END $$"
+    )
+    sql(
+        "CREATE TRIGGER dsched_test_no_settle BEFORE UPDATE ON outbox_message_t FOR EACH ROW"
+        " WHEN (NEW.status = 'DELIVERED') EXECUTE FUNCTION dsched_test_no_settle()"
+    )
+    try:
+        relay = Relay(instance_id="r1", batch_size=10)
+        relay.run_until_idle()
+    finally:
+        sql("DROP TRIGGER dsched_test_no_settle ON outbox_message_t")
+        sql("DROP FUNCTION dsched_test_no_settle()")
+
+    assert relay.stats.db_errors == 1 and relay.stats.delivered == 0
+    assert seen == [str(i) for i in ids[:10]]
+    assert statuses() == {DeliveryStatus.PENDING: 30}
+    claimed = OutboxMessage.objects.filter(claimed_by="r1", attempts=1)
+    assert set(claimed.values_list("id", flat=True)) == set(ids[:10])
+
+    sql("UPDATE outbox_message_t SET claimed_until = clock_timestamp() - interval '1 second'")
+    assert Relay(instance_id="r2", batch_size=10).run_until_idle() == 30
+    assert statuses() == {DeliveryStatus.DELIVERED: 30}
+    assert sorted(seen) == sorted([str(i) for i in ids[:10]] + [str(i) for i in ids])
+
+
+def test_an_envelope_source_of_any_json_type_is_routed_as_no_host(relay_settings, handle):
+    """The route of a message is its topic and the host named by its envelope's ``source``;
+    a source that is not a string (an event edited by hand) names no host, and the relay
+    delivers it by its topic's route like any other."""
+    seen: list[str] = []
+    handle(lambda event: seen.append(event["id"]), topic="reports")
+    ids = make_messages(4)
+    sql(
+        "UPDATE event_store_t SET payload = payload || jsonb_build_object('source', v)"
+        " FROM (VALUES (0, '[1, 2]'::jsonb), (1, '{\"a\": 1}'), (2, 'null')) s(n, v)"
+        " WHERE id = (%s::uuid[])[n + 1]",
+        [ids],
+    )
+
+    assert Relay(instance_id="r1").run_until_idle() == 4
+    assert seen == [str(i) for i in ids]

@@ -80,6 +80,43 @@ def test_redis_stream_name_template(redis_url, redis_client):  # noqa: F811
     assert redis_client.xlen("events.billing.report.build") == 1
 
 
+def test_a_redis_batch_is_one_write_and_each_reply_is_its_messages_outcome(
+    redis_url,  # noqa: F811
+    redis_client,
+):
+    """A batch goes in one pipeline round trip; its entries are what a single XADD writes,
+    and a command Redis refuses (a stream name that holds a string) fails its message
+    alone."""
+    redis_client.set("dsched:taken", "not a stream")
+    transport = RedisStreamsTransport(URL=redis_url, MAXLEN=1000)
+    batch = [message("reports"), message("taken"), message("reports"), message("billing")]
+    try:
+        results = transport.send_many(batch)
+        transport.send(message("reports"))  # one message: redis-py's own XADD
+        again = transport.send_many([message("reports"), message("billing")])
+    finally:
+        transport.close()
+
+    assert [type(r).__name__ for r in results] == [
+        "NoneType",
+        "ResponseError",
+        "NoneType",
+        "NoneType",
+    ]
+    assert "WRONGTYPE" in str(results[1])
+    assert again == [None, None]  # the connection was left in step: replies all read
+    entries = redis_client.xrange("dsched:reports")
+    assert [e[1][b"id"].decode() for e in entries[:2]] == [str(batch[0].id), str(batch[2].id)]
+    by_hand, by_redis_py = entries[0][1], entries[2][1]
+    assert list(by_hand) == list(by_redis_py) == [b"id", b"topic", b"type", b"event"]
+    assert json.loads(by_hand[b"event"]) == batch[0].payload
+    assert (
+        by_hand[b"event"]
+        == json.dumps(batch[0].payload, separators=(",", ":"), ensure_ascii=False).encode()
+    )
+    assert redis_client.xlen("dsched:billing") == 2
+
+
 # -- RabbitMQ --------------------------------------------------------------------------------
 @pytest.fixture
 def amqp_channel(rabbitmq_url):  # noqa: F811

@@ -1,0 +1,609 @@
+"""One relay against one scheduler, and against a hand-written ceiling, in the same run.
+
+    .venv/bin/python bench/pipeline_bench.py rates --runs 5
+    .venv/bin/python bench/pipeline_bench.py e2e --runs 5
+    .venv/bin/python bench/pipeline_bench.py lag --seconds 30 --runs 5
+    .venv/bin/python bench/pipeline_bench.py claim --waiting 1000000 --runs 11
+    DSCHED_BENCH_SERVER=stock .venv/bin/python bench/pipeline_bench.py rates --runs 5
+
+``rates``: each round fires a burst of ``--messages`` (20,000) due schedules with a real
+``run_scheduler`` process (nothing delivering), then delivers those messages with one relay
+(a process of its own running the ``Relay`` loop until idle, as ``run_relay --once`` does;
+a no-op handler, then Redis Streams), then with the ceiling. Each drain starts from the same
+messages, set back to pending and vacuumed. Rates are on the database clock, the same way
+for all three: the scheduler's fires/s while firing (``fire_bench.py``'s figure: first to
+last fire statement, scaled for the first batch), the relay's messages from its first claim
+(``picked_ts``) to its last recorded delivery (``delivered_ts``), the ceiling's likewise.
+
+``e2e``: each round fires the burst alone (the firing time), then again with one relay
+running beside the scheduler from before the first fire; prints first fire to last delivery
+against the firing time alone, handler and Redis.
+
+``lag``: 1,000 schedules every second for ``--seconds`` while one relay delivers: p50 / p99 of
+fire to delivery (``delivered_ts - event_ts``) and of slot to delivery.
+
+``claim``: ``EXPLAIN ANALYZE`` of one claim of a batch with ``--waiting`` messages on a
+backoff (and a small claimable backlog), each code's claim, alternating.
+
+**The ceiling** is the least a relay can do per message on these tables, written by hand in
+psycopg: per batch, one ``UPDATE ... FROM (SELECT ... ORDER BY priority DESC, <ready time>
+LIMIT n FOR UPDATE SKIP LOCKED) RETURNING`` of the ids and payloads (the event's, by id), a
+no-op call per message, one ``UPDATE`` marking the batch delivered; autocommit, the same
+batch size as the relay. It keeps no attempt phases, no byte cap, no fairness, no fence.
+
+``--baseline DIR`` also runs, alternating with this checkout round by round, the relay of
+another checkout (e.g. ``git archive <commit> | tar -x -C DIR``), in the same processes'
+shape, on the same data: the old code in the same run. The scheduler is always this
+checkout's.
+
+The server: the embedded PostgreSQL unless ``DATABASE_URL`` is set; ``DSCHED_BENCH_SERVER=
+stock`` starts Debian's PostgreSQL 15 with its defaults (shared_buffers 512MB,
+max_connections 200; ``bench/stock_server.py``). The settings are printed first. The relay and
+the scheduler run with ``DEBUG`` off. Prints figures; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+DATABASE = "dsched_pipeline_bench"
+TOPIC = "bench"
+
+
+# -- the relay child (runs with PYTHONPATH at the checkout measured) ------------------------------
+
+
+def child(mode: str, kind: str, redis_url: str, batch_size: int) -> None:
+    """A relay in its own process, on the ``django_dsched`` of ``sys.path[0]``."""
+    os.environ["DEBUG"] = "False"
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "example_project.settings")
+    sys.path.append(str(ROOT))  # example_project (the checkout measured stays first)
+    import django
+
+    django.setup()
+    import django_dsched
+
+    checkout = Path(os.environ["PYTHONPATH"].split(os.pathsep)[0]).resolve()
+    assert Path(django_dsched.__file__).resolve().is_relative_to(checkout), django_dsched.__file__
+    import logging
+
+    from django_dsched.handlers import registry
+    from django_dsched.outbox.relay import Relay
+    from django_dsched.outbox.transports import Transports
+
+    logging.getLogger("django_dsched").setLevel(logging.WARNING)
+    registry.register(lambda event: None, topic=TOPIC)
+    relay = Relay(
+        instance_id=f"bench-{os.getpid()}",
+        batch_size=batch_size or None,
+        transports=Transports(transports_for(kind, redis_url)),
+    )
+    if mode == "drain":
+        relay.run_until_idle()
+        return
+    signal.signal(signal.SIGTERM, lambda *_: relay.stop())
+    print("ready", flush=True)
+    relay.run()
+
+
+def transports_for(kind: str, redis_url: str) -> dict[str, Any]:
+    if kind == "redis":
+        return {"*": {"BACKEND": "redis", "OPTIONS": {"URL": redis_url, "MAXLEN": 100_000}}}
+    return {"*": {"BACKEND": "handlers"}}
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["child"]:
+    child(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
+    sys.exit(0)
+
+
+sys.path.insert(0, str(HERE))
+os.environ["DEBUG"] = "False"
+from setup_django import configure  # noqa: E402
+
+URL = configure(DATABASE)
+
+import psycopg  # noqa: E402
+from django.core.management import call_command  # noqa: E402
+from django.db import connection  # noqa: E402
+
+from django_dsched.models import ids  # noqa: E402
+from django_dsched.outbox import claims  # noqa: E402
+
+
+def sql(query: str, params: Any = None) -> list[tuple[Any, ...]]:
+    with connection.cursor() as cursor:
+        cursor.execute(query, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def load() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def server_line() -> str:
+    names = (
+        "server_version",
+        "shared_buffers",
+        "max_connections",
+        "max_wal_size",
+        "checkpoint_timeout",
+        "synchronous_commit",
+        "work_mem",
+    )
+    rows = dict(
+        sql(
+            "SELECT name, current_setting(name) FROM pg_settings WHERE name = ANY(%s)",
+            [list(names)],
+        )
+    )
+    return ", ".join(f"{n} {rows[n]}" for n in names)
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def spread(values: list[float], fmt: str = "{:,.0f}") -> str:
+    return f"{fmt.format(median(values))} ({', '.join(fmt.format(v) for v in values)})"
+
+
+# -- data ----------------------------------------------------------------------------------------
+
+
+def reset() -> None:
+    sql("TRUNCATE schedule_t, event_store_t, outbox_message_t, scheduler_lock_t")
+
+
+def insert_schedules(count: int, unit: str, every: int, start_sql: str) -> None:
+    """``count`` schedules on one grid, with time-ordered ids (as the package makes them)."""
+    sql(
+        f"""
+        INSERT INTO schedule_t (schedule_id, host_id, schedule_name, frequency_unit,
+            frequency_time, start_ts, next_run_ts, next_slot_ts, event_topic, event_type,
+            event_data)
+        SELECT {ids.sql("i - 1")}, '00000000-0000-0000-0000-000000000000',
+               'bench-' || i, %s, %s, {start_sql}, {start_sql}, {start_sql},
+               %s, 'bench.tick', jsonb_build_object('n', i)
+        FROM generate_series(1, %s) AS i
+        """,
+        [unit, every, TOPIC, count],
+    )
+    sql("VACUUM ANALYZE schedule_t")
+
+
+def set_back_to_pending() -> None:
+    """Every message pending again, as the fire left it (then vacuumed and analysed)."""
+    sql(
+        """
+        UPDATE outbox_message_t
+        SET status = 'PENDING', attempts = 0, claimed_by = '', claimed_until = NULL,
+            next_attempt_ts = NULL, delivered_ts = NULL, last_error = '', picked_ts = NULL,
+            started_ts = NULL, completed_ts = NULL, failed_ts = NULL
+        """
+    )
+    sql("VACUUM ANALYZE outbox_message_t")
+    # Each drain starts after a checkpoint: the first write of every page after one is a full
+    # page image in the WAL (the stock server checkpoints every 5 minutes or 1 GB of WAL).
+    sql("CHECKPOINT")
+
+
+NOTHING_DUE = """SELECT NOT EXISTS (SELECT FROM schedule_t
+                                  WHERE active AND next_run_ts <= statement_timestamp())"""
+
+
+def start_scheduler() -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "example_project" / "manage.py"), "run_scheduler",
+         "--instance-id=bench", "-v", "0"],
+        env={**os.environ, "DATABASE_URL": URL, "DEBUG": "False", "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def stop(process: subprocess.Popen[Any]) -> None:
+    process.terminate()
+    process.wait(60)
+
+
+def wait_until(query: str, timeout: float, every: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while not sql(query)[0][0]:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out: {query}")
+        time.sleep(every)
+
+
+def fire_alone(count: int) -> tuple[float, float]:
+    """Fire ``count`` due schedules with one scheduler; return (fires/s, firing seconds)."""
+    reset()
+    insert_schedules(count, "HOURS", 1, "now() - interval '30 minutes'")
+    scheduler = start_scheduler()
+    try:
+        wait_until(NOTHING_DUE, 600, every=0.1)
+    finally:
+        stop(scheduler)
+    return firing(count)
+
+
+def firing(count: int) -> tuple[float, float]:
+    """(fires/s while firing, firing seconds) from the events' statement times: the span
+    from the first fire statement to the last, scaled by batches / (batches - 1) for the
+    last batch's own time (as ``fire_bench.py``)."""
+    ((span, batches, written),) = sql(
+        "SELECT extract(epoch FROM max(event_ts) - min(event_ts)), count(DISTINCT event_ts),"
+        " count(*) FROM event_store_t"
+    )
+    if written != count:
+        raise SystemExit(f"expected {count} fires, found {written}")
+    seconds = float(span) * batches / (batches - 1) if batches > 1 else float("nan")
+    return count / seconds, seconds
+
+
+def delivery_rate(count: int) -> float:
+    """Messages/s from the first claim to the last recorded delivery (database clock)."""
+    ((span, delivered),) = sql(
+        "SELECT extract(epoch FROM max(delivered_ts) - min(picked_ts)),"
+        " count(*) FILTER (WHERE status = 'DELIVERED') FROM outbox_message_t"
+    )
+    if delivered != count:
+        raise SystemExit(f"expected {count} deliveries, found {delivered}")
+    return count / float(span)
+
+
+# -- the relay, in a process of its own ------------------------------------------------------------
+
+
+def child_command(checkout: Path, mode: str, kind: str, redis_url: str, batch: int) -> list[str]:
+    return [sys.executable, str(Path(__file__).resolve()), "child", mode, kind, redis_url,
+            str(batch)]  # fmt: skip
+
+
+def child_env(checkout: Path) -> dict[str, str]:
+    return {**os.environ, "DATABASE_URL": URL, "DEBUG": "False", "PYTHONPATH": str(checkout)}
+
+
+def relay_drain(checkout: Path, kind: str, redis_url: str, batch: int) -> None:
+    subprocess.run(
+        child_command(checkout, "drain", kind, redis_url, batch),
+        env=child_env(checkout),
+        check=True,
+    )
+
+
+@contextmanager
+def relay_serving(checkout: Path, kind: str, redis_url: str, batch: int) -> Iterator[None]:
+    process = subprocess.Popen(
+        child_command(checkout, "serve", kind, redis_url, batch),
+        env=child_env(checkout),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        if process.stdout.readline().strip() != "ready":
+            raise SystemExit("the relay did not start")
+        yield
+    finally:
+        stop(process)
+
+
+# -- the ceiling -----------------------------------------------------------------------------------
+
+CEILING_CLAIM = """
+UPDATE outbox_message_t m
+SET claimed_by = 'ceiling', attempts = m.attempts + 1, picked_ts = clock_timestamp(),
+    claimed_until = clock_timestamp() + interval '60 s'
+FROM (SELECT o.id FROM outbox_message_t o
+      WHERE o.status = 'PENDING'
+        AND GREATEST(o.event_ts, o.next_attempt_ts, o.claimed_until) <= statement_timestamp()
+      ORDER BY o.priority DESC, GREATEST(o.event_ts, o.next_attempt_ts, o.claimed_until)
+      LIMIT %s FOR UPDATE SKIP LOCKED) c
+WHERE m.id = c.id
+RETURNING m.id, (SELECT e.payload::text FROM event_store_t e WHERE e.id = m.id)
+"""
+CEILING_SETTLE = """
+UPDATE outbox_message_t
+SET status = 'DELIVERED', delivered_ts = clock_timestamp(), claimed_by = '',
+    claimed_until = NULL
+WHERE id = ANY(%s)
+"""
+
+
+def noop(payload: str) -> None:
+    pass
+
+
+def ceiling(batch: int) -> None:
+    with psycopg.connect(URL, autocommit=True) as conn, conn.cursor() as cur:
+        while True:
+            rows = cur.execute(CEILING_CLAIM, [batch]).fetchall()
+            if not rows:
+                return
+            for _, payload in rows:
+                noop(payload)
+            cur.execute(CEILING_SETTLE, [[id_ for id_, _ in rows]], binary=True)
+
+
+# -- redis -----------------------------------------------------------------------------------------
+
+
+@contextmanager
+def redis_server() -> Iterator[str]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise SystemExit("redis-server is not installed (apt-get install redis-server)")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with tempfile.TemporaryDirectory(prefix="dsched-bench-redis-") as workdir:
+        process = subprocess.Popen(
+            [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", workdir,
+             "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), 0.2).close()
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
+            yield f"redis://127.0.0.1:{port}/0"
+        finally:
+            process.terminate()
+            process.wait(10)
+
+
+# -- the measurements ------------------------------------------------------------------------------
+
+
+def codes(baseline: Path | None, run: int) -> list[tuple[str, Path]]:
+    """The checkouts measured this round; with a baseline, which goes first alternates."""
+    if baseline is None:
+        return [("new", ROOT)]
+    both = [("old", baseline), ("new", ROOT)]
+    return both if run % 2 == 0 else both[::-1]
+
+
+def rates(count: int, runs: int, batch: int, baseline: Path | None) -> None:
+    fire: list[float] = []
+    ceil: list[float] = []
+    relay: dict[tuple[str, str], list[float]] = {}
+    with redis_server() as redis_url:
+        for run in range(runs):
+            fire_rate, _ = fire_alone(count)
+            fire.append(fire_rate)
+            line = [f"round {run + 1} (load {load()}): fire {fire_rate:,.0f}/s"]
+            steps: list[tuple[str, str, Path | None]] = [
+                (kind, code, path) for kind in ("handlers", "redis") for code, path in codes(
+                    baseline, run)
+            ]  # fmt: skip
+            steps.append(("ceiling", "", None))
+            if run % 2:
+                steps.reverse()
+            for kind, code, path in steps:
+                set_back_to_pending()
+                if path is None:
+                    ceiling(batch)
+                    ceil.append(delivery_rate(count))
+                    line.append(f"ceiling {ceil[-1]:,.0f}/s")
+                    continue
+                relay_drain(path, kind, redis_url, batch)
+                relay.setdefault((kind, code), []).append(delivery_rate(count))
+                line.append(f"{kind} {code} {relay[kind, code][-1]:,.0f}/s")
+            print("  " + "; ".join(line), flush=True)
+    print(f"rates: {count:,}-message bursts, medians of {runs} rounds (per round)")
+    print(f"  scheduler, fires/s while firing: {spread(fire)}")
+    print(f"  ceiling (batch {batch}), msg/s: {spread(ceil)}")
+    for (kind, code), values in relay.items():
+        to_fire = [v / f for v, f in zip(values, fire, strict=True)]
+        to_ceiling = [v / c for v, c in zip(values, ceil, strict=True)]
+        print(
+            f"  relay {code} {kind}, msg/s: {spread(values)}; / fire rate "
+            f"{spread(to_fire, '{:.2f}')}; / ceiling {spread(to_ceiling, '{:.2f}')}"
+        )
+
+
+def e2e(count: int, runs: int, batch: int, baseline: Path | None) -> None:
+    alone: list[float] = []
+    ratios: dict[tuple[str, str], list[float]] = {}
+    with redis_server() as redis_url:
+        for run in range(runs):
+            _, seconds = fire_alone(count)
+            alone.append(seconds)
+            line = [f"round {run + 1} (load {load()}): firing alone {seconds:.3f} s"]
+            for kind in ("handlers", "redis"):
+                for code, path in codes(baseline, run):
+                    reset()
+                    insert_schedules(count, "HOURS", 1, "date_trunc('second', now()) + '3 s'")
+                    with relay_serving(path, kind, redis_url, batch):
+                        scheduler = start_scheduler()
+                        try:
+                            wait_until(
+                                f"SELECT count(*) = {count} FROM outbox_message_t"
+                                " WHERE status = 'DELIVERED'",
+                                600,
+                            )
+                        finally:
+                            stop(scheduler)
+                    ((total,),) = sql(
+                        "SELECT extract(epoch FROM (SELECT max(delivered_ts) FROM "
+                        "outbox_message_t) - (SELECT min(event_ts) FROM event_store_t))"
+                    )
+                    _, fired = firing(count)
+                    ratio = float(total) / seconds
+                    ratios.setdefault((kind, code), []).append(ratio)
+                    line.append(
+                        f"{kind} {code}: first fire to last delivery {float(total):.3f} s "
+                        f"({ratio:.2f}x; firing {fired:.3f} s)"
+                    )
+            print("  " + "; ".join(line), flush=True)
+    print(f"e2e: {count:,}-fire bursts, medians of {runs} rounds (per round)")
+    print(f"  firing alone, s: {spread(alone, '{:.3f}')}")
+    for (kind, code), values in ratios.items():
+        print(f"  {kind} {code}: first fire to last delivery / firing alone "
+              f"{spread(values, '{:.2f}')}")  # fmt: skip
+
+
+def lag(schedules: int, seconds: int, runs: int, batch: int, baseline: Path | None) -> None:
+    results: dict[tuple[str, str], list[tuple[float, ...]]] = {}
+    with redis_server() as redis_url:
+        for run in range(runs):
+            for kind in ("handlers", "redis"):
+                for code, path in codes(baseline, run):
+                    reset()
+                    insert_schedules(schedules, "SECONDS", 1, "date_trunc('second', now()) + '2 s'")
+                    with relay_serving(path, kind, redis_url, batch):
+                        scheduler = start_scheduler()
+                        time.sleep(seconds + 2)
+                        stop(scheduler)
+                        time.sleep(1)
+                    rows = sql(
+                        """
+                        SELECT percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (
+                                   ORDER BY extract(epoch FROM o.delivered_ts - o.event_ts)),
+                               percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (
+                                   ORDER BY extract(epoch FROM o.delivered_ts - e.scheduled_ts)),
+                               percentile_cont(0.99) WITHIN GROUP (
+                                   ORDER BY extract(epoch FROM e.event_ts - e.scheduled_ts)),
+                               count(*)
+                        FROM outbox_message_t o JOIN event_store_t e ON e.id = o.id
+                        WHERE o.status = 'DELIVERED'
+                        """
+                    )
+                    fire_to, slot_to, fire_p99, n = rows[0]
+                    figures = (*(1000 * v for v in (*fire_to, *slot_to, fire_p99)), n)
+                    results.setdefault((kind, code), []).append(figures)
+                    print(
+                        f"  round {run + 1} {kind} {code} (load {load()}): fire to delivery "
+                        f"p50 {figures[0]:.1f} / p99 {figures[1]:.1f} ms; slot to delivery "
+                        f"p50 {figures[2]:.1f} / p99 {figures[3]:.1f} ms; fire lag p99 "
+                        f"{figures[4]:.1f} ms; {n} deliveries",
+                        flush=True,
+                    )
+    print(f"lag: {schedules} schedules every second for {seconds} s, medians of {runs} rounds")
+    for (kind, code), values in results.items():
+        cols = list(zip(*values, strict=True))
+        print(
+            f"  {kind} {code}: fire to delivery p50 {spread(list(cols[0]), '{:.1f}')} ms, "
+            f"p99 {spread(list(cols[1]), '{:.1f}')} ms; slot to delivery p99 "
+            f"{spread(list(cols[3]), '{:.1f}')} ms; fire lag p99 "
+            f"{spread(list(cols[4]), '{:.1f}')} ms"
+        )
+
+
+def claim_cost(waiting: int, runs: int, batch: int, baseline: Path | None) -> None:
+    """EXPLAIN ANALYZE of one claim of ``batch`` with ``waiting`` messages on a backoff."""
+    reset()
+    chunk = 250_000
+    for offset in range(0, waiting, chunk):
+        sql(
+            """
+            INSERT INTO outbox_message_t (id, host_id, aggregate_id, aggregate_type,
+                aggregate_version, event_type, event_ts, topic, status, attempts, last_error,
+                next_attempt_ts)
+            SELECT g.id, '00000000-0000-0000-0000-000000000000', g.id, 'Schedule', 1,
+                   'bench.tick',
+                   statement_timestamp() - interval '1 day' + g.n * interval '1 microsecond',
+                   %s, 'PENDING', 3, 'waiting',
+                   statement_timestamp() + interval '1 day' + (g.n %% 3600) * interval '1 s'
+            FROM (SELECT gen_random_uuid() AS id, n FROM generate_series(%s + 1, %s) AS n) g
+            """,
+            [TOPIC, offset, min(waiting, offset + chunk)],
+        )
+    insert_schedules(10 * batch, "HOURS", 1, "now() - interval '30 minutes'")
+    scheduler = start_scheduler()  # a claimable backlog, as fires write it
+    try:
+        wait_until(NOTHING_DUE, 600, every=0.1)
+    finally:
+        stop(scheduler)
+    sql("VACUUM ANALYZE outbox_message_t")
+    modules: dict[str, Any] = {"new": claims}
+    if baseline is not None:
+        spec = importlib.util.spec_from_file_location(
+            "baseline_claims", baseline / "django_dsched" / "outbox" / "claims.py"
+        )
+        assert spec is not None and spec.loader is not None
+        modules["old"] = sys.modules["baseline_claims"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(modules["old"])
+    times: dict[str, list[float]] = {code: [] for code in modules}
+    for run in range(runs + 2):  # the first two warm the cache
+        for code in modules if run % 2 == 0 else reversed(list(modules)):
+            module = modules[code]
+            args = module.claim_args(module.Claimer("bench", 60.0, 10), batch, 8 << 20, None)
+            with connection.cursor() as cursor:
+                cursor.execute("BEGIN")
+                cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + module.CLAIM, args)
+                (raw,) = cursor.fetchone()
+                cursor.execute("ROLLBACK")
+            plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]
+            if run >= 2:
+                times[code].append(plan["Planning Time"] + plan["Execution Time"])
+    for code, values in times.items():
+        print(
+            f"claim {code}: {spread(values, '{:.2f}')} ms (planning + execution), batch "
+            f"{batch}, {waiting:,} waiting"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("what", choices=["rates", "e2e", "lag", "claim"])
+    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=claims_default_batch(),
+        help="the relays' (this checkout's and a baseline's) and the ceiling's",
+    )
+    parser.add_argument("--schedules", type=int, default=1000)
+    parser.add_argument("--seconds", type=int, default=30)
+    parser.add_argument("--waiting", type=int, default=1_000_000)
+    parser.add_argument("--baseline", type=Path, help="another checkout's relay, alternating")
+    args = parser.parse_args()
+    call_command("migrate", verbosity=0)
+    print(f"database: {server_line()}; load {load()}", flush=True)
+    if args.what == "rates":
+        rates(args.messages, args.runs, args.batch_size, args.baseline)
+    elif args.what == "e2e":
+        e2e(args.messages, args.runs, args.batch_size, args.baseline)
+    elif args.what == "lag":
+        lag(args.schedules, args.seconds, args.runs, args.batch_size, args.baseline)
+    else:
+        claim_cost(args.waiting, args.runs, args.batch_size, args.baseline)
+    print(f"load at the end {load()}")
+
+
+def claims_default_batch() -> int:
+    from django_dsched.conf import app_settings
+
+    return int(app_settings.RELAY_BATCH_SIZE)
+
+
+if __name__ == "__main__":
+    main()
