@@ -22,16 +22,19 @@ class Event(EventRecord):
         verbose_name = _("event")
         verbose_name_plural = _("events")
         ordering = ["-event_ts"]
-        constraints = [
-            # The exactly-once rule: one event per (schedule, fire slot).
-            models.UniqueConstraint(
-                fields=["aggregate_id", "scheduled_ts"], name="dsched_event_one_per_slot"
-            ),
-            models.UniqueConstraint(
-                fields=["aggregate_id", "aggregate_version"], name="dsched_event_version_unique"
+        # Partitioned by id, one partition per UTC day (django_dsched/history): no unique
+        # constraint without the id. The exactly-once rule is the CHECK
+        # dsched_event_one_per_slot (a fire's id is a function of (schedule, slot), so the
+        # primary key refuses a second event for a slot), written by hand in the migration;
+        # a schedule's versions are serialised by its row's lock (every writer bumps
+        # schedule_t.aggregate_version in the statement that writes the event).
+        indexes = [
+            models.Index(fields=["event_ts"], name="dsched_event_ts_idx"),
+            # A schedule's history, in version order (admin, REST).
+            models.Index(
+                fields=["aggregate_id", "aggregate_version"], name="dsched_event_version_idx"
             ),
         ]
-        indexes = [models.Index(fields=["event_ts"], name="dsched_event_ts_idx")]
 
     def __str__(self) -> str:
         return f"{self.event_type} @ {self.event_ts:%Y-%m-%d %H:%M:%S}"

@@ -1,0 +1,377 @@
+"""The days of ``event_store_t`` and ``outbox_message_t``: made ahead, held, dropped.
+
+Both tables are ``PARTITION BY RANGE (id)``. Day *D*'s partitions (``event_store_t_20261127``,
+``outbox_message_t_20261127``) hold the ids from the uuid whose top 48 bits are *D*'s first
+millisecond (UTC) up to the next day's; each table's ``…_default`` partition holds every id
+outside the days that exist (a fire for a day not made, a row written by hand with a random
+id). So a fire never fails for a missing partition.
+
+* :func:`make_ahead` makes today's and the next :data:`DAYS_AHEAD` days' partitions (the leader
+  every retention interval, ``migrate``, ``purge_history``). A day is made as a table of its
+  own and attached (``ATTACH PARTITION`` takes only a ``SHARE UPDATE EXCLUSIVE`` lock on the
+  parent, which fires and relays do not wait on); rows the default partition already holds
+  for that day are moved into it in the same transaction.
+* :func:`drop_expired` drops a day's two partitions once the whole day is older than the
+  retention and nothing in it is still needed: no message ``PENDING`` or ``DELIVERY_FAILED``
+  (such a day is *held* until they settle: delivered, retried and delivered, or discarded), no
+  event fired and no message delivered within the retention (a late fire or delivery).
+  ``DROP TABLE`` takes an ``ACCESS EXCLUSIVE`` lock on the parents; it waits at most
+  :data:`LOCK_TIMEOUT_MS`, then gives up until the next pass, so fires and claims are never
+  held up longer than that.
+
+The default partition's expired rows go row by row, as before
+(:mod:`django_dsched.outbox.retention`).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+
+from django.db import OperationalError, connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.utils import CursorWrapper
+
+from django_dsched.conf import app_settings
+from django_dsched.enums import DeliveryStatus
+from django_dsched.runtime.logs import get_logger
+
+logger = get_logger(__name__)
+
+EVENTS = "event_store_t"
+OUTBOX = "outbox_message_t"
+# Dropped or made together, outbox first (a message reads its event).
+TABLES = (OUTBOX, EVENTS)
+
+# Days made ahead of today (UTC, database clock): a week without a leader still fires into
+# day partitions.
+DAYS_AHEAD = 7
+# Longest wait for a lock when a day is made or dropped; then the pass gives up and the next
+# tries again. Fires and relays queue behind a waiting DROP, so this bounds their stall.
+LOCK_TIMEOUT_MS = 200
+
+_EPOCH = date(1970, 1, 1)
+_DAY = re.compile(r"_(\d{8})$")
+
+
+def bound(day: date) -> uuid.UUID:
+    """The first id of ``day``: its first millisecond (UTC) in the top 48 bits, zeros after."""
+    return uuid.UUID(int=((day - _EPOCH).days * 86_400_000) << 80)
+
+
+def day_of(id_: uuid.UUID) -> date:
+    """The UTC day whose partition holds ``id_`` (the time in its top 48 bits)."""
+    return _EPOCH + timedelta(milliseconds=id_.int >> 80)
+
+
+def partition(table: str, day: date) -> str:
+    return f"{table}_{day:%Y%m%d}"
+
+
+def default_partition(table: str) -> str:
+    return f"{table}_default"
+
+
+# A fire's id is a function of (schedule, slot) (scheduler/event_ids.py), so the primary key
+# refuses a second event for a slot once every fire's id is that function: the exactly-once
+# rule, whatever the writer. (A unique constraint on (aggregate_id, scheduled_ts) cannot exist
+# on a table partitioned by id: it would have to include the id.)
+def one_per_slot_check() -> str:
+    from django_dsched.scheduler.event_ids import sql
+
+    slot_us = "(extract(epoch FROM scheduled_ts) * 1000000)::bigint"
+    return (
+        f"ALTER TABLE {EVENTS} ADD CONSTRAINT dsched_event_one_per_slot"
+        f" CHECK (scheduled_ts IS NULL OR id = {sql('aggregate_id', slot_us)})"
+    )
+
+
+def default_partitions_sql() -> str:
+    return "\n".join(
+        f"CREATE TABLE {default_partition(t)} PARTITION OF {t} DEFAULT;" for t in TABLES
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Made:
+    """What :func:`make_ahead` did."""
+
+    made: tuple[date, ...] = ()
+    # Rows moved from the default partitions into the days made (fires for a day not made
+    # yet, e.g. after a week without a leader).
+    moved: int = 0
+    # Days left for the next pass: a lock not had within LOCK_TIMEOUT_MS.
+    skipped: tuple[date, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A day older than the retention that is kept, and why."""
+
+    day: date
+    pending: int  # messages PENDING (waiting, retrying, or being delivered)
+    dead: int  # dead letters (DELIVERY_FAILED): retry or discard them to release the day
+    # The latest fire or delivery in the day when it is within the retention (a late fire or
+    # delivery): the day goes once that too is older.
+    latest: datetime | None = None
+
+    def describe(self) -> str:
+        reasons = []
+        if self.pending:
+            reasons.append(f"{self.pending} pending message(s)")
+        if self.dead:
+            reasons.append(f"{self.dead} dead letter(s)")
+        if self.latest is not None:
+            reasons.append(f"fired or delivered at {self.latest:%Y-%m-%d %H:%M:%S} UTC")
+        return f"{self.day:%Y-%m-%d} held by {', '.join(reasons)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    """What :func:`drop_expired` did (or, counting, would do)."""
+
+    dropped: tuple[date, ...] = ()
+    held: tuple[Held, ...] = ()
+    # Days past the retention whose drop could not get its lock in time (next pass).
+    skipped: tuple[date, ...] = ()
+    # Counting only (purge_history --dry-run): rows in the days that would go.
+    events: int = 0
+    outbox: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryDays:
+    """The day partitions at a glance (the cluster page, ``dsched cluster``)."""
+
+    first: date | None
+    last: date | None
+    count: int
+    held: tuple[Held, ...] = field(default=())
+
+
+def _connection(using: str | None) -> BaseDatabaseWrapper:
+    return connections[using or app_settings.DATABASE]
+
+
+def days(using: str | None = None) -> list[date]:
+    """The days that have an event partition, oldest first."""
+    with _connection(using).cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+            " WHERE i.inhparent = to_regclass(%s)",
+            [EVENTS],
+        )
+        names = [name for (name,) in cursor.fetchall()]
+    found = []
+    for name in names:
+        match = _DAY.search(name)
+        if match:
+            found.append(datetime.strptime(match.group(1), "%Y%m%d").date())
+    return sorted(found)
+
+
+def _today(cursor: CursorWrapper) -> date:
+    cursor.execute("SELECT (statement_timestamp() AT TIME ZONE 'UTC')::date")
+    (today,) = cursor.fetchone()
+    assert isinstance(today, date)
+    return today
+
+
+def _lock_timeout(cursor: CursorWrapper) -> None:
+    cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{LOCK_TIMEOUT_MS}ms"])
+
+
+def _lock_not_available(exc: OperationalError) -> bool:
+    return getattr(getattr(exc, "__cause__", None), "sqlstate", None) == "55P03"
+
+
+def make_day(day: date, using: str | None = None) -> int:
+    """Make ``day``'s partitions (each table's that is missing), moving into them what the
+    default partitions hold for that day; returns the rows moved. Raises ``OperationalError``
+    when a lock is not had within :data:`LOCK_TIMEOUT_MS`."""
+    connection = _connection(using)
+    low, high = str(bound(day)), str(bound(day + timedelta(days=1)))
+    moved = 0
+    with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+        _lock_timeout(cursor)
+        for table in TABLES:
+            name, default = partition(table, day), default_partition(table)
+            cursor.execute("SELECT to_regclass(%s) IS NOT NULL", [name])
+            if cursor.fetchone()[0]:
+                continue
+            # Nothing enters the default partition while its rows of the day move (ATTACH
+            # takes this lock anyway, to check the default holds none of the day).
+            cursor.execute(f"LOCK TABLE {default} IN ACCESS EXCLUSIVE MODE")
+            cursor.execute(
+                f"CREATE TABLE {name} (LIKE {table} INCLUDING DEFAULTS INCLUDING CONSTRAINTS"
+                " INCLUDING STORAGE INCLUDING COMPRESSION)"
+            )
+            cursor.execute(
+                f"WITH gone AS (DELETE FROM {default} WHERE id >= %s AND id < %s RETURNING *)"
+                f" INSERT INTO {name} SELECT * FROM gone",
+                [low, high],
+            )
+            moved += cursor.rowcount
+            # The parent's indexes are made on the new table as it is attached.
+            cursor.execute(
+                f"ALTER TABLE {table} ATTACH PARTITION {name}"
+                f" FOR VALUES FROM ('{low}') TO ('{high}')"
+            )
+    if moved:
+        logger.info(
+            "history: moved %d row(s) of %s from the default partitions into the day's own",
+            moved,
+            day.isoformat(),
+        )
+    return moved
+
+
+def make_ahead(*, ahead: int = DAYS_AHEAD, using: str | None = None) -> Made:
+    """Make the partitions of today (UTC, database clock) and the next ``ahead`` days that
+    do not exist. A day whose lock is not had in time is left for the next call."""
+    connection = _connection(using)
+    with connection.cursor() as cursor:
+        today = _today(cursor)
+    have = set(days(using))
+    made, skipped, moved = [], [], 0
+    for n in range(ahead + 1):
+        day = today + timedelta(days=n)
+        if day in have:
+            continue
+        try:
+            moved += make_day(day, using)
+        except OperationalError as exc:
+            if not _lock_not_available(exc):
+                raise
+            logger.warning("history: could not make %s's partitions yet (a lock)", day)
+            skipped.append(day)
+        else:
+            made.append(day)
+    return Made(tuple(made), moved, tuple(skipped))
+
+
+# Why a day past the retention is still kept: each part is read through a partial index
+# (pending: the relay's ready index; dead: the dead letters' index) or the end of an index
+# (the latest delivery, the latest fire), so asking costs a few pages however big the day.
+HOLDS = """
+SELECT (SELECT count(*) FROM {outbox} WHERE status = %(pending)s),
+       (SELECT count(*) FROM {outbox} WHERE status = %(dead)s),
+       NULLIF(GREATEST(
+           (SELECT max(delivered_ts) FROM {outbox} WHERE status = %(delivered)s),
+           (SELECT max(event_ts) FROM {events}),
+           '-infinity'::timestamptz), '-infinity'::timestamptz)
+"""
+
+
+def _holds(cursor: CursorWrapper, day: date, cutoff: datetime) -> Held | None:
+    outbox, events = partition(OUTBOX, day), partition(EVENTS, day)
+    cursor.execute(
+        "SELECT to_regclass(%s) IS NOT NULL, to_regclass(%s) IS NOT NULL", [outbox, events]
+    )
+    has_outbox, has_events = cursor.fetchone()
+    if not has_outbox or not has_events:  # one half only (by hand): nothing to ask of it
+        return None
+    cursor.execute(
+        HOLDS.format(outbox=outbox, events=events),
+        {
+            "pending": DeliveryStatus.PENDING.value,
+            "dead": DeliveryStatus.DELIVERY_FAILED.value,
+            "delivered": DeliveryStatus.DELIVERED.value,
+        },
+    )
+    pending, dead, latest = cursor.fetchone()
+    recent = latest if latest is not None and latest >= cutoff else None
+    if pending or dead or recent is not None:
+        return Held(day, pending, dead, recent)
+    return None
+
+
+def _expired_days(
+    cursor: CursorWrapper, days_kept: float, using: str | None
+) -> tuple[datetime, list[date]]:
+    """The retention's cutoff (database clock) and the days wholly before it."""
+    cursor.execute(
+        "SELECT statement_timestamp() - make_interval(secs => %s)", [float(days_kept) * 86400]
+    )
+    (cutoff,) = cursor.fetchone()
+    cutoff_utc = cutoff.astimezone(UTC)
+    return cutoff, [d for d in days(using) if d + timedelta(days=1) <= cutoff_utc.date()]
+
+
+def drop_expired(*, days_kept: float, using: str | None = None, dry_run: bool = False) -> Dropped:
+    """Drop the days older than ``days_kept`` that nothing holds (oldest first), each in its
+    own short transaction; with ``dry_run`` count what would go instead."""
+    connection = _connection(using)
+    dropped, held, skipped = [], [], []
+    events = outbox = 0
+    with connection.cursor() as cursor:
+        cutoff, candidates = _expired_days(cursor, days_kept, using)
+    for day in candidates:
+        with connection.cursor() as cursor:
+            hold = _holds(cursor, day, cutoff)
+            if hold is not None:
+                held.append(hold)
+                continue
+            if dry_run:
+                for table in TABLES:
+                    cursor.execute(f"SELECT count(*) FROM {partition(table, day)}")
+                    if table == EVENTS:
+                        events += cursor.fetchone()[0]
+                    else:
+                        outbox += cursor.fetchone()[0]
+                dropped.append(day)
+                continue
+        try:
+            hold = _drop(day, cutoff, using)
+        except OperationalError as exc:
+            if not _lock_not_available(exc):
+                raise
+            logger.warning("history: could not drop %s yet (a lock); next pass", day)
+            skipped.append(day)
+            continue
+        if hold is None:
+            dropped.append(day)
+        else:
+            held.append(hold)
+    if dropped and not dry_run:
+        logger.info(
+            "retention: dropped the history of %s (events and messages)",
+            ", ".join(d.isoformat() for d in dropped),
+        )
+    return Dropped(tuple(dropped), tuple(held), tuple(skipped), events, outbox)
+
+
+def _drop(day: date, cutoff: datetime, using: str | None) -> Held | None:
+    """Drop one day's partitions unless, asked again under their locks, something holds it."""
+    connection = _connection(using)
+    names = [partition(table, day) for table in TABLES]
+    with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+        _lock_timeout(cursor)
+        # Nothing is written to the day while it is asked and dropped.
+        cursor.execute(f"LOCK TABLE {', '.join(names)} IN ACCESS EXCLUSIVE MODE")
+        hold = _holds(cursor, day, cutoff)
+        if hold is None:
+            cursor.execute(f"DROP TABLE {', '.join(names)}")
+    return hold
+
+
+def held_days(*, days_kept: float | None = None, using: str | None = None) -> HistoryDays:
+    """The day partitions, and those past the retention that are held (and why)."""
+    kept = app_settings.RETENTION_DAYS if days_kept is None else days_kept
+    found = days(using)
+    held: list[Held] = []
+    if kept is not None and found:
+        with _connection(using).cursor() as cursor:
+            cutoff, candidates = _expired_days(cursor, kept, using)
+            for day in candidates:
+                hold = _holds(cursor, day, cutoff)
+                if hold is not None:
+                    held.append(hold)
+    return HistoryDays(
+        first=found[0] if found else None,
+        last=found[-1] if found else None,
+        count=len(found),
+        held=tuple(held),
+    )
