@@ -53,7 +53,6 @@ DAYS_AHEAD = 7
 LOCK_TIMEOUT_MS = 200
 
 _EPOCH = date(1970, 1, 1)
-_DAY = re.compile(r"_(\d{8})$")
 
 
 def bound(day: date) -> uuid.UUID:
@@ -155,21 +154,34 @@ def _connection(using: str | None) -> BaseDatabaseWrapper:
     return connections[using or app_settings.DATABASE]
 
 
-def days(using: str | None = None) -> list[date]:
-    """The days that have an event partition, oldest first."""
+# A partition's bounds as pg_get_expr shows them.
+_BOUNDS = re.compile(r"FROM \('([0-9a-f-]{36})'\) TO \('([0-9a-f-]{36})'\)")
+_DAY_SPAN = 86_400_000 << 80
+
+
+def day_partitions(table: str, using: str | None = None) -> dict[date, str]:
+    """The partitions of ``table`` that hold exactly one UTC day, by day: found by their
+    bounds, whatever their names (pg_partman's, say, or one made by hand)."""
     with _connection(using).cursor() as cursor:
         cursor.execute(
-            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
-            " WHERE i.inhparent = to_regclass(%s)",
-            [EVENTS],
+            "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i"
+            " JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = to_regclass(%s)",
+            [table],
         )
-        names = [name for (name,) in cursor.fetchall()]
-    found = []
-    for name in names:
-        match = _DAY.search(name)
+        rows = cursor.fetchall()
+    found = {}
+    for name, bounds in rows:
+        match = _BOUNDS.search(bounds or "")
         if match:
-            found.append(datetime.strptime(match.group(1), "%Y%m%d").date())
-    return sorted(found)
+            low, high = (uuid.UUID(text).int for text in match.groups())
+            if low % _DAY_SPAN == 0 and high - low == _DAY_SPAN:
+                found[day_of(uuid.UUID(int=low))] = name
+    return found
+
+
+def days(using: str | None = None) -> list[date]:
+    """The days that have an event partition, oldest first."""
+    return sorted(day_partitions(EVENTS, using))
 
 
 def _today(cursor: CursorWrapper) -> date:
@@ -197,10 +209,9 @@ def make_day(day: date, using: str | None = None) -> int:
     with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
         _lock_timeout(cursor)
         for table in TABLES:
-            name, default = partition(table, day), default_partition(table)
-            cursor.execute("SELECT to_regclass(%s) IS NOT NULL", [name])
-            if cursor.fetchone()[0]:
+            if day in day_partitions(table, using):
                 continue
+            name, default = partition(table, day), default_partition(table)
             # Nothing enters the default partition while its rows of the day move (ATTACH
             # takes this lock anyway, to check the default holds none of the day).
             cursor.execute(f"LOCK TABLE {default} IN ACCESS EXCLUSIVE MODE")
@@ -265,14 +276,9 @@ SELECT (SELECT count(*) FROM {outbox} WHERE status = %(pending)s),
 """
 
 
-def _holds(cursor: CursorWrapper, day: date, cutoff: datetime) -> Held | None:
-    outbox, events = partition(OUTBOX, day), partition(EVENTS, day)
-    cursor.execute(
-        "SELECT to_regclass(%s) IS NOT NULL, to_regclass(%s) IS NOT NULL", [outbox, events]
-    )
-    has_outbox, has_events = cursor.fetchone()
-    if not has_outbox or not has_events:  # one half only (by hand): nothing to ask of it
-        return None
+def _holds(
+    cursor: CursorWrapper, day: date, outbox: str, events: str, cutoff: datetime
+) -> Held | None:
     cursor.execute(
         HOLDS.format(outbox=outbox, events=events),
         {
@@ -290,14 +296,20 @@ def _holds(cursor: CursorWrapper, day: date, cutoff: datetime) -> Held | None:
 
 def _expired_days(
     cursor: CursorWrapper, days_kept: float, using: str | None
-) -> tuple[datetime, list[date]]:
-    """The retention's cutoff (database clock) and the days wholly before it."""
+) -> tuple[datetime, list[tuple[date, str, str]]]:
+    """The retention's cutoff (database clock) and the days wholly before it that have both
+    partitions (day, outbox partition, event partition)."""
     cursor.execute(
         "SELECT statement_timestamp() - make_interval(secs => %s)", [float(days_kept) * 86400]
     )
     (cutoff,) = cursor.fetchone()
-    cutoff_utc = cutoff.astimezone(UTC)
-    return cutoff, [d for d in days(using) if d + timedelta(days=1) <= cutoff_utc.date()]
+    last = cutoff.astimezone(UTC).date()
+    outbox, events = day_partitions(OUTBOX, using), day_partitions(EVENTS, using)
+    return cutoff, [
+        (day, outbox[day], events[day])
+        for day in sorted(set(outbox) & set(events))
+        if day + timedelta(days=1) <= last
+    ]
 
 
 def drop_expired(*, days_kept: float, using: str | None = None, dry_run: bool = False) -> Dropped:
@@ -308,23 +320,23 @@ def drop_expired(*, days_kept: float, using: str | None = None, dry_run: bool = 
     events = outbox = 0
     with connection.cursor() as cursor:
         cutoff, candidates = _expired_days(cursor, days_kept, using)
-    for day in candidates:
+    for day, outbox_name, events_name in candidates:
         with connection.cursor() as cursor:
-            hold = _holds(cursor, day, cutoff)
+            hold = _holds(cursor, day, outbox_name, events_name, cutoff)
             if hold is not None:
                 held.append(hold)
                 continue
             if dry_run:
-                for table in TABLES:
-                    cursor.execute(f"SELECT count(*) FROM {partition(table, day)}")
-                    if table == EVENTS:
-                        events += cursor.fetchone()[0]
-                    else:
-                        outbox += cursor.fetchone()[0]
+                cursor.execute(
+                    f"SELECT (SELECT count(*) FROM {outbox_name}),"
+                    f" (SELECT count(*) FROM {events_name})"
+                )
+                in_outbox, in_events = cursor.fetchone()
+                outbox, events = outbox + in_outbox, events + in_events
                 dropped.append(day)
                 continue
         try:
-            hold = _drop(day, cutoff, using)
+            hold = _drop(day, outbox_name, events_name, cutoff, using)
         except OperationalError as exc:
             if not _lock_not_available(exc):
                 raise
@@ -343,17 +355,16 @@ def drop_expired(*, days_kept: float, using: str | None = None, dry_run: bool = 
     return Dropped(tuple(dropped), tuple(held), tuple(skipped), events, outbox)
 
 
-def _drop(day: date, cutoff: datetime, using: str | None) -> Held | None:
+def _drop(day: date, outbox: str, events: str, cutoff: datetime, using: str | None) -> Held | None:
     """Drop one day's partitions unless, asked again under their locks, something holds it."""
     connection = _connection(using)
-    names = [partition(table, day) for table in TABLES]
     with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
         _lock_timeout(cursor)
         # Nothing is written to the day while it is asked and dropped.
-        cursor.execute(f"LOCK TABLE {', '.join(names)} IN ACCESS EXCLUSIVE MODE")
-        hold = _holds(cursor, day, cutoff)
+        cursor.execute(f"LOCK TABLE {outbox}, {events} IN ACCESS EXCLUSIVE MODE")
+        hold = _holds(cursor, day, outbox, events, cutoff)
         if hold is None:
-            cursor.execute(f"DROP TABLE {', '.join(names)}")
+            cursor.execute(f"DROP TABLE {outbox}, {events}")
     return hold
 
 
@@ -365,8 +376,8 @@ def held_days(*, days_kept: float | None = None, using: str | None = None) -> Hi
     if kept is not None and found:
         with _connection(using).cursor() as cursor:
             cutoff, candidates = _expired_days(cursor, kept, using)
-            for day in candidates:
-                hold = _holds(cursor, day, cutoff)
+            for day, outbox, events in candidates:
+                hold = _holds(cursor, day, outbox, events, cutoff)
                 if hold is not None:
                     held.append(hold)
     return HistoryDays(

@@ -285,8 +285,8 @@ class Command(BaseCommand):
         days = status.history
         if days is not None and days.count:
             write(f"history: {days.count} day(s) from {days.first} to {days.last}")
-            for held in days.held:
-                write(f"  kept past the retention: {held.describe()}")
+            for kept in days.held:
+                write(f"  kept past the retention: {kept.describe()}")
 
     def do_sync(self, *, host: str | None, **options: Any) -> None:
         report = sync()
