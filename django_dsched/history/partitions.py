@@ -52,6 +52,10 @@ DAYS_AHEAD = 7
 # tries again. Fires and relays queue behind a waiting DROP, so this bounds their stall.
 LOCK_TIMEOUT_MS = 200
 
+# A transaction-level advisory lock taken by whoever makes or drops a day (the leader's
+# thread, purge_history, migrate), so two of them never race on one day's tables.
+ADVISORY_LOCK = 0x6473636868697374  # "dschhist"
+
 _EPOCH = date(1970, 1, 1)
 
 
@@ -192,7 +196,9 @@ def _today(cursor: CursorWrapper) -> date:
 
 
 def _lock_timeout(cursor: CursorWrapper) -> None:
+    """Bound this transaction's lock waits, and take the days' advisory lock (within it)."""
     cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{LOCK_TIMEOUT_MS}ms"])
+    cursor.execute("SELECT pg_advisory_xact_lock(%s)", [ADVISORY_LOCK])
 
 
 def _lock_not_available(exc: OperationalError) -> bool:
@@ -360,6 +366,11 @@ def _drop(day: date, outbox: str, events: str, cutoff: datetime, using: str | No
     connection = _connection(using)
     with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
         _lock_timeout(cursor)
+        cursor.execute(
+            "SELECT to_regclass(%s) IS NULL OR to_regclass(%s) IS NULL", [outbox, events]
+        )
+        if cursor.fetchone()[0]:  # dropped by another meanwhile
+            return None
         # Nothing is written to the day while it is asked and dropped.
         cursor.execute(f"LOCK TABLE {outbox}, {events} IN ACCESS EXCLUSIVE MODE")
         hold = _holds(cursor, day, outbox, events, cutoff)
