@@ -77,24 +77,34 @@ def default_partition(table: str) -> str:
     return f"{table}_default"
 
 
-# A fire's id is a function of (schedule, slot) (scheduler/event_ids.py), so the primary key
-# refuses a second event for a slot once every fire's id is that function: the exactly-once
-# rule, whatever the writer. (A unique constraint on (aggregate_id, scheduled_ts) cannot exist
-# on a table partitioned by id: it would have to include the id.)
-def one_per_slot_check() -> str:
-    from django_dsched.scheduler.event_ids import sql
-
-    slot_us = "(extract(epoch FROM scheduled_ts) * 1000000)::bigint"
+# The exactly-once rule on tables partitioned by id. A unique constraint on the parent must
+# include the partition key (the id), so (aggregate_id, scheduled_ts) cannot be one. Instead:
+# the CHECK dsched_event_slot_in_id holds an event's id to carry its slot's millisecond in its
+# top 48 bits (as the event-id rule makes them), so every event for a slot is routed to the
+# same partition (the slot's day, or the default one); and each partition has its own
+# UNIQUE (aggregate_id, scheduled_ts) index, dsched_event_one_per_slot_<day>, which refuses a
+# second event for the slot there, whoever writes it and with whatever id.
+def slot_in_id_check() -> str:
+    millis = "floor(extract(epoch FROM scheduled_ts) * 1000)::bigint"
     return (
-        f"ALTER TABLE {EVENTS} ADD CONSTRAINT dsched_event_one_per_slot"
-        f" CHECK (scheduled_ts IS NULL OR id = {sql('aggregate_id', slot_us)})"
+        f"ALTER TABLE {EVENTS} ADD CONSTRAINT dsched_event_slot_in_id CHECK (scheduled_ts IS NULL"
+        f" OR substring(uuid_send(id) FROM 1 FOR 6)"
+        f" = substring(int8send({millis} & {(1 << 48) - 1}) FROM 3 FOR 6))"
+    )
+
+
+def one_per_slot_index(name: str, suffix: str) -> str:
+    """The exactly-once index of the event partition ``name``."""
+    return (
+        f"CREATE UNIQUE INDEX dsched_event_one_per_slot_{suffix}"
+        f" ON {name} (aggregate_id, scheduled_ts)"
     )
 
 
 def default_partitions_sql() -> str:
-    return "\n".join(
-        f"CREATE TABLE {default_partition(t)} PARTITION OF {t} DEFAULT;" for t in TABLES
-    )
+    made = [f"CREATE TABLE {default_partition(t)} PARTITION OF {t} DEFAULT;" for t in TABLES]
+    made.append(one_per_slot_index(default_partition(EVENTS), "default") + ";")
+    return "\n".join(made)
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +241,8 @@ def make_day(day: date, using: str | None = None) -> int:
                 [low, high],
             )
             moved += cursor.rowcount
+            if table == EVENTS:
+                cursor.execute(one_per_slot_index(name, f"{day:%Y%m%d}"))
             # The parent's indexes are made on the new table as it is attached.
             cursor.execute(
                 f"ALTER TABLE {table} ATTACH PARTITION {name}"

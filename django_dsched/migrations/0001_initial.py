@@ -972,10 +972,11 @@ class Migration(migrations.Migration):
         ),
         migrations.RunSQL(SCHEDULE_CHANGED, DROP_SCHEDULE_CHANGED),
         # The history tables by day (django_dsched/history/partitions.py): the exactly-once
-        # rule as a CHECK (no unique constraint without the partition key), a default
-        # partition for any id outside the days, and today's and the next days' partitions.
+        # rule (no unique constraint on the parent without the partition key: a CHECK that
+        # routes every event of a slot to one partition, and a unique index in each), a
+        # default partition for any id outside the days, and today's and the next days'.
         migrations.RunSQL(
-            django_dsched.history.partitions.one_per_slot_check(), migrations.RunSQL.noop
+            django_dsched.history.partitions.slot_in_id_check(), migrations.RunSQL.noop
         ),
         migrations.RunSQL(
             django_dsched.history.partitions.default_partitions_sql(), migrations.RunSQL.noop

@@ -33,7 +33,7 @@ from django_dsched.history.partitions import (
 from django_dsched.models import Event, OutboxMessage, Schedule
 from django_dsched.outbox import dead_letters
 from django_dsched.outbox.retention import count_expired, purge_expired
-from django_dsched.scheduler.event_ids import event_id
+from django_dsched.scheduler.event_ids import change_id, event_id
 from django_dsched.schedules import lifecycle
 from tests.factories import ScheduleFactory
 from tests.helpers import other_session, sql
@@ -185,31 +185,45 @@ def test_make_ahead_makes_the_missing_days_and_moves_what_the_default_holds(days
     assert make_ahead(ahead=DAYS_AHEAD + 1) == partitions.Made()  # nothing left to make
 
 
-def test_the_database_refuses_a_second_event_for_a_slot_whatever_the_writer():
-    """The exactly-once rule on a table partitioned by id: a fire's id must be the event-id
-    rule's (CHECK dsched_event_one_per_slot), so the primary key refuses a second event for
-    the same (schedule, slot), with the same id or another."""
-    [id_] = fires(today(), 1)
-    event = Event.objects.get(pk=id_)
-    second = {
-        "host_id": event.host_id,
-        "aggregate_id": event.aggregate_id,
-        "aggregate_version": 99,
-        "event_type": event.event_type,
-        "event_ts": event.event_ts,
-        "payload": {},
-        "scheduled_ts": event.scheduled_ts,
-    }
-    with pytest.raises(IntegrityError, match="dsched_event_one_per_slot"), transaction.atomic():
-        Event.objects.create(id=uuid.uuid4(), **second)
-    with pytest.raises(IntegrityError, match="pkey"), transaction.atomic():
-        Event.objects.create(id=id_, **second)
-    # A slot of its own, with the rule's id, is taken; a change (no slot) has any id.
-    later = event.scheduled_ts + timedelta(seconds=30)
-    Event.objects.create(
-        **{**second, "scheduled_ts": later}, id=event_id(event.aggregate_id, later)
-    )
-    Event.objects.create(**{**second, "scheduled_ts": None}, id=uuid.uuid4())
+def test_the_database_refuses_a_second_event_for_a_slot_whatever_the_writer(days):
+    """The exactly-once rule on a table partitioned by id: an event's id must carry its slot's
+    millisecond (CHECK dsched_event_slot_in_id), so every event of a slot goes to one
+    partition, whose unique index refuses a second one, with the same id or another; in a
+    day's partition, in the default one, and in a day made after the first event."""
+    far = today() - timedelta(days=20)  # no partition: the default one
+    for day in (today(), far):
+        [id_] = fires(day, 1)
+        event = Event.objects.get(pk=id_)
+        second = {
+            "host_id": event.host_id,
+            "aggregate_id": event.aggregate_id,
+            "aggregate_version": 99,
+            "event_type": event.event_type,
+            "event_ts": event.event_ts,
+            "payload": {},
+            "scheduled_ts": event.scheduled_ts,
+        }
+        with pytest.raises(IntegrityError, match="dsched_event_slot_in_id"), transaction.atomic():
+            Event.objects.create(id=uuid.uuid4(), **second)
+        with (
+            pytest.raises(IntegrityError, match="dsched_event_one_per_slot_"),
+            transaction.atomic(),
+        ):
+            Event.objects.create(id=change_id(event.scheduled_ts), **second)
+        with pytest.raises(IntegrityError, match=r"pkey|one_per_slot"), transaction.atomic():
+            Event.objects.create(id=id_, **second)
+        # A slot of its own, with the rule's id, is taken; a change (no slot) has any id.
+        later = event.scheduled_ts + timedelta(seconds=30)
+        Event.objects.create(
+            **{**second, "scheduled_ts": later}, id=event_id(event.aggregate_id, later)
+        )
+        Event.objects.create(**{**second, "scheduled_ts": None}, id=uuid.uuid4())
+    # The far day made now: its rows move in, its index made with them, and it still refuses.
+    days.append(far)
+    make_day(far)
+    refused = f"dsched_event_one_per_slot_{far:%Y%m%d}"
+    with pytest.raises(IntegrityError, match=refused), transaction.atomic():
+        Event.objects.create(id=change_id(event.scheduled_ts), **second)
 
 
 def test_audit_events_are_stored_in_the_day_of_their_change_by_the_database_clock(db_now):
