@@ -23,9 +23,9 @@ class Event(EventRecord):
         verbose_name_plural = _("events")
         ordering = ["-event_ts"]
         # Partitioned by id, one partition per UTC day (django_dsched/history): no unique
-        # constraint without the id. The exactly-once rule is the CHECK
-        # dsched_event_one_per_slot (a fire's id is a function of (schedule, slot), so the
-        # primary key refuses a second event for a slot), written by hand in the migration;
+        # constraint without the id. The exactly-once rule is a unique (aggregate_id,
+        # scheduled_ts) index in each partition with the CHECK dsched_event_slot_in_id (a
+        # slot's events share a partition), written by django_dsched/history/partitions.py;
         # a schedule's versions are serialised by its row's lock (every writer bumps
         # schedule_t.aggregate_version in the statement that writes the event).
         indexes = [

@@ -17,10 +17,10 @@ This is the product's hot loop, so it is set-based SQL on the raw connection. Pe
    event: the outbox row reads it by the shared id.
 
 If the fence fails the statement writes nothing and the caller rolls back and steps down.
-A second event for the same (schedule, slot) is refused by the database (the CHECK
-``dsched_event_one_per_slot`` holds a fire's id to the function of its schedule and slot, so
-the primary key refuses it); the write skips such a row (``ON CONFLICT (id)``) instead of
-failing the batch.
+A second event for the same (schedule, slot) is refused by the database (a unique index on
+(aggregate_id, scheduled_ts) in each partition of ``event_store_t``: see
+``django_dsched.history.partitions``); a fire's id is a function of (schedule, slot), so the
+write skips such a row (``ON CONFLICT (id)``) instead of failing the batch.
 Any other refusal (another constraint, a trigger, a value out of range) fails the write:
 the caller rolls the batch back and runs it again with ``narrow=True``, which writes it in
 halves under savepoints until the refused rows are found, sets them aside with the
