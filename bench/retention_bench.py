@@ -46,7 +46,7 @@ os.environ["DEBUG"] = "False"
 
 from setup_django import configure
 
-configure("dsched_retention_bench")
+configure(os.environ.get("DSCHED_BENCH_DB", "dsched_retention_bench"))
 
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402

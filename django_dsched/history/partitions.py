@@ -15,9 +15,11 @@ id). So a fire never fails for a missing partition.
   retention and nothing in it is still needed: no message ``PENDING`` or ``DELIVERY_FAILED``
   (such a day is *held* until they settle: delivered, retried and delivered, or discarded), no
   event fired and no message delivered within the retention (a late fire or delivery).
-  ``DROP TABLE`` takes an ``ACCESS EXCLUSIVE`` lock on the parents; it waits at most
+  Detaching takes an ``ACCESS EXCLUSIVE`` lock on the parents; it waits at most
   :data:`LOCK_TIMEOUT_MS`, then gives up until the next pass, so fires and claims are never
-  held up longer than that.
+  held up longer than that (plus the detach itself, milliseconds). The detached tables are
+  dropped in a transaction of their own, whose commit (removing the files) holds no lock
+  anyone else waits on.
 
 The default partition's expired rows go row by row, as before
 (:mod:`django_dsched.outbox.retention`).
@@ -338,6 +340,8 @@ def drop_expired(*, days_kept: float, using: str | None = None, dry_run: bool = 
     events = outbox = 0
     with connection.cursor() as cursor:
         cutoff, candidates = _expired_days(cursor, days_kept, using)
+    if not dry_run:
+        drop_detached(using)  # what a pass that died half way left
     for day, outbox_name, events_name in candidates:
         with connection.cursor() as cursor:
             hold = _holds(cursor, day, outbox_name, events_name, cutoff)
@@ -373,8 +377,19 @@ def drop_expired(*, days_kept: float, using: str | None = None, dry_run: bool = 
     return Dropped(tuple(dropped), tuple(held), tuple(skipped), events, outbox)
 
 
+# A detached day's tables are renamed so, and dropped in a transaction of their own.
+EXPIRED_SUFFIX = "_expired"
+
+
 def _drop(day: date, outbox: str, events: str, cutoff: datetime, using: str | None) -> Held | None:
-    """Drop one day's partitions unless, asked again under their locks, something holds it."""
+    """Drop one day's partitions unless, asked again under their locks, something holds it.
+
+    Two transactions: the first detaches the partitions (and renames them ``…_expired``)
+    under the parents' ``ACCESS EXCLUSIVE`` lock, a catalog change of a few milliseconds; the
+    second drops the detached tables, whose commit removes the files (0.2 s per 200,000 rows
+    measured) while holding locks on those tables only, which nothing else uses. A drop in the
+    first transaction would hold the parents' lock, and so every fire and claim, through that
+    removal."""
     connection = _connection(using)
     with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
         _lock_timeout(cursor)
@@ -383,12 +398,37 @@ def _drop(day: date, outbox: str, events: str, cutoff: datetime, using: str | No
         )
         if cursor.fetchone()[0]:  # dropped by another meanwhile
             return None
-        # Nothing is written to the day while it is asked and dropped.
+        # Nothing is written to the day while it is asked and detached.
         cursor.execute(f"LOCK TABLE {outbox}, {events} IN ACCESS EXCLUSIVE MODE")
         hold = _holds(cursor, day, outbox, events, cutoff)
-        if hold is None:
-            cursor.execute(f"DROP TABLE {outbox}, {events}")
-    return hold
+        if hold is not None:
+            return hold
+        for table, name in ((OUTBOX, outbox), (EVENTS, events)):
+            cursor.execute(f"ALTER TABLE {table} DETACH PARTITION {name}")
+            cursor.execute(f"ALTER TABLE {name} RENAME TO {name[:40]}{EXPIRED_SUFFIX}")
+    drop_detached(using)
+    return None
+
+
+def drop_detached(using: str | None = None) -> list[str]:
+    """Drop the tables of days detached by retention (``…_expired``; also those a pass left
+    behind when its process died between the two transactions)."""
+    connection = _connection(using)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.oid::regclass::text FROM pg_class c"
+            " WHERE c.relkind = 'r' AND NOT c.relispartition"
+            " AND c.relnamespace IN (SELECT oid FROM pg_namespace"
+            " WHERE nspname = ANY(current_schemas(false)))"
+            " AND c.relname ~ %s",
+            [f"^({OUTBOX}|{EVENTS})_.*{EXPIRED_SUFFIX}$"],
+        )
+        names = [name for (name,) in cursor.fetchall()]
+    if names:
+        with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+            _lock_timeout(cursor)
+            cursor.execute(f"DROP TABLE IF EXISTS {', '.join(names)}")
+    return names
 
 
 def held_days(*, days_kept: float | None = None, using: str | None = None) -> HistoryDays:

@@ -405,3 +405,28 @@ def test_the_leader_s_fires_are_written_into_the_day_partitions_of_their_slots(d
         assert day_of(event.id) == day
         assert where(EVENTS, event.id) == partition(EVENTS, day)
         assert where(OUTBOX, event.id) == partition(OUTBOX, day)
+
+
+def test_a_day_is_detached_under_the_parents_lock_then_dropped_apart(days, settings):
+    """The parents are locked only to detach the day (renamed …_expired); the detached tables
+    are dropped in a second transaction. What a pass that died between them left behind is
+    dropped by the next pass."""
+    settings.DSCHED_RETENTION_DAYS = 45
+    day = old_day(days, 50)
+    fires(day, 3)
+    # A pass that died after detaching: the tables are no longer partitions.
+    for table in (OUTBOX, EVENTS):
+        name = partition(table, day)
+        sql(f"ALTER TABLE {table} DETACH PARTITION {name}")
+        sql(f"ALTER TABLE {name} RENAME TO {name}_expired")
+    assert day not in partitions.days()
+    assert exists(f"{partition(EVENTS, day)}_expired")
+    assert purge_expired().days == ()
+    assert not exists(f"{partition(EVENTS, day)}_expired")
+    assert not exists(f"{partition(OUTBOX, day)}_expired")
+    # And a whole pass leaves nothing behind.
+    later = old_day(days, 52)
+    fires(later, 2)
+    assert purge_expired().days == (later,)
+    leftovers = sql("SELECT relname FROM pg_class WHERE relname LIKE %s", ["%\\_expired"])
+    assert leftovers == []
