@@ -87,7 +87,13 @@ def default_partition(table: str) -> str:
 # UNIQUE (aggregate_id, scheduled_ts) index, dsched_event_one_per_slot_<day>, which refuses a
 # second event for the slot there, whoever writes it and with whatever id.
 def slot_in_id_check() -> str:
-    millis = "floor(extract(epoch FROM scheduled_ts) * 1000)::bigint"
+    # Whole milliseconds without floating point (extract returns a double before PostgreSQL
+    # 14, which could round a slot to the millisecond before): whole seconds, then the
+    # milliseconds within the second.
+    millis = (
+        "(extract(epoch FROM date_trunc('second', scheduled_ts))::bigint * 1000"
+        " + mod(floor(date_part('milliseconds', scheduled_ts))::bigint, 1000))"
+    )
     return (
         f"ALTER TABLE {EVENTS} ADD CONSTRAINT dsched_event_slot_in_id CHECK (scheduled_ts IS NULL"
         f" OR substring(uuid_send(id) FROM 1 FOR 6)"
