@@ -86,9 +86,22 @@ def counters() -> tuple[Any, Any, Any]:
     return sql(IO, ["client backend"])[0], sql(IO, ["autovacuum worker"])[0], sql(WAL)[0]
 
 
+def leaves() -> list[str]:
+    """The tables that hold rows: schedule_t, and the history tables' partitions (storage
+    parameters are set on those, not on a partitioned table)."""
+    return [
+        name
+        for table in TABLES
+        for (name,) in sql(
+            "SELECT relid::regclass::text FROM pg_partition_tree(%s) WHERE isleaf", [table]
+        )
+        or [(table,)]
+    ]
+
+
 def make_due(count: int, autovacuum: bool) -> None:
     sql("TRUNCATE schedule_t, event_store_t, outbox_message_t, scheduler_lock_t")
-    for table in TABLES:
+    for table in leaves():
         sql(f"ALTER TABLE {table} SET (autovacuum_enabled = {str(autovacuum).lower()})")
     chunk = 100_000
     for offset in range(0, count, chunk):
@@ -169,8 +182,9 @@ def drain(count: int, batch_size: int, autovacuum: bool) -> float:
             flush=True,
         )
     sizes = sql(
-        "SELECT relname, pg_total_relation_size(oid) / 1048576 FROM pg_class"
-        " WHERE relname = ANY(%s) ORDER BY relname",
+        "SELECT t, coalesce((SELECT sum(pg_total_relation_size(relid))"
+        " FROM pg_partition_tree(t)), pg_total_relation_size(t))::bigint / 1048576"
+        " FROM unnest(%s::regclass[]) AS t ORDER BY 1::text",
         [list(TABLES)],
     )
     print("  total sizes: " + ", ".join(f"{name} {mb} MB" for name, mb in sizes), flush=True)
@@ -193,7 +207,7 @@ def main() -> None:
     )
     sizes = [int(n) for n in options.sizes.split(",")]
     rates = [drain(n, options.batch_size, not options.no_autovacuum) for n in sizes]
-    for table in TABLES:
+    for table in leaves():
         sql(f"ALTER TABLE {table} RESET (autovacuum_enabled)")
     if len(rates) > 1:
         base = statistics.median(rates[:-1])

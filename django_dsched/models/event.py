@@ -24,16 +24,19 @@ class Event(EventRecord):
         verbose_name = _("event")
         verbose_name_plural = _("events")
         ordering = ["-event_ts"]
-        constraints = [
-            # The exactly-once rule: one event per (schedule, fire slot).
-            models.UniqueConstraint(
-                fields=["aggregate_id", "scheduled_ts"], name="dsched_event_one_per_slot"
-            ),
-            models.UniqueConstraint(
-                fields=["aggregate_id", "aggregate_version"], name="dsched_event_version_unique"
+        # Partitioned by id, one partition per UTC day (django_dsched/history): no unique
+        # constraint without the id. The exactly-once rule is a unique (aggregate_id,
+        # scheduled_ts) index in each partition with the CHECK dsched_event_slot_in_id (a
+        # slot's events share a partition), written by django_dsched/history/partitions.py;
+        # a schedule's versions are serialised by its row's lock (every writer bumps
+        # schedule_t.aggregate_version in the statement that writes the event).
+        indexes = [
+            models.Index(fields=["event_ts"], name="dsched_event_ts_idx"),
+            # A schedule's history, in version order (admin, REST).
+            models.Index(
+                fields=["aggregate_id", "aggregate_version"], name="dsched_event_version_idx"
             ),
         ]
-        indexes = [models.Index(fields=["event_ts"], name="dsched_event_ts_idx")]
 
     def __str__(self) -> str:
         return f"{self.event_type} @ {self.event_ts:%Y-%m-%d %H:%M:%S}"

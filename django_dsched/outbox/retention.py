@@ -1,32 +1,40 @@
-"""Retention: delete delivered outbox messages and old events in small batches.
+"""Retention: drop whole days of history, and delete the default partition's expired rows.
 
 ``DSCHED_RETENTION_DAYS`` (default 45): a DELIVERED message goes once it was delivered that
 long ago; an event goes once it fired that long ago and its outbox message is gone. A message
 reads its payload from its event (stored once, there), so the event stays as long as the
 message does, whatever its status (dead letters and their events stay until an operator
-handles them), and goes in the pass that deletes the message (messages are purged first).
+handles them).
 
-Each batch is its own short transaction that deletes at most ``DSCHED_RETENTION_BATCH_SIZE``
-rows picked with ``FOR UPDATE SKIP LOCKED``, so it never waits on, or holds up, a relay or a
-fire. Used by ``manage.py purge_history`` and by the leader (:func:`purge_expired`).
+``event_store_t`` and ``outbox_message_t`` are partitioned by day (:mod:`django_dsched.history`):
+a day whose every row is expired goes as a whole (``DROP TABLE`` of its two partitions: no
+row is read, next to no WAL), and a day holding a pending message or a dead letter is kept
+until they settle (:func:`~django_dsched.history.partitions.drop_expired`). The default
+partitions (ids of no day: a fire for a day not made, rows written by hand) are purged row
+by row as before: each batch is its own short transaction that deletes at most
+``DSCHED_RETENTION_BATCH_SIZE`` rows picked with ``FOR UPDATE SKIP LOCKED``, so it never
+waits on, or holds up, a relay or a fire. Used by ``manage.py purge_history`` and by the
+leader (:func:`purge_expired`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import date
 
 from django.db import connections, transaction
 
 from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus
+from django_dsched.history.partitions import Held, drop_expired
 from django_dsched.runtime.logs import get_logger
 
 logger = get_logger(__name__)
 
 PURGE_OUTBOX = """
-DELETE FROM outbox_message_t
+DELETE FROM outbox_message_t_default
 WHERE id IN (
-    SELECT id FROM outbox_message_t
+    SELECT id FROM outbox_message_t_default
     WHERE status = %(delivered)s
       AND delivered_ts < statement_timestamp() - make_interval(secs => %(seconds)s)
     LIMIT %(limit)s
@@ -34,21 +42,23 @@ WHERE id IN (
 )
 """
 
-# A message keeps its event, whatever its status: it reads its payload from it. OFFSET 0
+# A message keeps its event, whatever its status: it reads its payload from it (the same id
+# is in the same partition of both tables: an event of the default partition has its message
+# in the outbox's default partition, if anywhere). OFFSET 0
 # keeps the test a primary-key probe per event: without it the planner may turn NOT EXISTS
 # into a hash anti join over the whole outbox (measured: 300,000 events, both tables
 # scanned, 222 ms per pass). The probe's cost follows the expired events kept (~2 us each),
 # the hash's the whole outbox: it is only slower when nearly every event is expired and kept
 # (300,000 of them: 640 ms against 200 ms).
 KEEPS_EVENT = """
-          SELECT FROM outbox_message_t o
+          SELECT FROM outbox_message_t_default o
           WHERE o.id = e.id{also}
           OFFSET 0"""
 
 PURGE_EVENTS = f"""
-DELETE FROM event_store_t
+DELETE FROM event_store_t_default
 WHERE id IN (
-    SELECT e.id FROM event_store_t e
+    SELECT e.id FROM event_store_t_default e
     WHERE e.event_ts < statement_timestamp() - make_interval(secs => %(seconds)s)
       AND NOT EXISTS ({KEEPS_EVENT.format(also="")}
       )
@@ -58,7 +68,7 @@ WHERE id IN (
 """
 
 COUNT_OUTBOX = """
-SELECT count(*) FROM outbox_message_t
+SELECT count(*) FROM outbox_message_t_default
 WHERE status = %(delivered)s
   AND delivered_ts < statement_timestamp() - make_interval(secs => %(seconds)s)
 """
@@ -70,7 +80,7 @@ NOT_PURGED_FIRST = """
                  AND o.delivered_ts < statement_timestamp() - make_interval(secs => %(seconds)s)
                 ) IS NOT TRUE"""
 COUNT_EVENTS = f"""
-SELECT count(*) FROM event_store_t e
+SELECT count(*) FROM event_store_t_default e
 WHERE e.event_ts < statement_timestamp() - make_interval(secs => %(seconds)s)
   AND NOT EXISTS ({KEEPS_EVENT.format(also=NOT_PURGED_FIRST)}
   )
@@ -79,10 +89,19 @@ WHERE e.event_ts < statement_timestamp() - make_interval(secs => %(seconds)s)
 
 @dataclass(frozen=True, slots=True)
 class Purged:
+    # Rows deleted one by one (from the default partitions).
     outbox: int = 0
     events: int = 0
     # True when a limit stopped the purge with expired rows left (call again later).
     more: bool = False
+    # Whole days dropped, days past the retention that are kept (and why), and days whose
+    # drop did not get its lock in time (the next pass tries again).
+    days: tuple[date, ...] = ()
+    held: tuple[Held, ...] = ()
+    skipped: tuple[date, ...] = ()
+    # Counting only: the rows in the days that would be dropped.
+    day_outbox: int = 0
+    day_events: int = 0
 
 
 def _params(days: float, limit: int = 0) -> dict[str, float | int | str]:
@@ -116,24 +135,33 @@ def purge_expired(
     max_batches: int | None = None,
     using: str | None = None,
 ) -> Purged:
-    """Delete what retention allows, ``batch_size`` rows per transaction.
+    """Drop the expired days nothing holds, then delete the default partitions' expired rows,
+    ``batch_size`` rows per transaction.
 
     ``days`` defaults to ``DSCHED_RETENTION_DAYS`` (None there: nothing is deleted).
-    ``max_batches`` bounds the work per table for callers with a time budget, such as the
-    leader; ``Purged.more`` then says whether rows were left for the next call.
+    ``max_batches`` bounds the row-by-row work per table for callers with a time budget, such
+    as the leader; ``Purged.more`` then says whether rows were left for the next call.
     """
     days = app_settings.RETENTION_DAYS if days is None else days
     if days is None:
         return Purged()
     using = using or app_settings.DATABASE
+    dropped = drop_expired(days_kept=days, using=using)
     params = _params(days, batch_size or app_settings.RETENTION_BATCH_SIZE)
     outbox, more_outbox = _purge(PURGE_OUTBOX, params, using, max_batches)
     events, more_events = _purge(PURGE_EVENTS, params, using, max_batches)
-    purged = Purged(outbox, events, more_outbox or more_events)
+    purged = Purged(
+        outbox,
+        events,
+        more_outbox or more_events,
+        dropped.dropped,
+        dropped.held,
+        dropped.skipped,
+    )
     if outbox or events:
         logger.info(
             "retention: deleted %d delivered outbox message(s) and %d event(s) older than "
-            "%g day(s)%s",
+            "%g day(s) from the default partitions%s",
             outbox,
             events,
             days,
@@ -143,14 +171,23 @@ def purge_expired(
 
 
 def count_expired(*, days: float | None = None, using: str | None = None) -> Purged:
-    """What :func:`purge_expired` would delete now (for ``purge_history --dry-run``)."""
+    """What :func:`purge_expired` would do now (for ``purge_history --dry-run``)."""
     days = app_settings.RETENTION_DAYS if days is None else days
     if days is None:
         return Purged()
+    using = using or app_settings.DATABASE
+    dropped = drop_expired(days_kept=days, using=using, dry_run=True)
     params = _params(days)
-    with connections[using or app_settings.DATABASE].cursor() as cursor:
+    with connections[using].cursor() as cursor:
         cursor.execute(COUNT_OUTBOX, params)
         (outbox,) = cursor.fetchone()
         cursor.execute(COUNT_EVENTS, params)
         (events,) = cursor.fetchone()
-    return Purged(outbox, events)
+    return Purged(
+        outbox,
+        events,
+        days=dropped.dropped,
+        held=dropped.held,
+        day_outbox=dropped.outbox,
+        day_events=dropped.events,
+    )

@@ -10,6 +10,7 @@ from django.db.models import Count, Min, Q
 
 from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus
+from django_dsched.history.partitions import HistoryDays, held_days
 from django_dsched.models import Event, Lease, OutboxMessage, Schedule, SchedulerInstance
 from django_dsched.runtime.clock import database_now
 from django_dsched.scheduler.buckets import lock_id, ranking
@@ -70,6 +71,8 @@ class ClusterStatus:
     bucket_count: int = 1  # DSCHED_BUCKETS here
     stored_bucket_count: int | None = None  # the count the cluster in the database runs with
     buckets: list[Bucket] | None = None  # with buckets: each one's lease, owner and standbys
+    # The history's day partitions, and the days past the retention kept (and why).
+    history: HistoryDays | None = None
 
 
 def _seconds(later: datetime, earlier: datetime) -> float:
@@ -176,4 +179,5 @@ def cluster_status() -> ClusterStatus:
         .values_list("buckets", flat=True)
         .first(),
         buckets=_buckets(now, lease, instances) if app_settings.BUCKETS > 1 else None,
+        history=held_days(),
     )

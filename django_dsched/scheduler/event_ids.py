@@ -18,11 +18,17 @@ decimal (``"3f0c...-.../1767225600000000"``).
 
 The fire path computes it in SQL (:func:`sql`); :func:`event_id` is the same rule in Python
 (a test checks they agree).
+
+Audit events (a change, not a fire) have ids of the same layout with the time of the change
+on the database's clock in the top 48 bits and random bits after (:func:`change_sql`,
+:func:`change_id`): ``event_store_t`` is partitioned by day on those bits
+(:mod:`django_dsched.history`), so an event is stored in the day of its slot or its change.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import uuid
 from datetime import datetime
 
@@ -53,4 +59,26 @@ def sql(schedule_id: str, slot_us: str) -> str:
         f" || set_byte(set_byte(substring({digest} FROM 1 FOR 10),"
         f" 0, (get_byte({digest}, 0) & 15) | 112),"
         f" 2, (get_byte({digest}, 2) & 63) | 128), 'hex')::uuid"
+    )
+
+
+def change_id(at: datetime) -> uuid.UUID:
+    """An audit event's id: ``at`` (the change's time, from the database) in milliseconds in
+    the top 48 bits, then the version ``0111``, the variant and 74 random bits."""
+    ms = to_microseconds(at) // 1000
+    raw = bytearray((ms & MS_MASK).to_bytes(6, "big") + os.urandom(10))
+    raw[6] = 0x70 | (raw[6] & 0x0F)
+    raw[8] = 0x80 | (raw[8] & 0x3F)
+    return uuid.UUID(bytes=bytes(raw))
+
+
+def change_sql(at: str) -> str:
+    """:func:`change_id` in SQL for a ``timestamptz`` expression ``at`` (a new id per row)."""
+    millis = f"floor(extract(epoch FROM {at}) * 1000)::bigint"
+    # Bytes 0-7: the milliseconds, the version and 12 random bits; bytes 8-15: the variant
+    # and 62 random bits of a version 4 UUID.
+    return (
+        f"encode(int8send((({millis}) & {MS_MASK}) << 16 | 28672"
+        f" | floor(random() * 4096)::bigint)"
+        f" || substring(uuid_send(gen_random_uuid()) FROM 9 FOR 8), 'hex')::uuid"
     )

@@ -17,8 +17,10 @@ This is the product's hot loop, so it is set-based SQL on the raw connection. Pe
    event: the outbox row reads it by the shared id.
 
 If the fence fails the statement writes nothing and the caller rolls back and steps down.
-A second event for the same (schedule, slot) is refused by the database
-(``dsched_event_one_per_slot``); the write skips such a row instead of failing the batch.
+A second event for the same (schedule, slot) is refused by the database (a unique index on
+(aggregate_id, scheduled_ts) in each partition of ``event_store_t``: see
+``django_dsched.history.partitions``); a fire's id is a function of (schedule, slot), so the
+write skips such a row (``ON CONFLICT (id)``) instead of failing the batch.
 Any other refusal (another constraint, a trigger, a value out of range) fails the write:
 the caller rolls the batch back and runs it again with ``narrow=True``, which writes it in
 halves under savepoints until the refused rows are found, sets them aside with the
@@ -302,7 +304,7 @@ events AS (
            slot_ts, %(epoch)s
     FROM batch
     WHERE slot_ts IS NOT NULL
-    ON CONFLICT ON CONSTRAINT dsched_event_one_per_slot DO NOTHING
+    ON CONFLICT (id) DO NOTHING
     RETURNING {EVENT_FOR_OUTBOX}
 ),
 outbox AS (
@@ -350,8 +352,8 @@ aside AS (
 audit AS (
     INSERT INTO event_store_t (id, host_id, aggregate_id, aggregate_type, aggregate_version,
                                event_type, event_ts, payload, metadata, leader_epoch)
-    SELECT gen_random_uuid(), host_id, schedule_id, 'Schedule', aggregate_version,
-           'dsched.schedule.set_aside', statement_timestamp(),
+    SELECT {event_ids.change_sql("statement_timestamp()")}, host_id, schedule_id, 'Schedule',
+           aggregate_version, 'dsched.schedule.set_aside', statement_timestamp(),
            jsonb_build_object(
                'actor', 'scheduler',
                'at', statement_timestamp(),
@@ -366,9 +368,6 @@ audit AS (
                'leader_epoch', %(epoch)s::bigint),
            %(epoch)s
     FROM aside
-    -- A stale event already holding this version must not keep the row in the poll: the
-    -- row is set aside (its reason is on the row) even if its audit event cannot be written.
-    ON CONFLICT ON CONSTRAINT dsched_event_version_unique DO NOTHING
 )
 SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM aside)
 """
@@ -917,7 +916,7 @@ def next_due(
 
 # Fires given slots of one schedule outside the leader's loop: "run now" and backfills.
 # The schedule row is locked, so it serializes with the leader's fires; the database
-# refuses a slot that already fired (the conflict on dsched_event_one_per_slot skips it;
+# refuses a slot that already fired (the conflict on the event's id skips it;
 # any other conflict is the error it is).
 FIRE_SLOTS = f"""
 WITH target AS MATERIALIZED (
@@ -951,7 +950,7 @@ events AS (
                'timeline', {TIMELINE}),
            slot_ts
     FROM fired
-    ON CONFLICT ON CONSTRAINT dsched_event_one_per_slot DO NOTHING
+    ON CONFLICT (id) DO NOTHING
     RETURNING {EVENT_FOR_OUTBOX}
 ),
 outbox AS (

@@ -1,10 +1,13 @@
-"""Retention on the leader, off its heartbeat path.
+"""History upkeep on the leader, off its heartbeat path: the next days' partitions, and
+retention.
 
-A purge can be slow (a big backlog of expired rows, a lock it waits on), and the leader's
-one connection must stay free for heartbeats and fires. So the leader deletes expired
-history on a thread of its own, with its own database connection (Django's connections
-are per thread), every ``DSCHED_RETENTION_INTERVAL`` seconds while it leads; whatever
-that thread waits on, the loop goes on renewing the lease and firing.
+A pass can be slow (a big backlog of expired rows in the default partition, a lock it waits
+on), and the leader's one connection must stay free for heartbeats and fires. So the leader
+makes the partitions of the next days (:func:`~django_dsched.history.partitions.make_ahead`,
+whether retention is on or off) and drops or deletes expired history on a thread of its own,
+with its own database connection (Django's connections are per thread), every
+``DSCHED_RETENTION_INTERVAL`` seconds while it leads; whatever that thread waits on, the loop
+goes on renewing the lease and firing.
 """
 
 from __future__ import annotations
@@ -81,10 +84,16 @@ class RetentionWorker:
 
     def _purge(self) -> float:
         """One pass; returns the seconds until the next."""
-        from django_dsched.outbox.retention import purge_expired
+        from django_dsched.history.partitions import make_ahead
+        from django_dsched.outbox.retention import Purged, purge_expired
 
         try:
-            purged = purge_expired(max_batches=BATCHES_PER_PASS, using=self.using)
+            made = make_ahead(using=self.using)
+            purged = (
+                Purged()
+                if app_settings.RETENTION_DAYS is None
+                else purge_expired(max_batches=BATCHES_PER_PASS, using=self.using)
+            )
         except DatabaseError as exc:
             logger.warning(
                 "retention pass failed (%s); retrying in %.0fs instance=%s",
@@ -95,16 +104,17 @@ class RetentionWorker:
             connections[self.using].close()
             return self.pause
         self.passes += 1
-        # Rows left over are taken after a pause, not in one long stretch.
-        return self.pause if purged.more else self.interval
+        # Rows left over, and days whose lock was not had, are taken after a pause, not in
+        # one long stretch.
+        again = purged.more or purged.skipped or made.skipped
+        return self.pause if again else self.interval
 
 
 def worker_for(
     leading: Callable[[], bool], instance_id: str, using: str, pause: float
-) -> RetentionWorker | None:
-    """A retention worker for a scheduler, or None when retention is off."""
-    if app_settings.RETENTION_DAYS is None:
-        return None
+) -> RetentionWorker:
+    """The history worker for a scheduler (it runs with retention off too: it makes the
+    next days' partitions)."""
     return RetentionWorker(
         leading=leading,
         instance_id=instance_id,

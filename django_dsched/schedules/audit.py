@@ -16,6 +16,7 @@ from typing import Any
 
 from django_dsched.enums import ScheduleOrigin
 from django_dsched.models import Event, Schedule
+from django_dsched.scheduler.event_ids import change_id
 
 PREFIX = "dsched.schedule."
 
@@ -90,6 +91,8 @@ def event_for(
     if changes is not None:
         payload["changes"] = changes
     return Event(
+        # The change's time (``at``, from the database) in the id: the day it is stored in.
+        id=change_id(at),
         host_id=schedule.host_id,
         aggregate_id=schedule.schedule_id,
         aggregate_type="Schedule",

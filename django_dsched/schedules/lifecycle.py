@@ -31,6 +31,7 @@ from django_dsched.models import Event, Schedule
 from django_dsched.models.schedule import BOUND_FIELDS, GRID_FIELDS
 from django_dsched.models.validators import validate_plain_text
 from django_dsched.runtime.clock import database_now
+from django_dsched.scheduler import event_ids
 from django_dsched.scheduler.firing import fire_slots, reason
 from django_dsched.schedules import audit, binding, creates, permissions
 
@@ -452,7 +453,8 @@ def _cancel(
         ), audit AS (
             INSERT INTO {events} (id, host_id, aggregate_id, aggregate_type, aggregate_version,
                 event_type, event_ts, payload, metadata)
-            SELECT gen_random_uuid(), old.host_id, old.schedule_id, 'Schedule',
+            SELECT {event_ids.change_sql("statement_timestamp()")}, old.host_id,
+                   old.schedule_id, 'Schedule',
                    old.aggregate_version + 1, %(event_type)s, statement_timestamp(),
                    jsonb_build_object('actor', %(actor)s::text, 'at', statement_timestamp(),
                        'changes', jsonb_build_object(
@@ -471,8 +473,8 @@ def _cancel(
         "actor": audit.actor_name(actor),
         "host": host,
     }
-    # Each audit event's id is gen_random_uuid() (a version 4 UUID, as Event's Python
-    # default).
+    # Each audit event's id has the statement's time in its top bits (event_ids.change_sql):
+    # it is stored in that day's partition.
     cursor.execute(statement, params)
     # ``c`` runs whether or not it is read (a data-modifying WITH always does), on exactly
     # the rows ``old`` locked in a cancellable state.

@@ -38,6 +38,7 @@ from django.db.models.expressions import DatabaseDefault
 from django_dsched.conf import app_settings
 from django_dsched.models import Event, Schedule
 from django_dsched.runtime.connections import behind_pooler
+from django_dsched.scheduler import event_ids
 from django_dsched.schedules import audit, binding
 from django_dsched.schedules.constraints import constraint_error, event_data_json
 from django_dsched.schedules.specs import TIMED
@@ -144,7 +145,8 @@ def _build(named: tuple[str, ...], timed: bool) -> str:
 ), audit AS (
     INSERT INTO {quote(Event._meta.db_table)} (id, host_id, aggregate_id, aggregate_type,
         aggregate_version, event_type, event_ts, payload, metadata)
-    SELECT %(event_id_)s, c.host_id, c.schedule_id, 'Schedule', c.aggregate_version,
+    SELECT {event_ids.change_sql("c.created_ts")}, c.host_id, c.schedule_id, 'Schedule',
+        c.aggregate_version,
         %(event_type_)s, c.created_ts,
         jsonb_build_object('actor', %(actor_)s::text, 'at', c.created_ts,
                            'definition', {definition}),
@@ -191,7 +193,6 @@ def insert_one(
         else:
             params[column] = value
     params["delay_"] = delay
-    params["event_id_"] = _new_event_id()
     params["event_type_"] = audit.PREFIX + "created"
     params["actor_"] = audit.actor_name(actor)
     statement = _statement(tuple(named), timed)
@@ -284,11 +285,6 @@ def _cursor(connection: BaseDatabaseWrapper) -> CursorWrapper:
     if not _prepares(connection):
         return connection.cursor()
     return binding.wrapped(connection, _PreparingCursor, _PreparedDebugWrapper)
-
-
-def _new_event_id() -> Any:
-    assert Event._meta.pk is not None
-    return Event._meta.pk.get_default()
 
 
 __all__ = ["insert_one"]

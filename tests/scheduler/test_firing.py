@@ -7,6 +7,7 @@ from django.db import IntegrityError, connection, transaction
 
 from django_dsched.enums import DeliveryStatus, FrequencyUnit, ScheduleState
 from django_dsched.models import Event, OutboxMessage, Schedule
+from django_dsched.scheduler.event_ids import change_id
 from django_dsched.scheduler.firing import CLAIM, claim_args, fire_batch
 from tests.factories import ScheduleFactory
 from tests.fire_path import fire
@@ -150,8 +151,11 @@ def test_the_database_refuses_a_second_event_for_a_slot(fence, db_now):
     make_due(db_now)
     fire(fence)
     event = Event.objects.get()
+    # Another id with the slot's time in it (the CHECK dsched_event_slot_in_id refuses any
+    # other): the slot's partition's unique index refuses it.
     with pytest.raises(IntegrityError, match="dsched_event_one_per_slot"), transaction.atomic():
         Event.objects.create(
+            id=change_id(event.scheduled_ts),
             host_id=event.host_id,
             aggregate_id=event.aggregate_id,
             aggregate_version=99,

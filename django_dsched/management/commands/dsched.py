@@ -282,6 +282,11 @@ class Command(BaseCommand):
             f"due now {status.due}; fires last minute {status.fires_minute}; "
             f"undelivered {status.pending}; dead letters {status.dead_letters}"
         )
+        days = status.history
+        if days is not None and days.count:
+            write(f"history: {days.count} day(s) from {days.first} to {days.last}")
+            for kept in days.held:
+                write(f"  kept past the retention: {kept.describe()}")
 
     def do_sync(self, *, host: str | None, **options: Any) -> None:
         report = sync()

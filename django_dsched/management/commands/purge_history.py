@@ -1,19 +1,23 @@
 from __future__ import annotations
 
 import argparse
+from datetime import date
 from typing import Any
 
 from django.core.management.base import BaseCommand
 
 from django_dsched.conf import app_settings
+from django_dsched.history.partitions import make_ahead
 from django_dsched.management._arguments import positive_days, positive_int
-from django_dsched.outbox.retention import count_expired, purge_expired
+from django_dsched.outbox.retention import Purged, count_expired, purge_expired
 
 
 class Command(BaseCommand):
     help = (
-        "Delete delivered outbox messages and events older than the retention "
-        "(DSCHED_RETENTION_DAYS), in small batches. Dead letters and pending messages stay."
+        "Drop the days of history older than the retention (DSCHED_RETENTION_DAYS) that no "
+        "pending message or dead letter holds, delete the default partition's expired rows in "
+        "small batches, and make the next days' partitions. Dead letters and pending messages "
+        "stay."
     )
     requires_migrations_checks = True
 
@@ -41,17 +45,44 @@ class Command(BaseCommand):
         dry_run: bool,
         **options: Any,
     ) -> None:
+        if not dry_run:
+            made = make_ahead()
+            if verbosity and made.made:
+                self.stdout.write(f"Made the partitions of {_days(made.made)}.")
+            if made.skipped:
+                self.stdout.write(
+                    f"Could not make the partitions of {_days(made.skipped)} yet (a lock)."
+                )
         if days is None and app_settings.RETENTION_DAYS is None:
             self.stdout.write("Retention is off (DSCHED_RETENTION_DAYS = None); nothing to do.")
             return
         if dry_run:
             found = count_expired(days=days)
+            if found.days:
+                self.stdout.write(
+                    f"Would drop the days {_days(found.days)} ({found.day_events} event(s), "
+                    f"{found.day_outbox} outbox message(s))."
+                )
             self.stdout.write(
                 f"Would delete {found.outbox} outbox message(s) and {found.events} event(s)."
             )
+            self._held(found)
             return
         purged = purge_expired(days=days, batch_size=batch_size)
         if verbosity:
+            if purged.days:
+                self.stdout.write(f"Dropped the days {_days(purged.days)}.")
             self.stdout.write(
                 f"Deleted {purged.outbox} outbox message(s) and {purged.events} event(s)."
             )
+        if purged.skipped:
+            self.stdout.write(f"Could not drop {_days(purged.skipped)} yet (a lock); run again.")
+        self._held(purged)
+
+    def _held(self, purged: Purged) -> None:
+        for held in purged.held:
+            self.stdout.write(f"Kept {held.describe()}.")
+
+
+def _days(days: tuple[date, ...]) -> str:
+    return ", ".join(day.isoformat() for day in days)

@@ -1,0 +1,93 @@
+"""The relay's claim across a month of day partitions reads O(batch) rows.
+
+300,000 messages waiting on a backoff or under another relay's claim, spread over 30 past
+days' partitions (ids by the time they fired, as the fire path gives them), and a few
+claimable ones today: ``EXPLAIN (ANALYZE, BUFFERS)`` of the claim and of the next-claimable
+probe, asserting on the rows and buffers read (never on time). Each probe of the ready index
+is a Merge Append of the partitions' own ready indexes: a row or two and a few buffers per
+partition, whatever it holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import date, timedelta
+
+import pytest
+
+from django_dsched.history.partitions import EVENTS, OUTBOX, make_day, partition
+from django_dsched.outbox.claims import CLAIM, NEXT_CLAIMABLE
+from django_dsched.scheduler.event_ids import change_sql
+from tests.helpers import sql
+from tests.outbox.test_claims import BATCH, assert_reads_o_of_batch, explain, params
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+DAYS = 30
+WAITING = 300_000
+
+# Waiting messages fired over the past DAYS days (n-th: day n % DAYS back), on a backoff or
+# held by a live claim, at two priorities; then claimable ones of the last minute.
+WAITING_SQL = f"""
+WITH t AS (
+    SELECT n, statement_timestamp() - (n %% {DAYS} + 1) * interval '1 day'
+              + (n / {DAYS}) * interval '1 ms' AS ts
+    FROM generate_series(1, %(count)s) AS n
+)
+INSERT INTO outbox_message_t (id, host_id, aggregate_id, aggregate_type, aggregate_version,
+    event_type, event_ts, topic, status, priority, attempts, last_error, next_attempt_ts,
+    claimed_by, claimed_until)
+SELECT {change_sql("t.ts")}, '00000000-0000-0000-0000-000000000000', gen_random_uuid(),
+       'Schedule', 1, 'report.build', t.ts, 'reports', 'PENDING',
+       CASE WHEN n %% 3 = 0 THEN 5 ELSE 0 END, 1, 'down',
+       CASE WHEN n %% 10 <> 0
+            THEN statement_timestamp() + interval '1 hour' + (n %% 600) * interval '1s' END,
+       CASE WHEN n %% 10 = 0 THEN 'elsewhere' ELSE '' END,
+       CASE WHEN n %% 10 = 0 THEN statement_timestamp() + interval '1 minute' END
+FROM t
+"""
+CLAIMABLE_SQL = f"""
+INSERT INTO event_store_t (id, host_id, aggregate_id, aggregate_type, aggregate_version,
+    event_type, event_ts, payload, metadata)
+SELECT id, '00000000-0000-0000-0000-000000000000', id, 'Schedule', 1, 'report.build', ts,
+       '{{}}'::jsonb, '{{}}'::jsonb
+FROM (SELECT {change_sql("ts")} AS id, ts
+      FROM (SELECT statement_timestamp() - interval '60 s' + n * interval '1 ms' AS ts
+            FROM generate_series(1, %(count)s) AS n) g) x;
+INSERT INTO outbox_message_t (id, host_id, aggregate_id, aggregate_type, aggregate_version,
+    event_type, event_ts, topic, status)
+SELECT id, host_id, aggregate_id, 'Schedule', 1, event_type, event_ts, 'reports', 'PENDING'
+FROM event_store_t WHERE event_ts > statement_timestamp() - interval '61 s'
+"""
+
+
+@pytest.fixture
+def month() -> Iterator[list[date]]:
+    today = sql("SELECT (statement_timestamp() AT TIME ZONE 'UTC')::date")[0][0]
+    days = [today - timedelta(days=n) for n in range(1, DAYS + 2)]
+    for day in days:
+        make_day(day)
+    yield days
+    sql("TRUNCATE outbox_message_t, event_store_t")
+    for day in days:
+        sql(f"DROP TABLE {partition(OUTBOX, day)}, {partition(EVENTS, day)}")
+
+
+def test_a_claim_across_a_month_of_day_partitions_reads_o_of_batch(month):
+    sql(WAITING_SQL, {"count": WAITING})
+    sql(CLAIMABLE_SQL, {"count": 2 * BATCH})
+    sql("ANALYZE outbox_message_t")
+    in_days = sql("SELECT count(DISTINCT tableoid) FROM outbox_message_t WHERE status = 'PENDING'")[
+        0
+    ][0]
+    assert in_days >= DAYS  # the waiting rows are spread over the month's partitions
+    assert sql(f"SELECT count(*) FROM {OUTBOX}_default") == [(0,)]
+
+    for topics in (None, ["reports"]):
+        plan = explain(NEXT_CLAIMABLE, params(topics=topics))
+        assert_reads_o_of_batch(plan, f"next claimable {topics}", max_rows=10, max_buffers=50)
+        plan = explain(CLAIM, params(topics=topics))
+        assert plan["Plan"]["Actual Rows"] == BATCH
+        assert_reads_o_of_batch(
+            plan, f"claim {topics}", max_rows=2 * BATCH + 10, max_buffers=40 * BATCH
+        )
