@@ -19,7 +19,8 @@ Per run it prints B's fire lag while A's backlog drains (the fire statement's da
 minus the slot, of B's slots between A's first and last fire: median, p99, max), B's slots
 missed in that time (a slot of a B schedule with no fire: ``COALESCE`` merged it into a
 later one), and the drain's rate (A's fires over the time between its first and last fire,
-database clock), with the load average. Medians over the runs. Asserts nothing.
+database clock), with the load average, and the same as a ``RESULT {json}`` line. Medians
+over the runs. Asserts nothing.
 
 ``--before CHECKOUT``: paired rounds. Each round runs once with this checkout's code and
 once with CHECKOUT's (its ``django_dsched`` and its ``bench/bucket_settings.py``; the order
