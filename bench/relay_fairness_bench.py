@@ -23,8 +23,8 @@ the relay had before (higher priority first, then the longest claimable, no on-t
 its SQL is kept here), on the same data: the drain rate's ratio is what putting on-time work
 first costs, the lag's is what it buys.
 
-Runs against a ``dsched_relay_fairness_bench`` database (on the embedded PostgreSQL unless
-DATABASE_URL is set). Prints figures; asserts nothing.
+Runs against a ``dsched_relay_fairness_bench`` database (``$BENCH_DATABASE`` if set), on the
+embedded PostgreSQL unless DATABASE_URL is set. Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ os.environ["DEBUG"] = "False"  # no query log growing with the run
 from plans import Plan, summarize
 from setup_django import configure
 
-configure("dsched_relay_fairness_bench")
+configure(os.environ.get("BENCH_DATABASE", "dsched_relay_fairness_bench"))
 
 import logging  # noqa: E402
 
@@ -233,6 +233,7 @@ def one_run(backlog: int, rate: float, batch_size: int) -> dict[str, float]:
         "b_lag_p99_ms": lags[min(len(lags) - 1, int(0.99 * len(lags)))] if lags else nan,
         "b_lag_max_ms": lags[-1] if lags else nan,
         "b_messages": float(len(lags)),
+        "load": os.getloadavg()[0],
     }
 
 
@@ -249,7 +250,8 @@ def drain(backlog: int, rate: float, batch_size: int, runs: int, compare: bool) 
             print(
                 f"  run {run + 1} {code}: A drained at {result['drain_per_s']:,.0f} msg/s; "
                 f"B lag p50 {result['b_lag_p50_ms']:.0f} ms, p99 {result['b_lag_p99_ms']:.0f} "
-                f"ms, max {result['b_lag_max_ms']:.0f} ms ({result['b_messages']:.0f} messages)"
+                f"ms, max {result['b_lag_max_ms']:.0f} ms ({result['b_messages']:.0f} messages); "
+                f"load {result['load']:.1f}"
             )
     for code, rows in results.items():
         print(f"{code}: {backlog:,} of A's messages, B {rate:g}/s, batch {batch_size}")
@@ -299,7 +301,7 @@ def claim_cost(backlog: int, batch_size: int, runs: int, compare: bool) -> None:
     b_ids = {row[0] for row in sql("SELECT id FROM outbox_message_t WHERE topic = 'b'")}
     sql("ANALYZE outbox_message_t")
     params = claims.claim_args(Claimer("bench", 60.0, 10), batch_size, 8 * 1024 * 1024, since)
-    results: dict[str, list[Plan]] = {}
+    results: dict[str, list[ClaimPlan]] = {}
     for run in range(runs + 2):  # the first two warm the cache
         for code in codes_for(compare, run):
             use_code(code)
@@ -330,7 +332,11 @@ def main() -> None:
     parser.add_argument("--compare", action="store_true")
     args = parser.parse_args()
     call_command("migrate", verbosity=0)
-    print(f"PostgreSQL {connection.pg_version}; load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"PostgreSQL {connection.pg_version}, "  # type: ignore[attr-defined]
+        f"{connection.settings_dict['NAME']}; "
+        f"{claims.__file__}; load average {os.getloadavg()[0]:.1f}"
+    )
     if args.what == "drain":
         drain(args.backlog, args.rate, args.batch_size, args.runs, args.compare)
     else:

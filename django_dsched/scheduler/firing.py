@@ -138,11 +138,15 @@ def claim_statement(
     return f"""
 WITH since AS MATERIALIZED (SELECT {SINCE} AS ts),
 -- Whether anything waits besides the on-time rows (one probe of the due index): only then
--- does the on-time part leave the backlog its share.
+-- does the on-time part leave the backlog its share. The oldest row's time, not EXISTS: the
+-- planner cannot know `since`, guesses a third of the rows qualify, and would answer an
+-- EXISTS (which drops ORDER BY and LIMIT) by reading the table until a row does: all of
+-- it when none does. ORDER BY ... LIMIT 1 is the head of the due index's range.
 waiting AS MATERIALIZED (
     SELECT cardinality(%(again)s::uuid[]) > 0
-           OR EXISTS (SELECT FROM schedule_t
-                      WHERE {where} AND next_run_ts <= (SELECT ts FROM since)) AS yes
+           OR (SELECT next_run_ts FROM schedule_t
+               WHERE {where} AND next_run_ts <= (SELECT ts FROM since)
+               ORDER BY next_run_ts LIMIT 1) IS NOT NULL AS yes
 ),
 fresh AS MATERIALIZED (
     SELECT {columns} FROM schedule_t
