@@ -8,21 +8,29 @@ from typing import Any
 from django.db import connection
 
 from django_dsched.enums import DeliveryStatus
+from django_dsched.scheduler import event_ids
 
 DEFAULT_HOST = uuid.UUID(int=0)
 
 # Each message with its event (same id), which holds its data and topic, as a fire writes
-# them (the envelope is composed from the event when delivered: outbox/envelope.py).
-INSERT = """
-WITH g AS (SELECT gen_random_uuid() AS id, n,
-                  statement_timestamp() - make_interval(secs => %(age)s)
-                      - (%(count)s - n) * interval '1 microsecond' AS ts
-           FROM generate_series(1, %(count)s) AS n),
+# them: the id is the fire's (event_ids: a function of the schedule and the slot, which the
+# partitioned event table checks), and the envelope is composed from the event when
+# delivered (outbox/envelope.py). Each message is the fire of a schedule of its own.
+INSERT = f"""
+WITH g AS (
+    SELECT sid, n, ts, (extract(epoch FROM ts) * 1000000)::bigint AS slot_us
+    FROM (SELECT gen_random_uuid() AS sid, n,
+                 date_trunc('milliseconds', statement_timestamp())
+                     - make_interval(secs => %(age)s)
+                     - (%(count)s - n) * interval '1 microsecond' AS ts
+          FROM generate_series(1, %(count)s) AS n) AS x
+),
 events AS (
     INSERT INTO event_store_t (id, host_id, aggregate_id, aggregate_type, aggregate_version,
                                event_type, event_ts, payload, metadata, scheduled_ts)
-    SELECT g.id, %(host)s::uuid, g.id, 'Schedule', 1, %(type)s, g.ts,
-           jsonb_build_object('n', g.n), jsonb_build_object('topic', %(topic)s), g.ts
+    SELECT {event_ids.sql("g.sid", "g.slot_us")}, %(host)s::uuid, g.sid, 'Schedule', 1,
+           %(type)s, g.ts, jsonb_build_object('n', g.n), jsonb_build_object('topic', %(topic)s),
+           g.ts
     FROM g
     RETURNING id, host_id, aggregate_id, event_type, event_ts
 )

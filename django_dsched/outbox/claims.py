@@ -180,9 +180,9 @@ SET attempts = CASE WHEN {DEAD_AT_CLAIM} THEN m.attempts ELSE m.attempts + 1 END
     failed_ts = CASE WHEN {DEAD_AT_CLAIM} THEN clock_timestamp() END
 FROM candidates c
 JOIN locked l ON l.id = c.id
--- The rows by primary key (the array), not a hash of the whole table the planner may pick
--- for a join with the candidates' estimate.
-WHERE m.id = c.id AND m.id = ANY(ARRAY(SELECT id FROM candidates))
+-- Each partition's rows by primary key, joined to the candidates (an id = ANY(array) here
+-- had each day's partition read whole by a sequential scan).
+WHERE m.id = c.id
 RETURNING m.id, m.topic, m.event_type, l.body, m.attempts, m.priority, m.event_ts, m.status,
           c.n, c.bytes, (extract(epoch FROM statement_timestamp()) * 1000000)::bigint
 """

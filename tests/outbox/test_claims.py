@@ -490,9 +490,12 @@ def assert_reads_o_of_batch(
     shape = [(s["Node Type"], s.get("Index Name")) for s in scans]
     assert scans, f"{what}: no scan of outbox_message_t in {shape}"
     # Index scans, or a bitmap scan of the primary key (the claimed rows, by their ids).
-    assert all(
-        s["Node Type"] in ("Index Scan", "Index Only Scan", "Bitmap Heap Scan") for s in scans
-    ), (what, shape)
+    other = [
+        (s["Node Type"], s.get("Relation Name"), rows_read(s), s.get("Shared Hit Blocks"))
+        for s in scans
+        if s["Node Type"] not in ("Index Scan", "Index Only Scan", "Bitmap Heap Scan")
+    ]
+    assert not other, (what, other)
     # Each probe of the ready index looks into every partition (a day's, or the default): a
     # row or two and a few buffers each, however many rows the partition holds.
     partitions = outbox_partitions()
@@ -599,6 +602,8 @@ def test_a_settle_of_a_large_batch_reads_each_outcomes_row_once(size: int) -> No
         assert compared <= 1000, f"round {round_}: {compared} rows compared and thrown away"
         # Each row found once: by its primary key, or in one pass over the table.
         for scan in outbox_scans(plan):
-            assert scan["Actual Loops"] == 1 or scan.get("Index Name") == "outbox_message_t_pkey"
+            assert scan["Actual Loops"] <= 1 or (
+                "Index Name" in scan and parent_index(scan["Index Name"]) == "outbox_message_t_pkey"
+            )
         with connection.cursor() as cursor:
             assert len(settle(cursor, claimer(), outcomes)) == 1000
