@@ -48,13 +48,10 @@ import argparse
 import importlib.util
 import json
 import os
-import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -116,6 +113,7 @@ if __name__ == "__main__" and sys.argv[1:2] == ["child"]:
 
 sys.path.insert(0, str(HERE))
 os.environ["DEBUG"] = "False"
+from redis_server import redis_server  # noqa: E402
 from setup_django import configure  # noqa: E402
 
 URL = configure(DATABASE)
@@ -344,36 +342,6 @@ def ceiling(batch: int) -> None:
 
 
 # -- redis -----------------------------------------------------------------------------------------
-
-
-@contextmanager
-def redis_server() -> Iterator[str]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise SystemExit("redis-server is not installed (apt-get install redis-server)")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    with tempfile.TemporaryDirectory(prefix="dsched-bench-redis-") as workdir:
-        process = subprocess.Popen(
-            [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", workdir,
-             "--save", "", "--appendonly", "no"],
-            stdout=subprocess.DEVNULL,
-        )  # fmt: skip
-        try:
-            deadline = time.monotonic() + 20
-            while True:
-                try:
-                    socket.create_connection(("127.0.0.1", port), 0.2).close()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.05)
-            yield f"redis://127.0.0.1:{port}/0"
-        finally:
-            process.terminate()
-            process.wait(10)
 
 
 # -- the measurements ------------------------------------------------------------------------------

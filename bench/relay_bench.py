@@ -45,16 +45,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +60,7 @@ if len(sys.argv) > 1 and sys.argv[1] == "relay-process":
     os.environ["DEBUG"] = "False"  # a production relay: no query log in the memory figure
 
 from plans import Plan, summarize
+from redis_server import redis_server
 from setup_django import ROOT, configure
 
 URL = configure("dsched_relay_bench")
@@ -321,36 +318,6 @@ def insert_pending(count: int, payload_kib: int = 0) -> None:
 
 def noop(event: dict[str, Any]) -> None:
     pass
-
-
-@contextmanager
-def redis_server() -> Iterator[str]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise SystemExit("redis-server is not installed (apt-get install redis-server)")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    with tempfile.TemporaryDirectory(prefix="dsched-bench-redis-") as workdir:
-        process = subprocess.Popen(
-            [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", workdir,
-             "--save", "", "--appendonly", "no"],
-            stdout=subprocess.DEVNULL,
-        )  # fmt: skip
-        try:
-            deadline = time.monotonic() + 20
-            while True:
-                try:
-                    socket.create_connection(("127.0.0.1", port), 0.2).close()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.05)
-            yield f"redis://127.0.0.1:{port}/0"
-        finally:
-            process.terminate()
-            process.wait(10)
 
 
 def transports_for(kind: str, redis_url: str | None) -> dict[str, Any]:

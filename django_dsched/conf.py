@@ -81,7 +81,7 @@ class AppSettings:
     )
     POLL_INTERVAL = Setting(
         2.0,
-        "Longest sleep of an idle leader, in seconds, at most 30 (it also wakes when due, and on "
+        "Longest sleep of an idle leader, in seconds, at most 15 (it also wakes when due, and on "
         "the NOTIFY of a write that makes a schedule due within 30 s). "
         "Also the backlog window of the COALESCE and SKIP misfire policies (at least 1 s): a "
         "slot due for less than this fires in a round of its own, never coalesced "

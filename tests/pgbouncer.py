@@ -14,6 +14,7 @@ import os
 import pwd
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -72,6 +73,31 @@ class PgBouncer:
 
     def log(self) -> str:
         return (self.workdir / "pgbouncer.log").read_text()
+
+    def run_clients(self, database: str, script: str, tags: list[str], settings: str) -> None:
+        """Run ``script`` (Python, its tag as argv[1]) in one process per tag at once, each a
+        Django client of the pool with the settings module ``settings``; each must exit 0."""
+        root = Path(__file__).resolve().parent.parent
+        env = {
+            **os.environ,
+            "DATABASE_URL": self.url(database),
+            "DJANGO_SETTINGS_MODULE": settings,
+            "PYTHONPATH": str(root),
+        }
+        processes = [
+            subprocess.Popen(
+                [sys.executable, "-c", script, tag],
+                cwd=root,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for tag in tags
+        ]
+        for process in processes:
+            output, _ = process.communicate(timeout=300)
+            assert process.returncode == 0, output
 
 
 def _run_as(server_host: str) -> str | None:

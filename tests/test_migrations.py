@@ -118,4 +118,4 @@ def test_the_triggers_horizon_is_the_leaders_longest_sleep():
     assert len(definitions) == 2
     for (definition,) in definitions:
         assert f"'00:00:{int(WAKE_HORIZON):02d}'::interval" in definition
-    assert Scheduler(poll_interval=WAKE_HORIZON * 10).poll_interval == WAKE_HORIZON
+    assert Scheduler(poll_interval=WAKE_HORIZON * 10).poll_interval == WAKE_HORIZON / 2

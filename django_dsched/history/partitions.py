@@ -404,8 +404,13 @@ def _drop(day: date, outbox: str, events: str, cutoff: datetime, using: str | No
         )
         if cursor.fetchone()[0]:  # dropped by another meanwhile
             return None
-        # Nothing is written to the day while it is asked and detached.
-        cursor.execute(f"LOCK TABLE {outbox}, {events} IN ACCESS EXCLUSIVE MODE")
+        # Nothing is written to the day while it is asked and detached. The parents first,
+        # as every query locks them (parent, then partitions): locking a day's partitions
+        # first would deadlock with a claim started in between, and this pass, whose lock
+        # timeout is shorter than deadlock_timeout, would lose every time.
+        cursor.execute(
+            f"LOCK TABLE ONLY {OUTBOX}, ONLY {EVENTS}, {outbox}, {events} IN ACCESS EXCLUSIVE MODE"
+        )
         hold = _holds(cursor, day, outbox, events, cutoff)
         if hold is not None:
             return hold

@@ -16,7 +16,7 @@ from django.db import migrations, models
 
 # Wakes a sleeping leader (LISTEN dsched_schedules) when a schedule is created or changed so
 # that it is due within 30 seconds (scheduler.loop.WAKE_HORIZON): a leader never sleeps longer
-# than that, so it finds a schedule due later at its next poll, in time, without a NOTIFY.
+# than half of that, so it finds a schedule due later at its next poll, in time, without a NOTIFY.
 # A NOTIFY holds a database-wide lock from its transaction's commit until the commit's WAL is
 # flushed, so every notifying transaction commits alone: creates due later (the common case,
 # a reminder or a delayed message) do not pay it. The WHEN clauses are checked per row without

@@ -14,10 +14,10 @@ member              from
 ``source``          ``"/django-dsched/" || host_id``
 ``subject``         ``aggregate_id`` (the schedule)
 ``type``            ``event_type``
-``time``            ``event_ts`` (when it fired, database clock)
+``time``            ``event_ts`` (when it fired, database clock; UTC, microseconds)
 ``datacontenttype`` ``"application/json"``
 ``topic``           ``metadata->>'topic'``
-``scheduledtime``   ``scheduled_ts`` (the slot)
+``scheduledtime``   ``scheduled_ts`` (the slot; UTC, microseconds)
 ``data``            ``payload``
 =================== ====================================================
 
@@ -29,11 +29,18 @@ delivered and have no envelope: their payload is the change.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.db import connections
 
 from django_dsched.conf import app_settings
+
+
+def utc(column: str) -> str:
+    """SQL: a ``timestamptz`` as RFC 3339 text in UTC, whatever the session's TimeZone (so
+    every read of a message, every retry, sends the same bytes)."""
+    return f"""to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"')"""
 
 
 def sql(alias: str) -> str:
@@ -44,10 +51,10 @@ def sql(alias: str) -> str:
         'source', '/django-dsched/' || {alias}.host_id,
         'subject', {alias}.aggregate_id,
         'type', {alias}.event_type,
-        'time', {alias}.event_ts,
+        'time', {utc(f"{alias}.event_ts")},
         'datacontenttype', 'application/json',
         'topic', {alias}.metadata->>'topic',
-        'scheduledtime', {alias}.scheduled_ts,
+        'scheduledtime', {utc(f"{alias}.scheduled_ts")},
         'data', {alias}.payload)"""
 
 
@@ -59,7 +66,5 @@ def of_event(event_id: Any, using: str | None = None) -> dict[str, Any] | None:
         row = cursor.fetchone()
     if row is None:
         return None
-    import json
-
     envelope: dict[str, Any] = json.loads(row[0])
     return envelope

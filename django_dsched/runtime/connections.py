@@ -92,6 +92,7 @@ def behind_pooler(connection: Any) -> bool:
     if connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"):
         return True
     session = connection.connection
-    row = session.execute("SELECT pg_backend_pid()").fetchone()
+    with connection.wrap_database_errors:
+        row = session.execute("SELECT pg_backend_pid()").fetchone()
     pooled: bool = row is None or row[0] != session.info.backend_pid
     return pooled

@@ -24,7 +24,21 @@ def sqlstate(exc: BaseException) -> str | None:
     return state if isinstance(state, str) else None
 
 
+# A row routed to a default partition while a day is attached to its parent: the attach's
+# commit makes the waiting insert fail its partition constraint (23514 with no constraint
+# name). Not the row's fault: the batch is tried again, and the row goes to its new day.
+CHECK_VIOLATION = "23514"
+
+
+def _partition_constraint(exc: BaseException) -> bool:
+    cause = exc.__cause__ if exc.__cause__ is not None else exc
+    diag = getattr(cause, "diag", None)
+    return getattr(diag, "constraint_name", "") is None and "partition constraint" in str(exc)
+
+
 def refused(exc: BaseException) -> bool:
     """Whether ``exc`` is the database refusing a row's data (see ``REFUSAL_CLASSES``)."""
     state = sqlstate(exc)
+    if state == CHECK_VIOLATION and _partition_constraint(exc):
+        return False
     return isinstance(exc, DatabaseError) and state is not None and state[:2] in REFUSAL_CLASSES

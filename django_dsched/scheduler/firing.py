@@ -308,7 +308,7 @@ events AS (
            slot_ts, %(epoch)s
     FROM batch
     WHERE slot_ts IS NOT NULL
-    ON CONFLICT (id) DO NOTHING
+    ON CONFLICT DO NOTHING
     RETURNING {EVENT_FOR_OUTBOX}
 ),
 outbox AS (
@@ -954,7 +954,7 @@ events AS (
                'timeline', {TIMELINE}),
            slot_ts
     FROM fired
-    ON CONFLICT (id) DO NOTHING
+    ON CONFLICT DO NOTHING
     RETURNING {EVENT_FOR_OUTBOX}
 ),
 outbox AS (

@@ -82,8 +82,10 @@ class Stats:
 
 # A write to schedule_t that makes a schedule due within this many seconds NOTIFYs the leader
 # (the trigger in migrations/0001_initial.py spells the same interval); one due later is found
-# by a poll, so a leader never sleeps longer than this, whatever DSCHED_POLL_INTERVAL.
+# by a poll, so a leader never sleeps longer than half of it, whatever DSCHED_POLL_INTERVAL:
+# the other half is the margin for a transaction that commits after its statement's time.
 WAKE_HORIZON = 30.0
+LONGEST_SLEEP = WAKE_HORIZON / 2
 
 
 class Scheduler(DatabaseLoop):
@@ -104,7 +106,7 @@ class Scheduler(DatabaseLoop):
         # Prometheus series to feed (None: metrics off; see django_dsched.metrics).
         self.metrics = metrics
         self.batch_size = batch_size or app_settings.BATCH_SIZE
-        self.poll_interval = min(poll_interval or app_settings.POLL_INTERVAL, WAKE_HORIZON)
+        self.poll_interval = min(poll_interval or app_settings.POLL_INTERVAL, LONGEST_SLEEP)
         self.heartbeat_seconds = float(app_settings.HEARTBEAT_SECONDS)
         self.standby_interval = float(app_settings.STANDBY_INTERVAL)
         self.bucket_count = int(app_settings.BUCKETS)

@@ -430,3 +430,28 @@ def test_a_day_is_detached_under_the_parents_lock_then_dropped_apart(days, setti
     assert purge_expired().days == (later,)
     leftovers = sql("SELECT relname FROM pg_class WHERE relname LIKE %s", ["%\\_expired"])
     assert leftovers == []
+
+
+def test_the_fire_path_skips_a_slot_another_writer_took_with_another_id(db_now):
+    """ON CONFLICT DO NOTHING covers every unique index of the partition: a slot already
+    taken by an event of another id (a hand-written one) is skipped, as a slot that fired,
+    and the schedule goes on; it is never set aside for it."""
+    from tests.outbox.test_event_payload import fire_due
+
+    schedule = ScheduleFactory(start_ts=db_now() - timedelta(seconds=1))
+    Event.objects.create(
+        id=change_id(schedule.start_ts),
+        host_id=schedule.host_id,
+        aggregate_id=schedule.schedule_id,
+        aggregate_version=1,
+        event_type="by.hand",
+        event_ts=db_now(),
+        payload={},
+        scheduled_ts=schedule.start_ts,
+    )
+    fire_due()
+    schedule.refresh_from_db()
+    assert schedule.state == "ACTIVE" and schedule.active
+    assert schedule.next_run_ts > schedule.start_ts
+    assert Event.objects.filter(scheduled_ts=schedule.start_ts).count() == 1
+    assert not OutboxMessage.objects.filter(aggregate_id=schedule.schedule_id).exists()

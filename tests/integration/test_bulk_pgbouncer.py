@@ -7,11 +7,6 @@ several bulk calls, every one in its own transaction (so each may land on anothe
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 from django.db import connection
 
@@ -21,7 +16,6 @@ from tests.pgbouncer import PgBouncer
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
-ROOT = Path(__file__).resolve().parents[2]
 CALLS = 4
 ITEMS = 3_000  # more than the first chunk: two statements in flight per call
 
@@ -57,26 +51,12 @@ print("ok", tag)
 
 
 def test_bulk_calls_through_a_transaction_pool(pgbouncer: PgBouncer) -> None:
-    env = {
-        **os.environ,
-        "DATABASE_URL": pgbouncer.url(connection.settings_dict["NAME"]),
-        "DJANGO_SETTINGS_MODULE": "tests.integration.pooled_settings",
-        "PYTHONPATH": str(ROOT),
-    }
-    processes = [
-        subprocess.Popen(
-            [sys.executable, "-c", SCRIPT, tag],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for tag in ("a", "b")
-    ]
-    for process in processes:
-        output, _ = process.communicate(timeout=300)
-        assert process.returncode == 0, output
+    pgbouncer.run_clients(
+        connection.settings_dict["NAME"],
+        SCRIPT,
+        ["a", "b"],
+        "tests.integration.pooled_settings",
+    )
     total = 2 * CALLS * ITEMS
     assert Schedule.objects.count() == total
     assert Schedule.objects.filter(state=ScheduleState.CANCELLED).count() == total // 2

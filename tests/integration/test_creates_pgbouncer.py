@@ -10,11 +10,6 @@ statement prepared, a later create would land on a backend that never saw it and
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 from django.db import connection
 
@@ -23,7 +18,6 @@ from tests.pgbouncer import PgBouncer
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
-ROOT = Path(__file__).resolve().parents[2]
 CREATES = 200
 
 SCRIPT = f"""
@@ -44,24 +38,10 @@ print("ok", tag)
 
 
 def test_single_creates_through_a_transaction_pool_prepare_nothing(pgbouncer: PgBouncer) -> None:
-    env = {
-        **os.environ,
-        "DATABASE_URL": pgbouncer.url(connection.settings_dict["NAME"]),
-        "DJANGO_SETTINGS_MODULE": "tests.integration.relay_settings",
-        "PYTHONPATH": str(ROOT),
-    }
-    processes = [
-        subprocess.Popen(
-            [sys.executable, "-c", SCRIPT, tag],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for tag in ("a", "b", "c")
-    ]
-    for process in processes:
-        output, _ = process.communicate(timeout=300)
-        assert process.returncode == 0, output
+    pgbouncer.run_clients(
+        connection.settings_dict["NAME"],
+        SCRIPT,
+        ["a", "b", "c"],
+        "tests.integration.relay_settings",
+    )
     assert Schedule.objects.count() == Event.objects.count() == 3 * CREATES
