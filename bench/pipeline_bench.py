@@ -121,6 +121,7 @@ URL = configure(DATABASE)
 import psycopg  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
+from relay_ceiling import CEILING_CLAIM, CEILING_SETTLE  # noqa: E402 (needs Django set up)
 
 from django_dsched.models import ids  # noqa: E402
 from django_dsched.outbox import claims  # noqa: E402
@@ -305,25 +306,6 @@ def relay_serving(checkout: Path, kind: str, redis_url: str, batch: int) -> Iter
 
 
 # -- the ceiling -----------------------------------------------------------------------------------
-
-CEILING_CLAIM = """
-UPDATE outbox_message_t m
-SET claimed_by = 'ceiling', attempts = m.attempts + 1, picked_ts = clock_timestamp(),
-    claimed_until = clock_timestamp() + interval '60 s'
-FROM (SELECT o.id FROM outbox_message_t o
-      WHERE o.status = 'PENDING'
-        AND GREATEST(o.event_ts, o.next_attempt_ts, o.claimed_until) <= statement_timestamp()
-      ORDER BY o.priority DESC, GREATEST(o.event_ts, o.next_attempt_ts, o.claimed_until)
-      LIMIT %s FOR UPDATE SKIP LOCKED) c
-WHERE m.id = c.id
-RETURNING m.id, (SELECT e.payload::text FROM event_store_t e WHERE e.id = m.id)
-"""
-CEILING_SETTLE = """
-UPDATE outbox_message_t
-SET status = 'DELIVERED', delivered_ts = clock_timestamp(), claimed_by = '',
-    claimed_until = NULL
-WHERE id = ANY(%s)
-"""
 
 
 def noop(payload: str) -> None:
