@@ -517,8 +517,8 @@ def check_history_partitions(databases: Any = None, **kwargs: Any) -> list[Check
         else:
             hint = (
                 "The leader makes it within DSCHED_RETENTION_INTERVAL, and so does "
-                "`manage.py purge_history` now (each logs an error when it cannot: two "
-                "events of one slot in it); or " + make
+                "`run_scheduler --once` or `manage.py purge_history` now (each logs an "
+                "error when it cannot: two events of one slot in it); or " + make
             )
         messages.append(
             Error(
