@@ -516,9 +516,9 @@ def check_history_partitions(databases: Any = None, **kwargs: Any) -> list[Check
             hint = "It holds no single UTC day, so django-dsched does not make its index: " + make
         else:
             hint = (
-                "The leader makes it within DSCHED_RETENTION_INTERVAL, and so does "
-                "`run_scheduler --once` or `manage.py purge_history` now (each logs an "
-                "error when it cannot: two events of one slot in it); or " + make
+                "The leader makes it within DSCHED_RETENTION_INTERVAL; to make it now, run "
+                "`manage.py purge_history` (it logs an error if it cannot: two events of one "
+                "slot in it); or " + make
             )
         messages.append(
             Error(
