@@ -32,13 +32,14 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 
-from django.db import OperationalError, connections, transaction
+from django.db import DatabaseError, OperationalError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
 from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus
 from django_dsched.runtime.logs import get_logger
+from django_dsched.runtime.loops import first_line
 
 logger = get_logger(__name__)
 
@@ -103,10 +104,11 @@ def slot_in_id_check() -> str:
 
 def one_per_slot_index(name: str, suffix: str) -> str:
     """The exactly-once index of the event partition ``name``."""
-    return (
-        f"CREATE UNIQUE INDEX dsched_event_one_per_slot_{suffix}"
-        f" ON {name} (aggregate_id, scheduled_ts)"
-    )
+    return f"CREATE UNIQUE INDEX {one_per_slot_name(suffix)} ON {name} (aggregate_id, scheduled_ts)"
+
+
+def one_per_slot_name(suffix: str) -> str:
+    return f"dsched_event_one_per_slot_{suffix}"
 
 
 def default_partitions_sql() -> str:
@@ -125,6 +127,12 @@ class Made:
     moved: int = 0
     # Days left for the next pass: a lock not had within LOCK_TIMEOUT_MS.
     skipped: tuple[date, ...] = ()
+    # Event partitions given the exactly-once index they lacked (made by hand or by another
+    # tool), those left for the next pass (a lock), and those it could not be made on (two
+    # events of one slot in it, say: logged as an error).
+    indexed: tuple[str, ...] = ()
+    index_skipped: tuple[str, ...] = ()
+    index_failed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +189,17 @@ _BOUNDS = re.compile(r"FROM \('([0-9a-f-]{36})'\) TO \('([0-9a-f-]{36})'\)")
 _DAY_SPAN = 86_400_000 << 80
 
 
+def _day_of_bounds(bounds: str | None) -> date | None:
+    """The UTC day a partition holds, from its bounds (``pg_get_expr``); None if it does not
+    hold exactly one day (the default partition, a week, …)."""
+    match = _BOUNDS.search(bounds or "")
+    if match:
+        low, high = (uuid.UUID(text).int for text in match.groups())
+        if low % _DAY_SPAN == 0 and high - low == _DAY_SPAN:
+            return day_of(uuid.UUID(int=low))
+    return None
+
+
 def day_partitions(table: str, using: str | None = None) -> dict[date, str]:
     """The partitions of ``table`` that hold exactly one UTC day, by day: found by their
     bounds, whatever their names (pg_partman's, say, or one made by hand)."""
@@ -193,11 +212,9 @@ def day_partitions(table: str, using: str | None = None) -> dict[date, str]:
         rows = cursor.fetchall()
     found = {}
     for name, bounds in rows:
-        match = _BOUNDS.search(bounds or "")
-        if match:
-            low, high = (uuid.UUID(text).int for text in match.groups())
-            if low % _DAY_SPAN == 0 and high - low == _DAY_SPAN:
-                found[day_of(uuid.UUID(int=low))] = name
+        day = _day_of_bounds(bounds)
+        if day is not None:
+            found[day] = name
     return found
 
 
@@ -286,7 +303,109 @@ def make_ahead(*, ahead: int = DAYS_AHEAD, using: str | None = None) -> Made:
             skipped.append(day)
         else:
             made.append(day)
-    return Made(tuple(made), moved, tuple(skipped))
+    indexed, index_skipped, index_failed = ensure_one_per_slot(using)
+    return Made(tuple(made), moved, tuple(skipped), indexed, index_skipped, index_failed)
+
+
+# The partitions of event_store_t (its tables: a partition partitioned in turn is not
+# looked into) that have no valid, non-partial UNIQUE index whose key is exactly the
+# columns aggregate_id and scheduled_ts (in either order; INCLUDE columns aside): the
+# exactly-once index. Each with its bounds, and whether it is the default partition.
+WITHOUT_ONE_PER_SLOT = """
+SELECT c.oid::regclass::text, pg_get_expr(c.relpartbound, c.oid), c.oid = p.partdefid
+FROM pg_inherits i
+JOIN pg_class c ON c.oid = i.inhrelid
+JOIN pg_partitioned_table p ON p.partrelid = i.inhparent
+WHERE i.inhparent = to_regclass(%s) AND c.relkind = 'r'
+  AND NOT EXISTS (
+      SELECT FROM pg_index x
+      WHERE x.indrelid = c.oid AND x.indisunique AND x.indisvalid
+        AND x.indpred IS NULL AND x.indexprs IS NULL AND x.indnkeyatts = 2
+        AND (SELECT array_agg(a.attname::text ORDER BY a.attname) FROM pg_attribute a
+             WHERE a.attrelid = c.oid AND a.attnum IN (x.indkey[0], x.indkey[1]))
+            = ARRAY['aggregate_id', 'scheduled_ts'])
+ORDER BY 1
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Unguarded:
+    """A partition of ``event_store_t`` without the exactly-once index: the database does
+    not refuse a second event for a (schedule, slot) of its rows."""
+
+    name: str  # as SQL names it (quoted, and with its schema when not on the search path)
+    # The index's name suffix: the day it holds (YYYYMMDD) or "default"; None for a
+    # partition that holds another range (made by hand), which is left to its maker.
+    suffix: str | None
+
+    def create_sql(self) -> str:
+        """The statement that makes its index."""
+        if self.suffix is None:
+            return f"CREATE UNIQUE INDEX ON {self.name} (aggregate_id, scheduled_ts)"
+        return one_per_slot_index(self.name, self.suffix)
+
+
+def _unguarded(cursor: CursorWrapper) -> list[Unguarded]:
+    cursor.execute(WITHOUT_ONE_PER_SLOT, [EVENTS])
+    found = []
+    for name, bounds, is_default in cursor.fetchall():
+        day = _day_of_bounds(bounds)
+        suffix = "default" if is_default else None if day is None else f"{day:%Y%m%d}"
+        found.append(Unguarded(name, suffix))
+    return found
+
+
+def without_one_per_slot(using: str | None = None) -> list[Unguarded]:
+    """The partitions of ``event_store_t`` that lack the exactly-once index (system check
+    dsched.E040)."""
+    with _connection(using).cursor() as cursor:
+        return _unguarded(cursor)
+
+
+def ensure_one_per_slot(
+    using: str | None = None,
+) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """Make the exactly-once index of every event day partition and of the default one that
+    lacks it (a partition made by hand, or by pg_partman before its template table had the
+    index), each in a transaction of its own under the days' advisory lock and lock timeout.
+    Returns the partitions indexed, those whose lock was not had in time (next pass), and
+    those the index could not be made on (two events of one slot in it, say), each logged
+    as an error."""
+    connection = _connection(using)
+    indexed, skipped, failed = [], [], []
+    for part in without_one_per_slot(using):
+        if part.suffix is None:
+            continue  # not a day: the system check names it, its maker mends it
+        try:
+            with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+                _lock_timeout(cursor)
+                if part not in _unguarded(cursor):  # mended meanwhile
+                    continue
+                # A SHARE lock on the partition while the index is built: writes into that
+                # day wait (for a day made ahead, an empty table: milliseconds).
+                cursor.execute(part.create_sql())
+        except OperationalError as exc:
+            if not _lock_not_available(exc):
+                raise
+            logger.warning("history: could not index %s yet (a lock); next pass", part.name)
+            skipped.append(part.name)
+        except DatabaseError as exc:
+            logger.error(
+                "history: the partition %s has no unique (aggregate_id, scheduled_ts) index "
+                "and it could not be made (%s): the database does not refuse a second event "
+                "for a slot in it. Remove what the index refuses and run purge_history.",
+                part.name,
+                first_line(exc),
+            )
+            failed.append(part.name)
+        else:
+            logger.warning(
+                "history: the partition %s had no unique (aggregate_id, scheduled_ts) index "
+                "(made by hand or by another tool?): made it",
+                part.name,
+            )
+            indexed.append(part.name)
+    return tuple(indexed), tuple(skipped), tuple(failed)
 
 
 # Why a day past the retention is still kept: each part is read through a partial index

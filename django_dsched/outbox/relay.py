@@ -323,11 +323,9 @@ class Relay(DatabaseLoop):
         hosts: dict[Any, str | None] = {}  # host_of() by envelope source, once per batch
 
         def route(message: Message) -> tuple[str, str | None]:
-            if getattr(message, "host_id", None) is not None:
-                return message.topic, host_of(message)
-            source = message.payload.get("source") if isinstance(message.payload, dict) else None
-            if not isinstance(source, str):  # no source, or one of another JSON type
-                return message.topic, host_of(message)
+            # '/django-dsched/<host_id>': the claim composes it in SQL from the event's
+            # host_id (NOT NULL), so it is always a string.
+            source = message.payload.get("source")
             host = hosts.get(source, hosts)
             if host is hosts:
                 host = hosts[source] = host_of(message)

@@ -3,8 +3,9 @@ retention.
 
 A pass can be slow (a big backlog of expired rows in the default partition, a lock it waits
 on), and the leader's one connection must stay free for heartbeats and fires. So the leader
-makes the partitions of the next days (:func:`~django_dsched.history.partitions.make_ahead`,
-whether retention is on or off) and drops or deletes expired history on a thread of its own,
+makes the partitions of the next days, and the exactly-once index of a day partition that
+lacks it (:func:`~django_dsched.history.partitions.make_ahead`, whether retention is on or
+off), and drops or deletes expired history on a thread of its own,
 with its own database connection (Django's connections are per thread), every
 ``DSCHED_RETENTION_INTERVAL`` seconds while it leads; whatever that thread waits on, the loop
 goes on renewing the lease and firing.
@@ -104,9 +105,9 @@ class RetentionWorker:
             connections[self.using].close()
             return self.pause
         self.passes += 1
-        # Rows left over, and days whose lock was not had, are taken after a pause, not in
-        # one long stretch.
-        again = purged.more or purged.skipped or made.skipped
+        # Rows left over, and days (or a day's index) whose lock was not had, are taken
+        # after a pause, not in one long stretch.
+        again = purged.more or purged.skipped or made.skipped or made.index_skipped
         return self.pause if again else self.interval
 
 

@@ -6,10 +6,12 @@ by id (a fire's id carries its slot's time), one partition per UTC day and a def
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, date, datetime, timedelta
+from io import StringIO
 from typing import Any
 
 import pytest
@@ -18,6 +20,7 @@ from django.db import IntegrityError, transaction
 from django.urls import reverse
 
 from django_dsched import api
+from django_dsched.checks import check_history_partitions
 from django_dsched.enums import DeliveryStatus
 from django_dsched.history import partitions
 from django_dsched.history.partitions import (
@@ -455,3 +458,145 @@ def test_the_fire_path_skips_a_slot_another_writer_took_with_another_id(db_now):
     assert schedule.next_run_ts > schedule.start_ts
     assert Event.objects.filter(scheduled_ts=schedule.start_ts).count() == 1
     assert not OutboxMessage.objects.filter(aggregate_id=schedule.schedule_id).exists()
+
+
+# -- the exactly-once index of partitions made elsewhere ----------------------------------------
+
+
+@pytest.fixture
+def by_hand() -> Iterator[Callable[..., str]]:
+    """``by_hand(name, first_day, days=1)`` attaches a partition of event_store_t made by
+    hand (or by another tool): it gets the parent's indexes as it is attached, not the
+    exactly-once one, which is no index of the parent. Dropped after the test; the default
+    partition's exactly-once index is made again if the test dropped it."""
+    made: list[str] = []
+
+    def attach(name: str, first: date, days: int = 1) -> str:
+        low, high = partitions.bound(first), partitions.bound(first + timedelta(days=days))
+        sql(f"CREATE TABLE {name} (LIKE {EVENTS} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)")
+        made.append(name)
+        sql(f"ALTER TABLE {EVENTS} ATTACH PARTITION {name} FOR VALUES FROM ('{low}') TO ('{high}')")
+        return name
+
+    yield attach
+    for name in made:
+        sql(f"DROP TABLE IF EXISTS {name}")
+    sql(
+        "CREATE UNIQUE INDEX IF NOT EXISTS dsched_event_one_per_slot_default"
+        f" ON {EVENTS}_default (aggregate_id, scheduled_ts)"
+    )
+
+
+def unguarded() -> dict[str, str]:
+    """What the system check reports (``check --database``): partition named → hint."""
+    found = {}
+    for error in check_history_partitions(databases=["default"]):
+        assert error.id == "dsched.E040"
+        found[error.msg.split()[2]] = error.hint
+    return found
+
+
+def second_event(id_: uuid.UUID) -> Event:
+    """Another event for the slot of event ``id_``, with an id the CHECK lets into its day."""
+    event = Event.objects.get(pk=id_)
+    return Event.objects.create(
+        id=change_id(event.scheduled_ts),
+        host_id=event.host_id,
+        aggregate_id=event.aggregate_id,
+        aggregate_version=2,
+        event_type=event.event_type,
+        event_ts=event.event_ts,
+        payload={},
+        scheduled_ts=event.scheduled_ts,
+    )
+
+
+def test_a_partition_without_the_exactly_once_index_is_reported_then_indexed(by_hand):
+    """A day attached by hand (named as pg_partman would) and a default partition that lost
+    its index: the system check names both, with the statement that mends each; the next
+    make_ahead makes their indexes, after which the day refuses a second event for a slot.
+    A partition that holds no single day is reported, and left to whoever made it."""
+    assert unguarded() == {}
+    day = today() - timedelta(days=30)
+    by_hand("event_store_t_p_by_hand", day)
+    by_hand("event_store_t_two_days", day - timedelta(days=3), days=2)
+    sql("DROP INDEX dsched_event_one_per_slot_default")
+
+    hints = unguarded()
+    assert set(hints) == {
+        "event_store_t_p_by_hand",
+        "event_store_t_default",
+        "event_store_t_two_days",
+    }
+    assert (
+        f"CREATE UNIQUE INDEX dsched_event_one_per_slot_{day:%Y%m%d} ON event_store_t_p_by_hand"
+        " (aggregate_id, scheduled_ts);" in hints["event_store_t_p_by_hand"]
+    )
+    assert "purge_history" in hints["event_store_t_p_by_hand"]
+    assert (
+        "CREATE UNIQUE INDEX dsched_event_one_per_slot_default ON event_store_t_default"
+        " (aggregate_id, scheduled_ts);" in hints["event_store_t_default"]
+    )
+    assert (
+        "CREATE UNIQUE INDEX ON event_store_t_two_days (aggregate_id, scheduled_ts);"
+        in hints["event_store_t_two_days"]
+    )
+
+    made = make_ahead()
+    assert (made.made, made.index_skipped, made.index_failed) == ((), (), ())
+    assert set(made.indexed) == {"event_store_t_p_by_hand", "event_store_t_default"}
+    assert set(unguarded()) == {"event_store_t_two_days"}
+    assert make_ahead() == partitions.Made()  # nothing left to mend
+
+    [id_] = fires(day, 1)
+    assert where(EVENTS, id_) == "event_store_t_p_by_hand"
+    with (
+        pytest.raises(IntegrityError, match=f"dsched_event_one_per_slot_{day:%Y%m%d}"),
+        transaction.atomic(),
+    ):
+        second_event(id_)
+
+
+def test_a_partition_whose_index_cannot_be_made_is_logged_and_the_others_are_indexed(
+    by_hand, caplog
+):
+    """Two events of one slot in a day made by hand (nothing refused the second): the index
+    cannot be made there; the pass logs an error naming the partition and indexes the other
+    days; the check goes on reporting it."""
+    twice = today() - timedelta(days=31)
+    by_hand("event_store_t_p_twice", twice)
+    by_hand("event_store_t_p_once", twice - timedelta(days=1))
+    [id_] = fires(twice, 1)
+    second_event(id_)  # not refused: no index
+
+    with caplog.at_level(logging.ERROR, logger="django_dsched.history"):
+        made = make_ahead()
+    assert made.index_failed == ("event_store_t_p_twice",)
+    assert made.indexed == ("event_store_t_p_once",)
+    [logged] = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert "event_store_t_p_twice" in logged.getMessage()
+    assert "could not be made" in logged.getMessage()
+    assert set(unguarded()) == {"event_store_t_p_twice"}
+    err = StringIO()
+    call_command("purge_history", stderr=err)
+    assert (
+        "Could not make the unique (aggregate_id, scheduled_ts) index of event_store_t_p_twice"
+        in err.getvalue()
+    )
+
+
+def test_indexing_a_partition_waits_for_its_lock_no_longer_than_the_timeout(by_hand):
+    """A write in progress in the day holds it: the pass gives up after LOCK_TIMEOUT_MS and
+    the next one makes the index."""
+    day = today() - timedelta(days=30)
+    by_hand("event_store_t_p_busy", day)
+    with other_session() as other, other.cursor() as cursor:
+        cursor.execute("BEGIN")
+        cursor.execute("LOCK TABLE event_store_t_p_busy IN ROW EXCLUSIVE MODE")  # a writer
+        started = time.monotonic()
+        made = make_ahead()
+        waited = time.monotonic() - started
+        cursor.execute("ROLLBACK")
+    assert (made.indexed, made.index_skipped) == ((), ("event_store_t_p_busy",))
+    assert waited < 10 * LOCK_TIMEOUT_MS / 1000
+    assert make_ahead().indexed == ("event_store_t_p_busy",)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.core.management import call_command
 
+from django_dsched import api
 from django_dsched.enums import DeliveryStatus
 from django_dsched.models import OutboxMessage
 from django_dsched.outbox.claims import Claimer, DeliveryOutcome, claim, settle
@@ -19,6 +22,7 @@ from django_dsched.scheduler import Scheduler
 from tests.factories import ScheduleFactory
 from tests.helpers import other_session, sql, wait_for
 from tests.outbox_helpers import make_messages, statuses
+from tests.webhook_servers import Sink
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -350,19 +354,26 @@ def test_a_settle_the_database_fails_loses_nothing(relay_settings, handle):
     assert sorted(seen) == sorted([str(i) for i in ids[:10]] + [str(i) for i in ids])
 
 
-def test_an_envelope_source_of_any_json_type_is_routed_as_no_host(relay_settings, handle):
-    """The route of a message is its topic and the host named by its envelope's ``source``;
-    a source that is not a string (an event edited by hand) names no host, and the relay
-    delivers it by its topic's route like any other."""
-    seen: list[str] = []
-    handle(lambda event: seen.append(event["id"]), topic="reports")
-    ids = make_messages(4)
-    sql(
-        "UPDATE event_store_t SET payload = payload || jsonb_build_object('source', v)"
-        " FROM (VALUES (0, '[1, 2]'::jsonb), (1, '{\"a\": 1}'), (2, 'null')) s(n, v)"
-        " WHERE id = (%s::uuid[])[n + 1]",
-        [ids],
-    )
+def test_the_envelope_source_names_the_schedule_s_host_and_routes_by_it(
+    relay_settings, handle, sink
+):
+    """The claim composes ``source`` from the event's host: a schedule created for a host
+    names that host, one created without names DSCHED_DEFAULT_HOST_ID; the relay routes
+    each by it (the host's own table first)."""
+    host = uuid.UUID("c0ffee00-1234-4abc-8def-0123456789ab")
+    relay_settings.DSCHED_TRANSPORTS_BY_HOST = {
+        str(host): {"*": {"BACKEND": "webhook", "OPTIONS": {"URL": sink + "/ok", "TIMEOUT": 2}}}
+    }
+    seen: list[dict[str, Any]] = []
+    handle(seen.append, topic="reports")
+    start = db_now() - timedelta(seconds=1)
+    for name, host_id in (("with-host", host), ("without-host", None)):
+        api.create_once(name, at=start, topic="reports", event_type="report.build", host_id=host_id)
+    Scheduler(instance_id="s1").run_until_idle()
 
-    assert Relay(instance_id="r1").run_until_idle() == 4
-    assert seen == [str(i) for i in ids]
+    assert Relay(instance_id="r1").run_until_idle() == 2
+    [(_, _, body)] = Sink.requests
+    assert json.loads(body)["source"] == "/django-dsched/c0ffee00-1234-4abc-8def-0123456789ab"
+    assert [event["source"] for event in seen] == [
+        "/django-dsched/00000000-0000-0000-0000-000000000000"
+    ]

@@ -7,8 +7,11 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
+from django_dsched.history import partitions
+from django_dsched.history.partitions import ADVISORY_LOCK, DAYS_AHEAD, EVENTS, OUTBOX, day_of
 from django_dsched.models import Event
 from tests.factories import ScheduleFactory
+from tests.helpers import other_session, sql
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -19,6 +22,46 @@ def test_once_fires_what_is_due_and_exits(db_now):
     call_command("run_scheduler", once=True, instance_id="cli", stdout=out, verbosity=1)
     assert "Fired 3 schedule(s)." in out.getvalue()
     assert Event.objects.filter(metadata__instance_id="cli").count() == 3
+
+
+@pytest.fixture
+def no_days():
+    """No day partitions (a deployment whose days nobody made: a cron of --once runs has
+    no leader's history thread); the days migrate made are made again after the test."""
+    for day in partitions.days():
+        sql(f"DROP TABLE {partitions.partition(OUTBOX, day)}, {partitions.partition(EVENTS, day)}")
+    yield
+    partitions.make_ahead()
+
+
+def test_once_makes_the_days_ahead_before_it_fires(no_days, db_now):
+    ScheduleFactory.create_batch(2, start_ts=db_now() - timedelta(seconds=1))
+    out = StringIO()
+    call_command("run_scheduler", once=True, stdout=out, verbosity=1)
+    today = sql("SELECT (statement_timestamp() AT TIME ZONE 'UTC')::date")[0][0]
+    assert partitions.days() == [today + timedelta(days=n) for n in range(DAYS_AHEAD + 1)]
+    assert f"Made the partitions of {today.isoformat()}, " in out.getvalue()
+    assert "Fired 2 schedule(s)." in out.getvalue()
+    # The fires went into their day's partition, not the default one.
+    fired = Event.objects.filter(scheduled_ts__isnull=False).values_list("id", flat=True)
+    assert len(fired) == 2
+    for id_ in fired:
+        [(where,)] = sql(f"SELECT tableoid::regclass::text FROM {EVENTS} WHERE id = %s", [id_])
+        assert where == partitions.partition(EVENTS, day_of(id_))
+
+
+def test_once_without_the_days_lock_warns_and_fires(no_days, db_now):
+    """Another maker of the days holds their lock: --once gives each day up after the lock
+    timeout, says so, and fires (into the default partition)."""
+    ScheduleFactory(start_ts=db_now() - timedelta(seconds=1))
+    out, err = StringIO(), StringIO()
+    with other_session() as other, other.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_lock(%s)", [ADVISORY_LOCK])
+        call_command("run_scheduler", once=True, stdout=out, stderr=err, verbosity=1)
+    assert "Could not make the partitions of " in err.getvalue()
+    assert "(a lock); the next run makes them." in err.getvalue()
+    assert "Fired 1 schedule(s)." in out.getvalue()
+    assert partitions.days() == []
 
 
 def test_max_iterations_bounds_the_loop():

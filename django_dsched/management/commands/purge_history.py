@@ -16,8 +16,8 @@ class Command(BaseCommand):
     help = (
         "Drop the days of history older than the retention (DSCHED_RETENTION_DAYS) that no "
         "pending message or dead letter holds, delete the default partition's expired rows in "
-        "small batches, and make the next days' partitions. Dead letters and pending messages "
-        "stay."
+        "small batches, and make the next days' partitions (and the exactly-once index of a "
+        "day partition that lacks it). Dead letters and pending messages stay."
     )
     requires_migrations_checks = True
 
@@ -52,6 +52,17 @@ class Command(BaseCommand):
             if made.skipped:
                 self.stdout.write(
                     f"Could not make the partitions of {_days(made.skipped)} yet (a lock)."
+                )
+            for name in made.indexed:
+                self.stdout.write(f"Made the unique (aggregate_id, scheduled_ts) index of {name}.")
+            if made.index_skipped:
+                self.stdout.write(
+                    f"Could not index {', '.join(made.index_skipped)} yet (a lock); run again."
+                )
+            for name in made.index_failed:
+                self.stderr.write(
+                    f"Could not make the unique (aggregate_id, scheduled_ts) index of {name}: "
+                    "see the error logged."
                 )
         if days is None and app_settings.RETENTION_DAYS is None:
             self.stdout.write("Retention is off (DSCHED_RETENTION_DAYS = None); nothing to do.")

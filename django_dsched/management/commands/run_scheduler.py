@@ -4,9 +4,11 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
 
 from django_dsched.conf import app_settings
 from django_dsched.exceptions import BucketCountMismatch
+from django_dsched.history.partitions import make_ahead
 from django_dsched.management._arguments import instance_id, positive_float, positive_int
 from django_dsched.management._process import (
     add_endpoint_arguments,
@@ -19,6 +21,7 @@ from django_dsched.management._process import (
     stop_on_signals,
 )
 from django_dsched.outbox.relay import Relay
+from django_dsched.runtime.loops import first_line
 from django_dsched.scheduler import Scheduler
 
 if TYPE_CHECKING:
@@ -68,7 +71,10 @@ class Command(BaseCommand):
         parser.add_argument(
             "--once",
             action="store_true",
-            help="Take the lead if free, fire what is due now, release the lead and exit.",
+            help=(
+                "Make the next days' partitions, take the lead if free, fire what is due "
+                "now, release the lead and exit."
+            ),
         )
         parser.add_argument(
             "--max-iterations",
@@ -153,6 +159,7 @@ class Command(BaseCommand):
             if not reach_database(self, scheduler, once=once):
                 scheduler.shutdown()
             elif once:
+                self._make_days(scheduler.using, verbosity)
                 fired = scheduler.run_until_idle()
                 if verbosity:
                     self.stdout.write(f"Fired {fired} schedule(s).")
@@ -165,3 +172,27 @@ class Command(BaseCommand):
             else:
                 with relay_thread(relay):
                     scheduler.run(max_iterations=max_iterations)
+
+    def _make_days(self, using: str, verbosity: int) -> None:
+        """A one-off run makes the days ahead first, as a leader's history thread does (a
+        cron of ``--once`` runs has no such thread), so its fires land in their day's
+        partition. Not having a lock in time, or any database error here, is a warning:
+        the fires go on (into the default partition for a day not made)."""
+        try:
+            made = make_ahead(using=using)
+        except DatabaseError as exc:
+            self.stderr.write(
+                self.style.WARNING(f"Could not make the days ahead ({first_line(exc)}).")
+            )
+            return
+        days = ", ".join(day.isoformat() for day in made.made)
+        if verbosity and made.made:
+            self.stdout.write(f"Made the partitions of {days}.")
+        if made.skipped:
+            skipped = ", ".join(day.isoformat() for day in made.skipped)
+            self.stderr.write(
+                self.style.WARNING(
+                    f"Could not make the partitions of {skipped} yet (a lock); the next run "
+                    "makes them."
+                )
+            )
