@@ -357,7 +357,7 @@ def _unguarded(cursor: CursorWrapper) -> list[Unguarded]:
 
 def without_one_per_slot(using: str | None = None) -> list[Unguarded]:
     """The partitions of ``event_store_t`` that lack the exactly-once index (system check
-    dsched.E040)."""
+    dsched.W040)."""
     with _connection(using).cursor() as cursor:
         return _unguarded(cursor)
 

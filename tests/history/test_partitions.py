@@ -491,7 +491,7 @@ def unguarded() -> dict[str, str]:
     """What the system check reports (``check --database``): partition named → hint."""
     found = {}
     for error in check_history_partitions(databases=["default"]):
-        assert error.id == "dsched.E040"
+        assert error.id == "dsched.W040"
         found[error.msg.split()[2]] = error.hint
     return found
 
