@@ -51,7 +51,7 @@ from setup_django import ROOT, configure
 # A production scheduler: no query log (with DEBUG on, Django keeps the last 9,000 statements,
 # a fire statement's id arrays included: 340 MB at 1,000,000 fires, and time per batch).
 os.environ["DEBUG"] = "False"
-URL = configure("dsched_bench")
+URL = configure(os.environ.get("BENCH_DATABASE", "dsched_bench"))
 
 import django  # noqa: E402
 import psycopg  # noqa: E402
@@ -183,28 +183,47 @@ def wal_lsn() -> int:
     return int(sql("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")[0][0])
 
 
+def lsn(position: int) -> str:
+    """A WAL position as PostgreSQL writes it (for pg_waldump -s/-e)."""
+    return f"{position >> 32:X}/{position & 0xFFFFFFFF:X}"
+
+
 def load() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+# Set by --checkpoint: a CHECKPOINT between inserting the schedules and firing them.
+CHECKPOINT = False
+
+
+def checkpoint() -> None:
+    """With --checkpoint, a CHECKPOINT now: the first change of each page after it writes the
+    whole page to the WAL (as a schedule fired hourly does on a server checkpointing every few
+    minutes), so WAL per fire does not depend on where the server's own checkpoints fall."""
+    if CHECKPOINT:
+        sql("CHECKPOINT")
 
 
 def fire_run(schedules: int, batch_size: int) -> dict[str, float]:
     """One run of ``run_scheduler`` draining ``schedules`` due hourly schedules."""
     reset()
     insert_schedules(schedules, "HOURS", 1, "now() - interval '30 minutes'")
+    checkpoint()
     before = load()
-    wal = wal_lsn()
+    wal_start = wal_lsn()
     spawned = time.monotonic()
     process = start_scheduler(f"--batch-size={batch_size}")
     wait_drained(schedules, timeout=1800)
     wall = time.monotonic() - spawned
-    wal = (wal_lsn() - wal) / schedules
+    wal_end = wal_lsn()
+    wal = (wal_end - wal_start) / schedules
     rss = peak_rss_mb(process.pid)
     stop(process)
     rate, batches, span = firing_rate(schedules)
     print(
         f"  fire {schedules:,}: {rate:,.0f} fires/s ({batches} batches in {span:.3f} s;"
         f" all fired {wall:.2f} s after spawning; peak RSS {rss:.0f} MB; WAL {wal:,.0f} B"
-        f" a fire; load {before})",
+        f" a fire, {lsn(wal_start)}..{lsn(wal_end)}; load {before})",
         flush=True,
     )
     return {"rate": rate, "wall": wall, "rss": rss, "dups": duplicates(), "wal": wal}
@@ -252,6 +271,7 @@ def ceiling_run(schedules: int, batch_size: int) -> dict[str, float]:
     """The hand-written ceiling draining ``schedules`` due hourly schedules."""
     reset()
     insert_schedules(schedules, "HOURS", 1, "now() - interval '30 minutes'")
+    checkpoint()
     before = load()
     wal = wal_lsn()
     started = time.monotonic()
@@ -420,10 +440,16 @@ def main() -> None:
     parser.add_argument(
         "--random-ids", action="store_true", help="version-4 schedule ids (the old default)"
     )
+    parser.add_argument(
+        "--checkpoint",
+        action="store_true",
+        help="a CHECKPOINT before each burst (WAL per fire with the pages' first images)",
+    )
     options = parser.parse_args()
-    global RANDOM_IDS, METRICS
+    global RANDOM_IDS, METRICS, CHECKPOINT
     RANDOM_IDS = options.random_ids
     METRICS = options.metrics
+    CHECKPOINT = options.checkpoint
     call_command("migrate", verbosity=0)
     settings = dict(
         sql(

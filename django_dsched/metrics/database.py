@@ -34,7 +34,7 @@ logger = get_logger(__name__)
 # Each subquery is an index probe or a bounded index walk:
 # due: dsched_schedule_due_idx; set aside: dsched_schedule_set_aside_idx; pending: the
 # relays' dsched_outbox_ready_idx, its oldest claimable entry per priority (a skip scan
-# over the few priorities); dead letters: dsched_outbox_dead_ts_idx.
+# over the few priorities); dead letters: dsched_outbox_dead_id_idx.
 GAUGES = f"""
 WITH {PRIORITIES}
 SELECT

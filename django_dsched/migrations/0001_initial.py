@@ -174,9 +174,8 @@ class Migration(migrations.Migration):
                 "verbose_name": "event",
                 "verbose_name_plural": "events",
                 "db_table": "event_store_t",
-                "ordering": ["-event_ts"],
+                "ordering": ["-id"],
                 "indexes": [
-                    models.Index(fields=["event_ts"], name="dsched_event_ts_idx"),
                     models.Index(
                         fields=["aggregate_id", "aggregate_version"],
                         name="dsched_event_version_idx",
@@ -318,7 +317,7 @@ class Migration(migrations.Migration):
                 "verbose_name": "outbox message",
                 "verbose_name_plural": "outbox messages",
                 "db_table": "outbox_message_t",
-                "ordering": ["-event_ts"],
+                "ordering": ["-id"],
                 "permissions": [
                     ("retry_outboxmessage", "Can retry dead-lettered outbox messages"),
                     ("discard_outboxmessage", "Can discard dead-lettered outbox messages"),
@@ -344,7 +343,7 @@ class Migration(migrations.Migration):
                     ),
                     models.Index(
                         condition=models.Q(("status", "DELIVERY_FAILED")),
-                        fields=["topic", "event_ts"],
+                        fields=["topic", "id"],
                         name="dsched_outbox_dead_idx",
                     ),
                     models.Index(
@@ -354,15 +353,14 @@ class Migration(migrations.Migration):
                     ),
                     models.Index(
                         condition=models.Q(("status", "DELIVERY_FAILED")),
-                        fields=["event_ts"],
-                        name="dsched_outbox_dead_ts_idx",
+                        fields=["id"],
+                        name="dsched_outbox_dead_id_idx",
                     ),
                     models.Index(
                         condition=models.Q(("status", "PENDING")),
-                        fields=["event_ts"],
-                        name="dsched_outbox_pending_ts_idx",
+                        fields=["id"],
+                        name="dsched_outbox_pending_id_idx",
                     ),
-                    models.Index(fields=["event_ts"], name="dsched_outbox_event_ts_idx"),
                 ],
                 "constraints": [
                     models.CheckConstraint(

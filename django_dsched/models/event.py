@@ -23,7 +23,9 @@ class Event(EventRecord):
         db_table = "event_store_t"
         verbose_name = _("event")
         verbose_name_plural = _("events")
-        ordering = ["-event_ts"]
+        # Newest first by id: ids are time-ordered (a fire's carries its slot's millisecond, a
+        # change's its time: scheduler/event_ids.py), so the primary key serves the order.
+        ordering = ["-id"]
         # Partitioned by id, one partition per UTC day (django_dsched/history): no unique
         # constraint without the id. The exactly-once rule is a unique (aggregate_id,
         # scheduled_ts) index in each partition with the CHECK dsched_event_slot_in_id (a
@@ -31,7 +33,6 @@ class Event(EventRecord):
         # a schedule's versions are serialised by its row's lock (every writer bumps
         # schedule_t.aggregate_version in the statement that writes the event).
         indexes = [
-            models.Index(fields=["event_ts"], name="dsched_event_ts_idx"),
             # A schedule's history, in version order (admin, REST).
             models.Index(
                 fields=["aggregate_id", "aggregate_version"], name="dsched_event_version_idx"

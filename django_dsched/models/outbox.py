@@ -94,7 +94,10 @@ class OutboxMessage(EventRecord):
         db_table = "outbox_message_t"
         verbose_name = _("outbox message")
         verbose_name_plural = _("outbox messages")
-        ordering = ["-event_ts"]
+        # Newest first by id: ids are time-ordered (a fire's carries its slot's millisecond,
+        # scheduler/event_ids.py), so the primary key serves the order and no index on the
+        # time is written by every fire, claim and settle.
+        ordering = ["-id"]
         permissions = [
             ("retry_outboxmessage", _("Can retry dead-lettered outbox messages")),
             ("discard_outboxmessage", _("Can discard dead-lettered outbox messages")),
@@ -138,7 +141,7 @@ class OutboxMessage(EventRecord):
             ),
             # Dead letters are few and looked at by operators; keep them cheap to list.
             models.Index(
-                fields=["topic", "event_ts"],
+                fields=["topic", "id"],
                 condition=models.Q(status=DeliveryStatus.DELIVERY_FAILED),
                 name="dsched_outbox_dead_idx",
             ),
@@ -151,20 +154,18 @@ class OutboxMessage(EventRecord):
             ),
             # The admin's dead letters, newest first (not a walk through all messages).
             models.Index(
-                fields=["event_ts"],
+                fields=["id"],
                 condition=models.Q(status=DeliveryStatus.DELIVERY_FAILED),
-                name="dsched_outbox_dead_ts_idx",
+                name="dsched_outbox_dead_id_idx",
             ),
-            # Pending messages by time (the admin's and REST's pending lists, the oldest
-            # pending message): with a partition per day, a filtered walk of the event_ts index
-            # would read every old day whole to find it holds none.
+            # Pending messages in id (time) order (the admin's and REST's pending lists, the
+            # oldest pending message): with a partition per day, a filtered walk of the
+            # primary key would read every old day whole to find it holds none.
             models.Index(
-                fields=["event_ts"],
+                fields=["id"],
                 condition=models.Q(status=DeliveryStatus.PENDING),
-                name="dsched_outbox_pending_ts_idx",
+                name="dsched_outbox_pending_id_idx",
             ),
-            # The admin's list, newest first, without sorting the whole table.
-            models.Index(fields=["event_ts"], name="dsched_outbox_event_ts_idx"),
         ]
 
     def __str__(self) -> str:

@@ -13,6 +13,7 @@ from django_dsched.enums import DeliveryStatus
 from django_dsched.history.partitions import HistoryDays, held_days
 from django_dsched.models import Event, Lease, OutboxMessage, Schedule, SchedulerInstance
 from django_dsched.runtime.clock import database_now
+from django_dsched.scheduler import event_ids
 from django_dsched.scheduler.buckets import lock_id, ranking
 
 # Instances shown: seen within this many lease periods (and at least a minute).
@@ -142,8 +143,13 @@ def cluster_status() -> ClusterStatus:
         for row in rows
     ]
     backlog = Schedule.objects.due().aggregate(n=Count("pk"), oldest=Min("next_run_ts"))
+    # A fire's id carries its slot's millisecond: the last hour's slots are a range of the
+    # primary key (a fire written in the last hour for an older slot is not counted).
+    hour_ago = now - timedelta(hours=1)
     fires = Event.objects.filter(
-        event_ts__gte=now - timedelta(hours=1), scheduled_ts__isnull=False
+        pk__gte=event_ids.id_floor(hour_ago),
+        event_ts__gte=hour_ago,
+        scheduled_ts__isnull=False,
     ).aggregate(
         hour=Count("pk"), minute=Count("pk", filter=Q(event_ts__gte=now - timedelta(minutes=1)))
     )
@@ -156,7 +162,7 @@ def cluster_status() -> ClusterStatus:
     oldest_pending = (
         OutboxMessage.objects.filter(status=DeliveryStatus.PENDING)
         .only("id", "topic", "event_type", "event_ts", "attempts", "last_error")
-        .order_by("event_ts")
+        .order_by("id")
         .first()
         if outbox["pending"]
         else None

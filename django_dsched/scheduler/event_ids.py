@@ -72,6 +72,13 @@ def change_id(at: datetime) -> uuid.UUID:
     return uuid.UUID(bytes=bytes(raw))
 
 
+def id_floor(at: datetime) -> uuid.UUID:
+    """The smallest id of ``at``'s millisecond: the events of a slot or change at or after
+    ``at`` have ids from it on (a range of the primary key)."""
+    ms = to_microseconds(at) // 1000
+    return uuid.UUID(int=(ms & MS_MASK) << 80)
+
+
 def change_sql(at: str) -> str:
     """:func:`change_id` in SQL for a ``timestamptz`` expression ``at`` (a new id per row)."""
     millis = f"floor(extract(epoch FROM {at}) * 1000)::bigint"
