@@ -14,7 +14,8 @@ id). So a fire never fails for a missing partition.
 * :func:`drop_expired` drops a day's two partitions once the whole day is older than the
   retention and nothing in it is still needed: no message ``PENDING`` or ``DELIVERY_FAILED``
   (such a day is *held* until they settle: delivered, retried and delivered, or discarded), no
-  event fired and no message delivered within the retention (a late fire or delivery).
+  message delivered within the retention (a late fire's: a fire's message is in its slot's
+  day, and is pending until it is delivered).
   Detaching takes an ``ACCESS EXCLUSIVE`` lock on the parents; it waits at most
   :data:`LOCK_TIMEOUT_MS`, then gives up until the next pass, so fires and claims are never
   held up longer than that (plus the detach itself, milliseconds). The detached tables are
@@ -142,7 +143,7 @@ class Held:
     day: date
     pending: int  # messages PENDING (waiting, retrying, or being delivered)
     dead: int  # dead letters (DELIVERY_FAILED): retry or discard them to release the day
-    # The latest fire or delivery in the day when it is within the retention (a late fire or
+    # The latest delivery in the day when it is within the retention (a late fire's: its
     # delivery): the day goes once that too is older.
     latest: datetime | None = None
 
@@ -153,7 +154,7 @@ class Held:
         if self.dead:
             reasons.append(f"{self.dead} dead letter(s)")
         if self.latest is not None:
-            reasons.append(f"fired or delivered at {self.latest:%Y-%m-%d %H:%M:%S} UTC")
+            reasons.append(f"delivered at {self.latest:%Y-%m-%d %H:%M:%S} UTC")
         return f"{self.day:%Y-%m-%d} held by {', '.join(reasons)}"
 
 
@@ -410,14 +411,11 @@ def ensure_one_per_slot(
 
 # Why a day past the retention is still kept: each part is read through a partial index
 # (pending: the relay's ready index; dead: the dead letters' index) or the end of an index
-# (the latest delivery, the latest fire), so asking costs a few pages however big the day.
+# (the latest delivery), so asking costs a few pages however big the day.
 HOLDS = """
 SELECT (SELECT count(*) FROM {outbox} WHERE status = %(pending)s),
        (SELECT count(*) FROM {outbox} WHERE status = %(dead)s),
-       NULLIF(GREATEST(
-           (SELECT max(delivered_ts) FROM {outbox} WHERE status = %(delivered)s),
-           (SELECT max(event_ts) FROM {events}),
-           '-infinity'::timestamptz), '-infinity'::timestamptz)
+       (SELECT max(delivered_ts) FROM {outbox} WHERE status = %(delivered)s)
 """
 
 
