@@ -72,6 +72,8 @@ class ClaimHeartbeat:
         self._marked: set[uuid.UUID] = set()
         self._next_beat = 0.0
         self._thread: threading.Thread | None = None
+        # hold() comes from the relay's thread and from its claim-ahead thread.
+        self._starting = threading.Lock()
 
     # -- the relay's side ------------------------------------------------------------------
     def hold(self, messages: Iterable[Message]) -> None:
@@ -120,12 +122,15 @@ class ClaimHeartbeat:
 
     # -- the thread ------------------------------------------------------------------------
     def _ensure_thread(self) -> None:
-        if self._thread is None or not self._thread.is_alive():
-            self._stop.clear()
-            self._thread = threading.Thread(
-                target=self._run, name=f"dsched-heartbeat-{self.claimer.relay_id}", daemon=True
-            )
-            self._thread.start()
+        with self._starting:
+            if self._thread is None or not self._thread.is_alive():
+                self._stop.clear()
+                self._thread = threading.Thread(
+                    target=self._run,
+                    name=f"dsched-heartbeat-{self.claimer.relay_id}",
+                    daemon=True,
+                )
+                self._thread.start()
 
     def _run(self) -> None:
         try:

@@ -25,11 +25,12 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
-from django.db import connections
+from django.db import DatabaseError, connections
 
 from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus
@@ -38,6 +39,7 @@ from django_dsched.metrics.relay import DEAD_LETTER, DELIVERED, LOST, RETRY, slo
 from django_dsched.models.validators import make_storable_text
 from django_dsched.outbox.claims import (
     ERROR_MAX_CHARS,
+    Claimed,
     Claimer,
     DeliveryOutcome,
     Message,
@@ -53,7 +55,7 @@ from django_dsched.outbox.outcomes import Recorded, record
 from django_dsched.outbox.transports import Transport, Transports
 from django_dsched.outbox.transports.registry import host_of
 from django_dsched.runtime.logs import get_logger
-from django_dsched.runtime.loops import DatabaseLoop, retry_delay
+from django_dsched.runtime.loops import DatabaseLoop, first_line, retry_delay
 from django_dsched.schedules import binding
 
 if TYPE_CHECKING:
@@ -69,6 +71,17 @@ RENEW_AFTER = 0.5
 # bytes per message, with this much to spare, not the whole batch size (10,000 rows of 64 KiB
 # events to keep 128 would cost seconds a round).
 CLAIM_SPARE = 1.25
+
+# A claim asks for no more messages than the relay sent in about this many seconds at the last
+# batch's pace: a fast transport gets whole batches (``RELAY_BATCH_SIZE``), a slow endpoint
+# small ones, so a relay never holds more claims than it can send soon (other relays deliver
+# the rest) and a message waits behind the others of its batch for about this long at most.
+BATCH_SECONDS = 1.0
+
+# Under a backlog (a claim came back full, with at least this many messages), the relay claims
+# its next batch on a thread of its own while it sends this one: the database claims while
+# Python sends. Smaller batches are not worth a second session.
+CLAIM_AHEAD_MIN = 100
 
 
 def describe(exc: BaseException) -> str:
@@ -147,6 +160,10 @@ class Relay(DatabaseLoop):
         self.stats = RelayStats()
         self._claimed_last = 0
         self._message_bytes = 0.0  # mean payload bytes per message of the last claim
+        self._send_seconds = 0.0  # mean seconds to send one message of the last batch
+        # The next batch's claim, running on the claim-ahead thread (with the limit it asked).
+        self._ahead: tuple[Future[Claimed], int] | None = None
+        self._ahead_pool: ThreadPoolExecutor | None = None
         # The database time of the last claim that found rows: what became claimable after it
         # is on time and claimed before the backlog (claims.claim_batch).
         self._since: int | None = None
@@ -168,6 +185,7 @@ class Relay(DatabaseLoop):
         return self.stats.delivered - delivered_before
 
     def shutdown(self) -> None:
+        self._end_claiming_ahead()
         self.heartbeat.stop()
         self.transports.close()
         self._close()
@@ -184,20 +202,36 @@ class Relay(DatabaseLoop):
         """Claim and deliver one batch; return how long to sleep before the next round."""
         self._ensure_session()
         connection = connections[self.using]
-        with binding.cursor(connection) as cursor:
-            claimed = claim_batch(
-                cursor,
-                self.claimer,
-                self.claim_limit(),
-                self.batch_bytes,
-                since_us=self._since,
-            )
+        ahead = self._take_ahead()
+        if ahead is None:
+            limit = self.claim_limit()
+            with binding.cursor(connection) as cursor:
+                claimed = claim_batch(
+                    cursor, self.claimer, limit, self.batch_bytes, since_us=self._since
+                )
+        else:
+            claimed, limit = ahead
         live, dead = claimed.live, claimed.dead
         self._claimed_last = len(live) + len(dead)
         if claimed.at_us is not None:
             self._since = claimed.at_us
         if self._claimed_last:
             self._message_bytes = sum(m.size for m in live + dead) / self._claimed_last
+        self._note_dead(dead)
+        if self._claimed_last:
+            self.stats.batches += 1
+            self.stats.claimed += len(live)
+            if self._claimed_last >= max(limit, CLAIM_AHEAD_MIN) and not self.stopping.is_set():
+                self._claim_ahead()
+            self.deliver(live)
+            return 0.0
+        with connection.cursor() as cursor:
+            until = seconds_until_claimable(cursor, self.topics, within=self.poll_interval)
+        wait = self.poll_interval if until is None else max(0.0, until)
+        return min(wait, self.poll_interval)
+
+    def _note_dead(self, dead: list[Message]) -> None:
+        """Log and count the messages a claim dead-lettered."""
         for message in dead:
             self.stats.dead_lettered += 1
             logger.error(
@@ -216,23 +250,79 @@ class Relay(DatabaseLoop):
         if dead and self.metrics is not None:
             tally = Counter((self._transport_label(m), DEAD_LETTER) for m in dead)
             self.metrics.settled(tally, ())
-        if self._claimed_last:
-            self.stats.batches += 1
-            self.stats.claimed += len(live)
-            self.deliver(live)
-            return 0.0
-        with connection.cursor() as cursor:
-            until = seconds_until_claimable(cursor, self.topics, within=self.poll_interval)
-        wait = self.poll_interval if until is None else max(0.0, until)
-        return min(wait, self.poll_interval)
+
+    # -- claiming ahead --------------------------------------------------------------------
+    def _claim_ahead(self) -> None:
+        """Start claiming the next batch on the claim-ahead thread (its own session)."""
+        if self._ahead_pool is None:
+            self._ahead_pool = ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix=f"dsched-claim-{self.instance_id}"
+            )
+        limit = self.claim_limit()
+        self._ahead = (self._ahead_pool.submit(self._claim_here, limit, self._since), limit)
+
+    def _claim_here(self, limit: int, since: int | None) -> Claimed:
+        # On the claim-ahead thread: Django's connections are per thread.
+        connection = connections[self.using]
+        try:
+            with binding.cursor(connection) as cursor:
+                claimed = claim_batch(cursor, self.claimer, limit, self.batch_bytes, since_us=since)
+        except BaseException:
+            connection.close()  # a new session for the next claim ahead
+            raise
+        # Renewed from now on: the batch before it may take a while yet.
+        self.heartbeat.hold(claimed.live)
+        return claimed
+
+    def _take_ahead(self) -> tuple[Claimed, int] | None:
+        """The batch claimed ahead (waiting for its claim to end), if any."""
+        if self._ahead is None:
+            return None
+        (future, limit), self._ahead = self._ahead, None
+        try:
+            return future.result(), limit
+        except DatabaseError as exc:
+            # Nothing was claimed (or, if the session broke after the commit, the claims
+            # expire and are delivered again): claim on this thread instead.
+            logger.warning(
+                "claiming ahead failed (%s); claiming again relay=%s",
+                first_line(exc),
+                self.instance_id,
+            )
+            return None
+
+    def _end_claiming_ahead(self) -> None:
+        """Stopping: give back a batch claimed ahead, close the thread's session."""
+        try:
+            ahead = self._take_ahead()
+            if ahead is not None:
+                self._note_dead(ahead[0].dead)
+                if ahead[0].live:
+                    self._release(ahead[0].live)
+        except DatabaseError as exc:  # its claims expire after the visibility timeout
+            logger.warning(
+                "could not give back the batch claimed ahead (%s) relay=%s",
+                first_line(exc),
+                self.instance_id,
+            )
+        finally:
+            if self._ahead_pool is not None:
+                using = self.using
+                self._ahead_pool.submit(lambda: connections[using].close())
+                self._ahead_pool.shutdown(wait=True)
+                self._ahead_pool = None
 
     def claim_limit(self) -> int:
         """Rows to ask of the next claim: the batch size, or fewer when the last claim's
-        messages were so large that the byte cap would keep only some of them."""
-        if self._message_bytes <= 0:
-            return self.batch_size
-        fits = self.batch_bytes / self._message_bytes
-        return max(1, min(self.batch_size, int(fits * CLAIM_SPARE) + 1))
+        messages were so large that the byte cap would keep only some of them, or when the
+        last batch was sent so slowly that a whole batch would take over ``BATCH_SECONDS``."""
+        limit = self.batch_size
+        if self._message_bytes > 0:
+            fits = self.batch_bytes / self._message_bytes
+            limit = min(limit, int(fits * CLAIM_SPARE) + 1)
+        if self._send_seconds > 0:
+            limit = min(limit, int(BATCH_SECONDS / self._send_seconds) + 1)
+        return max(1, limit)
 
     def deliver(self, messages: Sequence[Message]) -> None:
         """Send claimed messages in order, renewing the claim as needed, then record outcomes."""
@@ -249,6 +339,7 @@ class Relay(DatabaseLoop):
         outcomes: list[DeliveryOutcome] = []
         lost: set[uuid.UUID] = set()  # claims another relay took over while this batch ran
         sent = 0  # messages[:sent] were attempted
+        sending = 0.0  # seconds spent in the transports' sends
         for chunk, send, hands_off in self._chunks(messages):
             if self.stopping.is_set():
                 break
@@ -278,6 +369,7 @@ class Relay(DatabaseLoop):
                 logger.exception("transport failed unexpectedly relay=%s", self.instance_id)
                 results = [exc] * len(chunk)
             ended = time.monotonic()
+            sending += ended - started
             self.heartbeat.running((), None)
             self.tick()
             began = None if hands_off else started
@@ -287,6 +379,8 @@ class Relay(DatabaseLoop):
                     if result is None
                     else self._outcome(m, result, began, ended)
                 )
+        if sent:
+            self._send_seconds = sending / sent
         self._settle(outcomes)
         unsent = [m for m in messages[sent:] if m.id not in lost]
         if unsent:
