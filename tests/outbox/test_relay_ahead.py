@@ -1,0 +1,127 @@
+"""The relay under a backlog: it claims its next batch while it sends this one, and sizes its
+claims by how fast its last batch was sent."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from django_dsched.enums import DeliveryStatus
+from django_dsched.models import OutboxMessage
+from django_dsched.outbox import relay as relay_module
+from django_dsched.outbox.claims import Claimer, claim
+from django_dsched.outbox.relay import CLAIM_AHEAD_MIN, Relay
+from tests.helpers import other_session, wait_for
+from tests.outbox_helpers import make_messages, statuses
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+BATCH = CLAIM_AHEAD_MIN
+
+
+def claimed_by(relay_id: str) -> int:
+    """Messages claimed by ``relay_id`` and not settled (committed: the claims are)."""
+    return OutboxMessage.objects.filter(status=DeliveryStatus.PENDING, claimed_by=relay_id).count()
+
+
+def test_under_a_backlog_the_next_batch_is_claimed_while_this_one_is_sent(relay_settings, handle):
+    seen: list[str] = []
+    during_first_batch: list[int] = []
+
+    def record(event):
+        seen.append(event["id"])
+        if len(seen) == 10:
+            # Still sending the first batch: the second is claimed meanwhile (a relay that
+            # claimed only after sending would never get there, and this would time out).
+            wait_for(lambda: claimed_by("r1") >= 2 * BATCH, timeout=20)
+            during_first_batch.append(claimed_by("r1"))
+
+    handle(record, topic="reports")
+    ids = make_messages(3 * BATCH + 50)
+
+    assert Relay(instance_id="r1", batch_size=BATCH).run_until_idle() == 3 * BATCH + 50
+
+    # The first batch (settled once it is all sent) and the next one.
+    assert during_first_batch == [2 * BATCH]
+    assert seen == [str(i) for i in ids]  # each once, oldest first
+    assert statuses() == {DeliveryStatus.DELIVERED: 3 * BATCH + 50}
+    assert set(OutboxMessage.objects.values_list("attempts", flat=True)) == {1}
+
+
+def test_a_batch_claimed_ahead_is_renewed_while_the_one_before_runs(relay_settings, handle):
+    relay_settings.DSCHED_RELAY_VISIBILITY_TIMEOUT = 1.0
+    stolen = []
+    sent = []
+
+    def slow(event):
+        sent.append(event["id"])
+        if len(sent) == BATCH // 2:
+            # The first batch outlasts the visibility timeout: the batch claimed ahead must
+            # be kept alive meanwhile, or another relay takes it over.
+            time.sleep(2.5)
+            with other_session() as session, session.cursor() as cursor:
+                live, _ = claim(cursor, Claimer("thief", 30, 5), 10)
+                stolen.extend(live)
+
+    handle(slow, topic="reports")
+    make_messages(2 * BATCH)
+    relay = Relay(instance_id="r1", batch_size=BATCH)
+
+    assert relay.run_until_idle() == 2 * BATCH
+    assert stolen == [] and relay.stats.lost_claims == 0
+
+
+def test_stopping_gives_back_the_batch_claimed_ahead(relay_settings, handle):
+    relay = Relay(instance_id="r1", batch_size=BATCH)
+
+    def stop(event):
+        if not relay.stopping.is_set():
+            try:
+                wait_for(lambda: claimed_by("r1") == 2 * BATCH, timeout=20)
+            finally:
+                relay.stop()
+
+    handle(stop, topic="reports")
+    make_messages(3 * BATCH)
+
+    relay.run()
+
+    # The first message was sent; the rest of its batch and the whole batch claimed ahead
+    # go back, claimable at once by any relay, no attempt spent.
+    assert relay.stats.delivered == 1 and relay.stats.released == 2 * BATCH - 1
+    assert statuses() == {DeliveryStatus.DELIVERED: 1, DeliveryStatus.PENDING: 3 * BATCH - 1}
+    rest = OutboxMessage.objects.filter(status=DeliveryStatus.PENDING)
+    assert not rest.exclude(claimed_by="").exists()
+    assert not rest.filter(attempts__gt=0).exists()
+
+
+def test_a_slow_batch_makes_the_next_claim_smaller(relay_settings, handle, monkeypatch):
+    monkeypatch.setattr(relay_module, "BATCH_SECONDS", 0.1)
+    handle(lambda event: time.sleep(0.02), topic="reports")  # at least 20 ms a message
+    make_messages(40)
+    relay = Relay(instance_id="r1", batch_size=10)
+    try:
+        assert relay.claim_limit() == 10
+        relay.step()
+        assert relay.stats.delivered == 10
+        # About 0.1 s of sending at 20 ms or more a message: 6 at most (int(0.1 / 0.02) + 1).
+        assert relay.claim_limit() <= 6
+        relay.step()
+        assert relay.stats.delivered <= 16
+    finally:
+        relay.shutdown()
+
+
+def test_a_small_batch_claims_nothing_ahead(relay_settings, handle):
+    """Below CLAIM_AHEAD_MIN a relay claims one batch at a time: what it does not hold,
+    another relay can take."""
+    relay = Relay(instance_id="r1", batch_size=10)
+    held: list[int] = []
+    handle(lambda event: held.append(claimed_by("r1")), topic="reports")
+    make_messages(30)
+    try:
+        relay.step()
+    finally:
+        relay.shutdown()
+    assert held == [10] * 10  # the batch in hand (settled once it is all sent), nothing more
