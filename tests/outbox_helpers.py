@@ -76,3 +76,16 @@ def statuses() -> dict[str, int]:
     with connection.cursor() as cursor:
         cursor.execute("SELECT status, count(*) FROM outbox_message_t GROUP BY status")
         return dict(cursor.fetchall())
+
+
+def envelope_text(event_id: Any) -> str:
+    """The envelope of event ``event_id`` as the database composes it: the text a transport
+    sends, byte for byte."""
+    from django_dsched.outbox import envelope
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {envelope.sql('e')}::text FROM event_store_t e WHERE e.id = %s", [event_id]
+        )
+        (text,) = cursor.fetchone()
+    return str(text)

@@ -184,7 +184,8 @@ JOIN locked l ON l.id = c.id
 -- had each day's partition read whole by a sequential scan).
 WHERE m.id = c.id
 RETURNING m.id, m.topic, m.event_type, l.body, m.attempts, m.priority, m.event_ts, m.status,
-          c.n, c.bytes, (extract(epoch FROM statement_timestamp()) * 1000000)::bigint
+          c.n, c.bytes, (extract(epoch FROM statement_timestamp()) * 1000000)::bigint,
+          m.host_id
 """
 
 # The least part of a batch the backlog gets while on-time work would fill it.
@@ -279,18 +280,62 @@ CROSS JOIN LATERAL (
 """
 
 
-@dataclass(frozen=True, slots=True)
 class Message:
-    """One claimed outbox message, as transports see it."""
+    """One claimed outbox message, as transports see it.
 
-    id: uuid.UUID
-    topic: str
-    event_type: str
-    payload: dict[str, Any]
-    attempt: int
-    priority: int = 0
-    event_ts: datetime | None = None
-    size: int = 0  # bytes of payload as JSON text, as the claim counted them
+    ``payload`` is its CloudEvents envelope as a dict; ``text`` the envelope's JSON text as the
+    claim read it (None for a message made in Python), which is what goes on the wire
+    (:func:`~django_dsched.outbox.transports.base.encode`). A claimed message is decoded only
+    when something asks for ``payload`` (a handler, a task, the log of a failure): a broker
+    transport sends the text as it is.
+    """
+
+    __slots__ = (
+        "_payload",
+        "attempt",
+        "event_ts",
+        "event_type",
+        "host_id",
+        "id",
+        "priority",
+        "size",
+        "text",
+        "topic",
+    )
+
+    def __init__(
+        self,
+        id: uuid.UUID,
+        topic: str,
+        event_type: str,
+        payload: dict[str, Any] | None,
+        attempt: int,
+        priority: int = 0,
+        event_ts: datetime | None = None,
+        size: int = 0,  # bytes of payload as JSON text, as the claim counted them
+        *,
+        text: str | None = None,
+        host_id: uuid.UUID | None = None,  # the schedule's host (tenant), as claimed
+    ) -> None:
+        self.id = id
+        self.topic = topic
+        self.event_type = event_type
+        self._payload = payload
+        self.attempt = attempt
+        self.priority = priority
+        self.event_ts = event_ts
+        self.size = size
+        self.text = text
+        self.host_id = host_id
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        if self._payload is None:
+            self._payload = json.loads(self.text) if self.text is not None else {}
+        return self._payload
+
+    def __repr__(self) -> str:
+        return f"Message(id={self.id}, topic={self.topic!r}, attempt={self.attempt})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,12 +444,27 @@ def claim_batch(
     rows = sorted(cursor.fetchall(), key=lambda row: row[8])
     live: list[Message] = []
     dead: list[Message] = []
-    for id_, topic, event_type, payload, attempts, priority, event_ts, status, _, size, _ in rows:
-        if payload is None:  # dead-lettered at claim: its event is gone
-            payload = {}
-        elif isinstance(payload, str | bytes):  # Django's psycopg setup leaves jsonb undecoded
-            payload = json.loads(payload)
-        message = Message(id_, topic, event_type, payload, attempts, priority, event_ts, size or 0)
+    for row in rows:
+        id_, topic, event_type, body, attempts, priority, event_ts, status, _, size, _, host = row
+        if body is None:  # dead-lettered at claim: its event is gone
+            payload: dict[str, Any] | None = {}
+            text = None
+        elif isinstance(body, str | bytes):  # Django's psycopg setup leaves jsonb undecoded
+            payload, text = None, body if isinstance(body, str) else body.decode()
+        else:
+            payload, text = body, None
+        message = Message(
+            id_,
+            topic,
+            event_type,
+            payload,
+            attempts,
+            priority,
+            event_ts,
+            size or 0,
+            text=text,
+            host_id=host,
+        )
         (live if status == DeliveryStatus.PENDING else dead).append(message)
     return Claimed(live, dead, rows[0][10] if rows else None)
 

@@ -26,11 +26,12 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
-from django.db import DatabaseError, connections
+from django.db import Error, connections
 
 from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus
@@ -79,9 +80,14 @@ CLAIM_SPARE = 1.25
 BATCH_SECONDS = 1.0
 
 # Under a backlog (a claim came back full, with at least this many messages), the relay claims
-# its next batch on a thread of its own while it sends this one: the database claims while
-# Python sends. Smaller batches are not worth a second session.
+# its next batch on a thread of its own while it sends the end of this one: the database claims
+# while Python sends. Smaller batches are not worth a second session.
 CLAIM_AHEAD_MIN = 100
+# The claim ahead starts once what is left of the batch in hand would take no longer to send
+# than this many times the last claim took: late enough that a send that hangs before the end
+# of the batch holds no batch claimed ahead, and a message arriving meanwhile is not queued
+# behind one; early enough that the claim is done when the batch is.
+AHEAD_LEAD = 2.0
 
 
 def describe(exc: BaseException) -> str:
@@ -161,9 +167,14 @@ class Relay(DatabaseLoop):
         self._claimed_last = 0
         self._message_bytes = 0.0  # mean payload bytes per message of the last claim
         self._send_seconds = 0.0  # mean seconds to send one message of the last batch
+        self._claim_seconds = 0.0  # how long the last claim took
+        # Whether the batch in hand came from a full claim (a backlog): claim the next one
+        # ahead, with at most this many bytes of payload (None: no).
+        self._ahead_bytes: int | None = None
         # The next batch's claim, running on the claim-ahead thread (with the limit it asked).
-        self._ahead: tuple[Future[Claimed], int] | None = None
+        self._ahead: tuple[Future[tuple[Claimed, float]], int] | None = None
         self._ahead_pool: ThreadPoolExecutor | None = None
+        self._ahead_session = False  # whether the claim-ahead thread holds a session
         # The database time of the last claim that found rows: what became claimable after it
         # is on time and claimed before the backlog (claims.claim_batch).
         self._since: int | None = None
@@ -185,10 +196,12 @@ class Relay(DatabaseLoop):
         return self.stats.delivered - delivered_before
 
     def shutdown(self) -> None:
-        self._end_claiming_ahead()
-        self.heartbeat.stop()
-        self.transports.close()
-        self._close()
+        try:
+            self._end_claiming_ahead()
+        finally:
+            self.heartbeat.stop()
+            self.transports.close()
+            self._close()
         logger.info(
             "relay stopped relay=%s delivered=%d retried=%d dead_lettered=%d",
             self.instance_id,
@@ -202,13 +215,16 @@ class Relay(DatabaseLoop):
         """Claim and deliver one batch; return how long to sleep before the next round."""
         self._ensure_session()
         connection = connections[self.using]
+        self._ahead_bytes = None
         ahead = self._take_ahead()
         if ahead is None:
             limit = self.claim_limit()
+            began = time.monotonic()
             with binding.cursor(connection) as cursor:
                 claimed = claim_batch(
                     cursor, self.claimer, limit, self.batch_bytes, since_us=self._since
                 )
+            self._claim_seconds = time.monotonic() - began
         else:
             claimed, limit = ahead
         live, dead = claimed.live, claimed.dead
@@ -221,10 +237,16 @@ class Relay(DatabaseLoop):
         if self._claimed_last:
             self.stats.batches += 1
             self.stats.claimed += len(live)
-            if self._claimed_last >= max(limit, CLAIM_AHEAD_MIN) and not self.stopping.is_set():
-                self._claim_ahead()
+            in_hand = sum(m.size for m in live)
+            # A full claim is a backlog: claim the next batch ahead, within what the byte cap
+            # leaves of the batch in hand (the two batches share it).
+            full = self._claimed_last >= max(limit, CLAIM_AHEAD_MIN)
+            self._ahead_bytes = (
+                self.batch_bytes - in_hand if full and in_hand <= self.batch_bytes // 2 else None
+            )
             self.deliver(live)
             return 0.0
+        self._close_ahead_session()  # idle: no backlog to claim ahead of
         with connection.cursor() as cursor:
             until = seconds_until_claimable(cursor, self.topics, within=self.poll_interval)
         wait = self.poll_interval if until is None else max(0.0, until)
@@ -252,44 +274,65 @@ class Relay(DatabaseLoop):
             self.metrics.settled(tally, ())
 
     # -- claiming ahead --------------------------------------------------------------------
-    def _claim_ahead(self) -> None:
+    def _claim_ahead(self, max_bytes: int) -> None:
         """Start claiming the next batch on the claim-ahead thread (its own session)."""
         if self._ahead_pool is None:
             self._ahead_pool = ThreadPoolExecutor(
                 max_workers=1, thread_name_prefix=f"dsched-claim-{self.instance_id}"
             )
         limit = self.claim_limit()
-        self._ahead = (self._ahead_pool.submit(self._claim_here, limit, self._since), limit)
+        self._ahead_session = True
+        self._ahead = (
+            self._ahead_pool.submit(self._claim_here, limit, max_bytes, self._since),
+            limit,
+        )
 
-    def _claim_here(self, limit: int, since: int | None) -> Claimed:
+    def _claim_here(self, limit: int, max_bytes: int, since: int | None) -> tuple[Claimed, float]:
         # On the claim-ahead thread: Django's connections are per thread.
         connection = connections[self.using]
+        began = time.monotonic()
         try:
             with binding.cursor(connection) as cursor:
-                claimed = claim_batch(cursor, self.claimer, limit, self.batch_bytes, since_us=since)
+                claimed = claim_batch(cursor, self.claimer, limit, max_bytes, since_us=since)
         except BaseException:
             connection.close()  # a new session for the next claim ahead
             raise
-        # Renewed from now on: the batch before it may take a while yet.
-        self.heartbeat.hold(claimed.live)
-        return claimed
+        self._claim_seconds = time.monotonic() - began
+        return claimed, began
 
     def _take_ahead(self) -> tuple[Claimed, int] | None:
-        """The batch claimed ahead (waiting for its claim to end), if any."""
+        """The batch claimed ahead (waiting for its claim to end), if any, less any claim of
+        it that expired before it could be sent."""
         if self._ahead is None:
             return None
         (future, limit), self._ahead = self._ahead, None
         try:
-            return future.result(), limit
-        except DatabaseError as exc:
-            # Nothing was claimed (or, if the session broke after the commit, the claims
-            # expire and are delivered again): claim on this thread instead.
+            claimed, began = future.result(timeout=self.claimer.visibility_timeout)
+        except (Error, FutureTimeout) as exc:
+            # Nothing was claimed, or its claims expire and any relay delivers them: claim on
+            # this thread instead.
             logger.warning(
                 "claiming ahead failed (%s); claiming again relay=%s",
-                first_line(exc),
+                first_line(exc) if isinstance(exc, Error) else "no answer in time",
                 self.instance_id,
             )
             return None
+        if claimed.live and time.monotonic() - began > self.heartbeat.interval:
+            # Held past a renewal without one (the batch before it ran long, the database
+            # was away, this process was frozen): its claims may have expired and been taken
+            # over. Renewed, fenced, before anything of it is sent; what was lost is not.
+            held = self._renew(claimed.live)
+            claimed = Claimed(
+                [m for m in claimed.live if m.id in held], claimed.dead, claimed.at_us
+            )
+        return claimed, limit
+
+    def _close_ahead_session(self) -> None:
+        """Close the claim-ahead thread's session (a relay with no backlog needs none)."""
+        if self._ahead_pool is not None and self._ahead_session and self._ahead is None:
+            self._ahead_session = False
+            using = self.using
+            self._ahead_pool.submit(lambda: connections[using].close())
 
     def _end_claiming_ahead(self) -> None:
         """Stopping: give back a batch claimed ahead, close the thread's session."""
@@ -299,7 +342,7 @@ class Relay(DatabaseLoop):
                 self._note_dead(ahead[0].dead)
                 if ahead[0].live:
                     self._release(ahead[0].live)
-        except DatabaseError as exc:  # its claims expire after the visibility timeout
+        except Error as exc:  # its claims expire after the visibility timeout
             logger.warning(
                 "could not give back the batch claimed ahead (%s) relay=%s",
                 first_line(exc),
@@ -307,9 +350,8 @@ class Relay(DatabaseLoop):
             )
         finally:
             if self._ahead_pool is not None:
-                using = self.using
-                self._ahead_pool.submit(lambda: connections[using].close())
-                self._ahead_pool.shutdown(wait=True)
+                self._close_ahead_session()
+                self._ahead_pool.shutdown(wait=False)
                 self._ahead_pool = None
 
     def claim_limit(self) -> int:
@@ -339,10 +381,19 @@ class Relay(DatabaseLoop):
         outcomes: list[DeliveryOutcome] = []
         lost: set[uuid.UUID] = set()  # claims another relay took over while this batch ran
         sent = 0  # messages[:sent] were attempted
-        sending = 0.0  # seconds spent in the transports' sends
+        sending, attempted = 0.0, 0  # seconds in the transports' sends, messages they sent
         for chunk, send, hands_off in self._chunks(messages):
             if self.stopping.is_set():
                 break
+            # (Not knowing the pace yet, a relay claims ahead only beside the settle, below.)
+            left = (len(messages) - sent) * self._send_seconds
+            if (
+                self._ahead_bytes is not None
+                and self._send_seconds > 0
+                and left <= AHEAD_LEAD * self._claim_seconds
+            ):
+                self._claim_ahead(self._ahead_bytes)
+                self._ahead_bytes = None
             if self.heartbeat.lost_any:
                 lost |= self.heartbeat.lost()
             if time.monotonic() >= renew_at:
@@ -370,6 +421,7 @@ class Relay(DatabaseLoop):
                 results = [exc] * len(chunk)
             ended = time.monotonic()
             sending += ended - started
+            attempted += len(chunk)
             self.heartbeat.running((), None)
             self.tick()
             began = None if hands_off else started
@@ -379,8 +431,11 @@ class Relay(DatabaseLoop):
                     if result is None
                     else self._outcome(m, result, began, ended)
                 )
-        if sent:
-            self._send_seconds = sending / sent
+        if attempted:
+            self._send_seconds = sending / attempted
+        if self._ahead_bytes is not None and not self.stopping.is_set():
+            self._claim_ahead(self._ahead_bytes)  # alongside the settle, at the latest
+        self._ahead_bytes = None
         self._settle(outcomes)
         unsent = [m for m in messages[sent:] if m.id not in lost]
         if unsent:
@@ -414,15 +469,14 @@ class Relay(DatabaseLoop):
         """Runs of messages that share a transport, cut to the transport's batch size, each
         with whether the transport hands the work off to workers that report its phases."""
         chunks = []
-        hosts: dict[Any, str | None] = {}  # host_of() by envelope source, once per batch
+        hosts: dict[Any, str | None] = {}  # host_of() by host id, once per batch
 
         def route(message: Message) -> tuple[str, str | None]:
-            # '/django-dsched/<host_id>': the claim composes it in SQL from the event's
-            # host_id (NOT NULL), so it is always a string.
-            source = message.payload.get("source")
-            host = hosts.get(source, hosts)
+            # The claim returns each message's host id (the envelope's source names it).
+            key = message.host_id
+            host = hosts.get(key, hosts)
             if host is hosts:
-                host = hosts[source] = host_of(message)
+                host = hosts[key] = host_of(message)
             return message.topic, host  # type: ignore[return-value]
 
         for _, group in groupby(messages, key=route):

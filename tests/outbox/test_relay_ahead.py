@@ -1,5 +1,5 @@
-"""The relay under a backlog: it claims its next batch while it sends this one, and sizes its
-claims by how fast its last batch was sent."""
+"""The relay under a backlog: it claims its next batch while it sends the end of this one,
+and sizes its claims by how fast its last batch was sent."""
 
 from __future__ import annotations
 
@@ -27,70 +27,102 @@ def claimed_by(relay_id: str) -> int:
 
 def test_under_a_backlog_the_next_batch_is_claimed_while_this_one_is_sent(relay_settings, handle):
     seen: list[str] = []
-    during_first_batch: list[int] = []
+    during_second_batch: list[int] = []
 
     def record(event):
         seen.append(event["id"])
-        if len(seen) == 10:
-            # Still sending the first batch: the second is claimed meanwhile (a relay that
-            # claimed only after sending would never get there, and this would time out).
+        if len(seen) == BATCH + 10:
+            # Sending the second batch (the pace known, and fast): the third is claimed
+            # meanwhile. A relay that claimed only after sending would never get there.
             wait_for(lambda: claimed_by("r1") >= 2 * BATCH, timeout=20)
-            during_first_batch.append(claimed_by("r1"))
+            during_second_batch.append(claimed_by("r1"))
 
     handle(record, topic="reports")
     ids = make_messages(3 * BATCH + 50)
 
     assert Relay(instance_id="r1", batch_size=BATCH).run_until_idle() == 3 * BATCH + 50
 
-    # The first batch (settled once it is all sent) and the next one.
-    assert during_first_batch == [2 * BATCH]
+    # The second batch (settled once it is all sent) and the third.
+    assert during_second_batch == [2 * BATCH]
     assert seen == [str(i) for i in ids]  # each once, oldest first
     assert statuses() == {DeliveryStatus.DELIVERED: 3 * BATCH + 50}
     assert set(OutboxMessage.objects.values_list("attempts", flat=True)) == {1}
 
 
-def test_a_batch_claimed_ahead_is_renewed_while_the_one_before_runs(relay_settings, handle):
-    relay_settings.DSCHED_RELAY_VISIBILITY_TIMEOUT = 1.0
-    stolen = []
-    sent = []
+def test_the_claim_ahead_waits_for_the_end_of_a_slow_batch(relay_settings, handle, monkeypatch):
+    """A send that hangs in the middle of a batch holds no batch claimed ahead, and what
+    arrives meanwhile is not queued behind one."""
+    monkeypatch.setattr(relay_module, "BATCH_SECONDS", 60.0)  # whole batches at 10 ms a message
+    seen: list[str] = []
+    held: dict[int, int] = {}
 
     def slow(event):
-        sent.append(event["id"])
-        if len(sent) == BATCH // 2:
-            # The first batch outlasts the visibility timeout: the batch claimed ahead must
-            # be kept alive meanwhile, or another relay takes it over.
+        seen.append(event["id"])
+        time.sleep(0.01)
+        if len(seen) == BATCH + BATCH // 2:
+            held["middle"] = claimed_by("r1")
+        if len(seen) == 2 * BATCH:
+            held["end"] = wait_for(lambda: claimed_by("r1") == 2 * BATCH, timeout=20)
+
+    handle(slow, topic="reports")
+    make_messages(3 * BATCH)
+
+    assert Relay(instance_id="r1", batch_size=BATCH).run_until_idle() == 3 * BATCH
+    assert held == {"middle": BATCH, "end": True}
+
+
+def test_a_batch_claimed_ahead_whose_claims_expired_is_renewed_before_it_is_sent(
+    relay_settings, handle
+):
+    relay_settings.DSCHED_RELAY_VISIBILITY_TIMEOUT = 1.0
+    seen: list[str] = []
+    stolen = []
+
+    def slow_end(event):
+        seen.append(event["id"])
+        if len(seen) == 2 * BATCH:
+            # The last message of the second batch outlasts the visibility timeout while the
+            # third batch waits, claimed ahead: another relay takes some of it over.
+            wait_for(lambda: claimed_by("r1") == 2 * BATCH, timeout=20)
             time.sleep(2.5)
             with other_session() as session, session.cursor() as cursor:
                 live, _ = claim(cursor, Claimer("thief", 30, 5), 10)
-                stolen.extend(live)
+                stolen.extend(str(m.id) for m in live)
 
-    handle(slow, topic="reports")
-    make_messages(2 * BATCH)
+    handle(slow_end, topic="reports")
+    make_messages(3 * BATCH)
     relay = Relay(instance_id="r1", batch_size=BATCH)
 
-    assert relay.run_until_idle() == 2 * BATCH
-    assert stolen == [] and relay.stats.lost_claims == 0
+    assert relay.run_until_idle() == 3 * BATCH - 10
+    assert len(stolen) == 10 and not set(stolen) & set(seen)  # taken over: not sent again
+    assert relay.stats.lost_claims == 10
 
 
 def test_stopping_gives_back_the_batch_claimed_ahead(relay_settings, handle):
     relay = Relay(instance_id="r1", batch_size=BATCH)
+    seen: list[str] = []
 
     def stop(event):
-        if not relay.stopping.is_set():
+        seen.append(event["id"])
+        if len(seen) == BATCH + 10:
             try:
                 wait_for(lambda: claimed_by("r1") == 2 * BATCH, timeout=20)
             finally:
                 relay.stop()
 
     handle(stop, topic="reports")
-    make_messages(3 * BATCH)
+    make_messages(3 * BATCH + 50)
 
     relay.run()
 
-    # The first message was sent; the rest of its batch and the whole batch claimed ahead
+    # Ten of the second batch were sent; the rest of it and the whole batch claimed ahead
     # go back, claimable at once by any relay, no attempt spent.
-    assert relay.stats.delivered == 1 and relay.stats.released == 2 * BATCH - 1
-    assert statuses() == {DeliveryStatus.DELIVERED: 1, DeliveryStatus.PENDING: 3 * BATCH - 1}
+    assert relay.stats.delivered == BATCH + 10
+    assert relay.stats.released == 2 * BATCH - 10
+    assert statuses() == {
+        DeliveryStatus.DELIVERED: BATCH + 10,
+        DeliveryStatus.PENDING: 2 * BATCH + 40,
+    }
     rest = OutboxMessage.objects.filter(status=DeliveryStatus.PENDING)
     assert not rest.exclude(claimed_by="").exists()
     assert not rest.filter(attempts__gt=0).exists()
@@ -122,6 +154,7 @@ def test_a_small_batch_claims_nothing_ahead(relay_settings, handle):
     make_messages(30)
     try:
         relay.step()
+        relay.step()
     finally:
         relay.shutdown()
-    assert held == [10] * 10  # the batch in hand (settled once it is all sent), nothing more
+    assert held == [10] * 20  # the batch in hand (settled once it is all sent), nothing more

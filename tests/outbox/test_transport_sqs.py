@@ -21,7 +21,7 @@ from django_dsched.outbox.claims import Message
 from django_dsched.outbox.relay import Relay
 from django_dsched.outbox.transports.sqs import SQSTransport, entry_failure
 from tests.brokers import free_port
-from tests.outbox_helpers import DEFAULT_HOST, make_messages, statuses
+from tests.outbox_helpers import DEFAULT_HOST, envelope_text, make_messages, statuses
 from tests.sqs_server import KEYS, REGION, sqs_client, sqs_endpoint  # noqa: F401  (fixtures)
 
 
@@ -115,7 +115,8 @@ def test_relay_sends_batches_of_ten_each_message_once(settings, sqs_endpoint, sq
     rows = {str(r.id): r for r in OutboxMessage.objects.all()}
     for message_id, message in by_id.items():
         payload = rows[message_id].delivered_payload
-        assert message["Body"] == json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+        assert message["Body"] == envelope_text(message_id)
+        assert json.loads(message["Body"]) == payload
         assert attributes(message) == {
             "id": message_id,
             "type": "report.build",

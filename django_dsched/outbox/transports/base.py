@@ -62,7 +62,11 @@ class Transport:
 
 
 def encode(message: Message) -> bytes:
-    """The message's CloudEvents envelope as compact UTF-8 JSON (what goes on the wire)."""
+    """The message's CloudEvents envelope as UTF-8 JSON (what goes on the wire): the text the
+    claim read, as the database composes it (what the admin and REST show); compact JSON
+    for a message made in Python."""
+    if message.text is not None:
+        return message.text.encode()
     return json.dumps(message.payload, separators=(",", ":"), ensure_ascii=False).encode()
 
 
