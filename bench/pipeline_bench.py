@@ -113,6 +113,7 @@ if __name__ == "__main__" and sys.argv[1:2] == ["child"]:
 
 sys.path.insert(0, str(HERE))
 os.environ["DEBUG"] = "False"
+from cpu_busy import CORES, Sampler  # noqa: E402
 from redis_server import redis_server  # noqa: E402
 from setup_django import configure  # noqa: E402
 
@@ -376,14 +377,39 @@ def rates(count: int, runs: int, batch: int, baseline: Path | None) -> None:
         )
 
 
+def span(query: str) -> tuple[float, float]:
+    """(start, end) as Unix times, from a query of two timestamptz (the database's clock)."""
+    ((start, end),) = sql(query)
+    return start.timestamp(), end.timestamp()
+
+
+def machine_floor(count: int, seconds: float, redis_url: str, batch: int) -> float:
+    """The least first fire to last delivery / firing alone this machine allows: the busy CPU
+    seconds of the firing alone (its span, every process's) plus those of one relay draining
+    the burst alone (this checkout's, no-op handler), over the cores, against the firing
+    alone's time. Fired and delivered at once, both need that CPU time within the span."""
+    with Sampler() as cpu:
+        fire_alone(count)
+    fire_cpu = cpu.busy(*span("SELECT min(event_ts), max(event_ts) FROM event_store_t"))
+    with Sampler() as cpu:
+        relay_drain(ROOT, "handlers", redis_url, batch)
+    relay_cpu = cpu.busy(*span("SELECT min(picked_ts), max(delivered_ts) FROM outbox_message_t"))
+    return max(seconds, (fire_cpu + relay_cpu) / CORES) / seconds
+
+
 def e2e(count: int, runs: int, batch: int, baseline: Path | None) -> None:
     alone: list[float] = []
+    floors: list[float] = []
     ratios: dict[tuple[str, str], list[float]] = {}
     with redis_server() as redis_url:
         for run in range(runs):
             _, seconds = fire_alone(count)
             alone.append(seconds)
-            line = [f"round {run + 1} (load {load()}): firing alone {seconds:.3f} s"]
+            floors.append(machine_floor(count, seconds, redis_url, batch))
+            line = [
+                f"round {run + 1} (load {load()}): firing alone {seconds:.3f} s; "
+                f"machine floor {floors[-1]:.2f}x"
+            ]
             for kind in ("handlers", "redis"):
                 for code, path in codes(baseline, run):
                     reset()
@@ -412,6 +438,10 @@ def e2e(count: int, runs: int, batch: int, baseline: Path | None) -> None:
             print("  " + "; ".join(line), flush=True)
     print(f"e2e: {count:,}-fire bursts, medians of {runs} rounds (per round)")
     print(f"  firing alone, s: {spread(alone, '{:.3f}')}")
+    print(
+        f"  machine floor ((CPU of the firing alone + of one relay's drain alone) / {CORES} "
+        f"cores / firing alone): {spread(floors, '{:.2f}')}"
+    )
     for (kind, code), values in ratios.items():
         print(f"  {kind} {code}: first fire to last delivery / firing alone "
               f"{spread(values, '{:.2f}')}")  # fmt: skip
