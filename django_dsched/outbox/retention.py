@@ -28,6 +28,7 @@ from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus
 from django_dsched.history.partitions import Held, drop_expired
 from django_dsched.runtime.logs import get_logger
+from django_dsched.scheduler import event_ids
 
 logger = get_logger(__name__)
 
@@ -55,11 +56,23 @@ KEEPS_EVENT = """
           WHERE o.id = e.id{also}
           OFFSET 0"""
 
+# An event's id carries its slot's millisecond (a fire, which never comes before its slot)
+# or its change's (an audit event): an event written before the cutoff has an id below the
+# cutoff's next millisecond's, so the expired ones are a range of the primary key, not a read
+# of the whole default partition (there is no index on event_ts).
+EXPIRED_IDS = (
+    "e.id < "
+    + event_ids.floor_sql(
+        "statement_timestamp() - make_interval(secs => %(seconds)s) + interval '1 millisecond'"
+    )
+    + "\n      AND e.event_ts < statement_timestamp() - make_interval(secs => %(seconds)s)"
+)
+
 PURGE_EVENTS = f"""
 DELETE FROM event_store_t_default
 WHERE id IN (
     SELECT e.id FROM event_store_t_default e
-    WHERE e.event_ts < statement_timestamp() - make_interval(secs => %(seconds)s)
+    WHERE {EXPIRED_IDS}
       AND NOT EXISTS ({KEEPS_EVENT.format(also="")}
       )
     LIMIT %(limit)s
@@ -81,7 +94,7 @@ NOT_PURGED_FIRST = """
                 ) IS NOT TRUE"""
 COUNT_EVENTS = f"""
 SELECT count(*) FROM event_store_t_default e
-WHERE e.event_ts < statement_timestamp() - make_interval(secs => %(seconds)s)
+WHERE {EXPIRED_IDS}
   AND NOT EXISTS ({KEEPS_EVENT.format(also=NOT_PURGED_FIRST)}
   )
 """

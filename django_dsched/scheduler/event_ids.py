@@ -79,6 +79,15 @@ def id_floor(at: datetime) -> uuid.UUID:
     return uuid.UUID(int=(ms & MS_MASK) << 80)
 
 
+def floor_sql(at: str) -> str:
+    """:func:`id_floor` in SQL for a ``timestamptz`` expression ``at``."""
+    millis = f"floor(extract(epoch FROM {at}) * 1000)::bigint"
+    return (
+        f"encode(substring(int8send(({millis}) & {MS_MASK}) FROM 3 FOR 6)"
+        f" || '\\x00000000000000000000'::bytea, 'hex')::uuid"
+    )
+
+
 def change_sql(at: str) -> str:
     """:func:`change_id` in SQL for a ``timestamptz`` expression ``at`` (a new id per row)."""
     millis = f"floor(extract(epoch FROM {at}) * 1000)::bigint"

@@ -19,7 +19,14 @@ from django_dsched.history.partitions import EVENTS, OUTBOX, make_day, partition
 from django_dsched.outbox.claims import CLAIM, NEXT_CLAIMABLE
 from django_dsched.scheduler.event_ids import change_sql
 from tests.helpers import sql
-from tests.outbox.test_claims import BATCH, assert_reads_o_of_batch, explain, params
+from tests.outbox.test_claims import (
+    BATCH,
+    assert_reads_o_of_batch,
+    explain,
+    nodes,
+    params,
+    rows_read,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -91,3 +98,41 @@ def test_a_claim_across_a_month_of_day_partitions_reads_o_of_batch(month):
         assert_reads_o_of_batch(
             plan, f"claim {topics}", max_rows=2 * BATCH + 10, max_buffers=40 * BATCH
         )
+
+
+# Events in the default partition (their days not made): many of today's whose ids carry a
+# day far ahead (a slot beyond the days made), and a few of 60 days ago, expired.
+DEFAULT_EVENTS_SQL = f"""
+INSERT INTO event_store_t (id, host_id, aggregate_id, aggregate_type, aggregate_version,
+    event_type, event_ts, payload, metadata)
+SELECT {change_sql("t.slot")}, '00000000-0000-0000-0000-000000000000', gen_random_uuid(),
+       'Schedule', 1, 'report.build', t.fired, '{{}}'::jsonb, '{{}}'::jsonb
+FROM (SELECT CASE WHEN n <= %(expired)s THEN statement_timestamp() - interval '60 days'
+                  ELSE statement_timestamp() + interval '60 days' END AS slot,
+             CASE WHEN n <= %(expired)s THEN statement_timestamp() - interval '60 days'
+                  ELSE statement_timestamp() END AS fired
+      FROM generate_series(1, %(count)s) AS n) t
+"""
+
+
+def test_the_default_partition_s_expired_events_are_a_range_of_its_primary_key():
+    """Retention's one-by-one purge of the default partition reads the expired events by
+    their ids, not the whole partition: there is no index on event_ts."""
+    from django_dsched.outbox.retention import COUNT_EVENTS, PURGE_EVENTS
+
+    sql(DEFAULT_EVENTS_SQL, {"count": 20_000, "expired": 10})
+    sql(f"ANALYZE {EVENTS}_default")
+    try:
+        args = {"seconds": 45 * 86400, "limit": 1000, "delivered": "DELIVERED"}
+        for what, query in (("purge", PURGE_EVENTS), ("count", COUNT_EVENTS)):
+            plan = explain(query, args)
+            scans = [
+                n
+                for n in nodes(plan["Plan"])
+                if n.get("Relation Name") == f"{EVENTS}_default" and n.get("Actual Loops")
+            ]
+            read = sum(rows_read(n) for n in scans)
+            assert read <= 50, (what, [(n["Node Type"], rows_read(n)) for n in scans])
+        assert sql(COUNT_EVENTS, args) == [(10,)]
+    finally:
+        sql("TRUNCATE event_store_t")
