@@ -61,3 +61,22 @@ def backend_pid(wrapper: Any) -> int:
 
 def backend_gone(pid: int) -> bool:
     return not sql("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [pid])
+
+
+def second_event(event: Any) -> Any:
+    """Another event for the slot of ``event`` (an ``Event``), written by hand with an id the
+    CHECK dsched_event_slot_in_id lets into the slot's day: only the day's exactly-once index
+    can refuse it."""
+    from django_dsched.models import Event
+    from django_dsched.scheduler.event_ids import change_id
+
+    return Event.objects.create(
+        id=change_id(event.scheduled_ts),
+        host_id=event.host_id,
+        aggregate_id=event.aggregate_id,
+        aggregate_version=event.aggregate_version + 1,
+        event_type=event.event_type,
+        event_ts=event.event_ts,
+        payload={},
+        scheduled_ts=event.scheduled_ts,
+    )

@@ -39,7 +39,7 @@ from django_dsched.outbox.retention import count_expired, purge_expired
 from django_dsched.scheduler.event_ids import change_id, event_id
 from django_dsched.schedules import lifecycle
 from tests.factories import ScheduleFactory
-from tests.helpers import other_session, sql
+from tests.helpers import other_session, second_event, sql
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -496,21 +496,6 @@ def unguarded() -> dict[str, str]:
     return found
 
 
-def second_event(id_: uuid.UUID) -> Event:
-    """Another event for the slot of event ``id_``, with an id the CHECK lets into its day."""
-    event = Event.objects.get(pk=id_)
-    return Event.objects.create(
-        id=change_id(event.scheduled_ts),
-        host_id=event.host_id,
-        aggregate_id=event.aggregate_id,
-        aggregate_version=2,
-        event_type=event.event_type,
-        event_ts=event.event_ts,
-        payload={},
-        scheduled_ts=event.scheduled_ts,
-    )
-
-
 def test_a_partition_without_the_exactly_once_index_is_reported_then_indexed(by_hand):
     """A day attached by hand (named as pg_partman would) and a default partition that lost
     its index: the system check names both, with the statement that mends each; the next
@@ -554,7 +539,7 @@ def test_a_partition_without_the_exactly_once_index_is_reported_then_indexed(by_
         pytest.raises(IntegrityError, match=f"dsched_event_one_per_slot_{day:%Y%m%d}"),
         transaction.atomic(),
     ):
-        second_event(id_)
+        second_event(Event.objects.get(pk=id_))
 
 
 def test_a_partition_whose_index_cannot_be_made_is_logged_and_the_others_are_indexed(
@@ -567,7 +552,7 @@ def test_a_partition_whose_index_cannot_be_made_is_logged_and_the_others_are_ind
     by_hand("event_store_t_p_twice", twice)
     by_hand("event_store_t_p_once", twice - timedelta(days=1))
     [id_] = fires(twice, 1)
-    second_event(id_)  # not refused: no index
+    second_event(Event.objects.get(pk=id_))  # not refused: no index
 
     with caplog.at_level(logging.ERROR, logger="django_dsched.history"):
         made = make_ahead()

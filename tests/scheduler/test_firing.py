@@ -7,11 +7,10 @@ from django.db import IntegrityError, connection, transaction
 
 from django_dsched.enums import DeliveryStatus, FrequencyUnit, ScheduleState
 from django_dsched.models import Event, OutboxMessage, Schedule
-from django_dsched.scheduler.event_ids import change_id
 from django_dsched.scheduler.firing import CLAIM, claim_args, fire_batch
 from tests.factories import ScheduleFactory
 from tests.fire_path import fire
-from tests.helpers import other_session, sql
+from tests.helpers import other_session, second_event, sql
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -154,16 +153,7 @@ def test_the_database_refuses_a_second_event_for_a_slot(fence, db_now):
     # Another id with the slot's time in it (the CHECK dsched_event_slot_in_id refuses any
     # other): the slot's partition's unique index refuses it.
     with pytest.raises(IntegrityError, match="dsched_event_one_per_slot"), transaction.atomic():
-        Event.objects.create(
-            id=change_id(event.scheduled_ts),
-            host_id=event.host_id,
-            aggregate_id=event.aggregate_id,
-            aggregate_version=99,
-            event_type=event.event_type,
-            event_ts=event.event_ts,
-            payload={},
-            scheduled_ts=event.scheduled_ts,
-        )
+        second_event(event)
 
 
 def test_a_slot_that_already_fired_is_skipped_not_fired_again(fence, db_now):
