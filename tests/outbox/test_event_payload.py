@@ -7,6 +7,7 @@ deletes an event while its message exists."""
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -170,20 +171,31 @@ def test_the_message_reads_its_payload_from_the_event(relay_settings):
 # -- retention --------------------------------------------------------------------------------
 
 
-def age(ids: list[Any], *, fired_days: float, delivered_days: float | None) -> None:
-    """Move the fires ``fired_days`` back; mark them delivered ``delivered_days`` ago."""
-    sql(
-        "UPDATE event_store_t SET event_ts = event_ts - make_interval(secs => %s)"
-        " WHERE id = ANY(%s)",
-        [fired_days * DAY, ids],
-    )
-    sql(
-        "UPDATE outbox_message_t SET event_ts = event_ts - make_interval(secs => %s),"
-        " status = CASE WHEN %s::float8 IS NULL THEN status ELSE 'DELIVERED' END,"
-        " delivered_ts = statement_timestamp() - make_interval(secs => %s)"
-        " WHERE id = ANY(%s)",
-        [fired_days * DAY, delivered_days, (delivered_days or 0) * DAY, ids],
-    )
+def age(ids: list[Any], *, fired_days: float, delivered_days: float | None) -> list[Any]:
+    """Move the fires ``fired_days`` back (their slots, so their ids, which carry the slot's
+    time, as a fire of then has them); mark them delivered ``delivered_days`` ago. Returns
+    their ids now."""
+    shift_ms = round(fired_days * DAY * 1000)
+    low = (1 << 80) - 1
+    moved = []
+    for id_ in ids:
+        old = uuid.UUID(str(id_))
+        new = uuid.UUID(int=(((old.int >> 80) - shift_ms) << 80) | (old.int & low))
+        sql(
+            "UPDATE event_store_t SET id = %s, event_ts = event_ts - make_interval(secs => %s),"
+            " scheduled_ts = scheduled_ts - make_interval(secs => %s) WHERE id = %s",
+            [new, shift_ms / 1000, shift_ms / 1000, old],
+        )
+        sql(
+            "UPDATE outbox_message_t SET id = %s,"
+            " event_ts = event_ts - make_interval(secs => %s),"
+            " status = CASE WHEN %s::float8 IS NULL THEN status ELSE 'DELIVERED' END,"
+            " delivered_ts = statement_timestamp() - make_interval(secs => %s)"
+            " WHERE id = %s",
+            [new, shift_ms / 1000, delivered_days, (delivered_days or 0) * DAY, old],
+        )
+        moved.append(new)
+    return moved
 
 
 def remaining(ids: list[Any]) -> tuple[int, int]:
@@ -213,9 +225,9 @@ def test_retention_keeps_an_event_while_its_message_exists(settings):
     late, old = fired(2)
     # Fired 60 days ago, delivered yesterday (a dead letter retried): the message stays, so
     # does the event it reads its payload from.
-    age([late], fired_days=60, delivered_days=1)
+    (late,) = age([late], fired_days=60, delivered_days=1)
     # Both expired: the message goes, then its event, in the same pass.
-    age([old], fired_days=60, delivered_days=50)
+    (old,) = age([old], fired_days=60, delivered_days=50)
 
     found = count_expired()
     purged = purge_expired()
@@ -227,7 +239,7 @@ def test_retention_keeps_an_event_while_its_message_exists(settings):
     assert OutboxMessage.objects.get(pk=late).delivered_payload["id"] == str(late)
 
     # Once the late message expires too, it and its event go.
-    age([late], fired_days=0, delivered_days=50)
+    (late,) = age([late], fired_days=0, delivered_days=50)
     found = count_expired()
     purged = purge_expired()
     assert (found.outbox, found.events) == (purged.outbox, purged.events)
@@ -239,7 +251,7 @@ def test_retention_keeps_an_event_while_its_message_exists(settings):
 def test_retention_keeps_the_event_of_a_pending_or_dead_message(settings):
     settings.DSCHED_RETENTION_DAYS = 45
     pending, dead = fired(2)
-    age([pending, dead], fired_days=60, delivered_days=None)
+    pending, dead = age([pending, dead], fired_days=60, delivered_days=None)
     OutboxMessage.objects.filter(pk=dead).update(status=DeliveryStatus.DELIVERY_FAILED)
     assert purge_expired() == purge_expired().__class__(0, 0, False)
     assert remaining([pending, dead]) == (2, 2)
