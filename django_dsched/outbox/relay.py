@@ -79,9 +79,9 @@ CLAIM_SPARE = 1.25
 # the rest) and a message waits behind the others of its batch for about this long at most.
 BATCH_SECONDS = 1.0
 
-# Under a backlog (a claim came back full, with at least this many messages), the relay claims
-# its next batch on a thread of its own while it sends the end of this one: the database claims
-# while Python sends. Smaller batches are not worth a second session.
+# Under a backlog (two claims in a row came back full, with at least this many messages), the
+# relay claims its next batch on a thread of its own while it sends the end of this one: the
+# database claims while Python sends. Smaller batches are not worth a second session.
 CLAIM_AHEAD_MIN = 100
 # The claim ahead starts once what is left of the batch in hand would take no longer to send
 # than this many times the last claim took: late enough that a send that hangs before the end
@@ -175,6 +175,7 @@ class Relay(DatabaseLoop):
         self._ahead: tuple[Future[tuple[Claimed, float]], int] | None = None
         self._ahead_pool: ThreadPoolExecutor | None = None
         self._ahead_session = False  # whether the claim-ahead thread holds a session
+        self._was_full = False  # whether the last claim came back full
         # The database time of the last claim that found rows: what became claimable after it
         # is on time and claimed before the backlog (claims.claim_batch).
         self._since: int | None = None
@@ -241,11 +242,15 @@ class Relay(DatabaseLoop):
             # A full claim is a backlog: claim the next batch ahead, within what the byte cap
             # leaves of the batch in hand (the two batches share it).
             full = self._claimed_last >= max(limit, CLAIM_AHEAD_MIN)
+            # Two full claims in a row: a steady stream delivered a batch at a time (1,000
+            # fires a second, one batch each) has nothing to claim ahead.
+            backlog, self._was_full = full and self._was_full, full
             self._ahead_bytes = (
-                self.batch_bytes - in_hand if full and in_hand <= self.batch_bytes // 2 else None
+                self.batch_bytes - in_hand if backlog and in_hand <= self.batch_bytes // 2 else None
             )
             self.deliver(live)
             return 0.0
+        self._was_full = False
         self._close_ahead_session()  # idle: no backlog to claim ahead of
         with connection.cursor() as cursor:
             until = seconds_until_claimable(cursor, self.topics, within=self.poll_interval)
