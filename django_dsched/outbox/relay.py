@@ -220,25 +220,20 @@ class Relay(DatabaseLoop):
         ahead = self._take_ahead()
         if ahead is None:
             limit = self.claim_limit()
-            began = time.monotonic()
-            with binding.cursor(connection) as cursor:
-                claimed = claim_batch(
-                    cursor, self.claimer, limit, self.batch_bytes, since_us=self._since
-                )
-            self._claim_seconds = time.monotonic() - began
+            claimed = self._claim(limit, self.batch_bytes, self._since)
         else:
             claimed, limit = ahead
         live, dead = claimed.live, claimed.dead
         self._claimed_last = len(live) + len(dead)
         if claimed.at_us is not None:
             self._since = claimed.at_us
+        in_hand = sum(m.size for m in live)
         if self._claimed_last:
-            self._message_bytes = sum(m.size for m in live + dead) / self._claimed_last
+            self._message_bytes = (in_hand + sum(m.size for m in dead)) / self._claimed_last
         self._note_dead(dead)
         if self._claimed_last:
             self.stats.batches += 1
             self.stats.claimed += len(live)
-            in_hand = sum(m.size for m in live)
             # A full claim is a backlog: claim the next batch ahead, within what the byte cap
             # leaves of the batch in hand (the two batches share it).
             full = self._claimed_last >= max(limit, CLAIM_AHEAD_MIN)
@@ -292,18 +287,23 @@ class Relay(DatabaseLoop):
             limit,
         )
 
+    def _claim(self, limit: int, max_bytes: int, since: int | None) -> Claimed:
+        """Claim a batch on this thread's session (Django's connections are per thread),
+        noting how long the claim took."""
+        began = time.monotonic()
+        with binding.cursor(connections[self.using]) as cursor:
+            claimed = claim_batch(cursor, self.claimer, limit, max_bytes, since_us=since)
+        self._claim_seconds = time.monotonic() - began
+        return claimed
+
     def _claim_here(self, limit: int, max_bytes: int, since: int | None) -> tuple[Claimed, float]:
-        # On the claim-ahead thread: Django's connections are per thread.
-        connection = connections[self.using]
+        # On the claim-ahead thread: the claim, and when it began.
         began = time.monotonic()
         try:
-            with binding.cursor(connection) as cursor:
-                claimed = claim_batch(cursor, self.claimer, limit, max_bytes, since_us=since)
+            return self._claim(limit, max_bytes, since), began
         except BaseException:
-            connection.close()  # a new session for the next claim ahead
+            connections[self.using].close()  # a new session for the next claim ahead
             raise
-        self._claim_seconds = time.monotonic() - began
-        return claimed, began
 
     def _take_ahead(self) -> tuple[Claimed, int] | None:
         """The batch claimed ahead (waiting for its claim to end), if any, less any claim of

@@ -79,18 +79,22 @@ def id_floor(at: datetime) -> uuid.UUID:
     return uuid.UUID(int=(ms & MS_MASK) << 80)
 
 
+def millis_sql(at: str) -> str:
+    """A ``timestamptz`` expression's time in whole milliseconds since 1970 (SQL)."""
+    return f"floor(extract(epoch FROM {at}) * 1000)::bigint"
+
+
 def floor_sql(at: str) -> str:
     """:func:`id_floor` in SQL for a ``timestamptz`` expression ``at``."""
-    millis = f"floor(extract(epoch FROM {at}) * 1000)::bigint"
     return (
-        f"encode(substring(int8send(({millis}) & {MS_MASK}) FROM 3 FOR 6)"
+        f"encode(substring(int8send(({millis_sql(at)}) & {MS_MASK}) FROM 3 FOR 6)"
         f" || '\\x00000000000000000000'::bytea, 'hex')::uuid"
     )
 
 
 def change_sql(at: str) -> str:
     """:func:`change_id` in SQL for a ``timestamptz`` expression ``at`` (a new id per row)."""
-    millis = f"floor(extract(epoch FROM {at}) * 1000)::bigint"
+    millis = millis_sql(at)
     # Bytes 0-7: the milliseconds, the version and 12 random bits; bytes 8-15: the variant
     # and 62 random bits of a version 4 UUID.
     return (
