@@ -59,6 +59,7 @@ from django_dsched.history.partitions import EVENTS, OUTBOX, make_day  # noqa: E
 from django_dsched.outbox.claims import CLAIM, backlog_share  # noqa: E402
 from django_dsched.outbox.retention import purge_expired  # noqa: E402
 from django_dsched.scheduler import event_ids  # noqa: E402
+from tests.outbox_helpers import waiting_over_days_sql  # noqa: E402
 
 AGE_DAYS = 60
 SCHEDULES = 1000
@@ -201,24 +202,7 @@ def retention(rows: int, runs: int) -> None:
         )
 
 
-CLAIM_WAITING = f"""
-WITH t AS (
-    SELECT n, statement_timestamp() - (n %% 30 + 1) * interval '1 day'
-              + (n / 30) * interval '1 ms' AS ts
-    FROM generate_series(1, %(count)s) AS n
-)
-INSERT INTO outbox_message_t (id, host_id, aggregate_id, aggregate_type, aggregate_version,
-    event_type, event_ts, topic, status, priority, attempts, last_error, next_attempt_ts,
-    claimed_by, claimed_until)
-SELECT {event_ids.change_sql("t.ts")}, '00000000-0000-0000-0000-000000000000',
-       gen_random_uuid(), 'Schedule', 1, 'report.build', t.ts, 'reports', 'PENDING',
-       CASE WHEN n %% 3 = 0 THEN 5 ELSE 0 END, 1, 'down',
-       CASE WHEN n %% 10 <> 0
-            THEN statement_timestamp() + interval '1 hour' + (n %% 600) * interval '1s' END,
-       CASE WHEN n %% 10 = 0 THEN 'elsewhere' ELSE '' END,
-       CASE WHEN n %% 10 = 0 THEN statement_timestamp() + interval '1 minute' END
-FROM t
-"""
+CLAIM_WAITING = waiting_over_days_sql(30)
 CLAIM_READY = f"""
 INSERT INTO outbox_message_t (id, host_id, aggregate_id, aggregate_type, aggregate_version,
     event_type, event_ts, topic, status)

@@ -89,3 +89,27 @@ def envelope_text(event_id: Any) -> str:
         )
         (text,) = cursor.fetchone()
     return str(text)
+
+
+def waiting_over_days_sql(days: int) -> str:
+    """Messages fired over the past ``days`` days (the n-th: day n % days back, ids by the
+    time they fired), on a backoff or held by another relay's live claim, at two
+    priorities: none claimable, all in the ready index. Parameter: ``count``."""
+    return f"""
+WITH t AS (
+    SELECT n, statement_timestamp() - (n %% {days} + 1) * interval '1 day'
+              + (n / {days}) * interval '1 ms' AS ts
+    FROM generate_series(1, %(count)s) AS n
+)
+INSERT INTO outbox_message_t (id, host_id, aggregate_id, aggregate_type, aggregate_version,
+    event_type, event_ts, topic, status, priority, attempts, last_error, next_attempt_ts,
+    claimed_by, claimed_until)
+SELECT {event_ids.change_sql("t.ts")}, '00000000-0000-0000-0000-000000000000',
+       gen_random_uuid(), 'Schedule', 1, 'report.build', t.ts, 'reports', 'PENDING',
+       CASE WHEN n %% 3 = 0 THEN 5 ELSE 0 END, 1, 'down',
+       CASE WHEN n %% 10 <> 0
+            THEN statement_timestamp() + interval '1 hour' + (n %% 600) * interval '1s' END,
+       CASE WHEN n %% 10 = 0 THEN 'elsewhere' ELSE '' END,
+       CASE WHEN n %% 10 = 0 THEN statement_timestamp() + interval '1 minute' END
+FROM t
+"""

@@ -27,32 +27,14 @@ from tests.outbox.test_claims import (
     params,
     rows_read,
 )
+from tests.outbox_helpers import waiting_over_days_sql
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 DAYS = 30
 WAITING = 300_000
 
-# Waiting messages fired over the past DAYS days (n-th: day n % DAYS back), on a backoff or
-# held by a live claim, at two priorities; then claimable ones of the last minute.
-WAITING_SQL = f"""
-WITH t AS (
-    SELECT n, statement_timestamp() - (n %% {DAYS} + 1) * interval '1 day'
-              + (n / {DAYS}) * interval '1 ms' AS ts
-    FROM generate_series(1, %(count)s) AS n
-)
-INSERT INTO outbox_message_t (id, host_id, aggregate_id, aggregate_type, aggregate_version,
-    event_type, event_ts, topic, status, priority, attempts, last_error, next_attempt_ts,
-    claimed_by, claimed_until)
-SELECT {change_sql("t.ts")}, '00000000-0000-0000-0000-000000000000', gen_random_uuid(),
-       'Schedule', 1, 'report.build', t.ts, 'reports', 'PENDING',
-       CASE WHEN n %% 3 = 0 THEN 5 ELSE 0 END, 1, 'down',
-       CASE WHEN n %% 10 <> 0
-            THEN statement_timestamp() + interval '1 hour' + (n %% 600) * interval '1s' END,
-       CASE WHEN n %% 10 = 0 THEN 'elsewhere' ELSE '' END,
-       CASE WHEN n %% 10 = 0 THEN statement_timestamp() + interval '1 minute' END
-FROM t
-"""
+WAITING_SQL = waiting_over_days_sql(DAYS)
 CLAIMABLE_SQL = f"""
 INSERT INTO event_store_t (id, host_id, aggregate_id, aggregate_type, aggregate_version,
     event_type, event_ts, payload, metadata)
