@@ -8,6 +8,9 @@ Each round runs, in this order (the order rotates from round to round):
 - ``ceiling``: a one-row ``INSERT`` into a one-column table per call, autocommit, through
   psycopg alone: the rate at which this server commits (each commit waits for its WAL
   flush; concurrent commits share flushes).
+- ``orm``: ``Model.objects.create()`` of a row of the same one-column table through Django's
+  ORM, autocommit: the least any Django create costs, the ORM's own Python included (on a
+  machine whose cores the clients share with the server, that Python is part of the bound).
 - ``dsched``: ``api.create_once(delay=1 h)`` per call, autocommit (as a web request
   scheduling a reminder does).
 - ``django-q2`` (with ``--peer-python``, a Python with ``django-q2`` installed):
@@ -17,11 +20,11 @@ Each round runs, in this order (the order rotates from round to round):
 each from 1 process and from ``--procs`` processes. The processes start together (they wait
 for a common start time) and each makes ``--count`` calls; the rate is all calls over the
 time from the first start to the last finish. Prints medians per measure and the ratios
-dsched / ceiling and dsched(N) / dsched(1).
+dsched / ceiling, dsched / orm and dsched(N) / dsched(1).
 
-Runs against the ``dsched_create_bench`` database (the embedded PostgreSQL unless
-DATABASE_URL is set; ``DSCHED_BENCH_SERVER=stock``: a stock one, bench/stock_server.py). Asserts
-nothing.
+Runs against the ``dsched_create_bench`` database (``$BENCH_DATABASE`` if set), on the
+embedded PostgreSQL unless DATABASE_URL is set (``DSCHED_BENCH_SERVER=stock``: a stock one,
+bench/stock_server.py). Asserts nothing.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve()
-DATABASE = "dsched_create_bench"
+DATABASE = os.environ.get("BENCH_DATABASE", "dsched_create_bench")
 
 PEER_SETTINGS = """
 import os
@@ -73,6 +76,31 @@ def child(kind: str, count: int, start_at: float, tag: str) -> None:
             for _ in range(count):
                 conn.execute("INSERT INTO bench_ceiling_t (id) VALUES (DEFAULT)")
             ended = time.time()
+    elif kind == "orm":
+        sys.path.insert(0, str(HERE.parent))
+        os.environ["DEBUG"] = "False"
+        from setup_django import configure
+
+        configure(DATABASE)
+        from django.db import connection, models
+
+        class CeilingRow(models.Model):
+            id = models.BigAutoField(primary_key=True)
+
+            class Meta:
+                app_label = "dsched"
+                managed = False
+                db_table = "bench_ceiling_t"
+
+            def __str__(self) -> str:
+                return str(self.id)
+
+        connection.ensure_connection()
+        wait_until(start_at)
+        started = time.time()
+        for _ in range(count):
+            CeilingRow.objects.create()
+        ended = time.time()
     elif kind == "dsched":
         sys.path.insert(0, str(HERE.parent))
         os.environ["DEBUG"] = "False"
@@ -206,7 +234,7 @@ def main() -> None:
     url = configure(DATABASE)
     peer = args.peer_python
     prepare(url, peer)
-    kinds = ["ceiling", "dsched"] + (["django-q2"] if peer else [])
+    kinds = ["ceiling", "orm", "dsched"] + (["django-q2"] if peer else [])
     rates: dict[tuple[str, int], list[float]] = {}
     for run in range(args.runs):
         order = kinds[run % len(kinds) :] + kinds[: run % len(kinds)]
@@ -224,17 +252,20 @@ def main() -> None:
     for procs in (1, args.procs):
         print(
             f"dsched / ceiling, {procs} process(es): "
-            f"{median[('dsched', procs)] / median[('ceiling', procs)]:.2f}"
+            f"{median[('dsched', procs)] / median[('ceiling', procs)]:.2f}; "
+            f"orm / ceiling {median[('orm', procs)] / median[('ceiling', procs)]:.2f}; "
+            f"dsched / orm {median[('dsched', procs)] / median[('orm', procs)]:.2f}"
         )
         if peer:
             print(
                 f"dsched / django-q2, {procs} process(es): "
                 f"{median[('dsched', procs)] / median[('django-q2', procs)]:.2f}"
             )
-    print(
-        f"dsched x{args.procs} / dsched x1: "
-        f"{median[('dsched', args.procs)] / median[('dsched', 1)]:.2f}"
-    )
+    for kind in kinds:
+        print(
+            f"{kind} x{args.procs} / {kind} x1: "
+            f"{median[(kind, args.procs)] / median[(kind, 1)]:.2f}"
+        )
 
 
 if __name__ == "__main__":

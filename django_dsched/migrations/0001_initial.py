@@ -7,6 +7,7 @@ import django.db.models.functions.datetime
 import django.db.models.lookups
 import django_dsched.history.operations
 import django_dsched.history.partitions
+import django_dsched.models.checks
 import django_dsched.models.fields
 import django_dsched.models.ids
 import django_dsched.models.schedule
@@ -364,8 +365,8 @@ class Migration(migrations.Migration):
                 ],
                 "constraints": [
                     models.CheckConstraint(
-                        condition=models.Q(
-                            ("status__in", ["PENDING", "DELIVERED", "DELIVERY_FAILED"])
+                        condition=django_dsched.models.checks.OneOf(
+                            "status", ["PENDING", "DELIVERED", "DELIVERY_FAILED"]
                         ),
                         name="dsched_outbox_status_valid",
                     ),
@@ -790,7 +791,9 @@ class Migration(migrations.Migration):
                         name="dsched_schedule_key_unique",
                     ),
                     models.CheckConstraint(
-                        condition=models.Q(("idempotency_key", ""), _negated=True),
+                        condition=django_dsched.models.checks.NotEqual(
+                            models.F("idempotency_key"), models.Value("")
+                        ),
                         name="dsched_schedule_key_not_empty",
                         violation_error_message="An idempotency key must not be empty.",
                     ),
@@ -799,33 +802,28 @@ class Migration(migrations.Migration):
                         name="dsched_schedule_frequency_positive",
                     ),
                     models.CheckConstraint(
-                        condition=models.Q(
-                            (
-                                "frequency_unit__in",
-                                [
-                                    "SECONDS",
-                                    "MINUTES",
-                                    "HOURS",
-                                    "DAYS",
-                                    "WEEKS",
-                                    "MONTHS",
-                                    "YEARS",
-                                    "",
-                                ],
-                            )
+                        condition=django_dsched.models.checks.OneOf(
+                            "frequency_unit",
+                            ["SECONDS", "MINUTES", "HOURS", "DAYS", "WEEKS", "MONTHS", "YEARS", ""],
                         ),
                         name="dsched_schedule_unit_valid",
                     ),
                     models.CheckConstraint(
-                        condition=models.Q(("schedule_kind__in", ["INTERVAL", "CRON", "ONCE"])),
+                        condition=django_dsched.models.checks.OneOf(
+                            "schedule_kind", ["INTERVAL", "CRON", "ONCE"]
+                        ),
                         name="dsched_schedule_kind_valid",
                     ),
                     models.CheckConstraint(
                         condition=models.Q(
-                            models.Q(("schedule_kind", "INTERVAL"), _negated=True),
+                            django_dsched.models.checks.NotEqual(
+                                models.F("schedule_kind"), models.Value("INTERVAL")
+                            ),
                             models.Q(
                                 ("frequency_time__isnull", False),
-                                models.Q(("frequency_unit", ""), _negated=True),
+                                django_dsched.models.checks.NotEqual(
+                                    models.F("frequency_unit"), models.Value("")
+                                ),
                             ),
                             _connector="OR",
                         ),
@@ -833,34 +831,34 @@ class Migration(migrations.Migration):
                     ),
                     models.CheckConstraint(
                         condition=models.Q(
-                            models.Q(("schedule_kind", "CRON"), _negated=True),
-                            models.Q(("cron_expression", ""), _negated=True),
+                            django_dsched.models.checks.NotEqual(
+                                models.F("schedule_kind"), models.Value("CRON")
+                            ),
+                            django_dsched.models.checks.NotEqual(
+                                models.F("cron_expression"), models.Value("")
+                            ),
                             _connector="OR",
                         ),
                         name="dsched_schedule_cron_complete",
                     ),
                     models.CheckConstraint(
-                        condition=models.Q(
-                            ("misfire_policy__in", ["COALESCE", "CATCH_UP", "SKIP"])
+                        condition=django_dsched.models.checks.OneOf(
+                            "misfire_policy", ["COALESCE", "CATCH_UP", "SKIP"]
                         ),
                         name="dsched_schedule_misfire_policy_valid",
                     ),
                     models.CheckConstraint(
-                        condition=models.Q(("origin__in", ["ADMIN", "API", "CODE", "CELERY_BEAT"])),
+                        condition=django_dsched.models.checks.OneOf(
+                            "origin", ["ADMIN", "API", "CODE", "CELERY_BEAT"]
+                        ),
                         name="dsched_schedule_origin_valid",
                     ),
                     models.CheckConstraint(
-                        condition=models.Q(
-                            ("end_ts__isnull", True),
-                            ("end_ts__gt", models.F("start_ts")),
-                            _connector="OR",
-                        ),
+                        condition=models.Q(("end_ts__gt", models.F("start_ts"))),
                         name="dsched_schedule_end_after_start",
                     ),
                     models.CheckConstraint(
-                        condition=models.Q(
-                            ("max_fires__isnull", True), ("max_fires__gte", 1), _connector="OR"
-                        ),
+                        condition=models.Q(("max_fires__gte", 1)),
                         name="dsched_schedule_max_fires_positive",
                     ),
                     models.CheckConstraint(
@@ -869,35 +867,27 @@ class Migration(migrations.Migration):
                             ("catch_up_limit__lte", 10000),
                             ("jitter_seconds__gte", 0),
                             ("jitter_seconds__lte", 86400),
-                            models.Q(
-                                ("misfire_grace_seconds__isnull", True),
-                                ("misfire_grace_seconds__gte", 0),
-                                _connector="OR",
-                            ),
+                            ("misfire_grace_seconds__gte", 0),
                         ),
                         name="dsched_schedule_timing_bounds",
                     ),
                     models.CheckConstraint(
-                        condition=models.Q(
-                            (
-                                "state__in",
-                                ["ACTIVE", "PAUSED", "CANCELLED", "COMPLETED", "SET_ASIDE"],
-                            )
+                        condition=django_dsched.models.checks.OneOf(
+                            "state", ["ACTIVE", "PAUSED", "CANCELLED", "COMPLETED", "SET_ASIDE"]
                         ),
                         name="dsched_schedule_state_valid",
                     ),
                     models.CheckConstraint(
-                        condition=models.Q(
-                            models.Q(("active", True), ("state", "ACTIVE")),
-                            models.Q(
-                                ("active", False), models.Q(("state", "ACTIVE"), _negated=True)
-                            ),
-                            _connector="OR",
+                        condition=django.db.models.lookups.Exact(
+                            models.F("active"),
+                            django.db.models.lookups.Exact(models.F("state"), "ACTIVE"),
                         ),
                         name="dsched_schedule_active_matches_state",
                     ),
                     models.CheckConstraint(
-                        condition=models.Q(("schedule_name", ""), _negated=True),
+                        condition=django_dsched.models.checks.NotEqual(
+                            models.F("schedule_name"), models.Value("")
+                        ),
                         name="dsched_schedule_name_not_empty",
                     ),
                     models.CheckConstraint(

@@ -7,6 +7,7 @@ from django.db.models.functions import Greatest
 from django.utils.translation import gettext_lazy as _
 
 from django_dsched.enums import DeliveryStatus, max_length_of
+from django_dsched.models.checks import OneOf
 from django_dsched.models.records import EventRecord
 
 
@@ -104,7 +105,7 @@ class OutboxMessage(EventRecord):
         ]
         constraints = [
             models.CheckConstraint(
-                condition=models.Q(status__in=DeliveryStatus.values),
+                condition=OneOf("status", DeliveryStatus.values),
                 name="dsched_outbox_status_valid",
             ),
             models.CheckConstraint(

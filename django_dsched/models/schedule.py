@@ -26,6 +26,7 @@ from django_dsched.enums import (
     max_length_of,
 )
 from django_dsched.exceptions import CronError, ValidationError
+from django_dsched.models.checks import OneOf, differs
 from django_dsched.models.fields import EventDataField
 from django_dsched.models.ids import uuid7
 from django_dsched.models.validators import (
@@ -339,7 +340,7 @@ class Schedule(models.Model):
                 name="dsched_schedule_key_unique",
             ),
             models.CheckConstraint(
-                condition=~models.Q(idempotency_key=""),
+                condition=differs("idempotency_key", ""),
                 name="dsched_schedule_key_not_empty",
                 violation_error_message=_("An idempotency key must not be empty."),
             ),
@@ -347,59 +348,55 @@ class Schedule(models.Model):
                 condition=models.Q(frequency_time__gt=0), name="dsched_schedule_frequency_positive"
             ),
             models.CheckConstraint(
-                condition=models.Q(frequency_unit__in=[*FrequencyUnit.values, ""]),
+                condition=OneOf("frequency_unit", [*FrequencyUnit.values, ""]),
                 name="dsched_schedule_unit_valid",
             ),
             models.CheckConstraint(
-                condition=models.Q(schedule_kind__in=ScheduleKind.values),
+                condition=OneOf("schedule_kind", ScheduleKind.values),
                 name="dsched_schedule_kind_valid",
             ),
             models.CheckConstraint(
-                condition=~models.Q(schedule_kind=ScheduleKind.INTERVAL)
-                | (models.Q(frequency_time__isnull=False) & ~models.Q(frequency_unit="")),
+                condition=differs("schedule_kind", ScheduleKind.INTERVAL)
+                | (models.Q(frequency_time__isnull=False) & differs("frequency_unit", "")),
                 name="dsched_schedule_interval_complete",
             ),
             models.CheckConstraint(
-                condition=~models.Q(schedule_kind=ScheduleKind.CRON)
-                | ~models.Q(cron_expression=""),
+                condition=differs("schedule_kind", ScheduleKind.CRON)
+                | differs("cron_expression", ""),
                 name="dsched_schedule_cron_complete",
             ),
             models.CheckConstraint(
-                condition=models.Q(misfire_policy__in=MisfirePolicy.values),
+                condition=OneOf("misfire_policy", MisfirePolicy.values),
                 name="dsched_schedule_misfire_policy_valid",
             ),
             models.CheckConstraint(
-                condition=models.Q(origin__in=ScheduleOrigin.values),
+                condition=OneOf("origin", ScheduleOrigin.values),
                 name="dsched_schedule_origin_valid",
             ),
             models.CheckConstraint(
-                condition=models.Q(end_ts__isnull=True) | models.Q(end_ts__gt=models.F("start_ts")),
+                condition=models.Q(end_ts__gt=models.F("start_ts")),
                 name="dsched_schedule_end_after_start",
             ),
             models.CheckConstraint(
-                condition=models.Q(max_fires__isnull=True) | models.Q(max_fires__gte=1),
+                condition=models.Q(max_fires__gte=1),
                 name="dsched_schedule_max_fires_positive",
             ),
             models.CheckConstraint(
                 condition=models.Q(catch_up_limit__gte=1, catch_up_limit__lte=10_000)
                 & models.Q(jitter_seconds__gte=0, jitter_seconds__lte=86_400)
-                & (
-                    models.Q(misfire_grace_seconds__isnull=True)
-                    | models.Q(misfire_grace_seconds__gte=0)
-                ),
+                & models.Q(misfire_grace_seconds__gte=0),
                 name="dsched_schedule_timing_bounds",
             ),
             models.CheckConstraint(
-                condition=models.Q(state__in=ScheduleState.values),
+                condition=OneOf("state", ScheduleState.values),
                 name="dsched_schedule_state_valid",
             ),
             models.CheckConstraint(
-                condition=models.Q(active=True, state=ScheduleState.ACTIVE)
-                | (models.Q(active=False) & ~models.Q(state=ScheduleState.ACTIVE)),
+                condition=Exact(models.F("active"), Exact(models.F("state"), ScheduleState.ACTIVE)),
                 name="dsched_schedule_active_matches_state",
             ),
             models.CheckConstraint(
-                condition=~models.Q(schedule_name=""), name="dsched_schedule_name_not_empty"
+                condition=differs("schedule_name", ""), name="dsched_schedule_name_not_empty"
             ),
             models.CheckConstraint(
                 condition=models.Q(event_topic__regex=IDENTIFIER_PATTERN),
