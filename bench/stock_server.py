@@ -56,6 +56,17 @@ def _psql(socket_dir: Path, statement: str, user: pwd.struct_passwd | None) -> s
     return out.stdout.strip()
 
 
+def _running(data: Path, user: pwd.struct_passwd | None) -> bool:
+    status = subprocess.run(
+        [str(BIN / "pg_ctl"), "-D", str(data), "status"],
+        stdout=subprocess.DEVNULL,
+        user=user.pw_uid if user else None,
+        group=user.pw_gid if user else None,
+        env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+    )
+    return status.returncode == 0
+
+
 def database_url(database: str) -> str:
     """Start (or reuse) the stock server; return a URL for ``database`` on it."""
     user = _user()
@@ -73,7 +84,7 @@ def database_url(database: str) -> str:
             conf.write("\n# bench/stock_server.py: Debian defaults, and\n")
             conf.writelines(f"{k} = '{v}'\n" for k, v in SETTINGS.items())
             conf.write(f"listen_addresses = ''\nunix_socket_directories = '{sockets}'\n")
-    if not (data / "postmaster.pid").exists():
+    if not _running(data, user):  # a postmaster.pid left by a reboot is not a server
         log = DATA_ROOT / NAME / "server.log"
         _run([str(BIN / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", "start"], user)
     deadline = time.monotonic() + 30
@@ -92,7 +103,7 @@ def database_url(database: str) -> str:
 
 def stop() -> None:
     data = DATA_ROOT / NAME / "data"
-    if (data / "postmaster.pid").exists():
+    if _running(data, _user()):
         _run([str(BIN / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"], _user())
 
 
