@@ -84,7 +84,7 @@ def database_url(database: str) -> str:
             conf.write("\n# bench/stock_server.py: Debian defaults, and\n")
             conf.writelines(f"{k} = '{v}'\n" for k, v in SETTINGS.items())
             conf.write(f"listen_addresses = ''\nunix_socket_directories = '{sockets}'\n")
-    if not _running(data, user):  # a postmaster.pid left by a reboot is not a server
+    if not _running(data, user):  # pg_ctl status: a stale postmaster.pid whose process is gone
         log = DATA_ROOT / NAME / "server.log"
         _run([str(BIN / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", "start"], user)
     deadline = time.monotonic() + 30

@@ -7,7 +7,7 @@ import django.db.models.functions.datetime
 import django.db.models.lookups
 import django_dsched.history.operations
 import django_dsched.history.partitions
-import django_dsched.models.checks
+import django_dsched.models.conditions
 import django_dsched.models.fields
 import django_dsched.models.ids
 import django_dsched.models.schedule
@@ -365,7 +365,7 @@ class Migration(migrations.Migration):
                 ],
                 "constraints": [
                     models.CheckConstraint(
-                        condition=django_dsched.models.checks.OneOf(
+                        condition=django_dsched.models.conditions.OneOf(
                             "status", ["PENDING", "DELIVERED", "DELIVERY_FAILED"]
                         ),
                         name="dsched_outbox_status_valid",
@@ -791,7 +791,7 @@ class Migration(migrations.Migration):
                         name="dsched_schedule_key_unique",
                     ),
                     models.CheckConstraint(
-                        condition=django_dsched.models.checks.NotEqual(
+                        condition=django_dsched.models.conditions.NotEqual(
                             models.F("idempotency_key"), models.Value("")
                         ),
                         name="dsched_schedule_key_not_empty",
@@ -802,26 +802,26 @@ class Migration(migrations.Migration):
                         name="dsched_schedule_frequency_positive",
                     ),
                     models.CheckConstraint(
-                        condition=django_dsched.models.checks.OneOf(
+                        condition=django_dsched.models.conditions.OneOf(
                             "frequency_unit",
                             ["SECONDS", "MINUTES", "HOURS", "DAYS", "WEEKS", "MONTHS", "YEARS", ""],
                         ),
                         name="dsched_schedule_unit_valid",
                     ),
                     models.CheckConstraint(
-                        condition=django_dsched.models.checks.OneOf(
+                        condition=django_dsched.models.conditions.OneOf(
                             "schedule_kind", ["INTERVAL", "CRON", "ONCE"]
                         ),
                         name="dsched_schedule_kind_valid",
                     ),
                     models.CheckConstraint(
                         condition=models.Q(
-                            django_dsched.models.checks.NotEqual(
+                            django_dsched.models.conditions.NotEqual(
                                 models.F("schedule_kind"), models.Value("INTERVAL")
                             ),
                             models.Q(
                                 ("frequency_time__isnull", False),
-                                django_dsched.models.checks.NotEqual(
+                                django_dsched.models.conditions.NotEqual(
                                     models.F("frequency_unit"), models.Value("")
                                 ),
                             ),
@@ -831,10 +831,10 @@ class Migration(migrations.Migration):
                     ),
                     models.CheckConstraint(
                         condition=models.Q(
-                            django_dsched.models.checks.NotEqual(
+                            django_dsched.models.conditions.NotEqual(
                                 models.F("schedule_kind"), models.Value("CRON")
                             ),
-                            django_dsched.models.checks.NotEqual(
+                            django_dsched.models.conditions.NotEqual(
                                 models.F("cron_expression"), models.Value("")
                             ),
                             _connector="OR",
@@ -842,13 +842,13 @@ class Migration(migrations.Migration):
                         name="dsched_schedule_cron_complete",
                     ),
                     models.CheckConstraint(
-                        condition=django_dsched.models.checks.OneOf(
+                        condition=django_dsched.models.conditions.OneOf(
                             "misfire_policy", ["COALESCE", "CATCH_UP", "SKIP"]
                         ),
                         name="dsched_schedule_misfire_policy_valid",
                     ),
                     models.CheckConstraint(
-                        condition=django_dsched.models.checks.OneOf(
+                        condition=django_dsched.models.conditions.OneOf(
                             "origin", ["ADMIN", "API", "CODE", "CELERY_BEAT"]
                         ),
                         name="dsched_schedule_origin_valid",
@@ -872,7 +872,7 @@ class Migration(migrations.Migration):
                         name="dsched_schedule_timing_bounds",
                     ),
                     models.CheckConstraint(
-                        condition=django_dsched.models.checks.OneOf(
+                        condition=django_dsched.models.conditions.OneOf(
                             "state", ["ACTIVE", "PAUSED", "CANCELLED", "COMPLETED", "SET_ASIDE"]
                         ),
                         name="dsched_schedule_state_valid",
@@ -885,7 +885,7 @@ class Migration(migrations.Migration):
                         name="dsched_schedule_active_matches_state",
                     ),
                     models.CheckConstraint(
-                        condition=django_dsched.models.checks.NotEqual(
+                        condition=django_dsched.models.conditions.NotEqual(
                             models.F("schedule_name"), models.Value("")
                         ),
                         name="dsched_schedule_name_not_empty",

@@ -7,7 +7,7 @@ from django.db.models.functions import Greatest
 from django.utils.translation import gettext_lazy as _
 
 from django_dsched.enums import DeliveryStatus, max_length_of
-from django_dsched.models.checks import OneOf
+from django_dsched.models.conditions import OneOf
 from django_dsched.models.records import EventRecord
 
 

@@ -26,7 +26,7 @@ from django_dsched.enums import (
     max_length_of,
 )
 from django_dsched.exceptions import CronError, ValidationError
-from django_dsched.models.checks import OneOf, differs
+from django_dsched.models.conditions import OneOf, differs
 from django_dsched.models.fields import EventDataField
 from django_dsched.models.ids import uuid7
 from django_dsched.models.validators import (

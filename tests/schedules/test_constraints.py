@@ -6,12 +6,15 @@ from typing import Any
 
 import pytest
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
+from django.db.models import CheckConstraint
 
 from django_dsched.models import Schedule
+from django_dsched.models.conditions import OneOf, array_literal, differs
 from django_dsched.schedules.constraints import FieldCache, plainly_valid_event_data
 from tests.factories import ScheduleFactory
 from tests.helpers import sql
+from tests.outbox_helpers import make_messages
 
 pytestmark = pytest.mark.django_db
 
@@ -121,10 +124,57 @@ def test_database_constraints_refuse_what_slips_past_validation(assignment, cons
     ],
 )
 def test_database_constraints_let_valid_rows_through(assignment):
-    """The CHECK conditions are written short (models/checks.py): NULL where a column is
+    """The CHECK conditions are written short (models/conditions.py): NULL where a column is
     optional passes, as the longer ``x IS NULL OR ...`` let it."""
     ScheduleFactory()
     sql(f"UPDATE schedule_t SET {assignment}")
+
+
+@pytest.mark.parametrize("status", ["SENT", "pending", ""])
+def test_the_outbox_refuses_an_unknown_status(status):
+    (message,) = make_messages()
+    with pytest.raises(IntegrityError, match="dsched_outbox_status_valid"), transaction.atomic():
+        sql("UPDATE outbox_message_t SET status = %s WHERE id = %s", [status, message])
+    for known in ("DELIVERY_FAILED", "PENDING"):
+        sql("UPDATE outbox_message_t SET status = %s WHERE id = %s", [known, message])
+
+
+ODD_CHOICES = ['a"b', "c\\d", "e,f", "{g}", " h ", "", "NULL", "it's", "%s", 'x\\"y', "é"]
+
+
+def test_one_of_holds_exactly_its_choices_whatever_their_characters():
+    """The array constant a OneOf writes reads back as the choices, as DDL and as a
+    parameter (the migration's CHECK text and Django's validate() query)."""
+    literal = array_literal(ODD_CHOICES)
+    assert sql("SELECT %s::text[]", [literal])[0][0] == ODD_CHOICES
+    with connection.schema_editor() as editor:
+        as_ddl = editor.quote_value(literal)
+    assert sql(f"SELECT {as_ddl}::text[]")[0][0] == ODD_CHOICES
+    condition = OneOf("schedule_name", ODD_CHOICES)
+    assert condition.deconstruct() == (
+        "django_dsched.models.conditions.OneOf",
+        ("schedule_name", ODD_CHOICES),
+        {},
+    )
+    assert condition == OneOf("schedule_name", list(ODD_CHOICES))
+    assert condition != OneOf("schedule_name", ODD_CHOICES[:-1])
+    check = CheckConstraint(condition=condition, name="odd")
+    for name, allowed in [("e,f", True), ("x", False), ("NULL", True), ("{g}", True)]:
+        schedule = Schedule(schedule_name=name)
+        if allowed:
+            check.validate(Schedule, schedule)
+        else:
+            with pytest.raises(ValidationError):
+                check.validate(Schedule, schedule)
+
+
+def test_one_of_and_differs_refuse_what_would_make_a_check_pass_everything():
+    with pytest.raises(TypeError):
+        OneOf("state", "ACTIVE")  # a string is a sequence of letters
+    with pytest.raises(TypeError):
+        OneOf("state", [1, 2])
+    with pytest.raises(TypeError):
+        differs("idempotency_key", None)
 
 
 # The bulk path's shortcut for event data accepts only what the full validation accepts.

@@ -10,13 +10,13 @@ is one row, so this is paid once per row: with the conditions Django writes for 
 
 These say the same with fewer nodes. Each is a plain expression (``conditional``), so
 Django's ``CheckConstraint.validate()`` evaluates it as it does a ``Q``. A CHECK passes when
-its condition is NULL: ``NotEqual("end_ts", ...)`` lets a NULL ``end_ts`` through, as the
-longer ``end_ts IS NULL OR end_ts > start_ts`` did.
+its condition is NULL: ``differs("idempotency_key", "")`` lets a NULL key through, as the
+longer ``NOT (idempotency_key = '' AND idempotency_key IS NOT NULL)`` did.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from django.db.models import BooleanField, Expression, F, Value
@@ -24,7 +24,15 @@ from django.db.models.lookups import Lookup
 from django.utils.deconstruct import deconstructible
 
 
-@deconstructible(path="django_dsched.models.checks.OneOf")
+def array_literal(values: Sequence[str]) -> str:
+    """PostgreSQL's text of a one-dimensional ``text[]`` holding ``values``: each element
+    double-quoted, with ``"`` and ``\\`` escaped (so commas, braces, spaces, ``NULL`` and the
+    empty string are elements as they are)."""
+    quoted = ('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values)
+    return "{" + ",".join(quoted) + "}"
+
+
+@deconstructible(path="django_dsched.models.conditions.OneOf")
 class OneOf(Expression):
     """``column`` is one of ``choices``: ``column::text = ANY('{...}'::text[])``, one array
     constant instead of a cast per choice."""
@@ -32,10 +40,15 @@ class OneOf(Expression):
     conditional = True
     output_field = BooleanField()
 
-    def __init__(self, column: str | Expression, choices: Iterable[str]) -> None:
+    def __init__(self, column: str | Expression, choices: Sequence[str]) -> None:
+        if isinstance(choices, str) or not all(isinstance(c, str) for c in choices):
+            raise TypeError("OneOf takes a sequence of strings.")
         super().__init__()
         self.column = F(column) if isinstance(column, str) else column
         self.choices = tuple(choices)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.column!r}, {list(self.choices)!r})"
 
     def get_source_expressions(self) -> list[Any]:
         return [self.column]
@@ -45,15 +58,12 @@ class OneOf(Expression):
 
     def as_sql(self, compiler: Any, connection: Any) -> tuple[str, tuple[Any, ...]]:
         sql, params = compiler.compile(self.column)
-        quoted = ('"' + c.replace("\\", "\\\\").replace('"', '\\"') + '"' for c in self.choices)
-        return f"({sql})::text = ANY(%s::text[])", (*params, "{" + ",".join(quoted) + "}")
+        return f"({sql})::text = ANY(%s::text[])", (*params, array_literal(self.choices))
 
 
 class NotEqual(Lookup):
     """``lhs <> rhs``; NULL when either is NULL (a CHECK lets that row through), where
     ``~Q(field=value)`` on a nullable field adds ``AND field IS NOT NULL``."""
-
-    lookup_name = "dsched_ne"
 
     def as_sql(self, compiler: Any, connection: Any) -> tuple[str, tuple[Any, ...]]:
         lhs, lhs_params = self.process_lhs(compiler, connection)
@@ -62,8 +72,11 @@ class NotEqual(Lookup):
 
 
 def differs(column: str, value: Any) -> NotEqual:
-    """``column <> value`` (a column when ``value`` is an ``F``)."""
+    """``column <> value`` (a column when ``value`` is an ``F``). Not for None: ``<> NULL``
+    is never false, so the CHECK would pass every row."""
+    if value is None:
+        raise TypeError("differs() needs a value; <> NULL would let every row through.")
     return NotEqual(F(column), value if isinstance(value, Expression | F) else Value(value))
 
 
-__all__ = ["NotEqual", "OneOf", "differs"]
+__all__ = ["NotEqual", "OneOf", "array_literal", "differs"]
