@@ -105,11 +105,10 @@ def slot_in_id_check() -> str:
 
 def one_per_slot_index(name: str, suffix: str) -> str:
     """The exactly-once index of the event partition ``name``."""
-    return f"CREATE UNIQUE INDEX {one_per_slot_name(suffix)} ON {name} (aggregate_id, scheduled_ts)"
-
-
-def one_per_slot_name(suffix: str) -> str:
-    return f"dsched_event_one_per_slot_{suffix}"
+    return (
+        f"CREATE UNIQUE INDEX dsched_event_one_per_slot_{suffix}"
+        f" ON {name} (aggregate_id, scheduled_ts)"
+    )
 
 
 def default_partitions_sql() -> str:
@@ -419,11 +418,9 @@ SELECT (SELECT count(*) FROM {outbox} WHERE status = %(pending)s),
 """
 
 
-def _holds(
-    cursor: CursorWrapper, day: date, outbox: str, events: str, cutoff: datetime
-) -> Held | None:
+def _holds(cursor: CursorWrapper, day: date, outbox: str, cutoff: datetime) -> Held | None:
     cursor.execute(
-        HOLDS.format(outbox=outbox, events=events),
+        HOLDS.format(outbox=outbox),
         {
             "pending": DeliveryStatus.PENDING.value,
             "dead": DeliveryStatus.DELIVERY_FAILED.value,
@@ -467,7 +464,7 @@ def drop_expired(*, days_kept: float, using: str | None = None, dry_run: bool = 
         drop_detached(using)  # what a pass that died half way left
     for day, outbox_name, events_name in candidates:
         with connection.cursor() as cursor:
-            hold = _holds(cursor, day, outbox_name, events_name, cutoff)
+            hold = _holds(cursor, day, outbox_name, cutoff)
             if hold is not None:
                 held.append(hold)
                 continue
@@ -528,7 +525,7 @@ def _drop(day: date, outbox: str, events: str, cutoff: datetime, using: str | No
         cursor.execute(
             f"LOCK TABLE ONLY {OUTBOX}, ONLY {EVENTS}, {outbox}, {events} IN ACCESS EXCLUSIVE MODE"
         )
-        hold = _holds(cursor, day, outbox, events, cutoff)
+        hold = _holds(cursor, day, outbox, cutoff)
         if hold is not None:
             return hold
         for table, name in ((OUTBOX, outbox), (EVENTS, events)):
@@ -567,8 +564,8 @@ def held_days(*, days_kept: float | None = None, using: str | None = None) -> Hi
     if kept is not None and found:
         with _connection(using).cursor() as cursor:
             cutoff, candidates = _expired_days(cursor, kept, using)
-            for day, outbox, events in candidates:
-                hold = _holds(cursor, day, outbox, events, cutoff)
+            for day, outbox, _events in candidates:
+                hold = _holds(cursor, day, outbox, cutoff)
                 if hold is not None:
                     held.append(hold)
     return HistoryDays(

@@ -220,7 +220,7 @@ class Relay(DatabaseLoop):
         ahead = self._take_ahead()
         if ahead is None:
             limit = self.claim_limit()
-            claimed = self._claim(limit, self.batch_bytes, self._since)
+            claimed, _ = self._claim(limit, self.batch_bytes, self._since)
         else:
             claimed, limit = ahead
         live, dead = claimed.live, claimed.dead
@@ -287,20 +287,19 @@ class Relay(DatabaseLoop):
             limit,
         )
 
-    def _claim(self, limit: int, max_bytes: int, since: int | None) -> Claimed:
+    def _claim(self, limit: int, max_bytes: int, since: int | None) -> tuple[Claimed, float]:
         """Claim a batch on this thread's session (Django's connections are per thread),
-        noting how long the claim took."""
+        noting how long the claim took; the batch, and when its claim began."""
         began = time.monotonic()
         with binding.cursor(connections[self.using]) as cursor:
             claimed = claim_batch(cursor, self.claimer, limit, max_bytes, since_us=since)
         self._claim_seconds = time.monotonic() - began
-        return claimed
+        return claimed, began
 
     def _claim_here(self, limit: int, max_bytes: int, since: int | None) -> tuple[Claimed, float]:
-        # On the claim-ahead thread: the claim, and when it began.
-        began = time.monotonic()
+        # On the claim-ahead thread.
         try:
-            return self._claim(limit, max_bytes, since), began
+            return self._claim(limit, max_bytes, since)
         except BaseException:
             connections[self.using].close()  # a new session for the next claim ahead
             raise
