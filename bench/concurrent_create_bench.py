@@ -53,7 +53,7 @@ DATABASES = {"default": {
     "PORT": os.environ.get("PEER_PORT") or None,
 }}
 USE_TZ = True
-Q_CLUSTER = {"name": "bench", "orm": "default"}
+Q_CLUSTER = {"name": "bench", "orm": "default", "timeout": 60, "retry": 120}
 DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
 """
 

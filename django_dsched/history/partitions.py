@@ -87,7 +87,9 @@ def default_partition(table: str) -> str:
 # top 48 bits (as the event-id rule makes them), so every event for a slot is routed to the
 # same partition (the slot's day, or the default one); and each partition has its own
 # UNIQUE (aggregate_id, scheduled_ts) index, dsched_event_one_per_slot_<day>, which refuses a
-# second event for the slot there, whoever writes it and with whatever id.
+# second event for the slot there, whoever writes it and with whatever id. It holds only the
+# rows with a slot (fires): a change's event (NULL slot) could never conflict, and leaving it
+# out spares every create, pause or edit one index insert.
 def slot_in_id_check() -> str:
     # Whole milliseconds without floating point (extract returns a double before PostgreSQL
     # 14, which could round a slot to the millisecond before): whole seconds, then the
@@ -103,11 +105,14 @@ def slot_in_id_check() -> str:
     )
 
 
+ONE_PER_SLOT_WHERE = "WHERE scheduled_ts IS NOT NULL"
+
+
 def one_per_slot_index(name: str, suffix: str) -> str:
     """The exactly-once index of the event partition ``name``."""
     return (
         f"CREATE UNIQUE INDEX dsched_event_one_per_slot_{suffix}"
-        f" ON {name} (aggregate_id, scheduled_ts)"
+        f" ON {name} (aggregate_id, scheduled_ts) {ONE_PER_SLOT_WHERE}"
     )
 
 
@@ -308,9 +313,10 @@ def make_ahead(*, ahead: int = DAYS_AHEAD, using: str | None = None) -> Made:
 
 
 # The partitions of event_store_t (its tables: a partition partitioned in turn is not
-# looked into) that have no valid, non-partial UNIQUE index whose key is exactly the
-# columns aggregate_id and scheduled_ts (in either order; INCLUDE columns aside): the
-# exactly-once index. Each with its bounds, and whether it is the default partition.
+# looked into) that have no valid UNIQUE index whose key is exactly the columns
+# aggregate_id and scheduled_ts (in either order; INCLUDE columns aside), over every row or
+# over the rows with a slot: the exactly-once index. Each with its bounds, and whether it is
+# the default partition.
 WITHOUT_ONE_PER_SLOT = """
 SELECT c.oid::regclass::text, pg_get_expr(c.relpartbound, c.oid), c.oid = p.partdefid
 FROM pg_inherits i
@@ -320,7 +326,9 @@ WHERE i.inhparent = to_regclass(%s) AND c.relkind = 'r'
   AND NOT EXISTS (
       SELECT FROM pg_index x
       WHERE x.indrelid = c.oid AND x.indisunique AND x.indisvalid
-        AND x.indpred IS NULL AND x.indexprs IS NULL AND x.indnkeyatts = 2
+        AND x.indexprs IS NULL AND x.indnkeyatts = 2
+        AND (x.indpred IS NULL
+             OR pg_get_expr(x.indpred, x.indrelid) = '(scheduled_ts IS NOT NULL)')
         AND (SELECT array_agg(a.attname::text ORDER BY a.attname) FROM pg_attribute a
              WHERE a.attrelid = c.oid AND a.attnum IN (x.indkey[0], x.indkey[1]))
             = ARRAY['aggregate_id', 'scheduled_ts'])
@@ -341,7 +349,10 @@ class Unguarded:
     def create_sql(self) -> str:
         """The statement that makes its index."""
         if self.suffix is None:
-            return f"CREATE UNIQUE INDEX ON {self.name} (aggregate_id, scheduled_ts)"
+            return (
+                f"CREATE UNIQUE INDEX ON {self.name} (aggregate_id, scheduled_ts)"
+                f" {ONE_PER_SLOT_WHERE}"
+            )
         return one_per_slot_index(self.name, self.suffix)
 
 

@@ -483,7 +483,7 @@ def by_hand() -> Iterator[Callable[..., str]]:
         sql(f"DROP TABLE IF EXISTS {name}")
     sql(
         "CREATE UNIQUE INDEX IF NOT EXISTS dsched_event_one_per_slot_default"
-        f" ON {EVENTS}_default (aggregate_id, scheduled_ts)"
+        f" ON {EVENTS}_default (aggregate_id, scheduled_ts) WHERE scheduled_ts IS NOT NULL"
     )
 
 
@@ -515,16 +515,18 @@ def test_a_partition_without_the_exactly_once_index_is_reported_then_indexed(by_
     }
     assert (
         f"CREATE UNIQUE INDEX dsched_event_one_per_slot_{day:%Y%m%d} ON event_store_t_p_by_hand"
-        " (aggregate_id, scheduled_ts);" in hints["event_store_t_p_by_hand"]
+        " (aggregate_id, scheduled_ts) WHERE scheduled_ts IS NOT NULL;"
+        in hints["event_store_t_p_by_hand"]
     )
     assert "purge_history" in hints["event_store_t_p_by_hand"]
     assert (
         "CREATE UNIQUE INDEX dsched_event_one_per_slot_default ON event_store_t_default"
-        " (aggregate_id, scheduled_ts);" in hints["event_store_t_default"]
+        " (aggregate_id, scheduled_ts) WHERE scheduled_ts IS NOT NULL;"
+        in hints["event_store_t_default"]
     )
     assert (
-        "CREATE UNIQUE INDEX ON event_store_t_two_days (aggregate_id, scheduled_ts);"
-        in hints["event_store_t_two_days"]
+        "CREATE UNIQUE INDEX ON event_store_t_two_days (aggregate_id, scheduled_ts)"
+        " WHERE scheduled_ts IS NOT NULL;" in hints["event_store_t_two_days"]
     )
 
     made = make_ahead()
@@ -540,6 +542,51 @@ def test_a_partition_without_the_exactly_once_index_is_reported_then_indexed(by_
         transaction.atomic(),
     ):
         second_event(Event.objects.get(pk=id_))
+
+
+def test_an_index_over_every_row_guards_and_one_over_fewer_rows_does_not(by_hand):
+    """A unique (aggregate_id, scheduled_ts) index made by hand over every row guards a day
+    as the package's own does (over the rows with a slot); one whose predicate leaves out
+    some fires does not: the check reports that day."""
+    day = today() - timedelta(days=40)
+    whole = by_hand("event_store_t_p_whole", day)
+    sql(f"CREATE UNIQUE INDEX ON {whole} (aggregate_id, scheduled_ts)")
+    partial = by_hand("event_store_t_p_fewer", day - timedelta(days=1))
+    sql(
+        f"CREATE UNIQUE INDEX ON {partial} (aggregate_id, scheduled_ts)"
+        " WHERE scheduled_ts IS NOT NULL AND aggregate_type = 'Schedule'"
+    )
+    assert set(unguarded()) == {"event_store_t_p_fewer"}
+
+
+def test_the_exactly_once_index_holds_fires_only_and_serves_the_slot_probe():
+    """The package's exactly-once indexes leave out the rows without a slot (a change's
+    event: creates and edits write no entry), and still serve the fire path's probe for a
+    slot (``aggregate_id = ? AND scheduled_ts = ?`` implies the predicate)."""
+    predicates = {
+        name: predicate
+        for name, predicate in sql(
+            "SELECT indexrelid::regclass::text, pg_get_expr(indpred, indrelid) FROM pg_index"
+            " WHERE indexrelid::regclass::text LIKE 'dsched_event_one_per_slot_%%'"
+        )
+    }
+    assert f"dsched_event_one_per_slot_{today():%Y%m%d}" in predicates
+    assert "dsched_event_one_per_slot_default" in predicates
+    assert set(predicates.values()) == {"(scheduled_ts IS NOT NULL)"}
+
+    with transaction.atomic():  # without the other index on aggregate_id, rolled back
+        sql("DROP INDEX dsched_event_version_idx")
+        sql("SET LOCAL enable_seqscan = off")
+        plan = "\n".join(
+            row[0]
+            for row in sql(
+                "EXPLAIN SELECT FROM event_store_t e"
+                " WHERE e.aggregate_id = %s AND e.scheduled_ts = %s",
+                [uuid.uuid4(), datetime.now(UTC)],
+            )
+        )
+        transaction.set_rollback(True)
+    assert f"dsched_event_one_per_slot_{today():%Y%m%d}" in plan, plan
 
 
 def test_a_partition_whose_index_cannot_be_made_is_logged_and_the_others_are_indexed(
