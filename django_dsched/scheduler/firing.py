@@ -20,7 +20,8 @@ If the fence fails the statement writes nothing and the caller rolls back and st
 A second event for the same (schedule, slot) is refused by the database (a unique index on
 (aggregate_id, scheduled_ts) in each partition of ``event_store_t``: see
 ``django_dsched.history.partitions``); a fire's id is a function of (schedule, slot), so the
-write skips such a row (``ON CONFLICT (id)``) instead of failing the batch.
+write skips such a row (``ON CONFLICT DO NOTHING``, under the primary key or that index)
+instead of failing the batch.
 Any other refusal (another constraint, a trigger, a value out of range) fails the write:
 the caller rolls the batch back and runs it again with ``narrow=True``, which writes it in
 halves under savepoints until the refused rows are found, sets them aside with the
@@ -920,8 +921,8 @@ def next_due(
 
 # Fires given slots of one schedule outside the leader's loop: "run now" and backfills.
 # The schedule row is locked, so it serializes with the leader's fires; the database
-# refuses a slot that already fired (the conflict on the event's id skips it;
-# any other conflict is the error it is).
+# refuses a slot that already fired, and the insert skips it (ON CONFLICT DO NOTHING: the
+# event's id, a function of the slot, or the exactly-once index finds it).
 FIRE_SLOTS = f"""
 WITH target AS MATERIALIZED (
     -- The state is checked under the row lock: a schedule cancelled a moment ago

@@ -6,9 +6,8 @@ unique name with one more): some twenty round trips per schedule. Here each CHEC
 constraint has a Python twin (:data:`TWINS`) that gives the constraint's own message, and
 field validation is memoised per value within one call (a bulk create of 10,000 reminders
 to one topic validates the topic once). The unique constraints are left to the database:
-the insert skips a conflicting row (``ON CONFLICT DO NOTHING``, or fails on it where
-nothing is spoilt: ``single_insert``) and the caller turns a skipped row into the same
-error ``full_clean()`` gives (:func:`unique_name_error`). The
+the insert skips a conflicting row (``ON CONFLICT DO NOTHING``) and the caller turns a
+skipped row into the same error ``full_clean()`` gives (:func:`unique_name_error`). The
 database's constraints stay as the last line: an ``IntegrityError`` naming one of them
 becomes that constraint's ``ValidationError`` (:func:`constraint_error`).
 

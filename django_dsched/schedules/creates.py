@@ -4,8 +4,7 @@ writes the schedules and their "created" audit events together.
 The statement (one schedule: :mod:`single_insert`, naming only the columns that differ from
 their database defaults; many at once: :mod:`bulk_insert`) inserts the audit event from
 the row it inserted (a data-modifying CTE): a crash leaves both or neither. It skips rows
-that conflict with a unique constraint (``ON CONFLICT DO NOTHING``; a single create without
-a key and outside a transaction fails instead, which counts the same): a row with an
+that conflict with a unique constraint (``ON CONFLICT DO NOTHING``): a row with an
 idempotency key that exists is then the existing schedule (read back in a second
 statement, which under READ COMMITTED sees a winner that committed while this statement
 waited for it), and any other skipped row took a name in use, the same error

@@ -107,19 +107,17 @@ def _literal(text: str) -> str:
 _statements: dict[tuple[Any, ...], str] = {}
 
 
-def _statement(named: tuple[str, ...], timed: bool, skips: bool) -> str:
-    key = (named, timed, skips, app_settings.DATABASE)
+def _statement(named: tuple[str, ...], timed: bool) -> str:
+    key = (named, timed, app_settings.DATABASE)
     statement = _statements.get(key)
     if statement is None:
-        statement = _statements[key] = _build(named, timed, skips)
+        statement = _statements[key] = _build(named, timed)
     return statement
 
 
-def _build(named: tuple[str, ...], timed: bool, skips: bool) -> str:
+def _build(named: tuple[str, ...], timed: bool) -> str:
     """The statement naming the columns ``named`` (parameters of the same names) and, if
-    ``timed``, the :data:`TIMED` columns as ``statement_timestamp() + %(delay_)s``; if
-    ``skips``, a row a unique constraint refuses is skipped (no row back) instead of failing
-    the statement."""
+    ``timed``, the :data:`TIMED` columns as ``statement_timestamp() + %(delay_)s``."""
     quote = connections[app_settings.DATABASE].ops.quote_name
     columns = [*named, *(TIMED if timed else ())]
     values = [f"%({column})s" for column in named]
@@ -141,7 +139,8 @@ def _build(named: tuple[str, ...], timed: bool, skips: bool) -> str:
     returned = ["start_ts"] if timed else []
     return f"""WITH c AS (
     INSERT INTO {quote(Schedule._meta.db_table)} ({", ".join(quote(c) for c in columns)})
-    VALUES ({", ".join(values)}){" ON CONFLICT DO NOTHING" if skips else ""}
+    VALUES ({", ".join(values)})
+    ON CONFLICT DO NOTHING
     RETURNING *
 ), audit AS (
     INSERT INTO {quote(Event._meta.db_table)} (id, host_id, aggregate_id, aggregate_type,
@@ -156,30 +155,6 @@ def _build(named: tuple[str, ...], timed: bool, skips: bool) -> str:
     FROM c
 )
 SELECT {", ".join(f"c.{quote(column)}" for column in [*returned, *_READ_BACK])} FROM c"""
-
-
-def _skips_conflicts(connection: BaseDatabaseWrapper, schedule: Schedule) -> bool:
-    """Whether the insert skips a row a unique constraint refuses (``ON CONFLICT DO
-    NOTHING``) rather than fail: inside a transaction (the caller's, or the quota's), which
-    a failed statement would spoil, and for a create with an idempotency key, whose retries
-    are expected and should not be errors in the server's log. Elsewhere (autocommit, no
-    key: a taken name is the caller's mistake) the plain insert fails, as any Django insert
-    does, and saves the server the speculative insertion (~4 % of a create)."""
-    return (
-        schedule.idempotency_key is not None
-        or connection.in_atomic_block
-        or not connection.get_autocommit()
-    )
-
-
-def _refused_as_taken(exc: IntegrityError) -> bool:
-    """Whether ``exc`` is a unique constraint of ``schedule_t`` refusing the row: what the
-    skipping insert would have skipped."""
-    cause = exc.__cause__
-    return (
-        isinstance(cause, psycopg.errors.UniqueViolation)
-        and cause.diag.table_name == Schedule._meta.db_table
-    )
 
 
 # What the database fills and the instance needs back (``updated_ts`` is ``created_ts``).
@@ -220,16 +195,13 @@ def insert_one(
     params["delay_"] = delay
     params["event_type_"] = audit.PREFIX + "created"
     params["actor_"] = audit.actor_name(actor)
+    statement = _statement(tuple(named), timed)
     connection = connections[app_settings.DATABASE]
-    skips = _skips_conflicts(connection, schedule)
-    statement = _statement(tuple(named), timed, skips)
     try:
         with _cursor(connection) as cursor:
             cursor.execute(statement, params)
             row = cursor.fetchone()
     except IntegrityError as exc:
-        if not skips and _refused_as_taken(exc):
-            return False
         raise constraint_error(exc, schedule) from exc
     if row is None:
         return False

@@ -191,31 +191,6 @@ def test_a_name_in_use_is_the_error_full_clean_gave_and_the_transaction_goes_on(
     assert Event.objects.count() == 2
 
 
-def test_a_name_in_use_outside_a_transaction_fails_the_plain_insert_with_the_same_error():
-    """In autocommit and without a key nothing can be spoilt, so the insert does not skip
-    the conflict (``ON CONFLICT``'s speculative insertion costs every create): the
-    database's refusal becomes the same error, and nothing is written. With a key (retries
-    are expected) or in a transaction, the insert skips the row instead."""
-    api.create_interval("taken", every=1, **COMMON)
-    with CaptureQueriesContext(connection) as queries, pytest.raises(ValidationError) as excinfo:
-        api.create_interval("taken", every=2, **COMMON)
-    assert excinfo.value.message_dict == {
-        NON_FIELD_ERRORS: ["Schedule with this Host id and Name already exists."]
-    }
-    assert "ON CONFLICT" not in queries[-1]["sql"]
-    assert (Schedule.objects.count(), Event.objects.count()) == (1, 1)
-
-    first = api.create_once("keyed", delay=timedelta(hours=1), key="k1", **COMMON)
-    with CaptureQueriesContext(connection) as queries:
-        again = api.create_once("keyed", delay=timedelta(hours=2), key="k1", **COMMON)
-    assert again.pk == first.pk
-    assert any("ON CONFLICT DO NOTHING" in query["sql"] for query in queries)
-    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
-        api.create_once("in-a-transaction", delay=timedelta(hours=1), **COMMON)
-    assert "ON CONFLICT DO NOTHING" in queries[-1]["sql"]
-    assert (Schedule.objects.count(), Event.objects.count()) == (3, 3)
-
-
 def test_a_check_the_python_twin_missed_is_still_refused_by_the_database(monkeypatch):
     """The database's constraints stay as the last line, with the same error."""
     fields, _holds = TWINS["dsched_schedule_end_after_start"]
