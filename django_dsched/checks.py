@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -11,7 +12,7 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import DatabaseError, connections
 from django.urls import URLResolver, get_resolver
 
-from django_dsched.conf import app_settings
+from django_dsched.conf import PREFIX, AppSettings, app_settings
 from django_dsched.exceptions import ConfigurationError
 
 
@@ -72,6 +73,48 @@ def check_settings(**kwargs: Any) -> list[Error]:
         )
     errors.extend(_bucket_setting_errors())
     return errors
+
+
+@register(Tags.compatibility)
+def check_declared_schedules(**kwargs: Any) -> list[Error]:
+    """Each schedule declared in code (``DSCHED_SCHEDULES``, ``@periodic``) is one a create
+    would accept, so ``migrate`` and ``dsched sync`` do not stop at it (dsched.E016)."""
+    from django_dsched.declared import declarations, problem
+
+    errors = []
+    for name, spec in sorted(declarations().items()):
+        why = problem(name, spec)
+        if why is not None:
+            errors.append(
+                Error(
+                    f"declared schedule {name!r}: {why}",
+                    hint="Fix it in DSCHED_SCHEDULES or in its @periodic declaration.",
+                    id="dsched.E016",
+                )
+            )
+    return errors
+
+
+@register(Tags.compatibility)
+def check_unknown_settings(**kwargs: Any) -> list[Warning]:
+    """A ``DSCHED_*`` setting the package does not read is most likely a misspelt one."""
+    known = {setting.setting_name for setting in AppSettings.all()}
+    shortened = {setting.name for setting in AppSettings.all()}  # the prefix would match
+    warnings = []
+    for name in sorted(dir(settings)):
+        if not name.startswith(PREFIX) or name in known:
+            continue
+        close = difflib.get_close_matches(name.removeprefix(PREFIX), sorted(shortened), n=1)
+        warnings.append(
+            Warning(
+                f"{name} is not a django-dsched setting: it is ignored.",
+                hint=f"Did you mean {PREFIX}{close[0]}?"
+                if close
+                else "The settings are listed in the reference (docs/reference.md).",
+                id="dsched.W005",
+            )
+        )
+    return warnings
 
 
 def _bucket_setting_errors() -> list[Error]:

@@ -28,10 +28,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from django.core import exceptions as django_exceptions
+from django.core.management.base import CommandError
 from django.db import transaction
 from django.utils.module_loading import autodiscover_modules
 
@@ -43,7 +44,8 @@ from django_dsched.models.schedule import resolve_host
 from django_dsched.models.validators import validate_plain_text
 from django_dsched.runtime.logs import get_logger
 from django_dsched.schedules import lifecycle
-from django_dsched.schedules.specs import grid_step
+from django_dsched.schedules.constraints import validate_new
+from django_dsched.schedules.specs import grid_step, in_callers_words
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -75,6 +77,9 @@ FIELD_OF = {
 
 _registry: dict[str, dict[str, Any]] = {}
 
+# The start a declaration without one is checked from (:func:`problem`).
+_ANY_START = datetime(2000, 1, 1, tzinfo=UTC)
+
 
 def declare(name: str, **spec: Any) -> None:
     """Declare a schedule in code (what ``@periodic`` and ``DSCHED_SCHEDULES`` do)."""
@@ -104,6 +109,37 @@ def declarations() -> dict[str, Mapping[str, Any]]:
     """All declarations: settings first, then those registered in code."""
     autodiscover_modules(MODULE_NAME)
     return {**app_settings.SCHEDULES, **_registry}
+
+
+def problem(name: str, spec: Mapping[str, Any]) -> str | None:
+    """Why a create would refuse the declaration ``name``, found without the database (for
+    ``check``: dsched.E016); None if it would not. A declaration without a start is checked
+    from a fixed start (no clock is read), which finds a timetable that never fires at all;
+    one that could have fired only before now is refused by the sync, which plans from the
+    database's clock."""
+    unknown = set(spec) - set(FIELD_OF) - {"host_id"}
+    if unknown:
+        return f"unknown keys {sorted(unknown)}"
+    try:
+        validate_plain_text(name)
+        values = fields_of(spec)
+        for key in ("start", "at", "end"):
+            if key in spec and not isinstance(spec[key], datetime):
+                return f"{key}= must be a datetime, not {type(spec[key]).__name__}"
+        if "start" not in spec and "at" not in spec:
+            values["start_ts"] = _ANY_START
+        schedule = Schedule(
+            schedule_name=name,
+            host_id=resolve_host(spec.get("host_id")),
+            origin=ScheduleOrigin.CODE,
+            **values,
+        )
+        validate_new(schedule)
+    except django_exceptions.ValidationError as exc:
+        return "; ".join(in_callers_words(exc, spec).messages)
+    except (ConfigurationError, TypeError, ValueError) as exc:
+        return str(exc)
+    return None
 
 
 def kind_of(spec: Mapping[str, Any]) -> str:
@@ -148,7 +184,8 @@ def sync(specs: Mapping[str, Mapping[str, Any]] | None = None) -> SyncReport:
             try:
                 _sync_one(name, host, spec, report)
             except django_exceptions.ValidationError as exc:
-                message = f"declared schedule {name!r}: {'; '.join(exc.messages)}"
+                said = "; ".join(in_callers_words(exc, spec).messages)
+                message = f"declared schedule {name!r}: {said}"
                 raise ValidationError(message) from None
         for schedule in Schedule.objects.filter(origin=ScheduleOrigin.CODE).exclude(
             state__in=(ScheduleState.CANCELLED, ScheduleState.COMPLETED)
@@ -232,7 +269,10 @@ def sync_after_migrate(sender: Any, **kwargs: Any) -> None:
         return
     if not declarations():
         return
-    report = sync()
+    try:
+        report = sync()
+    except ValidationError as exc:  # said as a command's error, not a traceback
+        raise CommandError("; ".join(exc.messages)) from None
     if kwargs.get("verbosity", 1) >= 1 and (report.created or report.updated or report.deactivated):
         print(
             f"  django-dsched: {len(report.created)} created, {len(report.updated)} updated, "

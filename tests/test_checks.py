@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from django_dsched.checks import check_database, check_settings
+from django_dsched.checks import check_database, check_settings, check_unknown_settings
 
 
 def ids(errors):
@@ -108,3 +108,13 @@ def test_a_urlconf_without_the_rest_api_needs_neither(settings):
     settings.ROOT_URLCONF = "django_dsched.metrics.urls"  # patterns, none of them the API
     settings.INSTALLED_APPS = [a for a in settings.INSTALLED_APPS if a != "rest_framework"]
     assert check_rest_apps() == []
+
+
+def test_a_misspelt_setting_is_warned_about_with_the_name_meant(settings):
+    settings.DSCHED_TRANSPORT = {"default": {"BACKEND": "handlers"}}
+    settings.DSCHED_SOMETHING_ELSE_ENTIRELY = 1
+    warnings = {warning.msg.split()[0]: warning for warning in check_unknown_settings()}
+    assert set(warnings) == {"DSCHED_TRANSPORT", "DSCHED_SOMETHING_ELSE_ENTIRELY"}
+    assert {warning.id for warning in warnings.values()} == {"dsched.W005"}
+    assert warnings["DSCHED_TRANSPORT"].hint == "Did you mean DSCHED_TRANSPORTS?"
+    assert "docs/reference.md" in warnings["DSCHED_SOMETHING_ELSE_ENTIRELY"].hint

@@ -1,12 +1,14 @@
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.core.exceptions import ValidationError
 from django.core.management import call_command
+from django.core.management.base import CommandError
 
 from django_dsched import api, declared
+from django_dsched.checks import check_declared_schedules
 from django_dsched.enums import ScheduleOrigin, ScheduleState
 from django_dsched.exceptions import ConfigurationError
 from django_dsched.models import Event, Schedule
@@ -101,6 +103,33 @@ def test_migrate_syncs_on_deploy(settings):
     settings.DSCHED_SCHEDULES = {"nightly": NIGHTLY}
     call_command("migrate", verbosity=0)
     assert Schedule.objects.filter(schedule_name="nightly", origin=ScheduleOrigin.CODE).exists()
+
+
+def test_check_names_a_bad_declaration_and_migrate_says_it_without_a_traceback(settings):
+    """`check` reports each declaration a create would refuse, without the database
+    (dsched.E016); `migrate` stops at it with a command error, not a traceback."""
+    settings.DSCHED_SCHEDULES = {
+        "nightly": NIGHTLY,
+        "weekdays": {**NIGHTLY, "cron": "0 2 * * MON-FRY"},
+        "typo": {**HEARTBEAT, "evry": 5},
+        "as-text": {"at": "2030-01-01", "topic": "t", "event_type": "x"},
+        "never": {**NIGHTLY, "cron": "0 2 31 2 *"},
+        "singular": {**HEARTBEAT, "unit": "MINUTE"},
+        "on-time": {"at": datetime(2030, 1, 1, tzinfo=UTC), "topic": "t", "event_type": "x"},
+    }
+    found = {error.msg.split("'")[1]: error for error in check_declared_schedules()}
+    assert set(found) == {"weekdays", "typo", "as-text", "never", "singular"}
+    assert {error.id for error in found.values()} == {"dsched.E016"}
+    assert "Invalid cron expression: 'MON-FRY'" in found["weekdays"].msg
+    assert "unknown keys ['evry']" in found["typo"].msg
+    assert "at= must be a datetime, not str" in found["as-text"].msg
+    assert "would never fire" in found["never"].msg
+    assert "'MINUTE' is not one of SECONDS, MINUTES," in found["singular"].msg
+
+    settings.DSCHED_SCHEDULES = {"weekdays": {**NIGHTLY, "cron": "0 2 * * MON-FRY"}}
+    with pytest.raises(CommandError, match=r"^declared schedule 'weekdays': Invalid cron"):
+        declared.sync_after_migrate(None, using="default", verbosity=0)
+    assert not Schedule.objects.exists()
 
 
 def test_a_declaration_takes_every_as_the_api_does():

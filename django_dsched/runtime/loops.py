@@ -18,6 +18,12 @@ from django_dsched.conf import app_settings
 from django_dsched.exceptions import NotPrimary
 from django_dsched.runtime.connections import behind_pooler, describe_failure, server_of
 from django_dsched.runtime.logs import get_logger
+from django_dsched.runtime.tables import (
+    MissingTables,
+    is_missing_table,
+    missing_tables_message,
+    require_tables,
+)
 from django_dsched.runtime.wakeup import Waker
 
 logger = get_logger("django_dsched")
@@ -193,7 +199,12 @@ class DatabaseLoop:
             return LOCK_WAIT_RETRY
         except InterfaceError as exc:
             return self._reconnect_after(exc)
-        except DatabaseError:
+        except DatabaseError as exc:
+            if is_missing_table(exc):  # migrate has not run (yet), or the tables went
+                detail = first_line(exc)
+                return self._reconnect_after(
+                    MissingTables(missing_tables_message(self.using, detail))
+                )
             self.stats.db_errors += 1
             self.connected = False
             self._lost_connection()
@@ -348,7 +359,8 @@ class DatabaseLoop:
 
 def wait_for_database(loop: DatabaseLoop) -> bool:
     """Connect ``loop``'s database before the loop starts, trying again with its backoff
-    (at most ``DSCHED_RECONNECT_MAX_SECONDS`` apart) while it is unreachable, one log line
+    (at most ``DSCHED_RECONNECT_MAX_SECONDS`` apart) while it is unreachable or lacks the
+    package's tables (``migrate`` has not run yet), one log line
     per reason or per :data:`OUTAGE_LOG_EVERY` seconds, ``/readyz`` answering 503 with the
     reason and ``/livez`` 200 meanwhile. True once connected; False when the loop was
     stopped first (SIGTERM while waiting)."""
@@ -357,6 +369,7 @@ def wait_for_database(loop: DatabaseLoop) -> bool:
         loop.tick()
         try:
             connection.ensure_connection()
+            require_tables(connection)
         except DatabaseError as exc:
             try:
                 connection.close()

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.core import exceptions as django_exceptions
 from django.core.exceptions import NON_FIELD_ERRORS
 from django.db.models.base import ModelState
 from django.db.models.expressions import DatabaseDefault
@@ -167,11 +168,11 @@ def spec_field(field: str, spec: Any) -> str:
     return SPEC_FIELDS.get(field, field)
 
 
-def in_callers_words(exc: ValidationError, spec: Any) -> ValidationError:
+def in_callers_words(exc: django_exceptions.ValidationError, spec: Any) -> ValidationError:
     """``exc`` keyed by the names the caller of ``spec`` used (``every``, not
     ``frequency_time``), each refused choice listing the choices."""
     if not hasattr(exc, "error_dict"):
-        return exc
+        return exc if isinstance(exc, ValidationError) else ValidationError(exc.error_list)
     errors: dict[str, list[Any]] = {}
     for field, messages in exc.error_dict.items():
         said = [_with_choices(field, error) for error in messages]

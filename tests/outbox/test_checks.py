@@ -52,6 +52,13 @@ def test_bad_delivery_settings(settings, name, value, check_id):
     assert check_id in ids(check_delivery_settings())
 
 
+def test_a_misspelt_backend_alias_is_named_with_the_one_meant(settings):
+    settings.DSCHED_TRANSPORTS = {"*": {"BACKEND": "handler"}}
+    [error] = check_delivery_settings()
+    assert error.id == "dsched.E007"
+    assert "BACKEND 'handler'" in error.msg and "(did you mean 'handlers'?)" in error.msg
+
+
 def test_a_heartbeat_under_half_the_visibility_timeout_is_fine(settings):
     settings.DSCHED_RELAY_HEARTBEAT_INTERVAL = 29.0
     assert check_delivery_settings() == []

@@ -7,13 +7,16 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
 
 from django_dsched import api
+from django_dsched.conf import app_settings
 from django_dsched.declared import sync
 from django_dsched.enums import ScheduleState
 from django_dsched.exceptions import ConfigurationError, NotPermitted
 from django_dsched.management import _arguments
 from django_dsched.models import Schedule
+from django_dsched.runtime.tables import is_missing_table, missing_tables_message
 from django_dsched.runtime.text import escape_control_characters as shown
 from django_dsched.schedules import permissions as rules
 from django_dsched.schedules import states
@@ -143,6 +146,11 @@ class Command(BaseCommand):
             raise CommandError("; ".join(exc.messages)) from None
         except (ValueError, ConfigurationError) as exc:
             raise CommandError(str(exc)) from None
+        except DatabaseError as exc:
+            if not is_missing_table(exc):
+                raise
+            detail = str(exc).strip().splitlines()[0]
+            raise CommandError(missing_tables_message(app_settings.DATABASE, detail)) from None
 
     @staticmethod
     def _user(username: str) -> Any:

@@ -13,6 +13,7 @@ a :class:`Transport` subclass, read from settings, never from the database) and 
 
 from __future__ import annotations
 
+import difflib
 import uuid
 from collections.abc import Mapping
 from fnmatch import fnmatchcase
@@ -87,7 +88,9 @@ def config_problems(config: Any) -> list[str]:
         try:
             cls = backend_class(entry["BACKEND"])
         except (ImportError, ConfigurationError) as exc:
-            problems.append(f"{pattern!r}: BACKEND {entry['BACKEND']!r}: {exc}")
+            close = difflib.get_close_matches(str(entry["BACKEND"]), sorted(ALIASES), n=1)
+            meant = f" (did you mean {close[0]!r}?)" if close else ""
+            problems.append(f"{pattern!r}: BACKEND {entry['BACKEND']!r}: {exc}{meant}")
             continue
         problems.extend(
             f"{pattern!r} ({cls.alias or cls.__name__}): {p}" for p in cls.check_options(options)

@@ -20,11 +20,11 @@ class Command(BaseCommand):
             self.stdout.write(lock.instance_id if lock else "")
             return
         if lock:
-            self.stdout.write(f"leader: {lock.instance_id} (epoch {lock.epoch})")
+            self.stdout.write(f"last leader: {lock.instance_id} (epoch {lock.epoch})")
         for schedule in Schedule.objects.order_by("schedule_name"):
             self.stdout.write(
                 f"  {schedule.schedule_name:<24} fired {schedule.fire_count:>4}x"
-                f"  next {schedule.next_run_ts:%H:%M:%S}"
+                f"  next {schedule.next_run_ts:%Y-%m-%d %H:%M:%S} UTC"
             )
         with connection.cursor() as cursor:
             cursor.execute(
