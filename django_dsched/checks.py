@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -76,23 +77,30 @@ def check_settings(**kwargs: Any) -> list[Error]:
 
 
 @register(Tags.compatibility)
-def check_declared_schedules(**kwargs: Any) -> list[Error]:
-    """Each schedule declared in code (``DSCHED_SCHEDULES``, ``@periodic``) is one a create
-    would accept, so ``migrate`` and ``dsched sync`` do not stop at it (dsched.E016)."""
+def check_declared_schedules(**kwargs: Any) -> list[Warning]:
+    """Each schedule declared in code (``DSCHED_SCHEDULES``, ``@periodic``) is one the sync
+    would accept (dsched.W006). A warning: a bad declaration stops the sync (``migrate``,
+    ``dsched sync``) with its reason, never the scheduler or the relay, which fire what is
+    in the database."""
     from django_dsched.declared import declarations, problem
 
-    errors = []
-    for name, spec in sorted(declarations().items()):
+    def warning(what: str) -> Warning:
+        hint = "Fix it in DSCHED_SCHEDULES or in its @periodic declaration."
+        return Warning(what, hint=hint, id="dsched.W006")
+
+    schedules: Any = app_settings.SCHEDULES  # what the project wrote, whatever its type
+    if not isinstance(schedules, Mapping):
+        return [warning("DSCHED_SCHEDULES must be a dict of {name: declaration}.")]
+    try:
+        declared = declarations()
+    except ConfigurationError as exc:  # @periodic refused a declaration while imported
+        return [warning(f"declared schedules: {exc}")]
+    found = []
+    for name, spec in sorted(declared.items(), key=lambda item: str(item[0])):
         why = problem(name, spec)
         if why is not None:
-            errors.append(
-                Error(
-                    f"declared schedule {name!r}: {why}",
-                    hint="Fix it in DSCHED_SCHEDULES or in its @periodic declaration.",
-                    id="dsched.E016",
-                )
-            )
-    return errors
+            found.append(warning(f"declared schedule {name!r}: {why}"))
+    return found
 
 
 @register(Tags.compatibility)

@@ -191,7 +191,8 @@ class AppSettings:
     SCHEDULES: Setting[Mapping[str, Mapping[str, Any]]] = Setting(
         {},
         "Schedules declared in settings, synced by `dsched sync` and after migrate: "
-        '{name: {"cron": ..., "time_zone": ...} or {"every": n, "unit": ...} or {"at": ...}, '
+        '{name: {"cron": ..., "time_zone": ...} or {"every": n, "unit": ...} '
+        '(the unit MINUTES unless given) or {"at": ...}, '
         'plus "topic", "event_type" and optional "data", "host_id", "priority", ...}.',
     )
     SYNC_ON_MIGRATE = Setting(True, "Sync declared schedules at the end of every migrate.")

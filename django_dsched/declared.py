@@ -111,21 +111,23 @@ def declarations() -> dict[str, Mapping[str, Any]]:
     return {**app_settings.SCHEDULES, **_registry}
 
 
-def problem(name: str, spec: Mapping[str, Any]) -> str | None:
-    """Why a create would refuse the declaration ``name``, found without the database (for
-    ``check``: dsched.E016); None if it would not. A declaration without a start is checked
-    from a fixed start (no clock is read), which finds a timetable that never fires at all;
-    one that could have fired only before now is refused by the sync, which plans from the
-    database's clock."""
+def problem(name: Any, spec: Any) -> str | None:
+    """Why the sync would refuse the declaration ``name``, found without the database (for
+    ``check``: dsched.W006); None if it would not. Its fields are cleaned as the sync's
+    save cleans them (a time may be ISO text), then validated as a create is. A declaration
+    without a start is checked from a fixed start (no clock is read), which finds a
+    timetable that never fires at all; one that could have fired only before now, or one a
+    quota refuses, is refused by the sync alone."""
+    if not isinstance(name, str):
+        return "its name must be a string"
+    if not isinstance(spec, Mapping):
+        return "must be a dict (cron=, every= or at=, topic=, event_type=, ...)"
     unknown = set(spec) - set(FIELD_OF) - {"host_id"}
     if unknown:
-        return f"unknown keys {sorted(unknown)}"
+        return f"unknown keys {sorted(map(str, unknown))}"
     try:
         validate_plain_text(name)
         values = fields_of(spec)
-        for key in ("start", "at", "end"):
-            if key in spec and not isinstance(spec[key], datetime):
-                return f"{key}= must be a datetime, not {type(spec[key]).__name__}"
         if "start" not in spec and "at" not in spec:
             values["start_ts"] = _ANY_START
         schedule = Schedule(
@@ -134,6 +136,7 @@ def problem(name: str, spec: Mapping[str, Any]) -> str | None:
             origin=ScheduleOrigin.CODE,
             **values,
         )
+        schedule.clean_fields(exclude=["schedule_id"])
         validate_new(schedule)
     except django_exceptions.ValidationError as exc:
         return "; ".join(in_callers_words(exc, spec).messages)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core import exceptions as django_exceptions
-from django.db.utils import OperationalError
+from django.db.utils import OperationalError, ProgrammingError
 
 
 class DschedError(Exception):
@@ -133,3 +133,7 @@ class BucketCountMismatch(ConfigurationError):
 class NotPrimary(DschedError, OperationalError):
     """The session reached a standby (a server in recovery): the loops write, so they need
     the primary. A Django ``OperationalError`` too: the loop reconnects."""
+
+
+class MissingTables(DschedError, ProgrammingError):
+    """The package's tables are not in the database (``migrate`` has not run there)."""

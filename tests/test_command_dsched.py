@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import UTC, timedelta
 from io import StringIO
 
 import pytest
@@ -60,7 +60,7 @@ def test_list_shows_the_state_of_a_schedule_that_will_not_fire_next(nightly, db_
     lines = {line.split()[0]: line for line in run("list").splitlines()}
     assert " next 20" in lines["nightly"]
     assert "COMPLETED completed " in lines["reminder"] and "next" not in lines["reminder"]
-    assert f"paused until {until:%Y-%m-%d %H:%M:%S%z}" in lines["held"]
+    assert f"paused until {until.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC" in lines["held"]
     assert "paused until resumed" in lines["stopped"]
     assert "next" not in lines["held"] + lines["stopped"]
 

@@ -106,30 +106,53 @@ def test_migrate_syncs_on_deploy(settings):
 
 
 def test_check_names_a_bad_declaration_and_migrate_says_it_without_a_traceback(settings):
-    """`check` reports each declaration a create would refuse, without the database
-    (dsched.E016); `migrate` stops at it with a command error, not a traceback."""
+    """`check` warns of each declaration the sync would refuse (dsched.W006: a warning, so
+    the scheduler and the relay still start), read without the database, and accepts what
+    the sync accepts; `migrate`'s sync stops at a bad one with a command error."""
     settings.DSCHED_SCHEDULES = {
         "nightly": NIGHTLY,
         "weekdays": {**NIGHTLY, "cron": "0 2 * * MON-FRY"},
         "typo": {**HEARTBEAT, "evry": 5},
-        "as-text": {"at": "2030-01-01", "topic": "t", "event_type": "x"},
         "never": {**NIGHTLY, "cron": "0 2 31 2 *"},
         "singular": {**HEARTBEAT, "unit": "MINUTE"},
+        "not-a-dict": ["every", 5],
+        # What the sync accepts, the check accepts:
+        "as-text": {"at": "2030-01-01T00:00:00+00:00", "topic": "t", "event_type": "x"},
         "on-time": {"at": datetime(2030, 1, 1, tzinfo=UTC), "topic": "t", "event_type": "x"},
+        "no-end": {**HEARTBEAT, "end": None},
+        "a-delta": {"every": timedelta(minutes=15), "topic": "t", "event_type": "x"},
+        "lower-unit": {**HEARTBEAT, "unit": "hours"},
     }
-    found = {error.msg.split("'")[1]: error for error in check_declared_schedules()}
-    assert set(found) == {"weekdays", "typo", "as-text", "never", "singular"}
-    assert {error.id for error in found.values()} == {"dsched.E016"}
+    found = {warning.msg.split("'")[1]: warning for warning in check_declared_schedules()}
+    assert set(found) == {"weekdays", "typo", "never", "singular", "not-a-dict"}
+    assert {warning.id for warning in found.values()} == {"dsched.W006"}
     assert "Invalid cron expression: 'MON-FRY'" in found["weekdays"].msg
     assert "unknown keys ['evry']" in found["typo"].msg
-    assert "at= must be a datetime, not str" in found["as-text"].msg
     assert "would never fire" in found["never"].msg
     assert "'MINUTE' is not one of SECONDS, MINUTES," in found["singular"].msg
+    assert "must be a dict" in found["not-a-dict"].msg
+    accepted = {name: settings.DSCHED_SCHEDULES[name] for name in
+                ("as-text", "on-time", "no-end", "a-delta", "lower-unit")}  # fmt: skip
+    assert set(declared.sync(accepted).created) == set(accepted)
 
     settings.DSCHED_SCHEDULES = {"weekdays": {**NIGHTLY, "cron": "0 2 * * MON-FRY"}}
     with pytest.raises(CommandError, match=r"^declared schedule 'weekdays': Invalid cron"):
         declared.sync_after_migrate(None, using="default", verbosity=0)
-    assert not Schedule.objects.exists()
+    assert set(Schedule.objects.values_list("schedule_name", flat=True)) == set(accepted)
+
+
+def test_check_reports_declarations_it_cannot_read(settings, monkeypatch):
+    settings.DSCHED_SCHEDULES = [("nightly", NIGHTLY)]
+    [warning] = check_declared_schedules()
+    assert warning.msg == "DSCHED_SCHEDULES must be a dict of {name: declaration}."
+
+    def refused() -> None:
+        raise ConfigurationError("schedule 'typo': unknown keys ['evry']")
+
+    settings.DSCHED_SCHEDULES = {}
+    monkeypatch.setattr(declared, "declarations", refused)
+    [warning] = check_declared_schedules()
+    assert warning.msg == "declared schedules: schedule 'typo': unknown keys ['evry']"
 
 
 def test_a_declaration_takes_every_as_the_api_does():

@@ -21,6 +21,7 @@ from django_dsched.outbox.relay import Relay
 from django_dsched.runtime.connections import apply_connection_options, describe_failure
 from django_dsched.runtime.health import Checked, HealthServer
 from django_dsched.runtime.loops import DatabaseLoop, wait_for_database
+from django_dsched.runtime.tables import MissingTables, require_tables
 
 VERBOSITY_LEVELS = {0: logging.ERROR, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
 
@@ -188,6 +189,9 @@ def reach_database(command: BaseCommand, loop: DatabaseLoop, *, once: bool) -> b
         if once:
             try:
                 connections[loop.using].ensure_connection()
+                require_tables(connections[loop.using])
+            except MissingTables as exc:
+                raise CommandError(str(exc)) from None
             except DatabaseError as exc:
                 raise CommandError(f"cannot reach the database: {describe_failure(exc)}") from exc
         elif not wait_for_database(loop):

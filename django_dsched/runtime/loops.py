@@ -18,12 +18,7 @@ from django_dsched.conf import app_settings
 from django_dsched.exceptions import NotPrimary
 from django_dsched.runtime.connections import behind_pooler, describe_failure, server_of
 from django_dsched.runtime.logs import get_logger
-from django_dsched.runtime.tables import (
-    MissingTables,
-    is_missing_table,
-    missing_tables_message,
-    require_tables,
-)
+from django_dsched.runtime.tables import MissingTables, is_missing_table, require_tables
 from django_dsched.runtime.wakeup import Waker
 
 logger = get_logger("django_dsched")
@@ -114,6 +109,7 @@ class DatabaseLoop:
         self.outage_since: float | None = None
         self.outage_attempts = 0
         self.last_error = ""
+        self.waiting_for_tables = False  # the last outage is migrate not having run
         self._outage_logged = (0.0, "")
         self.server = ""
         # Set for each new session: whether it goes through a pooler, and whether we LISTEN.
@@ -148,6 +144,8 @@ class DatabaseLoop:
     def readiness(self) -> tuple[bool, str]:
         """Whether this loop can do its work now, and why (the ``/readyz`` answer)."""
         if not self.connected:
+            if self.waiting_for_tables:
+                return False, self.last_error
             if self.last_error:
                 return False, f"not connected to the database: {self.last_error}"
             return False, "not connected to the database"
@@ -200,11 +198,9 @@ class DatabaseLoop:
         except InterfaceError as exc:
             return self._reconnect_after(exc)
         except DatabaseError as exc:
-            if is_missing_table(exc):  # migrate has not run (yet), or the tables went
-                detail = first_line(exc)
-                return self._reconnect_after(
-                    MissingTables(missing_tables_message(self.using, detail))
-                )
+            missing = self._tables_missing() if is_missing_table(exc) else None
+            if missing is not None:  # migrate has not run (yet), or the tables went
+                return self._reconnect_after(missing)
             self.stats.db_errors += 1
             self.connected = False
             self._lost_connection()
@@ -215,7 +211,29 @@ class DatabaseLoop:
             return delay
         self._backoff.reset()
         self.connected = True
+        if self.waiting_for_tables:
+            logger.warning(
+                "the tables are there after %.1fs and %d attempt(s): %s=%s on %s",
+                time.monotonic() - (self.outage_since or time.monotonic()),
+                self.outage_attempts,
+                self.kind,
+                self.instance_id,
+                self.server,
+            )
+            self._outage_over()
         return wait
+
+    def _tables_missing(self) -> MissingTables | None:
+        """After a "relation does not exist": the package's own tables missing (asked of the
+        database), or None when they are all there (another table is missing, say one a
+        user's trigger writes to: that error is reported as it is)."""
+        try:
+            require_tables(connections[self.using])
+        except MissingTables as exc:
+            return exc
+        except DatabaseError:
+            return None
+        return None
 
     def _reconnect_after(self, exc: BaseException) -> float:
         """The database went away: drop the session and back off."""
@@ -236,12 +254,13 @@ class DatabaseLoop:
             self.outage_since, self.outage_attempts = now, 0
         self.outage_attempts += 1
         self.last_error = why
+        self.waiting_for_tables = isinstance(exc, MissingTables)
         logged_at, logged_why = self._outage_logged
         if self.outage_attempts == 1:
             was = f" (was on {self.server})" if self.server else ""
             logger.warning(
-                "database unavailable%s: %s; retrying in %.1fs %s=%s",
-                was,
+                "%s: %s; retrying in %.1fs %s=%s",
+                "not ready" if self.waiting_for_tables else f"database unavailable{was}",
                 why,
                 delay,
                 self.kind,
@@ -249,7 +268,8 @@ class DatabaseLoop:
             )
         elif why != logged_why or now - logged_at >= OUTAGE_LOG_EVERY:
             logger.warning(
-                "still no database after %.1fs (%d attempts): %s; retrying in %.1fs %s=%s",
+                "still %s after %.1fs (%d attempts): %s; retrying in %.1fs %s=%s",
+                "not ready" if self.waiting_for_tables else "no database",
                 now - self.outage_since,
                 self.outage_attempts,
                 why,
@@ -264,6 +284,9 @@ class DatabaseLoop:
     def _connected_to(self, server: str) -> None:
         """A new session reached ``server`` (``host:port``): say so, and that the database is
         back if it follows an outage."""
+        if self.waiting_for_tables:  # reaching the server was never the problem: the round
+            self.server = server  # that finds the tables says so (_guarded)
+            return
         if self.outage_since is not None:
             moved = f" (was on {self.server})" if self.server and self.server != server else ""
             logger.warning(
@@ -278,9 +301,13 @@ class DatabaseLoop:
             )
         else:
             logger.info("%s=%s connected to %s", self.kind, self.instance_id, server)
-        self.outage_since, self.outage_attempts, self.last_error = None, 0, ""
-        self._outage_logged = (0.0, "")
+        self._outage_over()
         self.server = server
+
+    def _outage_over(self) -> None:
+        self.outage_since, self.outage_attempts, self.last_error = None, 0, ""
+        self.waiting_for_tables = False
+        self._outage_logged = (0.0, "")
 
     def _lost_connection(self) -> None:
         self.connected = False

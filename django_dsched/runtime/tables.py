@@ -7,17 +7,16 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
-from django.db import DatabaseError
 
-
-class MissingTables(DatabaseError):
-    """A table django-dsched needs is not in the database."""
+from django_dsched.exceptions import MissingTables
 
 
 def missing_tables_message(alias: str, detail: str = "") -> str:
     because = f" ({detail})" if detail else ""
+    database = "" if alias == "default" else f" --database {alias}"
     return (
-        f"django-dsched's tables are not in the database {alias!r}{because}: run manage.py migrate"
+        f"django-dsched's tables are not in the database {alias!r}{because}: "
+        f"run manage.py migrate{database}"
     )
 
 

@@ -58,9 +58,10 @@ def test_the_commands_wait_for_migrate_and_say_so(cluster, empty_database):
     relay = cluster.start("relay", command="run_relay", env=env)
     for instance in (scheduler, relay):
         wait_for(lambda i=instance: SAID in i.log(), timeout=30, what="the reason")
+        assert f"not ready: {SAID}" in instance.log()
         assert "run manage.py migrate; retrying in" in instance.log()
     status, body = probe(health, "/readyz")
-    assert status == 503 and SAID in body, body
+    assert status == 503 and body.startswith(f"scheduler: not ready: {SAID}"), body
 
     listed = manage("dsched", "list", url=empty_database)
     assert listed.returncode == 1
@@ -70,9 +71,16 @@ def test_the_commands_wait_for_migrate_and_say_so(cluster, empty_database):
     assert "run manage.py migrate" in listed.stderr
     assert "Traceback" not in listed.stderr, listed.stderr
 
+    for command in ("run_scheduler", "run_relay"):
+        once = manage(command, "--once", url=empty_database)
+        assert once.returncode == 1, once.stdout + once.stderr
+        assert f"CommandError: {SAID}" in once.stderr, once.stderr
+        assert "Traceback" not in once.stderr, once.stderr
+
     migrated = manage("migrate", "-v", "0", url=empty_database)
     assert migrated.returncode == 0, migrated.stderr
     wait_for(lambda: "became leader" in scheduler.log(), timeout=30, what="leadership")
+    assert "the tables are there after" in scheduler.log()
     wait_for(lambda: probe(health, "/readyz")[0] == 200, timeout=15, what="ready")
     for instance in (scheduler, relay):
         assert instance.stop() == 0, cluster.logs()

@@ -3,6 +3,8 @@ a database lost meanwhile (tried again after a backoff) or end a --once run in o
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from django.core.management.base import CommandError
 from django.db import OperationalError
@@ -10,7 +12,7 @@ from django.db import OperationalError
 from django_dsched.management._process import reach_database
 from django_dsched.runtime.loops import DatabaseLoop
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 class Loop(DatabaseLoop):
@@ -51,3 +53,23 @@ def test_a_stop_while_waiting_ends_the_wait():
     loop = Loop()
     loop.stop()
     assert not reach_database(Command(failures=0), loop, once=False)
+
+
+def test_a_missing_table_that_is_not_the_packages_is_the_error_it_is(caplog):
+    """A round that meets a missing table of someone else's (a user's trigger writing to a
+    table that is gone) logs the error with its traceback; only the package's own tables
+    missing make the loop wait for migrate."""
+    from django.db import connection
+
+    def step() -> float:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT * FROM dsched_test_no_such_table")
+        return 0.0
+
+    loop = Loop()
+    with caplog.at_level(logging.ERROR, logger="django_dsched"):
+        loop._guarded(step)
+    [record] = [r for r in caplog.records if r.getMessage().startswith("database error")]
+    assert record.exc_info is not None
+    assert "dsched_test_no_such_table" in str(record.exc_info[1])
+    assert not loop.waiting_for_tables and loop.stats.db_errors == 1

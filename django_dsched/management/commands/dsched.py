@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import argparse
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -45,17 +45,21 @@ NEEDS = {
     "cluster": rules.VIEW_CLUSTER,
 }
 OPERATOR_ONLY = ("sync", "import-celery-beat")
-TIME = "%Y-%m-%d %H:%M:%S%z"
+
+
+def _at(moment: datetime) -> str:
+    """A moment as the schedules' descriptions write it (``2026-11-27 05:28:37 UTC``)."""
+    return f"{moment.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
 
 
 def when(schedule: Schedule) -> str:
     """What comes next for ``schedule``: its next fire when it is active, else its state
     ("paused until ...", "completed", "cancelled", "set aside")."""
     if schedule.state == ScheduleState.ACTIVE:
-        return f"next {schedule.next_run_ts:{TIME}}"
+        return f"next {_at(schedule.next_run_ts)}"
     if schedule.state == ScheduleState.PAUSED:
         if schedule.paused_until is not None:
-            return f"paused until {schedule.paused_until:{TIME}}"
+            return f"paused until {_at(schedule.paused_until)}"
         return "paused until resumed"
     return str(schedule.get_state_display())
 
