@@ -97,7 +97,10 @@ def check_declared_schedules(**kwargs: Any) -> list[Warning]:
         return [warning(f"declared schedules: {exc}")]
     found = []
     for name, spec in sorted(declared.items(), key=lambda item: str(item[0])):
-        why = problem(name, spec)
+        try:
+            why = problem(name, spec)
+        except Exception as exc:  # a check never raises: what the sync would meet too
+            why = f"{type(exc).__name__}: {exc}"
         if why is not None:
             found.append(warning(f"declared schedule {name!r}: {why}"))
     return found

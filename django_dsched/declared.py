@@ -108,7 +108,10 @@ def periodic(
 def declarations() -> dict[str, Mapping[str, Any]]:
     """All declarations: settings first, then those registered in code."""
     autodiscover_modules(MODULE_NAME)
-    return {**app_settings.SCHEDULES, **_registry}
+    schedules: Any = app_settings.SCHEDULES  # what the project wrote, whatever its type
+    if not isinstance(schedules, Mapping):
+        raise ValidationError("DSCHED_SCHEDULES must be a dict of {name: declaration}.")
+    return {**schedules, **_registry}
 
 
 def problem(name: Any, spec: Any) -> str | None:
@@ -128,7 +131,7 @@ def problem(name: Any, spec: Any) -> str | None:
     try:
         validate_plain_text(name)
         values = fields_of(spec)
-        if "start" not in spec and "at" not in spec:
+        if values.get("start_ts") in (None, ""):  # the sync starts it now
             values["start_ts"] = _ANY_START
         schedule = Schedule(
             schedule_name=name,
@@ -178,10 +181,14 @@ class SyncReport:
 def sync(specs: Mapping[str, Mapping[str, Any]] | None = None) -> SyncReport:
     """Make the database's code-declared schedules match the declarations (idempotent)."""
     specs = declarations() if specs is None else specs
+    if not isinstance(specs, Mapping):
+        raise ValidationError("DSCHED_SCHEDULES must be a dict of {name: declaration}.")
     report = SyncReport()
     with transaction.atomic(using=app_settings.DATABASE):
         declared_keys = set()
-        for name, spec in sorted(specs.items()):
+        for name, spec in sorted(specs.items(), key=lambda item: str(item[0])):
+            if not isinstance(spec, Mapping):
+                raise ValidationError(f"declared schedule {name!r}: must be a dict")
             host = resolve_host(spec.get("host_id"))
             declared_keys.add((host, name))
             try:

@@ -6,6 +6,8 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from django_dsched import api, declared
 from django_dsched.checks import check_declared_schedules
@@ -116,15 +118,19 @@ def test_check_names_a_bad_declaration_and_migrate_says_it_without_a_traceback(s
         "never": {**NIGHTLY, "cron": "0 2 31 2 *"},
         "singular": {**HEARTBEAT, "unit": "MINUTE"},
         "not-a-dict": ["every", 5],
+        "no-cron": {**NIGHTLY, "cron": None},
         # What the sync accepts, the check accepts:
         "as-text": {"at": "2030-01-01T00:00:00+00:00", "topic": "t", "event_type": "x"},
         "on-time": {"at": datetime(2030, 1, 1, tzinfo=UTC), "topic": "t", "event_type": "x"},
         "no-end": {**HEARTBEAT, "end": None},
         "a-delta": {"every": timedelta(minutes=15), "topic": "t", "event_type": "x"},
         "lower-unit": {**HEARTBEAT, "unit": "hours"},
+        "start-now": {**HEARTBEAT, "start": None},
     }
-    found = {warning.msg.split("'")[1]: warning for warning in check_declared_schedules()}
-    assert set(found) == {"weekdays", "typo", "never", "singular", "not-a-dict"}
+    with CaptureQueriesContext(connection) as queries:
+        found = {warning.msg.split("'")[1]: warning for warning in check_declared_schedules()}
+    assert len(queries) == 0  # a check runs before the commands wait for the database
+    assert set(found) == {"weekdays", "typo", "never", "singular", "not-a-dict", "no-cron"}
     assert {warning.id for warning in found.values()} == {"dsched.W006"}
     assert "Invalid cron expression: 'MON-FRY'" in found["weekdays"].msg
     assert "unknown keys ['evry']" in found["typo"].msg
@@ -132,7 +138,7 @@ def test_check_names_a_bad_declaration_and_migrate_says_it_without_a_traceback(s
     assert "'MINUTE' is not one of SECONDS, MINUTES," in found["singular"].msg
     assert "must be a dict" in found["not-a-dict"].msg
     accepted = {name: settings.DSCHED_SCHEDULES[name] for name in
-                ("as-text", "on-time", "no-end", "a-delta", "lower-unit")}  # fmt: skip
+                ("as-text", "on-time", "no-end", "a-delta", "lower-unit", "start-now")}  # fmt: skip
     assert set(declared.sync(accepted).created) == set(accepted)
 
     settings.DSCHED_SCHEDULES = {"weekdays": {**NIGHTLY, "cron": "0 2 * * MON-FRY"}}
@@ -145,6 +151,10 @@ def test_check_reports_declarations_it_cannot_read(settings, monkeypatch):
     settings.DSCHED_SCHEDULES = [("nightly", NIGHTLY)]
     [warning] = check_declared_schedules()
     assert warning.msg == "DSCHED_SCHEDULES must be a dict of {name: declaration}."
+    with pytest.raises(ValidationError, match="must be a dict of"):
+        declared.sync()
+    with pytest.raises(ValidationError, match="declared schedule 'listed': must be a dict"):
+        declared.sync({"listed": ["every", 5]})
 
     def refused() -> None:
         raise ConfigurationError("schedule 'typo': unknown keys ['evry']")

@@ -250,6 +250,10 @@ class DatabaseLoop:
         :data:`OUTAGE_LOG_EVERY` seconds."""
         now = time.monotonic()
         why = describe_failure(exc)
+        if self.outage_since is not None and isinstance(exc, MissingTables) != (
+            self.waiting_for_tables
+        ):
+            self._outage_over()  # waiting for the tables, or for the server: a new outage
         if self.outage_since is None:
             self.outage_since, self.outage_attempts = now, 0
         self.outage_attempts += 1

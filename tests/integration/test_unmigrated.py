@@ -80,7 +80,7 @@ def test_the_commands_wait_for_migrate_and_say_so(cluster, empty_database):
     migrated = manage("migrate", "-v", "0", url=empty_database)
     assert migrated.returncode == 0, migrated.stderr
     wait_for(lambda: "became leader" in scheduler.log(), timeout=30, what="leadership")
-    assert "the tables are there after" in scheduler.log()
+    wait_for(lambda: "the tables are there after" in scheduler.log(), timeout=15, what="said")
     wait_for(lambda: probe(health, "/readyz")[0] == 200, timeout=15, what="ready")
     for instance in (scheduler, relay):
         assert instance.stop() == 0, cluster.logs()

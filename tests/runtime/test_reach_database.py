@@ -73,3 +73,20 @@ def test_a_missing_table_that_is_not_the_packages_is_the_error_it_is(caplog):
     assert record.exc_info is not None
     assert "dsched_test_no_such_table" in str(record.exc_info[1])
     assert not loop.waiting_for_tables and loop.stats.db_errors == 1
+
+
+def test_an_outage_after_a_wait_for_the_tables_is_a_new_one(caplog):
+    """Waiting for migrate, then losing the server: the loss is said as the start of an
+    outage (not "still" one, counting the rounds that waited for the tables)."""
+    from django_dsched.exceptions import MissingTables
+
+    loop = Loop()
+    with caplog.at_level(logging.WARNING, logger="django_dsched"):
+        loop.note_outage(MissingTables("django-dsched's tables are not in ..."), 0.1)
+        loop.note_outage(MissingTables("django-dsched's tables are not in ..."), 0.2)
+        assert loop.waiting_for_tables and loop.outage_attempts == 2
+        loop.note_outage(OperationalError("connection refused"), 0.4)
+    assert not loop.waiting_for_tables and loop.outage_attempts == 1
+    said = [record.getMessage() for record in caplog.records]
+    assert said[0].startswith("not ready: django-dsched's tables")
+    assert said[-1].startswith("database unavailable: connection refused")

@@ -7,7 +7,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
-from django.db import DatabaseError
+from django.db import DatabaseError, connections
 
 from django_dsched import api
 from django_dsched.conf import app_settings
@@ -16,7 +16,7 @@ from django_dsched.enums import ScheduleState
 from django_dsched.exceptions import ConfigurationError, NotPermitted
 from django_dsched.management import _arguments
 from django_dsched.models import Schedule
-from django_dsched.runtime.tables import is_missing_table, missing_tables_message
+from django_dsched.runtime.tables import MissingTables, is_missing_table, require_tables
 from django_dsched.runtime.text import escape_control_characters as shown
 from django_dsched.schedules import permissions as rules
 from django_dsched.schedules import states
@@ -153,8 +153,11 @@ class Command(BaseCommand):
         except DatabaseError as exc:
             if not is_missing_table(exc):
                 raise
-            detail = str(exc).strip().splitlines()[0]
-            raise CommandError(missing_tables_message(app_settings.DATABASE, detail)) from None
+            try:  # the package's own tables, or another table (a user's trigger's)?
+                require_tables(connections[app_settings.DATABASE])
+            except MissingTables as missing:
+                raise CommandError(str(missing)) from None
+            raise
 
     @staticmethod
     def _user(username: str) -> Any:
