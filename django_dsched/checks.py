@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -14,7 +13,7 @@ from django.db import DatabaseError, connections
 from django.urls import URLResolver, get_resolver
 
 from django_dsched.conf import PREFIX, AppSettings, app_settings
-from django_dsched.exceptions import ConfigurationError
+from django_dsched.exceptions import ConfigurationError, ValidationError
 
 
 @register(Tags.database, Tags.compatibility)
@@ -88,11 +87,10 @@ def check_declared_schedules(**kwargs: Any) -> list[Warning]:
         hint = "Fix it in DSCHED_SCHEDULES or in its @periodic declaration."
         return Warning(what, hint=hint, id="dsched.W006")
 
-    schedules: Any = app_settings.SCHEDULES  # what the project wrote, whatever its type
-    if not isinstance(schedules, Mapping):
-        return [warning("DSCHED_SCHEDULES must be a dict of {name: declaration}.")]
     try:
         declared = declarations()
+    except ValidationError as exc:  # DSCHED_SCHEDULES is not a dict
+        return [warning(exc.messages[0])]
     except ConfigurationError as exc:  # @periodic refused a declaration while imported
         return [warning(f"declared schedules: {exc}")]
     found = []

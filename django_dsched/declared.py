@@ -83,10 +83,14 @@ _ANY_START = datetime(2000, 1, 1, tzinfo=UTC)
 
 def declare(name: str, **spec: Any) -> None:
     """Declare a schedule in code (what ``@periodic`` and ``DSCHED_SCHEDULES`` do)."""
-    unknown = set(spec) - set(FIELD_OF) - {"host_id"}
+    unknown = _unknown_keys(spec)
     if unknown:
-        raise ConfigurationError(f"schedule {name!r}: unknown keys {sorted(unknown)}")
+        raise ConfigurationError(f"schedule {name!r}: unknown keys {unknown}")
     _registry[name] = spec
+
+
+def _unknown_keys(spec: Mapping[str, Any]) -> list[str]:
+    return sorted(map(str, set(spec) - set(FIELD_OF) - {"host_id"}))
 
 
 def periodic(
@@ -125,9 +129,9 @@ def problem(name: Any, spec: Any) -> str | None:
         return "its name must be a string"
     if not isinstance(spec, Mapping):
         return "must be a dict (cron=, every= or at=, topic=, event_type=, ...)"
-    unknown = set(spec) - set(FIELD_OF) - {"host_id"}
+    unknown = _unknown_keys(spec)
     if unknown:
-        return f"unknown keys {sorted(map(str, unknown))}"
+        return f"unknown keys {unknown}"
     try:
         validate_plain_text(name)
         values = fields_of(spec)
@@ -181,8 +185,6 @@ class SyncReport:
 def sync(specs: Mapping[str, Mapping[str, Any]] | None = None) -> SyncReport:
     """Make the database's code-declared schedules match the declarations (idempotent)."""
     specs = declarations() if specs is None else specs
-    if not isinstance(specs, Mapping):
-        raise ValidationError("DSCHED_SCHEDULES must be a dict of {name: declaration}.")
     report = SyncReport()
     with transaction.atomic(using=app_settings.DATABASE):
         declared_keys = set()

@@ -105,14 +105,13 @@ def slot_in_id_check() -> str:
     )
 
 
-ONE_PER_SLOT_WHERE = "WHERE scheduled_ts IS NOT NULL"
-
-
-def one_per_slot_index(name: str, suffix: str) -> str:
-    """The exactly-once index of the event partition ``name``."""
+def one_per_slot_index(name: str, suffix: str | None) -> str:
+    """The exactly-once index of the event partition ``name``, named for its day (or
+    ``default``); unnamed (PostgreSQL names it) when ``suffix`` is None."""
+    named = "" if suffix is None else f" dsched_event_one_per_slot_{suffix}"
     return (
-        f"CREATE UNIQUE INDEX dsched_event_one_per_slot_{suffix}"
-        f" ON {name} (aggregate_id, scheduled_ts) {ONE_PER_SLOT_WHERE}"
+        f"CREATE UNIQUE INDEX{named} ON {name} (aggregate_id, scheduled_ts)"
+        " WHERE scheduled_ts IS NOT NULL"
     )
 
 
@@ -348,11 +347,6 @@ class Unguarded:
 
     def create_sql(self) -> str:
         """The statement that makes its index."""
-        if self.suffix is None:
-            return (
-                f"CREATE UNIQUE INDEX ON {self.name} (aggregate_id, scheduled_ts)"
-                f" {ONE_PER_SLOT_WHERE}"
-            )
         return one_per_slot_index(self.name, self.suffix)
 
 

@@ -18,7 +18,7 @@ from django_dsched.conf import app_settings
 from django_dsched.exceptions import NotPrimary
 from django_dsched.runtime.connections import behind_pooler, describe_failure, server_of
 from django_dsched.runtime.logs import get_logger
-from django_dsched.runtime.tables import MissingTables, is_missing_table, require_tables
+from django_dsched.runtime.tables import MissingTables, ours_missing, require_tables
 from django_dsched.runtime.wakeup import Waker
 
 logger = get_logger("django_dsched")
@@ -198,7 +198,7 @@ class DatabaseLoop:
         except InterfaceError as exc:
             return self._reconnect_after(exc)
         except DatabaseError as exc:
-            missing = self._tables_missing() if is_missing_table(exc) else None
+            missing = ours_missing(exc, connections[self.using])
             if missing is not None:  # migrate has not run (yet), or the tables went
                 return self._reconnect_after(missing)
             self.stats.db_errors += 1
@@ -222,18 +222,6 @@ class DatabaseLoop:
             )
             self._outage_over()
         return wait
-
-    def _tables_missing(self) -> MissingTables | None:
-        """After a "relation does not exist": the package's own tables missing (asked of the
-        database), or None when they are all there (another table is missing, say one a
-        user's trigger writes to: that error is reported as it is)."""
-        try:
-            require_tables(connections[self.using])
-        except MissingTables as exc:
-            return exc
-        except DatabaseError:
-            return None
-        return None
 
     def _reconnect_after(self, exc: BaseException) -> float:
         """The database went away: drop the session and back off."""

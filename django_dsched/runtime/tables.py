@@ -7,17 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+from django.db import DatabaseError
 
 from django_dsched.exceptions import MissingTables
-
-
-def missing_tables_message(alias: str, detail: str = "") -> str:
-    because = f" ({detail})" if detail else ""
-    database = "" if alias == "default" else f" --database {alias}"
-    return (
-        f"django-dsched's tables are not in the database {alias!r}{because}: "
-        f"run manage.py migrate{database}"
-    )
 
 
 def is_missing_table(exc: BaseException) -> bool:
@@ -41,12 +33,27 @@ def require_tables(connection: Any) -> None:
         )
         missing = [name for (name,) in cursor.fetchall()]
     if missing:
-        raise MissingTables(missing_tables_message(connection.alias, "no " + ", ".join(missing)))
+        alias = connection.alias
+        database = "" if alias == "default" else f" --database {alias}"
+        raise MissingTables(
+            f"django-dsched's tables are not in the database {alias!r} "
+            f"(no {', '.join(missing)}): run manage.py migrate{database}"
+        )
 
 
-__all__ = [
-    "MissingTables",
-    "is_missing_table",
-    "missing_tables_message",
-    "require_tables",
-]
+def ours_missing(exc: BaseException, connection: Any) -> MissingTables | None:
+    """After ``exc``: the package's own tables missing (asked of the database), or None
+    when ``exc`` is not "relation does not exist" or they are all there (another table is
+    missing, say one a user's trigger writes to: that error is the error it is)."""
+    if not is_missing_table(exc):
+        return None
+    try:
+        require_tables(connection)
+    except MissingTables as missing:
+        return missing
+    except DatabaseError:
+        return None
+    return None
+
+
+__all__ = ["MissingTables", "is_missing_table", "ours_missing", "require_tables"]

@@ -16,7 +16,7 @@ from django_dsched.enums import ScheduleState
 from django_dsched.exceptions import ConfigurationError, NotPermitted
 from django_dsched.management import _arguments
 from django_dsched.models import Schedule
-from django_dsched.runtime.tables import MissingTables, is_missing_table, require_tables
+from django_dsched.runtime.tables import ours_missing
 from django_dsched.runtime.text import escape_control_characters as shown
 from django_dsched.schedules import permissions as rules
 from django_dsched.schedules import states
@@ -151,13 +151,10 @@ class Command(BaseCommand):
         except (ValueError, ConfigurationError) as exc:
             raise CommandError(str(exc)) from None
         except DatabaseError as exc:
-            if not is_missing_table(exc):
+            missing = ours_missing(exc, connections[app_settings.DATABASE])
+            if missing is None:
                 raise
-            try:  # the package's own tables, or another table (a user's trigger's)?
-                require_tables(connections[app_settings.DATABASE])
-            except MissingTables as missing:
-                raise CommandError(str(missing)) from None
-            raise
+            raise CommandError(str(missing)) from None
 
     @staticmethod
     def _user(username: str) -> Any:
