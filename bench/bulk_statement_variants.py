@@ -40,7 +40,7 @@ from create_ceiling import ROWS, STATEMENTS, capture_bulk
 from django.core.management import call_command
 from django.db import connection, transaction
 
-from django_dsched.schedules import binding
+from django_dsched.runtime import binding
 
 PER_ROW = "'schedule_name', c.schedule_name, 'start_ts', c.start_ts, 'event_data', c.event_data)"
 SHARED = "(SELECT jsonb_build_object('schedule_kind'"

@@ -50,8 +50,9 @@ from django.db import connection, transaction
 from django.db.backends.utils import CursorWrapper
 
 from django_dsched import api
+from django_dsched.changes import audit, bulk_insert, creates, single_insert
 from django_dsched.models import Event, Schedule
-from django_dsched.schedules import audit, binding, bulk_insert, creates, single_insert
+from django_dsched.runtime import binding
 
 # The least a single create can send: the schedule's required columns, an empty audit event.
 FLOOR = """WITH c AS (

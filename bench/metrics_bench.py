@@ -47,8 +47,8 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     import fire_bench
 
+    from django_dsched.firing.batch import Fence, fire_batch
     from django_dsched.metrics.scheduler import scheduler_metrics
-    from django_dsched.scheduler.firing import Fence, fire_batch
 
     fire_bench.reset()
     fire_bench.insert_schedules(options.batch, "HOURS", 1, "now() - interval '30 minutes'")

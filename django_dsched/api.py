@@ -39,16 +39,16 @@ from typing import Any
 from django.db.models import Case, OuterRef, Q, QuerySet, Subquery, When
 from django.utils.translation import gettext as _
 
-from django_dsched.changes import ChangeCount
+from django_dsched.changes import bulk, creates, lifecycle, permissions
+from django_dsched.changes.specs import OPTIONS, Cron, Interval, Once, Spec
+from django_dsched.counts import ChangeCount
 from django_dsched.enums import DeliveryStatus, ScheduleState
 from django_dsched.exceptions import BulkValidationError, ValidationError
 from django_dsched.models import OutboxMessage, Schedule
 from django_dsched.models.schedule import resolve_host
 from django_dsched.models.validators import storable_text
-from django_dsched.outbox import runs
+from django_dsched.outbox import phases
 from django_dsched.runtime.clock import database_now
-from django_dsched.schedules import bulk, creates, lifecycle, permissions
-from django_dsched.schedules.specs import OPTIONS, Cron, Interval, Once, Spec
 
 ScheduleRef = Schedule | uuid.UUID | str
 
@@ -285,7 +285,7 @@ def backfill(
 
 
 def bulk_create(specs: Iterable[Spec | Schedule], *, actor: Any = None) -> list[Schedule]:
-    """Create many schedules, all or nothing (:func:`django_dsched.schedules.bulk.bulk_create`
+    """Create many schedules, all or nothing (:func:`django_dsched.changes.bulk.bulk_create`
     has the rules and the costs)."""
     permissions.require(actor, permissions.ADD)
     return bulk.bulk_create(specs, actor=actor)
@@ -298,7 +298,7 @@ def bulk_cancel(
     host_id: uuid.UUID | str | None = None,
     actor: Any = None,
 ) -> ChangeCount:
-    """Cancel many schedules, all or nothing (:func:`django_dsched.schedules.bulk.bulk_cancel`
+    """Cancel many schedules, all or nothing (:func:`django_dsched.changes.bulk.bulk_cancel`
     has the rules): how many were cancelled, and skipped (already ended)."""
     permissions.require(actor, permissions.CANCEL)
     return bulk.bulk_cancel(refs, keys=keys, host_id=host_id, actor=actor)
@@ -321,7 +321,7 @@ class Status:
     # Set when the scheduler set the schedule aside (state SET_ASIDE): why, and when.
     set_aside_reason: str = ""
     set_aside_at: datetime | None = None
-    # The newest message's run (outbox.runs): derived status and phases (database times).
+    # The newest message's run (outbox.phases): derived status and phases (database times).
     last_run: str | None = None
     last_picked: datetime | None = None
     last_started: datetime | None = None
@@ -405,9 +405,9 @@ def _run_fields(latest: dict[str, Any] | None) -> dict[str, Any]:
     """``Status``'s fields on the newest message's run (none: no message yet)."""
     if not latest:
         return {}
-    phases = runs.Phases(latest["status"], *(latest[k] for k in _PHASES))
+    run = phases.Phases(latest["status"], *(latest[k] for k in _PHASES))
     return {
-        "last_run": runs.run_status(phases).value,
+        "last_run": phases.run_status(run).value,
         **{f"last_{k.removesuffix('_ts')}": latest[k] for k in _PHASES},
     }
 

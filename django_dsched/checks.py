@@ -127,7 +127,7 @@ def check_unknown_settings(**kwargs: Any) -> list[Warning]:
 
 
 def _bucket_setting_errors() -> list[Error]:
-    from django_dsched.scheduler.buckets import LOCK_STRIDE, MAX_BUCKETS, is_valid_count
+    from django_dsched.cluster.buckets import LOCK_STRIDE, MAX_BUCKETS, is_valid_count
 
     errors = []
     count, replicas = app_settings.BUCKETS, app_settings.REPLICAS
@@ -162,8 +162,8 @@ def check_bucket_count(databases: Any = None, **kwargs: Any) -> list[CheckMessag
     runs with (a live cluster with another count refuses this instance)."""
     from django.db import DatabaseError
 
-    from django_dsched.scheduler.buckets import is_valid_count
-    from django_dsched.scheduler.lease import LIVE_LEASES, stored_bucket_count
+    from django_dsched.cluster.buckets import is_valid_count
+    from django_dsched.cluster.lease import LIVE_LEASES, stored_bucket_count
 
     alias = app_settings.DATABASE
     if not databases or alias not in databases or not is_valid_count(app_settings.BUCKETS):

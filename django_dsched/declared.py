@@ -36,6 +36,9 @@ from django.core.management.base import CommandError
 from django.db import transaction
 from django.utils.module_loading import autodiscover_modules
 
+from django_dsched.changes import lifecycle
+from django_dsched.changes.constraints import validate_new
+from django_dsched.changes.specs import grid_step, in_callers_words
 from django_dsched.conf import app_settings
 from django_dsched.enums import ScheduleKind, ScheduleOrigin, ScheduleState
 from django_dsched.exceptions import ConfigurationError, ValidationError
@@ -43,9 +46,6 @@ from django_dsched.models import Schedule
 from django_dsched.models.schedule import resolve_host
 from django_dsched.models.validators import validate_plain_text
 from django_dsched.runtime.logs import get_logger
-from django_dsched.schedules import lifecycle
-from django_dsched.schedules.constraints import validate_new
-from django_dsched.schedules.specs import grid_step, in_callers_words
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -56,7 +56,7 @@ class DeliveryStatus(models.TextChoices):
 
 
 class RunStatus(models.TextChoices):
-    """Where one delivery stands, derived from its phase timestamps (``outbox.runs``)."""
+    """Where one delivery stands, derived from its phase timestamps (``outbox.phases``)."""
 
     # Waiting to be claimed (new, or its claim was given back or expired unstarted).
     PENDING = "PENDING", _("pending")

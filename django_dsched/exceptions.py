@@ -62,7 +62,7 @@ class QuotaExceeded(ValidationError):
 
 
 class NotPermitted(DschedError, django_exceptions.PermissionDenied):
-    """The acting user lacks the permission this needs (:mod:`django_dsched.schedules.permissions`):
+    """The acting user lacks the permission this needs (:mod:`django_dsched.changes.permissions`):
     nothing was done. A :class:`django.core.exceptions.PermissionDenied`, so Django's views
     and the REST API answer it with a 403."""
 

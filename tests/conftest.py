@@ -21,10 +21,10 @@ def db_now():
 
 @pytest.fixture(autouse=True)
 def _hosts_without_quota_unknown():
-    """Each test starts with no host known to have no quota (schedules/quotas.py): a test's
-    first create of a host reads its quota, whatever ran before (tests/schedules/test_quotas.py
+    """Each test starts with no host known to have no quota (changes/quotas.py): a test's
+    first create of a host reads its quota, whatever ran before (tests/changes/test_quotas.py
     counts that read; the query counts of creates prime it with ``known_unlimited``)."""
-    from django_dsched.schedules import quotas
+    from django_dsched.changes import quotas
 
     quotas.forget()
 
@@ -33,7 +33,23 @@ def _hosts_without_quota_unknown():
 def known_unlimited(db):
     """The default host is known to have no quota: its creates read nothing more (tests
     that count a create's statements)."""
+    from django_dsched.changes import quotas
     from django_dsched.conf import app_settings
-    from django_dsched.schedules import quotas
 
     assert not quotas.may_apply(app_settings.DEFAULT_HOST_ID)
+
+
+@pytest.fixture
+def fence():
+    """This session holds the lease (30 s): the fence its fires carry (``tests.fire_path.fire``)."""
+    from django.db import connection
+
+    from django_dsched.cluster.lease import LeaseHolder
+    from django_dsched.firing.batch import Fence
+
+    lease = LeaseHolder(
+        connection, lease_id=1, instance_id="test", lease_seconds=30, fast_failover=True
+    )
+    assert lease.try_acquire()
+    assert lease.epoch is not None
+    return Fence(1, "test", lease.epoch, 30.0)

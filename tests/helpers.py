@@ -67,8 +67,8 @@ def second_event(event: Any) -> Any:
     """Another event for the slot of ``event`` (an ``Event``), written by hand with an id the
     CHECK dsched_event_slot_in_id lets into the slot's day: only the day's exactly-once index
     can refuse it."""
+    from django_dsched.history.event_ids import change_id
     from django_dsched.models import Event
-    from django_dsched.scheduler.event_ids import change_id
 
     return Event.objects.create(
         id=change_id(event.scheduled_ts),

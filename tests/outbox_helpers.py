@@ -8,7 +8,7 @@ from typing import Any
 from django.db import connection
 
 from django_dsched.enums import DeliveryStatus
-from django_dsched.scheduler import event_ids
+from django_dsched.history import event_ids
 
 DEFAULT_HOST = uuid.UUID(int=0)
 

@@ -8,11 +8,11 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from django_dsched import api
+from django_dsched.changes import lifecycle
 from django_dsched.enums import MisfirePolicy, ScheduleState
 from django_dsched.exceptions import NotPermitted
 from django_dsched.models import Event, OutboxMessage, Schedule
 from django_dsched.scheduler import Scheduler
-from django_dsched.schedules import lifecycle
 from tests.helpers import sql
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -247,7 +247,7 @@ def test_run_now_with_a_stale_copy_of_a_cancelled_schedule_fires_nothing():
     assert not Event.objects.filter(scheduled_ts__isnull=False).exists()
 
 
-# -- a user as actor: the user's permissions (django_dsched.schedules.permissions) --------
+# -- a user as actor: the user's permissions (django_dsched.changes.permissions) --------
 
 
 def _user_with(name, *codenames):

@@ -1,4 +1,4 @@
-"""The cluster page: reached from the admin index as "Scheduler instances"."""
+"""The cluster page (reached from the admin index as "Scheduler instances") and the leases."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.utils.translation import gettext as _
 
-from django_dsched.admin.base import ASSETS, AnyModelAdmin
-from django_dsched.admin.display import age, badge, moment
-from django_dsched.models import SchedulerInstance
-from django_dsched.scheduler.cluster_status import cluster_status
+from django_dsched.admin.base import ASSETS, AnyModelAdmin, ReadOnlyAdmin
+from django_dsched.admin.display import age, badge, moment, time_display
+from django_dsched.cluster.status import cluster_status
+from django_dsched.models import Lease, SchedulerInstance
 
 
 def role_label(role: str) -> str:
@@ -97,3 +97,10 @@ class ClusterAdmin(AnyModelAdmin):
             **(extra_context or {}),
         }
         return TemplateResponse(request, "admin/dsched/cluster.html", context)
+
+
+@admin.register(Lease)
+class LeaseAdmin(ReadOnlyAdmin):
+    list_display = ["lease_id", "instance_id", "epoch", "heartbeat", "acquired"]
+    heartbeat = time_display(Lease, "last_heartbeat")
+    acquired = time_display(Lease, "acquired_ts")

@@ -20,7 +20,7 @@ from django.utils.translation import gettext as _
 
 from django_dsched.enums import ScheduleState
 from django_dsched.models import OutboxMessage
-from django_dsched.outbox import runs
+from django_dsched.outbox import phases
 
 EMPTY = "-"
 
@@ -34,7 +34,7 @@ TONES = {
     "PENDING": "warn",
     "DELIVERED": "ok",
     "DELIVERY_FAILED": "bad",
-    # Run statuses (outbox.runs.run_status) not listed above.
+    # Run statuses (outbox.phases.run_status) not listed above.
     "PICKED": "quiet",
     "RUNNING": "warn",
     "RETRYING": "warn",
@@ -134,11 +134,11 @@ def duration(value: timedelta | None) -> str:
 
 
 def run_badge(message: OutboxMessage) -> SafeString:
-    """A delivery's run status (derived from its phases, ``outbox.runs``) as a badge."""
-    status = runs.run_status(message)
+    """A delivery's run status (derived from its phases, ``outbox.phases``) as a badge."""
+    status = phases.run_status(message)
     return badge(status.value, str(status.label))
 
 
 def run_duration(message: OutboxMessage) -> str:
     """From the run's start to its end (completed or failed), or "-"."""
-    return duration(runs.run_time(message.started_ts, message.completed_ts, message.failed_ts))
+    return duration(phases.run_time(message.started_ts, message.completed_ts, message.failed_ts))

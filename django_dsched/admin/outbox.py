@@ -20,10 +20,10 @@ from django_dsched.admin.display import (
     time_display,
 )
 from django_dsched.admin.filters import OutboxTopicFilter
-from django_dsched.changes import ChangeCount
+from django_dsched.counts import ChangeCount
 from django_dsched.enums import DeliveryStatus
 from django_dsched.models import OutboxMessage
-from django_dsched.outbox import dead_letters, runs
+from django_dsched.outbox import dead_letters, phases
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise
@@ -101,7 +101,7 @@ class OutboxMessageAdmin(ReadOnlyAdmin):
     fields = readonly_fields = OUTBOX_FIELDS
     actions = ["retry_selected", "discard_selected"]
     fired = time_display(OutboxMessage, "event_ts", description=_("fired"))
-    # Sorted by id, which is time-ordered (no index on the time: scheduler/event_ids.py).
+    # Sorted by id, which is time-ordered (no index on the time: history/event_ids.py).
     fired.admin_order_field = "id"  # type: ignore[attr-defined]
     picked = time_display(OutboxMessage, "picked_ts")
     started = time_display(OutboxMessage, "started_ts")
@@ -131,7 +131,7 @@ class OutboxMessageAdmin(ReadOnlyAdmin):
 
     @admin.display(description=_("wait / run"))
     def timing(self, obj: OutboxMessage) -> SafeString:
-        wait = duration(runs.queue_wait(obj.event_ts, obj.picked_ts))
+        wait = duration(phases.queue_wait(obj.event_ts, obj.picked_ts))
         run = run_duration(obj)
         if wait == run == EMPTY:
             return format_html("{}", EMPTY)
@@ -146,14 +146,14 @@ class OutboxMessageAdmin(ReadOnlyAdmin):
             text = text[: ERROR_SHOWN - 1] + "…"
         return format_html('<span class="dsched-error-short">{}</span>', text)
 
-    # -- the run: derived status and durations (outbox.runs) ------------------------------
+    # -- the run: derived status and durations (outbox.phases) ------------------------------
     @admin.display(description=_("run"))
     def run_status_badge(self, obj: OutboxMessage) -> SafeString:
         return run_badge(obj)
 
     @admin.display(description=_("queue wait"))
     def queue_wait_display(self, obj: OutboxMessage) -> str:
-        return duration(runs.queue_wait(obj.event_ts, obj.picked_ts))
+        return duration(phases.queue_wait(obj.event_ts, obj.picked_ts))
 
     @admin.display(description=_("run time"))
     def run_time_display(self, obj: OutboxMessage) -> str:

@@ -9,14 +9,14 @@ from django.http import HttpRequest, HttpResponse
 
 from django_dsched.admin.base import ASSETS, ShownTimes, unstorable_query
 from django_dsched.admin.display import time_display
+from django_dsched.changes import permissions as rules
 from django_dsched.models import TenantQuota
-from django_dsched.schedules import permissions as rules
 
 
 @admin.register(TenantQuota)
 class TenantQuotaAdmin(ShownTimes):
     """Add, change and delete need the model's permissions (the capabilities of
-    :mod:`django_dsched.schedules.permissions`). A change applies to the next create of the
+    :mod:`django_dsched.changes.permissions`). A change applies to the next create of the
     host, and to the scheduler's fires at its next heartbeat."""
 
     list_display = ["host_id", "max_active_schedules", "max_fires_per_second", "updated"]

@@ -1,7 +1,7 @@
 """The schedule actions: on the selection (change list) and as buttons (schedule page).
 
 Both paths run the same code: check the action's permission, show a confirmation page
-where the action is destructive, call :mod:`django_dsched.schedules.lifecycle` (never a raw update),
+where the action is destructive, call :mod:`django_dsched.changes.lifecycle` (never a raw update),
 write an admin history (LogEntry) record for every schedule changed or created, and
 report counts.
 """
@@ -29,13 +29,13 @@ from django.utils.translation import gettext_lazy, ngettext
 
 from django_dsched.admin.action_forms import NoOptions, PauseOptions
 from django_dsched.admin.schedule_form import ScheduleForm
-from django_dsched.changes import ChangeCount
+from django_dsched.changes import lifecycle, unchanged
+from django_dsched.changes import permissions as rules
 from django_dsched.conf import app_settings
+from django_dsched.counts import ChangeCount
 from django_dsched.enums import ScheduleOrigin, ScheduleState
 from django_dsched.models import Schedule
 from django_dsched.models.validators import NAME_MAX_LENGTH
-from django_dsched.schedules import lifecycle, states
-from django_dsched.schedules import permissions as rules
 
 # Schedules listed by name on a confirmation page; more are counted.
 LISTED = 50
@@ -154,7 +154,7 @@ class ScheduleActionsMixin(ScheduleModelAdmin):
     ]
 
     # -- permissions ----------------------------------------------------------------------
-    # The capabilities of django_dsched.schedules.permissions, as the REST API and the
+    # The capabilities of django_dsched.changes.permissions, as the REST API and the
     # commands ask them.
     def has_pause_permission(self, request: HttpRequest) -> bool:
         return rules.allows(request.user, rules.PAUSE)
@@ -434,15 +434,17 @@ class ScheduleActionsMixin(ScheduleModelAdmin):
 
 def skipped(change: str, schedules: Sequence[Schedule]) -> str:
     """Which schedules ``change`` left as they were, and why: each one's state (the words of
-    the command and the REST API, :mod:`.states`)."""
+    the command and the REST API, :mod:`django_dsched.changes.unchanged`)."""
     if len(schedules) == 1:
-        return _("1 schedule was skipped: %(why)s") % {"why": states.why_not(change, schedules[0])}
+        return _("1 schedule was skipped: %(why)s") % {
+            "why": unchanged.why_not(change, schedules[0])
+        }
     by_name = sorted(schedules, key=lambda schedule: schedule.schedule_name)
-    named = [states.state_of(schedule) for schedule in by_name[:LISTED]]
+    named = [unchanged.state_of(schedule) for schedule in by_name[:LISTED]]
     if len(schedules) > LISTED:
         named.append(_("%(count)d more") % {"count": len(schedules) - LISTED})
     return ngettext(
         "%(count)d schedule was skipped: %(which)s. %(rule)s",
         "%(count)d schedules were skipped: %(which)s. %(rule)s",
         len(schedules),
-    ) % {"count": len(schedules), "which": "; ".join(named), "rule": states.rule(change)}
+    ) % {"count": len(schedules), "which": "; ".join(named), "rule": unchanged.rule(change)}

@@ -11,13 +11,13 @@ from django.db import transaction
 from django.forms.models import construct_instance
 from django.utils.translation import gettext_lazy as _
 
+from django_dsched.changes import lifecycle, permissions, quotas
+from django_dsched.changes.creates import Preparer
 from django_dsched.conf import app_settings
 from django_dsched.enums import ScheduleState
 from django_dsched.exceptions import EditNotPermitted, TimetableError
 from django_dsched.models import Schedule
 from django_dsched.runtime.clock import database_now
-from django_dsched.schedules import lifecycle, permissions, quotas
-from django_dsched.schedules.creates import Preparer
 
 CONFLICT = _(
     "This schedule changed since you opened it (it fired or someone edited it): version "

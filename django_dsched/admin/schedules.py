@@ -23,11 +23,11 @@ from django_dsched.admin.filters import HostFilter, ScheduleValuesFilter, index_
 from django_dsched.admin.outbox import RETRYING
 from django_dsched.admin.schedule_actions import ScheduleActionsMixin
 from django_dsched.admin.schedule_form import ScheduleForm
+from django_dsched.changes import lifecycle
+from django_dsched.changes.describe import describe
 from django_dsched.enums import DeliveryStatus, ScheduleOrigin, ScheduleState
 from django_dsched.models import OutboxMessage, Schedule, SchedulerInstance
 from django_dsched.runtime.clock import database_now
-from django_dsched.schedules import lifecycle
-from django_dsched.schedules.describe import describe
 
 
 def with_list_columns(queryset: QuerySet[Schedule]) -> QuerySet[Schedule]:

@@ -1,7 +1,7 @@
 """The history tables by day: ``event_store_t`` and ``outbox_message_t`` are partitioned by
 id, one partition per UTC day, plus a default partition for any id outside them.
 
-A fire's id carries its slot's time in its top 48 bits (:mod:`~django_dsched.scheduler.event_ids`),
+A fire's id carries its slot's time in its top 48 bits (:mod:`~django_dsched.history.event_ids`),
 and its message has the same id, so a fire's event and message land in the same day, the day
 of the slot. Audit events get ids with the database's time of the change in the same bits.
 

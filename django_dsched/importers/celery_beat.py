@@ -40,6 +40,7 @@ from django.db import router, transaction
 from django.db.models import Model
 
 from django_dsched import declared
+from django_dsched.changes import lifecycle
 from django_dsched.conf import app_settings
 from django_dsched.enums import FrequencyUnit, ScheduleOrigin, ScheduleState
 from django_dsched.exceptions import ConfigurationError, NotImportable, ValidationError
@@ -47,7 +48,6 @@ from django_dsched.models import Schedule
 from django_dsched.models.schedule import resolve_host
 from django_dsched.models.validators import NAME_MAX_LENGTH, identifier_validator
 from django_dsched.runtime.clock import database_now
-from django_dsched.schedules import lifecycle
 
 ORIGIN = ScheduleOrigin.CELERY_BEAT
 ACTOR = "import-celery-beat"

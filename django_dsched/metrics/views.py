@@ -15,9 +15,9 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
+from django_dsched.changes import permissions as rules
 from django_dsched.conf import app_settings
 from django_dsched.metrics import INSTALL_HINT, available
-from django_dsched.schedules import permissions as rules
 
 _collector = None
 

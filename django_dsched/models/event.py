@@ -24,7 +24,7 @@ class Event(EventRecord):
         verbose_name = _("event")
         verbose_name_plural = _("events")
         # Newest first by id: ids are time-ordered (a fire's carries its slot's millisecond, a
-        # change's its time: scheduler/event_ids.py), so the primary key serves the order.
+        # change's its time: history/event_ids.py), so the primary key serves the order.
         ordering = ["-id"]
         # Partitioned by id, one partition per UTC day (django_dsched/history): no unique
         # constraint without the id. The exactly-once rule is a unique (aggregate_id,

@@ -7,7 +7,7 @@ from django.utils.translation import gettext_lazy as _
 class SchedulerInstance(models.Model):
     """A running ``run_scheduler`` (or relay) process, as it last reported itself.
 
-    Written only by :mod:`django_dsched.scheduler.presence`; the admin's cluster page reads it. Rows
+    Written only by :mod:`django_dsched.cluster.presence`; the admin's cluster page reads it. Rows
     of processes that stopped gracefully are deleted; others age out of the page.
     """
 
@@ -18,7 +18,7 @@ class SchedulerInstance(models.Model):
     epoch = models.BigIntegerField(_("leader epoch"), null=True)
     # Which cluster the instance belongs to: its DSCHED_LEASE_ID and DSCHED_BUCKETS (null for
     # a process that is not a scheduler). Bucket owners rank only the members of their own
-    # cluster (scheduler/lease.py, MEMBERS).
+    # cluster (cluster/lease.py, MEMBERS).
     lease_id = models.IntegerField(_("lease id"), null=True)
     buckets = models.IntegerField(_("buckets"), null=True)
     started_ts = models.DateTimeField(_("started"))

@@ -9,7 +9,7 @@ class Lease(models.Model):
     """A bucket's lease: one row per bucket (``DSCHED_LEASE_ID`` for bucket 0, the only one
     with ``DSCHED_BUCKETS = 1``; ``DSCHED_LEASE_ID + bucket * 65536`` for the others).
 
-    Written only by :mod:`django_dsched.scheduler.lease`. ``epoch`` grows by one every time
+    Written only by :mod:`django_dsched.cluster.lease`. ``epoch`` grows by one every time
     the lease changes hands; a fire commits only while its epoch is the row's epoch. The
     table and its key column keep the design's names (``scheduler_lock_t.lock_id``).
     """

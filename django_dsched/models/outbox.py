@@ -64,7 +64,7 @@ class OutboxMessage(EventRecord):
         help_text=_("Visibility timeout: after this another relay may claim the message."),
     )
 
-    # Phases of the latest attempt (database clock; ``outbox.runs`` derives the run status from
+    # Phases of the latest attempt (database clock; ``outbox.phases`` derives the run status from
     # them). Nullable without defaults: the fire statement does not write them.
     picked_ts = models.DateTimeField(
         _("picked"),
@@ -96,7 +96,7 @@ class OutboxMessage(EventRecord):
         verbose_name = _("outbox message")
         verbose_name_plural = _("outbox messages")
         # Newest first by id: ids are time-ordered (a fire's carries its slot's millisecond,
-        # scheduler/event_ids.py), so the primary key serves the order and no index on the
+        # history/event_ids.py), so the primary key serves the order and no index on the
         # time is written by every fire, claim and settle.
         ordering = ["-id"]
         permissions = [

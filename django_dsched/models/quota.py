@@ -2,7 +2,7 @@
 fires per second the scheduler gives it. A row overrides both settings defaults
 (``DSCHED_DEFAULT_MAX_ACTIVE_SCHEDULES``, ``DSCHED_DEFAULT_MAX_FIRES_PER_SECOND``) for its
 host; an empty field of a row means no limit for that host. Read by
-:mod:`django_dsched.schedules.quotas` (creates) and :mod:`django_dsched.scheduler.throttle`
+:mod:`django_dsched.changes.quotas` (creates) and :mod:`django_dsched.firing.throttle`
 (the fire path, once per heartbeat)."""
 
 from __future__ import annotations

@@ -80,7 +80,7 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
         return self.filter(active=True, next_run_ts__lte=Now())
 
 
-# Bits of Schedule.bucket_key (scheduler.buckets.KEY_BITS; a test checks they agree).
+# Bits of Schedule.bucket_key (cluster.buckets.KEY_BITS; a test checks they agree).
 BUCKET_KEY_BITS = 15
 
 
@@ -270,7 +270,7 @@ class Schedule(models.Model):
     )
     last_fired_ts = models.DateTimeField(_("last fired"), null=True, editable=False)
     # Which bucket fires this schedule: bucket_key & (DSCHED_BUCKETS - 1). Computed by the
-    # database from the id on every insert path (scheduler/buckets.py).
+    # database from the id on every insert path (cluster/buckets.py).
     bucket_key = models.GeneratedField(
         expression=BucketKey("schedule_id"),
         output_field=models.SmallIntegerField(),

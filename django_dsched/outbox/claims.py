@@ -345,7 +345,7 @@ class DeliveryOutcome:
     permanent: bool = False
     delay: float = 0.0
     # When the send started and ended (time.monotonic()); started None: the transport hands
-    # the work off to a worker, which reports the run's phases itself (outbox.runs).
+    # the work off to a worker, which reports the run's phases itself (outbox.phases).
     started: float | None = None
     ended: float | None = None
 

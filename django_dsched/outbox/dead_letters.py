@@ -9,8 +9,8 @@ from __future__ import annotations
 from django.db import connections, transaction
 from django.db.models import QuerySet
 
-from django_dsched.changes import ChangeCount
 from django_dsched.conf import app_settings
+from django_dsched.counts import ChangeCount
 from django_dsched.enums import DeliveryStatus
 from django_dsched.models import OutboxMessage
 

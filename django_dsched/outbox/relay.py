@@ -55,9 +55,9 @@ from django_dsched.outbox.heartbeat import ClaimHeartbeat
 from django_dsched.outbox.outcomes import Recorded, record
 from django_dsched.outbox.transports import Transport, Transports
 from django_dsched.outbox.transports.registry import host_of
+from django_dsched.runtime import binding
 from django_dsched.runtime.logs import get_logger
 from django_dsched.runtime.loops import DatabaseLoop, first_line, retry_delay
-from django_dsched.schedules import binding
 
 if TYPE_CHECKING:
     from django_dsched.metrics.relay import RelayMetrics  # needs prometheus_client

@@ -26,9 +26,9 @@ from django.db import connections, transaction
 
 from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus
+from django_dsched.history import event_ids
 from django_dsched.history.partitions import Held, drop_expired
 from django_dsched.runtime.logs import get_logger
-from django_dsched.scheduler import event_ids
 
 logger = get_logger(__name__)
 

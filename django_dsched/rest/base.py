@@ -21,6 +21,7 @@ from rest_framework.response import Response
 from rest_framework.schemas.inspectors import ViewInspector
 from rest_framework.views import APIView
 
+from django_dsched.changes.permissions import Capability
 from django_dsched.conf import app_settings
 from django_dsched.rest import auth, tenancy
 from django_dsched.rest.errors import exception_handler
@@ -28,7 +29,6 @@ from django_dsched.rest.pagination import KeysetPagination, without_page_paramet
 from django_dsched.rest.parsers import JSONBodyParser, body_limit, check_content_length
 from django_dsched.rest.permissions import ActionPermission
 from django_dsched.rest.serializers import NoOptions
-from django_dsched.schedules.permissions import Capability
 
 if TYPE_CHECKING:
     from rest_framework.permissions import _PermissionClass

@@ -24,6 +24,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from django_dsched import api
+from django_dsched.changes import bulk, lifecycle
+from django_dsched.changes import permissions as rules
+from django_dsched.changes.creates import Clock, Preparer
 from django_dsched.conf import app_settings
 from django_dsched.enums import ScheduleOrigin, ScheduleState
 from django_dsched.exceptions import BulkValidationError
@@ -51,9 +54,6 @@ from django_dsched.rest.serializers import (
     existing_only,
     model_values,
 )
-from django_dsched.schedules import bulk, lifecycle
-from django_dsched.schedules import permissions as rules
-from django_dsched.schedules.creates import Clock, Preparer
 
 JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
 LIVE = (ScheduleState.ACTIVE, ScheduleState.PAUSED)

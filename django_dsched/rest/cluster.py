@@ -28,6 +28,6 @@ class ClusterView(APIMixin):
     )
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         # Imported here: the rest of the API works in projects without django.contrib.admin.
-        from django_dsched.scheduler.cluster_status import cluster_status
+        from django_dsched.cluster.status import cluster_status
 
         return Response(ClusterSerializer(cluster_status()).data)

@@ -15,7 +15,7 @@ from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from django_dsched.changes import ChangeCount
+from django_dsched.counts import ChangeCount
 from django_dsched.models import OutboxMessage
 from django_dsched.outbox import dead_letters
 from django_dsched.rest import permissions

@@ -1,5 +1,5 @@
 """Who may call what: each endpoint needs a capability of
-:mod:`django_dsched.schedules.permissions`, the one rule the admin, the Python API and the
+:mod:`django_dsched.changes.permissions`, the one rule the admin, the Python API and the
 commands ask too (``user.has_perm``, so groups, superusers and custom backends work as in
 the admin). Seeing is the admin's view permission; each action needs the permission of the
 admin action that does the same thing. What an action fires beyond that (a resume that
@@ -15,8 +15,8 @@ from typing import Any
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
-from django_dsched.schedules import permissions as rules
-from django_dsched.schedules.permissions import Capability
+from django_dsched.changes import permissions as rules
+from django_dsched.changes.permissions import Capability
 
 # {view's permission table: {action: the capability it needs}}
 SCHEDULES: Mapping[str, Capability] = {

@@ -1,7 +1,7 @@
 """``schedules/``: list, create, read, replace, change and cancel schedules; their actions
 (pause, resume, trigger, backfill), their next fires and their history.
 
-Every change goes through :mod:`django_dsched.schedules.lifecycle`, as from the admin and the Python
+Every change goes through :mod:`django_dsched.changes.lifecycle`, as from the admin and the Python
 API: the same rules, the same audit events (with the requesting user as actor).
 """
 
@@ -24,7 +24,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from django_dsched import api
-from django_dsched.changes import ChangeCount
+from django_dsched.changes import creates, lifecycle, unchanged
+from django_dsched.changes import permissions as rules
+from django_dsched.changes.permissions import Capability
+from django_dsched.counts import ChangeCount
 from django_dsched.enums import ScheduleOrigin, ScheduleState
 from django_dsched.exceptions import ConflictError
 from django_dsched.exceptions import ValidationError as DschedValidationError
@@ -80,9 +83,6 @@ from django_dsched.rest.serializers import (
     schedule_detail,
 )
 from django_dsched.runtime.clock import database_now
-from django_dsched.schedules import creates, lifecycle, states
-from django_dsched.schedules import permissions as rules
-from django_dsched.schedules.permissions import Capability
 
 T = TypeVar("T")
 
@@ -386,7 +386,7 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
             required=required,
         )
         if not count.changed:  # nothing was written
-            raise StateConflict(states.why_not(change, schedule))
+            raise StateConflict(unchanged.why_not(change, schedule))
         return with_etag(schedule)
 
     # -- actions --------------------------------------------------------------------------
@@ -466,7 +466,7 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
         def fire(schedule: Schedule) -> dict[str, Any]:
             start, end = bounds["start"], bounds["end"]
             fired, already = lifecycle.backfill(schedule, start, end, actor=request.user)
-            note = states.no_slot(schedule, start, end) if fired + already == 0 else None
+            note = unchanged.no_slot(schedule, start, end) if fired + already == 0 else None
             return {"fired": fired, "already_fired": already, "note": note}
 
         return self._fire(request, fire)

@@ -18,6 +18,9 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from django_dsched.changes.creates import MAX_DELAY
+from django_dsched.changes.describe import describe
+from django_dsched.changes.specs import OPTIONS
 from django_dsched.enums import (
     DeliveryStatus,
     FrequencyUnit,
@@ -30,11 +33,8 @@ from django_dsched.enums import (
 from django_dsched.exceptions import ValidationError as DschedValidationError
 from django_dsched.models import Event, OutboxMessage, Schedule
 from django_dsched.models.validators import KEY_MAX_LENGTH, NAME_MAX_LENGTH, validate_aware
-from django_dsched.outbox import runs
+from django_dsched.outbox import phases
 from django_dsched.runtime.clock import database_now
-from django_dsched.schedules.creates import MAX_DELAY
-from django_dsched.schedules.describe import describe
-from django_dsched.schedules.specs import OPTIONS
 
 # The API's name of each writable field -> the model's.
 MODEL_FIELDS: Mapping[str, str] = {
@@ -773,15 +773,15 @@ class MessageSerializer(serializers.Serializer[OutboxMessage]):
 
     @extend_schema_field(serializers.ChoiceField(RunStatus.choices))
     def get_run_status(self, message: OutboxMessage) -> str:
-        return str(runs.run_status(message))
+        return str(phases.run_status(message))
 
     @extend_schema_field(serializers.FloatField(allow_null=True))
     def get_queue_wait_seconds(self, message: OutboxMessage) -> float | None:
-        return seconds(runs.queue_wait(message.event_ts, message.picked_ts))
+        return seconds(phases.queue_wait(message.event_ts, message.picked_ts))
 
     @extend_schema_field(serializers.FloatField(allow_null=True))
     def get_run_seconds(self, message: OutboxMessage) -> float | None:
-        return seconds(runs.run_time(message.started_ts, message.completed_ts, message.failed_ts))
+        return seconds(phases.run_time(message.started_ts, message.completed_ts, message.failed_ts))
 
 
 def seconds(span: timedelta | None) -> float | None:

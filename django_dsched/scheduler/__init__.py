@@ -1,8 +1,8 @@
-"""The scheduler: the leader's lease, the fire path and the ``run_scheduler`` loop.
+"""The ``run_scheduler`` process: its loop, housekeeping and retention thread.
 
-``run_scheduler`` runs one :class:`Scheduler` per process; one instance holds the lease
-(:mod:`.lease`) and fires due schedules in fenced batches (:mod:`.firing`); every instance
-reports itself for the cluster page (:mod:`.presence`).
+``run_scheduler`` runs one :class:`Scheduler` per process. It takes its share of the
+cluster's leases (:mod:`django_dsched.cluster`) and fires due schedules in fenced batches
+(:mod:`django_dsched.firing`).
 """
 
 from __future__ import annotations

@@ -12,14 +12,18 @@ from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, connections, transaction
 
+from django_dsched.cluster import presence
+from django_dsched.cluster.lease import (
+    BucketLeases,
+    LeaseHolder,
+    agree_bucket_count,
+    decide,
+    stored_bucket_count,
+)
+from django_dsched.cluster.split_brain import HostWatch
 from django_dsched.conf import app_settings
 from django_dsched.exceptions import BucketCountMismatch
-from django_dsched.runtime.hosts import HostWatch
-from django_dsched.runtime.logs import get_logger
-from django_dsched.runtime.loops import DatabaseLoop
-from django_dsched.runtime.refusals import refused
-from django_dsched.scheduler import presence
-from django_dsched.scheduler.firing import (
+from django_dsched.firing.batch import (
     BatchResult,
     Fence,
     NextDue,
@@ -27,15 +31,11 @@ from django_dsched.scheduler.firing import (
     next_due,
     refusal,
 )
-from django_dsched.scheduler.lease import (
-    BucketLeases,
-    LeaseHolder,
-    agree_bucket_count,
-    decide,
-    stored_bucket_count,
-)
+from django_dsched.firing.throttle import Throttle, read_rates
+from django_dsched.runtime.logs import get_logger
+from django_dsched.runtime.loops import DatabaseLoop
+from django_dsched.runtime.refusals import refused
 from django_dsched.scheduler.retention_worker import RetentionWorker, worker_for
-from django_dsched.scheduler.throttle import Throttle, read_rates
 
 if TYPE_CHECKING:
     from django_dsched.metrics.scheduler import SchedulerMetrics
@@ -153,7 +153,7 @@ class Scheduler(DatabaseLoop):
         self._retention_wanted = True
         self.retention: RetentionWorker | None = None
         # With several hosts in the URL: two of them accepting writes (split brain) stops
-        # the fires (runtime/hosts.py). None until the first session; then one per process.
+        # the fires (cluster/split_brain.py). None until the first session; then one per process.
         self.hosts: HostWatch | None = None
 
     # -- control -------------------------------------------------------------------------
@@ -490,7 +490,7 @@ class Scheduler(DatabaseLoop):
 
     def _read_rates(self) -> None:
         """At most once per heartbeat: the hosts' fire rates, and this instance's share of
-        them (with buckets, the share of the buckets it holds: scheduler/throttle.py)."""
+        them (with buckets, the share of the buckets it holds: firing/throttle.py)."""
         now = time.monotonic()
         if now < self._next_rates:
             return
@@ -620,7 +620,7 @@ class Scheduler(DatabaseLoop):
         A chore that fails on data is logged and left for the next heartbeat: it must not
         stop the fires. Database errors go to the reconnect path as everywhere.
         """
-        from django_dsched.schedules.lifecycle import resume_expired_pauses
+        from django_dsched.changes.lifecycle import resume_expired_pauses
 
         try:
             with self.transaction():

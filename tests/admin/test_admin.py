@@ -187,8 +187,8 @@ def test_history_is_read_only(superuser_client, model):
 def test_event_and_outbox_pages_show_the_payload(superuser_client, db_now):
     from django.db import connection, transaction
 
-    from django_dsched.scheduler.firing import Fence, fire_batch
-    from django_dsched.scheduler.lease import LeaseHolder
+    from django_dsched.cluster.lease import LeaseHolder
+    from django_dsched.firing.batch import Fence, fire_batch
 
     ScheduleFactory(event_data={"marker": "<b>x</b>"})
     lease = LeaseHolder(
@@ -227,7 +227,7 @@ def test_a_form_saved_over_a_newer_version_is_refused(superuser_client):
 
 
 def test_edits_leave_an_audit_event_with_who_and_what(superuser_client):
-    from django_dsched.schedules import lifecycle
+    from django_dsched.changes import lifecycle
 
     schedule = lifecycle.save_schedule(
         Schedule(

@@ -21,9 +21,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from django_dsched.admin.filters import CHOICES_LIMIT, index_distinct
-from django_dsched.history import partitions
+from django_dsched.history import event_ids, partitions
 from django_dsched.models import Schedule
-from django_dsched.scheduler import event_ids
 from tests.admin.test_queries import MAX_QUERIES
 from tests.helpers import sql
 

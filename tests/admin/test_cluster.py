@@ -10,11 +10,11 @@ from django.contrib.auth.models import Permission, User
 from django.db import connection
 from django.urls import reverse
 
+from django_dsched.changes import lifecycle
+from django_dsched.cluster.lease import LeaseHolder
 from django_dsched.enums import DeliveryStatus
 from django_dsched.models import Lease, OutboxMessage, SchedulerInstance
 from django_dsched.runtime.clock import database_now
-from django_dsched.scheduler.lease import LeaseHolder
-from django_dsched.schedules import lifecycle
 from tests.factories import ScheduleFactory
 
 pytestmark = pytest.mark.django_db

@@ -12,10 +12,10 @@ from django.core.management import call_command
 from django.db import connection
 from django.urls import reverse
 
+from django_dsched.cluster.buckets import ranking
+from django_dsched.cluster.lease import BucketLeases, agree_bucket_count
 from django_dsched.models import SchedulerInstance
 from django_dsched.runtime.clock import database_now
-from django_dsched.scheduler.buckets import ranking
-from django_dsched.scheduler.lease import BucketLeases, agree_bucket_count
 
 pytestmark = pytest.mark.django_db
 

@@ -12,10 +12,10 @@ from django.contrib.auth.models import User
 from django.urls import reverse
 
 from django_dsched import api
+from django_dsched.changes import lifecycle
 from django_dsched.enums import DeliveryStatus, ScheduleState
 from django_dsched.models import Event, OutboxMessage, Schedule
 from django_dsched.runtime.clock import database_now
-from django_dsched.schedules import lifecycle
 from tests.admin.test_admin import form_data
 from tests.factories import ScheduleFactory
 

@@ -10,10 +10,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from django_dsched.changes import lifecycle
 from django_dsched.enums import DeliveryStatus
 from django_dsched.models import OutboxMessage, Schedule, SchedulerInstance
 from django_dsched.runtime.clock import database_now
-from django_dsched.schedules import lifecycle
 from tests.factories import ScheduleFactory
 
 pytestmark = pytest.mark.django_db

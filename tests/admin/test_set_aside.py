@@ -9,10 +9,10 @@ import pytest
 from django.db import connection, transaction
 from django.urls import reverse
 
+from django_dsched.cluster.lease import LeaseHolder
 from django_dsched.enums import ScheduleKind, ScheduleState
+from django_dsched.firing.batch import Fence, fire_batch
 from django_dsched.models import Schedule
-from django_dsched.scheduler.firing import Fence, fire_batch
-from django_dsched.scheduler.lease import LeaseHolder
 from tests.admin.test_admin import form_data, run_action
 from tests.admin.test_pages import admin_client, change_url  # noqa: F401 (fixture)
 from tests.factories import ScheduleFactory

@@ -20,10 +20,10 @@ from django.test import Client, override_settings
 from django.urls import reverse
 
 from django_dsched import api
+from django_dsched.changes import lifecycle
 from django_dsched.enums import ScheduleKind, ScheduleState
 from django_dsched.exceptions import EditNotPermitted
 from django_dsched.models import Event, Schedule
-from django_dsched.schedules import lifecycle
 from django_dsched.timetables import jitter
 from django_dsched.timetables.grid import to_microseconds
 from tests.factories import ScheduleFactory
@@ -278,7 +278,7 @@ def test_claim_rows_match_the_database():
     # tests.fire_path builds the claim's row by hand: check it against the real CLAIM.
     from django.db import connection
 
-    from django_dsched.scheduler.firing import CLAIM, claim_args
+    from django_dsched.firing.batch import CLAIM, claim_args
     from tests.fire_path import claim_row
 
     schedule = ScheduleFactory(

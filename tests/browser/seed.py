@@ -7,12 +7,12 @@ from datetime import timedelta
 from django.db import connection, transaction
 
 from django_dsched import api
+from django_dsched.changes import lifecycle
+from django_dsched.cluster.lease import LeaseHolder
 from django_dsched.enums import DeliveryStatus
+from django_dsched.firing.batch import Fence, fire_batch
 from django_dsched.models import OutboxMessage, Schedule, SchedulerInstance
 from django_dsched.runtime.clock import database_now
-from django_dsched.scheduler.firing import Fence, fire_batch
-from django_dsched.scheduler.lease import LeaseHolder
-from django_dsched.schedules import lifecycle
 
 
 def seed_cluster() -> dict[str, Schedule]:

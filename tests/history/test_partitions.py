@@ -20,9 +20,11 @@ from django.db import IntegrityError, transaction
 from django.urls import reverse
 
 from django_dsched import api
+from django_dsched.changes import lifecycle
 from django_dsched.checks import check_history_partitions
 from django_dsched.enums import DeliveryStatus
 from django_dsched.history import partitions
+from django_dsched.history.event_ids import change_id, event_id
 from django_dsched.history.partitions import (
     DAYS_AHEAD,
     EVENTS,
@@ -36,8 +38,6 @@ from django_dsched.history.partitions import (
 from django_dsched.models import Event, OutboxMessage, Schedule
 from django_dsched.outbox import dead_letters
 from django_dsched.outbox.retention import count_expired, purge_expired
-from django_dsched.scheduler.event_ids import change_id, event_id
-from django_dsched.schedules import lifecycle
 from tests.factories import ScheduleFactory
 from tests.helpers import other_session, second_event, sql
 
@@ -397,7 +397,7 @@ def admin_client(client):
 
 
 def test_the_leader_s_fires_are_written_into_the_day_partitions_of_their_slots(db_now):
-    from tests.scheduler.test_refused_rows import run_once
+    from tests.firing.test_refused_rows import run_once
 
     ScheduleFactory.create_batch(5, start_ts=db_now() - timedelta(seconds=5))
     run_once()

@@ -15,9 +15,9 @@ from datetime import date, timedelta
 
 import pytest
 
+from django_dsched.history.event_ids import change_sql
 from django_dsched.history.partitions import EVENTS, OUTBOX, make_day, partition
 from django_dsched.outbox.claims import CLAIM, NEXT_CLAIMABLE
-from django_dsched.scheduler.event_ids import change_sql
 from tests.helpers import sql
 from tests.outbox.test_claims import (
     BATCH,

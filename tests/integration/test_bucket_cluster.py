@@ -12,10 +12,10 @@ from datetime import timedelta
 
 import pytest
 
+from django_dsched.cluster.buckets import LOCK_STRIDE
 from django_dsched.enums import FrequencyUnit
 from django_dsched.models import Event, Schedule
 from django_dsched.runtime.clock import database_now
-from django_dsched.scheduler.buckets import LOCK_STRIDE
 from tests.factories import ScheduleFactory
 from tests.helpers import sql, wait_for
 from tests.integration.test_cluster import check_every_slot_fired_once_in_both_tables

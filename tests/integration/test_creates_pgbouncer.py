@@ -26,7 +26,7 @@ django.setup()
 from datetime import timedelta
 from django.db import connection
 from django_dsched import api
-from django_dsched.schedules import single_insert
+from django_dsched.changes import single_insert
 
 tag = __import__("sys").argv[1]
 for n in range({CREATES}):

@@ -16,10 +16,10 @@ from datetime import timedelta
 
 import pytest
 
+from django_dsched.cluster.buckets import ranking
 from django_dsched.enums import FrequencyUnit
 from django_dsched.models import Event
 from django_dsched.runtime.clock import database_now
-from django_dsched.scheduler.buckets import ranking
 from tests.factories import ScheduleFactory
 from tests.helpers import sql, wait_for
 from tests.integration.test_bucket_cluster import LEASE

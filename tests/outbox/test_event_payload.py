@@ -15,7 +15,9 @@ import pytest
 from django.db import connection, transaction
 
 from django_dsched import api
+from django_dsched.cluster.lease import LeaseHolder
 from django_dsched.enums import DeliveryStatus
+from django_dsched.firing.batch import Fence, fire_batch
 from django_dsched.history import partitions
 from django_dsched.models import Event, OutboxMessage
 from django_dsched.outbox import envelope
@@ -23,8 +25,6 @@ from django_dsched.outbox.claims import claim
 from django_dsched.outbox.relay import Relay
 from django_dsched.outbox.retention import count_expired, purge_expired
 from django_dsched.runtime.clock import database_now
-from django_dsched.scheduler.firing import Fence, fire_batch
-from django_dsched.scheduler.lease import LeaseHolder
 from tests.factories import ScheduleFactory
 from tests.helpers import sql
 from tests.outbox_helpers import envelope_text

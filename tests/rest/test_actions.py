@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from django_dsched import api
+from django_dsched.changes import lifecycle
 from django_dsched.enums import ScheduleState
 from django_dsched.models import Event, OutboxMessage, Schedule
 from django_dsched.runtime.clock import database_now
-from django_dsched.schedules import lifecycle
 from tests.rest.conftest import INTERVAL
 
 pytestmark = pytest.mark.django_db

@@ -2,7 +2,7 @@
 says (a resume that catches up, a create with a backlog) or shows what another created (a
 create with an existing key), x (anonymous, no permission, each permission, the pairs that
 allow those, superuser). The permissions are the capabilities of
-django_dsched.schedules.permissions, the admin's; a refused call changes nothing."""
+django_dsched.changes.permissions, the admin's; a refused call changes nothing."""
 
 from __future__ import annotations
 

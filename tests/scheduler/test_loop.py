@@ -32,7 +32,7 @@ def test_run_until_idle_fires_everything_due_in_batches(db_now):
 def test_a_standby_fires_nothing_while_a_live_leader_holds_the_lease(db_now):
     due(db_now, 3)
     with other_session() as leader_session:
-        from django_dsched.scheduler.lease import LeaseHolder
+        from django_dsched.cluster.lease import LeaseHolder
 
         leader = LeaseHolder(
             leader_session, lease_id=1, instance_id="leader", lease_seconds=30, fast_failover=True
@@ -52,7 +52,7 @@ def test_a_deposed_leader_cannot_commit_a_fire(db_now):
     # While "old" was paused its lease expired and another instance took it.
     sql("UPDATE scheduler_lock_t SET last_heartbeat = clock_timestamp() - interval '1 hour'")
     with other_session() as s2:
-        from django_dsched.scheduler.lease import LeaseHolder
+        from django_dsched.cluster.lease import LeaseHolder
 
         assert LeaseHolder(
             s2, lease_id=1, instance_id="new", lease_seconds=30, fast_failover=True

@@ -19,7 +19,7 @@ unless the worker dies after them and before the commit. The task holds a databa
 connection in a transaction while it runs: keep such tasks short, or split them.
 
 Each run reports its phases to the outbox message whose id is the task id
-(:mod:`django_dsched.outbox.runs`): started before the transaction, completed after its
+(:mod:`django_dsched.outbox.phases`): started before the transaction, completed after its
 commit (also when skipped: the earlier run committed), failed with the error when it raised.
 
 A task called directly (``build(42)``, no task id) just runs. ``purge_task_runs(days)``
@@ -38,7 +38,7 @@ from django.db.models.functions import Now
 
 from django_dsched.conf import app_settings
 from django_dsched.contrib.celery.models import TaskRun
-from django_dsched.outbox import runs
+from django_dsched.outbox import phases
 from django_dsched.runtime.logs import get_logger
 
 logger = get_logger(__name__)
@@ -63,7 +63,7 @@ class ExactlyOnceTask(Task):  # type: ignore[misc]  # Celery ships no type infor
         alias = self.dedupe_database or app_settings.DATABASE
         # The run's phases go to its outbox message (outside the run's transaction, so a
         # failure is recorded although the run rolls back).
-        runs.report_quietly(runs.report_started, task_id)
+        phases.report_quietly(phases.report_started, task_id)
         try:
             with transaction.atomic(using=alias):
                 with connections[alias].cursor() as cursor:
@@ -73,10 +73,10 @@ class ExactlyOnceTask(Task):  # type: ignore[misc]  # Celery ships no type infor
                     result = super().__call__(*args, **kwargs)
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            runs.report_quietly(runs.report_failed, task_id, error)
+            phases.report_quietly(phases.report_failed, task_id, error)
             raise
         # A skipped id ran before and committed: that run completed.
-        runs.report_quietly(runs.report_completed, task_id)
+        phases.report_quietly(phases.report_completed, task_id)
         if not first:
             logger.info("skipped task %s id=%s: it already ran", self.name, task_id)
             return None

@@ -10,6 +10,9 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, connections
 
 from django_dsched import api
+from django_dsched.changes import permissions as rules
+from django_dsched.changes import unchanged
+from django_dsched.changes.describe import describe
 from django_dsched.conf import app_settings
 from django_dsched.declared import sync
 from django_dsched.enums import ScheduleState
@@ -18,9 +21,6 @@ from django_dsched.management import _arguments
 from django_dsched.models import Schedule
 from django_dsched.runtime.tables import ours_missing
 from django_dsched.runtime.text import escape_control_characters as shown
-from django_dsched.schedules import permissions as rules
-from django_dsched.schedules import states
-from django_dsched.schedules.describe import describe
 
 
 def aware_datetime(value: str) -> datetime:
@@ -212,7 +212,7 @@ class Command(BaseCommand):
         """``yes``, or an error saying why ``change`` did nothing (the schedule's state)."""
         if not done:
             found = api.get(schedule, host_id=host)
-            raise CommandError(f"{shown(states.why_not(change, found))} Nothing done.")
+            raise CommandError(f"{shown(unchanged.why_not(change, found))} Nothing done.")
         self.stdout.write(yes)
 
     def do_pause(
@@ -245,12 +245,12 @@ class Command(BaseCommand):
         fired, already = api.backfill(schedule, start, end, host_id=host, actor=self.actor)
         if fired + already == 0:
             found = api.get(schedule, host_id=host)
-            self.stdout.write(f"Fired nothing: {states.no_slot(found, start, end)}")
+            self.stdout.write(f"Fired nothing: {unchanged.no_slot(found, start, end)}")
             return
         self.stdout.write(f"Fired {fired} slot(s); {already} had already fired.")
 
     def do_cluster(self, **options: Any) -> None:
-        from django_dsched.scheduler.cluster_status import cluster_status
+        from django_dsched.cluster.status import cluster_status
 
         status = cluster_status()
         write = self.stdout.write

@@ -25,7 +25,7 @@ class Transport:
     batch_size: ClassVar[int] = 1
     # True when a send hands the work to workers elsewhere (a task queue): the message is
     # delivered once they have it, and they report the run's phases themselves
-    # (django_dsched.outbox.runs). False: the send is the run; the relay records its phases.
+    # (django_dsched.outbox.phases). False: the send is the run; the relay records its phases.
     hands_off: ClassVar[bool] = False
     # Option names this transport accepts (upper case, as written in settings).
     options: ClassVar[frozenset[str]] = frozenset()

@@ -12,7 +12,7 @@ its ``id`` is the idempotency key). Delivery succeeds when the task backend acce
 The run is reported back from the Tasks framework's own signals (``task_started``,
 ``task_finished`` with the result's status and error), received in the worker (the app's
 ``ready()`` connects them): a task whose one argument is a dsched envelope reports its
-message's phases (:mod:`django_dsched.outbox.runs`).
+message's phases (:mod:`django_dsched.outbox.phases`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 from django.utils.module_loading import import_string
 
 from django_dsched.exceptions import ConfigurationError, DeliveryError
-from django_dsched.outbox import runs
+from django_dsched.outbox import phases
 from django_dsched.outbox.claims import Message
 from django_dsched.outbox.transports.base import Transport
 
@@ -113,7 +113,7 @@ def _error(task_result: Any) -> str:
 def task_started(sender: Any, task_result: Any, **kwargs: Any) -> None:
     message_id = _message_id(task_result)
     if message_id:
-        runs.report_quietly(runs.report_started, message_id)
+        phases.report_quietly(phases.report_started, message_id)
 
 
 def task_finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
@@ -122,9 +122,9 @@ def task_finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
         return
     status = str(getattr(task_result, "status", ""))
     if status == "SUCCESSFUL":
-        runs.report_quietly(runs.report_completed, message_id)
+        phases.report_quietly(phases.report_completed, message_id)
     elif status == "FAILED":
-        runs.report_quietly(runs.report_failed, message_id, _error(task_result))
+        phases.report_quietly(phases.report_failed, message_id, _error(task_result))
 
 
 def connect_signals() -> bool:

@@ -7,10 +7,10 @@ from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand
 from rest_framework.authtoken.models import Token
 
+from django_dsched.changes import lifecycle
 from django_dsched.enums import FrequencyUnit
 from django_dsched.models import Schedule
 from django_dsched.runtime.clock import database_now
-from django_dsched.schedules import lifecycle
 
 DEMO_SCHEDULES = [
     ("heartbeat-every-2s", FrequencyUnit.SECONDS, 2, "ops", "ops.ping", {"target": "api"}),

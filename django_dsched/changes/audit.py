@@ -1,0 +1,108 @@
+"""Audit events: every change to a schedule is an event on its own version sequence.
+
+A change bumps the schedule's ``aggregate_version`` and writes an event with that version
+to ``event_store_t`` in the same transaction, so a schedule's history (changes and fires)
+is one ordered list: ``Event.objects.filter(aggregate_id=...).order_by("aggregate_version")``.
+Audit events have no ``scheduled_ts`` and no outbox message.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any
+
+from django_dsched.enums import ScheduleOrigin
+from django_dsched.history.event_ids import change_id
+from django_dsched.models import Event, Schedule
+
+PREFIX = "dsched.schedule."
+
+
+def plain(value: Any) -> Any:
+    """A JSON-safe copy of a field value."""
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID | Decimal):
+        return str(value)
+    return value
+
+
+def actor_name(actor: Any) -> str:
+    """ "alice" for a user, the string itself for a name, "system" for nothing."""
+    if actor is None:
+        return "system"
+    if isinstance(actor, str):
+        return actor
+    username = getattr(actor, "get_username", None)
+    return username() if callable(username) else str(actor)
+
+
+# What a schedule is (not its runtime state), as recorded in a "created" event.
+DEFINITION_FIELDS = (
+    "schedule_name",
+    "schedule_kind",
+    "frequency_unit",
+    "frequency_time",
+    "cron_expression",
+    "time_zone",
+    "start_ts",
+    "end_ts",
+    "max_fires",
+    "misfire_policy",
+    "misfire_grace_seconds",
+    "catch_up_limit",
+    "jitter_seconds",
+    "priority",
+    "event_topic",
+    "event_type",
+    "event_data",
+    "origin",
+    "idempotency_key",
+)
+
+
+def definition(schedule: Schedule) -> dict[str, Any]:
+    """What a schedule is (not its runtime state), as recorded in a "created" event."""
+    return {name: plain(getattr(schedule, name)) for name in DEFINITION_FIELDS}
+
+
+def definition_sql(alias: str, names: Sequence[str] = DEFINITION_FIELDS) -> str:
+    """:func:`definition` in SQL, of the row ``alias`` (a ``jsonb`` object; the fields'
+    columns have their names); only ``names`` (of :data:`DEFINITION_FIELDS`) if given."""
+    pairs = ", ".join(f"'{name}', {alias}.{name}" for name in names)
+    return f"jsonb_build_object({pairs})"
+
+
+def event_for(
+    schedule: Schedule,
+    verb: str,
+    *,
+    actor: Any,
+    at: datetime,
+    changes: dict[str, Any] | None = None,
+    **details: Any,
+) -> Event:
+    """An unsaved audit event for the change that brought ``schedule`` to its version."""
+    who = actor_name(actor)
+    payload: dict[str, Any] = {"actor": who, "at": at.isoformat(), **details}
+    if changes is not None:
+        payload["changes"] = changes
+    return Event(
+        # The change's time (``at``, from the database) in the id: the day it is stored in.
+        id=change_id(at),
+        host_id=schedule.host_id,
+        aggregate_id=schedule.schedule_id,
+        aggregate_type="Schedule",
+        aggregate_version=schedule.aggregate_version,
+        event_type=PREFIX + verb,
+        event_ts=at,
+        payload=payload,
+        metadata={
+            "actor": who,
+            "schedule_name": schedule.schedule_name,
+            "origin": schedule.origin or ScheduleOrigin.ADMIN,
+        },
+    )

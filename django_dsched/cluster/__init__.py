@@ -1,0 +1,9 @@
+"""The cluster of schedulers: who may fire which schedules, and what the cluster looks like.
+
+- :mod:`.lease`: the lease rows of ``scheduler_lock_t`` (one leader, or one owner per bucket),
+  their epochs and heartbeats, taken and renewed on the database's clock.
+- :mod:`.buckets`: which bucket a schedule is in, and who owns each (rendezvous hashing).
+- :mod:`.presence`: each instance's row for the cluster page.
+- :mod:`.split_brain`: two hosts of a multi-host URL accepting writes stop this instance.
+- :mod:`.status`: the cluster as the admin, REST and ``dsched cluster`` show it.
+"""
