@@ -43,7 +43,7 @@ from django_dsched.rest.errors import (
     validation_failed,
 )
 from django_dsched.rest.responses import described, errors
-from django_dsched.rest.serializers import (
+from django_dsched.rest.serializers.schedule_input import (
     API_NAMES,
     AwareDateTimeField,
     BulkCancelInput,

@@ -22,7 +22,7 @@ from django_dsched.rest import permissions
 from django_dsched.rest.base import TenantViewSet, body, query
 from django_dsched.rest.errors import StateConflict
 from django_dsched.rest.responses import READ, READ_ONE, described, errors
-from django_dsched.rest.serializers import (
+from django_dsched.rest.serializers.schedule_input import (
     MessageDetailSerializer,
     MessageSerializer,
     NoOptions,

@@ -54,7 +54,7 @@ from django_dsched.rest.responses import (
     errors,
     if_match,
 )
-from django_dsched.rest.serializers import (
+from django_dsched.rest.serializers.schedule_input import (
     API_NAMES,
     BackfillResultSerializer,
     DeliveriesQuery,
