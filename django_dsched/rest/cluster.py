@@ -10,7 +10,7 @@ from rest_framework.response import Response
 from django_dsched.rest import permissions
 from django_dsched.rest.base import APIMixin
 from django_dsched.rest.responses import READ, described, errors
-from django_dsched.rest.serializers.schedule_input import ClusterSerializer
+from django_dsched.rest.serializers.cluster import ClusterSerializer
 
 
 class ClusterView(APIMixin):
