@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
@@ -72,42 +72,42 @@ class InputTimeField(AwareDateTimeField):
 # number, 0 for false and 7 for a UUID, which the schema (and a careful client) does not.
 
 
-class Text(serializers.CharField):
-    """A JSON string (DRF's CharField would also take a number)."""
+class JSONTyped(serializers.Field[Any, Any, Any, Any]):
+    """Mixed in before a DRF field: it takes only a value of :attr:`json_type` (JSON's true
+    and false are not numbers, though Python's bool is an int), then parses it as the field."""
 
-    def to_internal_value(self, data: Any) -> str:
-        if not isinstance(data, str):
-            self.fail("invalid")
-        value: str = super().to_internal_value(data)
-        return value
-
-
-class Integer(serializers.IntegerField):
-    """A JSON integer (not a string, a float or a boolean)."""
-
-    def to_internal_value(self, data: Any) -> int:
-        if isinstance(data, bool) or not isinstance(data, int):
-            self.fail("invalid")
-        value: int = super().to_internal_value(data)
-        return value
-
-
-class Boolean(serializers.BooleanField):
-    """true or false (not 0, 1, "yes" or "on")."""
-
-    def to_internal_value(self, data: Any) -> bool:
-        if not isinstance(data, bool):
-            self.fail("invalid")
-        return data
-
-
-class UUIDText(serializers.UUIDField):
-    """A UUID in a JSON string (DRF's UUIDField would also take an integer)."""
+    json_type: ClassVar[type]
 
     def to_internal_value(self, data: Any) -> Any:
-        if not isinstance(data, str):
-            self.fail("invalid", value=str(data)[:50])
+        if not isinstance(data, self.json_type) or (
+            isinstance(data, bool) and self.json_type is not bool
+        ):
+            self.fail("invalid")
         return super().to_internal_value(data)
+
+
+class Text(JSONTyped, serializers.CharField):
+    """A JSON string (DRF's CharField would also take a number)."""
+
+    json_type = str
+
+
+class Integer(JSONTyped, serializers.IntegerField):
+    """A JSON integer (not a string, a float or a boolean)."""
+
+    json_type = int
+
+
+class Boolean(JSONTyped, serializers.BooleanField):
+    """true or false (not 0, 1, "yes" or "on")."""
+
+    json_type = bool
+
+
+class UUIDText(JSONTyped, serializers.UUIDField):
+    """A UUID in a JSON string (DRF's UUIDField would also take an integer)."""
+
+    json_type = str
 
 
 # The identifier rule of validation.identifier_validator, in a regex every client reads.
