@@ -110,7 +110,7 @@ class UUIDText(JSONTyped, serializers.UUIDField):
     json_type = str
 
 
-# The identifier rule of validation.identifier_validator, in a regex every client reads.
+# The identifier rule of models.validators.identifier_validator, in a regex every client reads.
 IDENTIFIER_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._:/-]*$"
 
 
