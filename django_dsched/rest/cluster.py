@@ -11,7 +11,7 @@ from django_dsched.cluster.status import cluster_status
 from django_dsched.rest import permissions
 from django_dsched.rest.base import APIMixin
 from django_dsched.rest.responses import READ, described, errors
-from django_dsched.rest.serializers import ClusterSerializer
+from django_dsched.rest.serializers.cluster import ClusterSerializer
 
 
 class ClusterView(APIMixin):
