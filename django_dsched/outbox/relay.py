@@ -36,7 +36,6 @@ from django.db import Error, connections
 from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus
 from django_dsched.exceptions import DeliveryError, PermanentDeliveryError
-from django_dsched.metrics.relay import DEAD_LETTER, DELIVERED, LOST, RETRY, slot_of
 from django_dsched.models.validators import make_storable_text
 from django_dsched.outbox.claims import (
     ERROR_MAX_CHARS,
@@ -53,6 +52,7 @@ from django_dsched.outbox.claims import (
 from django_dsched.outbox.handlers import autodiscover
 from django_dsched.outbox.heartbeat import ClaimHeartbeat
 from django_dsched.outbox.outcomes import Recorded, record
+from django_dsched.outbox.tally import DEAD_LETTER, DELIVERED, LOST, RETRY, slot_of
 from django_dsched.outbox.transports import Transport, Transports
 from django_dsched.outbox.transports.registry import host_of
 from django_dsched.runtime import binding
