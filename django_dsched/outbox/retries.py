@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 from django_dsched.exceptions import DeliveryError, PermanentDeliveryError
 from django_dsched.models.validators import make_storable_text
 from django_dsched.outbox.claims import ERROR_MAX_CHARS, DeliveryOutcome, Message
-from django_dsched.runtime.loops import retry_delay
 
 
 def describe(exc: BaseException) -> str:
@@ -24,6 +24,17 @@ def describe(exc: BaseException) -> str:
     except Exception as failure:
         return f"{name} (its message could not be read: {type(failure).__name__})"
     return make_storable_text(f"{name}: {text}" if text else name, ERROR_MAX_CHARS)
+
+
+def retry_delay(attempt: int, base: float, cap: float) -> float:
+    """Delay before retrying a message whose ``attempt``-th delivery failed.
+
+    ``min(cap, base * 2**(attempt-1))``, jittered uniformly down to half of it, so retries
+    of messages that failed together spread out but never come sooner than half the step.
+    """
+    exponent = min(max(attempt, 1) - 1, 60)
+    delay = min(cap, base * 2.0**exponent)
+    return random.uniform(delay / 2, delay)
 
 
 @dataclass(frozen=True)
