@@ -3,7 +3,8 @@
 One :class:`RelayMetrics` per process (:func:`relay_metrics`), fed once per chunk sent and
 once per settle statement. The latency is the database time a delivery was recorded
 (``delivered_ts``) minus the fire's slot (the CloudEvent's ``scheduledtime``), both from
-the database's clock.
+the database's clock. The outcome labels and the slot are the outbox's, which decides each
+outcome (:mod:`django_dsched.outbox.tally`).
 """
 
 from __future__ import annotations
@@ -11,15 +12,12 @@ from __future__ import annotations
 import threading
 from collections import Counter as Tally
 from collections.abc import Iterable
-from datetime import datetime
 
 from django_dsched.metrics.registry import LAG_BUCKETS, BatchHistogram
+from django_dsched.outbox.tally import DEAD_LETTER, DELIVERED, LOST, RETRY
 
 _lock = threading.Lock()
 _instance: RelayMetrics | None = None
-
-# Outcome labels of dsched_deliveries_total.
-DELIVERED, RETRY, DEAD_LETTER, LOST = "delivered", "retry", "dead_letter", "lost"
 
 
 class RelayMetrics:
@@ -30,8 +28,8 @@ class RelayMetrics:
 
         self.deliveries = Counter(
             "dsched_deliveries",
-            "Delivery outcomes recorded by this process: delivered, retry (a failed attempt "
-            "to be retried), dead_letter, lost (the claim expired and another relay took it).",
+            f"Delivery outcomes recorded by this process: {DELIVERED}, {RETRY} (a failed attempt "
+            f"to be retried), {DEAD_LETTER}, {LOST} (the claim expired and another relay took it).",
             ["transport", "outcome"],
         )
         self.attempts = Counter(
@@ -55,17 +53,6 @@ class RelayMetrics:
         for (transport, outcome), count in outcomes.items():
             self.deliveries.labels(transport, outcome).inc(count)
         self.latency.observe_many(latencies)
-
-
-def slot_of(payload: dict[str, object]) -> datetime | None:
-    """The fire's slot from a CloudEvent payload (``scheduledtime``), if it has one."""
-    value = payload.get("scheduledtime")
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value)
-    except ValueError:
-        return None
 
 
 def relay_metrics() -> RelayMetrics:

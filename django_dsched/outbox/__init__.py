@@ -3,8 +3,24 @@
 ``run_relay`` runs one :class:`Relay` per process; it claims pending messages
 (:mod:`.claims`), hands each to the transport its topic is routed to (:mod:`.transports`),
 and records the outcomes (:mod:`.outcomes`: one the database refuses cannot lose the others).
-:mod:`.dead_letters` retries or discards failed messages;
-:mod:`.retention` deletes old history.
+
+- :mod:`.relay`: the ``run_relay`` loop: claim, send chunk by chunk, settle, renew, release.
+- :mod:`.claims`: the relay's only raw SQL: claim, extend, release, settle.
+- :mod:`.pace`: how many rows the next claim asks for, from the last claim's and batch's pace.
+- :mod:`.ahead`: under a backlog, the next batch claimed on a thread of its own meanwhile.
+- :mod:`.chunks`: a batch cut into runs that share a transport, at its batch size.
+- :mod:`.retries`: what a failed send becomes: its error text and its retry delay.
+- :mod:`.outcomes`: a batch's outcomes recorded so that a refused one loses no other.
+- :mod:`.reports`: the relay's stats, log lines and metrics of its deliveries.
+- :mod:`.tally`: the metrics' outcome labels, transport label and slot (the latency's start).
+- :mod:`.heartbeat`: renewing the claims of the batch in hand from a thread of its own.
+- :mod:`.phases`: a delivery's phases and the worker-side hooks that report them.
+- :mod:`.envelope`: the CloudEvents envelope, composed from the event when read.
+- :mod:`.handlers`: in-process handlers registered for a topic or an event type.
+- :mod:`.transports`: where messages go (one module per transport), routed per topic.
+- :mod:`.coverage`: the topics and event types of schedules nobody would deliver.
+- :mod:`.dead_letters`: retrying or discarding failed messages.
+- :mod:`.retention`: deleting old history.
 """
 
 from __future__ import annotations

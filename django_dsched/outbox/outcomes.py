@@ -105,16 +105,7 @@ def record(
     except DatabaseError as exc:
         if not refused(exc) or connections[using].in_atomic_block:
             raise  # not a row's fault; or the caller's transaction is aborted
-    return _one_by_one(using, cursor, claimer, outcomes, retry_delay)
-
-
-def _one_by_one(
-    using: str,
-    cursor: Any,
-    claimer: Claimer,
-    outcomes: Sequence[DeliveryOutcome],
-    retry_delay: Callable[[Message], float],
-) -> Recorded:
+    # One by one, each in a savepoint of one transaction.
     recorded = Recorded([], [])
     with transaction.atomic(using=using):
         for outcome in outcomes:

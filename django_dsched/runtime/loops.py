@@ -64,17 +64,6 @@ def lock_wait_timed_out(exc: BaseException) -> bool:
     return getattr(cause, "sqlstate", None) == "55P03"
 
 
-def retry_delay(attempt: int, base: float, cap: float) -> float:
-    """Delay before retrying a message whose ``attempt``-th delivery failed.
-
-    ``min(cap, base * 2**(attempt-1))``, jittered uniformly down to half of it, so retries
-    of messages that failed together spread out but never come sooner than half the step.
-    """
-    exponent = min(max(attempt, 1) - 1, 60)
-    delay = min(cap, base * 2.0**exponent)
-    return random.uniform(delay / 2, delay)
-
-
 class LoopStats(Protocol):
     db_errors: int
 

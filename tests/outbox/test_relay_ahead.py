@@ -10,9 +10,10 @@ from django.db.models.functions import Now
 
 from django_dsched.enums import DeliveryStatus
 from django_dsched.models import OutboxMessage
-from django_dsched.outbox import relay as relay_module
+from django_dsched.outbox import pace
+from django_dsched.outbox.ahead import CLAIM_AHEAD_MIN
 from django_dsched.outbox.claims import Claimer, claim
-from django_dsched.outbox.relay import CLAIM_AHEAD_MIN, Relay
+from django_dsched.outbox.relay import Relay
 from tests.helpers import other_session, wait_for
 from tests.outbox_helpers import make_messages, statuses
 
@@ -61,7 +62,7 @@ def test_the_claim_ahead_waits_for_the_end_of_a_slow_batch(relay_settings, handl
     """A send that hangs in the middle of a batch holds no batch claimed ahead, and what
     arrives meanwhile is not queued behind one: the claim ahead is made near the end of a
     batch (with 20 ms a message, beside its settle), not when the batch begins."""
-    monkeypatch.setattr(relay_module, "BATCH_SECONDS", 60.0)  # whole batches at 20 ms a message
+    monkeypatch.setattr(pace, "BATCH_SECONDS", 60.0)  # whole batches at 20 ms a message
     seen: list[str] = []
     held: list[int] = []
 
@@ -136,7 +137,7 @@ def test_stopping_gives_back_the_batch_claimed_ahead(relay_settings, handle):
 
 
 def test_a_slow_batch_makes_the_next_claim_smaller(relay_settings, handle, monkeypatch):
-    monkeypatch.setattr(relay_module, "BATCH_SECONDS", 0.1)
+    monkeypatch.setattr(pace, "BATCH_SECONDS", 0.1)
     handle(lambda event: time.sleep(0.02), topic="reports")  # at least 20 ms a message
     make_messages(40)
     relay = Relay(instance_id="r1", batch_size=10)
