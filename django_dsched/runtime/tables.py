@@ -25,7 +25,7 @@ def require_tables(connection: Any) -> None:
     """Raise :class:`MissingTables` unless the package's tables are in ``connection``'s
     database (on its search path)."""
     names = [
-        apps.get_model("django_dsched", model)._meta.db_table
+        apps.get_model("dsched", model)._meta.db_table
         for model in ("Schedule", "Lease", "Event", "OutboxMessage")
     ]
     with connection.cursor() as cursor:
