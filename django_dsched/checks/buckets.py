@@ -7,14 +7,14 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
-from django.db import connections
+from django.db import DatabaseError, connections
 
+from django_dsched.cluster.buckets import LOCK_STRIDE, MAX_BUCKETS, is_valid_count
+from django_dsched.cluster.lease import LIVE_LEASES, stored_bucket_count
 from django_dsched.conf import app_settings
 
 
 def bucket_setting_errors() -> list[Error]:
-    from django_dsched.cluster.buckets import LOCK_STRIDE, MAX_BUCKETS, is_valid_count
-
     errors = []
     count, replicas = app_settings.BUCKETS, app_settings.REPLICAS
     if not is_valid_count(count):
@@ -46,11 +46,6 @@ def bucket_setting_errors() -> list[Error]:
 def check_bucket_count(databases: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """With ``--database``: DSCHED_BUCKETS agrees with the count the cluster in the database
     runs with (a live cluster with another count refuses this instance)."""
-    from django.db import DatabaseError
-
-    from django_dsched.cluster.buckets import is_valid_count
-    from django_dsched.cluster.lease import LIVE_LEASES, stored_bucket_count
-
     alias = app_settings.DATABASE
     if not databases or alias not in databases or not is_valid_count(app_settings.BUCKETS):
         return []

@@ -11,13 +11,14 @@ from django.db import DatabaseError
 from django_dsched.checks.settings import is_number
 from django_dsched.conf import app_settings
 from django_dsched.exceptions import ConfigurationError
+from django_dsched.outbox.coverage import unserved
+from django_dsched.outbox.transports.registry import routing_problems
+from django_dsched.outbox.transports.webhook import allowed_networks, configured_resolver
 
 
 @register(Tags.compatibility)
 def check_delivery_settings(**kwargs: Any) -> list[Error]:
     """The relay's and retention's settings (dsched.E007 to E013)."""
-    from django_dsched.outbox.transports.registry import routing_problems
-
     errors = [
         Error(f"{problem}.", id="dsched.E007")
         for problem in routing_problems(app_settings.TRANSPORTS, app_settings.TRANSPORTS_BY_HOST)
@@ -128,8 +129,6 @@ def check_delivery_settings(**kwargs: Any) -> list[Error]:
 
 def _webhook_network_errors() -> list[Error]:
     """DSCHED_WEBHOOK_ALLOWED_NETWORKS and DSCHED_WEBHOOK_RESOLVER (dsched.E012)."""
-    from django_dsched.outbox.transports.webhook import allowed_networks, configured_resolver
-
     errors = []
     try:
         allowed_networks()
@@ -159,8 +158,6 @@ def check_unserved_topics(databases: Any = None, **kwargs: Any) -> list[CheckMes
     (dsched.W003; ``check --database``, and ``run_relay`` logs them at start)."""
     if not databases or app_settings.DATABASE not in databases:
         return []
-    from django_dsched.outbox.coverage import unserved
-
     try:
         found = unserved()
     except DatabaseError:  # not migrated yet: dsched.E001 and migrate say what to do

@@ -9,6 +9,7 @@ from django.core.checks import CheckMessage, Tags, Warning, register
 from django.db import DatabaseError, connections
 
 from django_dsched.conf import app_settings
+from django_dsched.history.partitions import without_one_per_slot
 
 
 @register(Tags.database)
@@ -17,8 +18,6 @@ def check_history_partitions(databases: Any = None, **kwargs: Any) -> list[Check
     a unique ``(aggregate_id, scheduled_ts)`` index (dsched.W040; docs/history-partitions.md).
     A partition made by hand or by another tool may lack it, and then the database no longer
     refuses a second event for a (schedule, slot) in it."""
-    from django_dsched.history.partitions import without_one_per_slot
-
     alias = app_settings.DATABASE
     if not databases or alias not in databases or connections[alias].vendor != "postgresql":
         return []

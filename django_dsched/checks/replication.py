@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.checks import CheckMessage, Tags, Warning, register
-from django.db import connections
+from django.db import DatabaseError, connections
 
 from django_dsched.conf import app_settings
 
@@ -70,8 +70,6 @@ def replication_messages(
 def check_replication(databases: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """With ``--database``: warn when a failover could lose fires (asynchronous standbys
     only, or commits that do not wait for the synchronous one)."""
-    from django.db import DatabaseError
-
     alias = app_settings.DATABASE
     if not databases or alias not in databases:
         return []
