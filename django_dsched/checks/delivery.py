@@ -23,6 +23,21 @@ def check_delivery_settings(**kwargs: Any) -> list[Error]:
         Error(f"{problem}.", id="dsched.E007")
         for problem in routing_problems(app_settings.TRANSPORTS, app_settings.TRANSPORTS_BY_HOST)
     ]
+    errors.extend(_relay_size_errors())
+    errors.extend(_relay_timing_errors())
+    errors.extend(_retention_errors())
+    errors.extend(_webhook_errors())
+    modules = app_settings.HANDLER_MODULES
+    if isinstance(modules, str) or not all(isinstance(m, str) for m in modules):
+        errors.append(
+            Error("DSCHED_HANDLER_MODULES must be a list of module names.", id="dsched.E013")
+        )
+    return errors
+
+
+def _relay_size_errors() -> list[Error]:
+    """How much the relay claims and how often it tries (dsched.E008, E009)."""
+    errors = []
     batch, attempts = app_settings.RELAY_BATCH_SIZE, app_settings.RELAY_MAX_ATTEMPTS
     if not (isinstance(batch, int) and 1 <= batch <= 10_000):
         errors.append(
@@ -41,6 +56,11 @@ def check_delivery_settings(**kwargs: Any) -> list[Error]:
                 "DSCHED_RELAY_MAX_ATTEMPTS must be a whole number from 1 to 1000.", id="dsched.E009"
             )
         )
+    return errors
+
+
+def _relay_timing_errors() -> list[Error]:
+    """The relay's intervals, timeouts and retry delays (dsched.E010)."""
     timings = {
         name: getattr(app_settings, name)
         for name in (
@@ -51,10 +71,10 @@ def check_delivery_settings(**kwargs: Any) -> list[Error]:
         )
     }
     bad = [name for name, value in timings.items() if not (is_number(value) and value > 0)]
-    errors.extend(
+    errors = [
         Error(f"DSCHED_{name} must be a positive number of seconds.", id="dsched.E010")
         for name in bad
-    )
+    ]
     heartbeat = app_settings.RELAY_HEARTBEAT_INTERVAL
     not_positive = [
         name
@@ -86,6 +106,12 @@ def check_delivery_settings(**kwargs: Any) -> list[Error]:
                 id="dsched.E010",
             )
         )
+    return errors
+
+
+def _retention_errors() -> list[Error]:
+    """How long history is kept and how it is purged (dsched.E011)."""
+    errors = []
     days, rows = app_settings.RETENTION_DAYS, app_settings.RETENTION_BATCH_SIZE
     interval = app_settings.RETENTION_INTERVAL
     if days is not None and not (is_number(days) and days > 0):
@@ -109,6 +135,13 @@ def check_delivery_settings(**kwargs: Any) -> list[Error]:
                 "DSCHED_RETENTION_INTERVAL must be a positive number of seconds.", id="dsched.E011"
             )
         )
+    return errors
+
+
+def _webhook_errors() -> list[Error]:
+    """DSCHED_WEBHOOK_ALLOWED_HOSTS, DSCHED_WEBHOOK_ALLOWED_NETWORKS and
+    DSCHED_WEBHOOK_RESOLVER (dsched.E012)."""
+    errors = []
     allowed = app_settings.WEBHOOK_ALLOWED_HOSTS
     if isinstance(allowed, str) or not all(isinstance(h, str) and h for h in allowed):
         errors.append(
@@ -118,18 +151,6 @@ def check_delivery_settings(**kwargs: Any) -> list[Error]:
                 id="dsched.E012",
             )
         )
-    errors.extend(_webhook_network_errors())
-    modules = app_settings.HANDLER_MODULES
-    if isinstance(modules, str) or not all(isinstance(m, str) for m in modules):
-        errors.append(
-            Error("DSCHED_HANDLER_MODULES must be a list of module names.", id="dsched.E013")
-        )
-    return errors
-
-
-def _webhook_network_errors() -> list[Error]:
-    """DSCHED_WEBHOOK_ALLOWED_NETWORKS and DSCHED_WEBHOOK_RESOLVER (dsched.E012)."""
-    errors = []
     try:
         allowed_networks()
     except (TypeError, ValueError) as exc:
