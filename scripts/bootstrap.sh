@@ -1,17 +1,23 @@
 # Sourced by demo.sh and test.sh: make a virtualenv and install the project into it.
-# usage: [BOOTSTRAP_EXTRAS=test] bootstrap <venv dir> <python> <extra pip requirement...>
-# BOOTSTRAP_EXTRAS names the project's optional dependencies to install (default: test).
+# usage: [BOOTSTRAP_GROUPS=test] bootstrap <venv dir> <python> <extra pip requirement...>
+# BOOTSTRAP_GROUPS names the dependency groups of pyproject.toml to install with the project,
+# separated by commas (default: test; scripts/test.sh asks for dev: test, lint and docs).
+# Groups need pip >= 25.1 (`pip install --group`), which the upgrade below brings.
 bootstrap() {
-    local venv="$1" python="$2" extras="${BOOTSTRAP_EXTRAS:-test}"
+    local venv="$1" python="$2" groups="${BOOTSTRAP_GROUPS:-test}" group
     shift 2
     if [ ! -x "$venv/bin/python" ]; then
         "$python" -m venv "$venv"
     fi
     local stamp="$venv/.installed" want
-    want="$(cat pyproject.toml; echo "$extras $*")"
+    want="$(cat pyproject.toml; echo "$groups $*")"
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
         "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
-        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[$extras]" "$@"
+        local args=(-e .)
+        for group in ${groups//,/ }; do
+            args+=(--group "$group")
+        done
+        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${args[@]}" "$@"
         printf '%s' "$want" >"$stamp"
     fi
 }

@@ -7,12 +7,12 @@ cd "$(dirname "$0")/.."
 source scripts/bootstrap.sh
 
 python311="$(find_python 11)" || { echo "Python 3.11 or newer is needed." >&2; exit 1; }
-BOOTSTRAP_EXTRAS=dev bootstrap .venv "$python311" "django>=5.2,<6"
+BOOTSTRAP_GROUPS=dev bootstrap .venv "$python311" "django>=5.2,<6"
 trap '.venv/bin/python -c "from example_project.embedded_db import stop; stop(\"pg-test\")" || true' EXIT
 
 # Redis and RabbitMQ for the transport tests, from Debian packages when missing (the tests
 # start their own servers on free localhost ports; they skip loudly without them, but fail
-# under CI=true). The SQS transport's server, moto's, comes with the test extra (pip).
+# under CI=true). The SQS transport's server, moto's, comes with the test group (pip).
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || missing+=(rabbitmq-server)

@@ -1,9 +1,9 @@
 """A real SQS-compatible server for the SQS transport's tests: moto's server mode.
 
-The fixture starts ``python -m moto.server`` (the ``moto[server]`` package of the test extra)
-on a free localhost port, waits for it to listen (at most 30 s) and kills it afterwards. When
-moto cannot be imported the tests skip loudly, except under CI=true, where they fail, as for
-the other brokers (tests/brokers.py).
+The fixture starts ``python -m moto.server`` (the ``moto[server]`` package of the test
+dependency group) on a free localhost port, waits for it to listen (at most 30 s) and kills it
+afterwards. When moto cannot be imported the tests skip loudly, except under CI=true, where
+they fail, as for the other brokers (tests/brokers.py).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ def require_moto() -> None:
     if importlib.util.find_spec("moto") and importlib.util.find_spec("flask"):
         return
     message = (
-        "!! moto's server is not installed: pip install 'moto[server]' (the test extra has it) "
-        "to run the SQS transport's tests"
+        "!! moto's server is not installed: pip install 'moto[server]' (the test dependency "
+        "group has it) to run the SQS transport's tests"
     )
     if os.environ.get("CI") == "true":
         pytest.fail(message + " (CI must not skip them)")

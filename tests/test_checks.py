@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from django_dsched.checks import check_database, check_settings, check_unknown_settings
+from django_dsched.checks.database import check_database
+from django_dsched.checks.settings import check_settings, check_unknown_settings
 
 
 def ids(errors):
@@ -60,7 +61,7 @@ def test_check_command_fails_on_errors(settings):
 
 
 def test_prepared_creates_behind_a_transaction_pooler_are_warned_about(settings):
-    from django_dsched.checks import check_prepared_creates
+    from django_dsched.checks.database import check_prepared_creates
 
     entry = settings.DATABASES["default"]
     assert check_prepared_creates() == []
@@ -78,19 +79,19 @@ def test_prepared_creates_behind_a_transaction_pooler_are_warned_about(settings)
 def test_a_host_without_tzdata_is_refused(monkeypatch):
     from zoneinfo import ZoneInfoNotFoundError
 
-    from django_dsched import checks
+    from django_dsched.checks import time_zones
 
-    assert checks.check_time_zones() == []
+    assert time_zones.check_time_zones() == []
 
     def no_tzdata(key):
         raise ZoneInfoNotFoundError(key)
 
-    monkeypatch.setattr(checks, "ZoneInfo", no_tzdata)
-    assert ids(checks.check_time_zones()) == ["dsched.E014"]
+    monkeypatch.setattr(time_zones, "ZoneInfo", no_tzdata)
+    assert ids(time_zones.check_time_zones()) == ["dsched.E014"]
 
 
 def test_the_rest_api_without_rest_framework_installed_is_an_error(settings):
-    from django_dsched.checks import check_rest_apps
+    from django_dsched.checks.rest import check_rest_apps
 
     assert check_rest_apps() == []  # tests.urls includes the API; both apps installed
     settings.INSTALLED_APPS = [
@@ -103,7 +104,7 @@ def test_the_rest_api_without_rest_framework_installed_is_an_error(settings):
 
 
 def test_a_urlconf_without_the_rest_api_needs_neither(settings):
-    from django_dsched.checks import check_rest_apps
+    from django_dsched.checks.rest import check_rest_apps
 
     settings.ROOT_URLCONF = "django_dsched.metrics.urls"  # patterns, none of them the API
     settings.INSTALLED_APPS = [a for a in settings.INSTALLED_APPS if a != "rest_framework"]

@@ -10,7 +10,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from django_dsched import api, declared
-from django_dsched.checks import check_declared_schedules
+from django_dsched.checks.declared import check_declared_schedules
 from django_dsched.enums import ScheduleOrigin, ScheduleState
 from django_dsched.exceptions import ConfigurationError
 from django_dsched.models import Event, Schedule

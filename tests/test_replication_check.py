@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from django_dsched.checks import check_replication, replication_messages
+from django_dsched.checks.replication import check_replication, replication_messages
 
 
 def ids(*row) -> list[str]:

@@ -278,6 +278,26 @@ def spec_for(
     args = _json(task.args, [], "args", list)
     kwargs = _json(task.kwargs, {}, "kwargs", dict)
     headers = _json(task.headers, {}, "headers", dict)
+    spec.update(
+        topic=topic,
+        event_type=event_type_for(task.task),
+        data={
+            "task": task.task,
+            "args": args,
+            "kwargs": kwargs,
+            "options": _options(task, headers),
+            "celery_beat": _beat_source(task, start_time, disabled_by_import),
+        },
+        # Beat stops at expires (a slot at that instant is not sent); end is inclusive.
+        end=None if task.expires is None else task.expires - MICROSECOND,
+        max_fires=1 if task.one_off and kind != "clocked" else None,
+        priority=0 if task.priority is None else sign * task.priority,
+    )
+    return spec
+
+
+def _options(task: Any, headers: dict[str, Any]) -> dict[str, Any]:
+    """The Celery options beat sends the task with (queue, priority, headers, expires)."""
     options: dict[str, Any] = {}
     for key in ("queue", "exchange", "routing_key"):
         if getattr(task, key):
@@ -289,6 +309,11 @@ def spec_for(
         options["expires"] = task.expires.isoformat()
     elif task.expire_seconds:
         options["expires"] = task.expire_seconds
+    return options
+
+
+def _beat_source(task: Any, start_time: str | None, disabled_by_import: bool) -> dict[str, Any]:
+    """Where the schedule came from, kept in its data (``celery_beat``)."""
     source: dict[str, Any] = {"periodic_task": task.name}
     if start_time is not None:
         source["start_time"] = start_time
@@ -296,22 +321,7 @@ def spec_for(
         source["description"] = task.description
     if disabled_by_import:
         source["disabled_by_import"] = True
-    spec.update(
-        topic=topic,
-        event_type=event_type_for(task.task),
-        data={
-            "task": task.task,
-            "args": args,
-            "kwargs": kwargs,
-            "options": options,
-            "celery_beat": source,
-        },
-        # Beat stops at expires (a slot at that instant is not sent); end is inclusive.
-        end=None if task.expires is None else task.expires - MICROSECOND,
-        max_fires=1 if task.one_off and kind != "clocked" else None,
-        priority=0 if task.priority is None else sign * task.priority,
-    )
-    return spec
+    return source
 
 
 # -- the import -------------------------------------------------------------------------------

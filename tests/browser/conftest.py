@@ -26,7 +26,7 @@ def _missing() -> str:
     try:
         import selenium  # noqa: F401
     except ImportError:
-        return "the selenium package (pip install -e '.[test]')"
+        return "the selenium package (pip install -e . --group test)"
     for path in (CHROMIUM, CHROMEDRIVER):
         if not os.access(path, os.X_OK):
             return f"{path} (apt-get install chromium chromium-driver)"

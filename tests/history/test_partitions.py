@@ -21,7 +21,7 @@ from django.urls import reverse
 
 from django_dsched import api
 from django_dsched.changes import lifecycle
-from django_dsched.checks import check_history_partitions
+from django_dsched.checks.partitions import check_history_partitions
 from django_dsched.enums import DeliveryStatus
 from django_dsched.history import partitions
 from django_dsched.history.event_ids import change_id, event_id

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import pytest
 
-from django_dsched.checks import REPLICATION, replication_messages
+from django_dsched.checks.replication import REPLICATION, replication_messages
 from django_dsched.cluster.lease import TIMELINE
 from tests.brokers import free_port
 from tests.helpers import wait_for

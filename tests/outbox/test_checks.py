@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from django_dsched.checks import check_delivery_settings
+from django_dsched.checks.delivery import check_delivery_settings
 
 
 def ids(errors):

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 
-from django_dsched.checks import check_delivery_settings
+from django_dsched.checks.delivery import check_delivery_settings
 from django_dsched.enums import DeliveryStatus
 from django_dsched.handlers import registry
 from django_dsched.models import OutboxMessage

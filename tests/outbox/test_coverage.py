@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.core.management import call_command
 
-from django_dsched.checks import check_unserved_topics
+from django_dsched.checks.delivery import check_unserved_topics
 from django_dsched.outbox.coverage import unserved
 from django_dsched.outbox.handlers import HandlerRegistry
 from django_dsched.outbox.transports.registry import Transports

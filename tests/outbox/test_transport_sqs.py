@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 import pytest
 
 from django_dsched import api
-from django_dsched.checks import check_delivery_settings
+from django_dsched.checks.delivery import check_delivery_settings
 from django_dsched.enums import DeliveryStatus
 from django_dsched.exceptions import DeliveryError, PermanentDeliveryError
 from django_dsched.models import Event, OutboxMessage, Schedule
