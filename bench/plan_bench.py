@@ -32,7 +32,7 @@ from setup_django import configure
 
 configure("dsched_bench")
 
-from django_dsched.firing.batch import plan  # noqa: E402
+from django_dsched.firing.write import plan  # noqa: E402
 from django_dsched.timetables.grid import to_microseconds  # noqa: E402
 
 Row = tuple[Any, ...]

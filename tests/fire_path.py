@@ -15,7 +15,7 @@ from typing import Any
 from django.db import connection, transaction
 
 from django_dsched.enums import ScheduleState
-from django_dsched.firing.batch import BatchResult, Fence, fire_batch, plan
+from django_dsched.firing.write import BatchResult, Fence, fire_batch, plan
 from django_dsched.models import Schedule
 from django_dsched.timetables.grid import from_microseconds, to_microseconds
 

@@ -23,7 +23,8 @@ from django_dsched.cluster.lease import (
 from django_dsched.cluster.split_brain import HostWatch
 from django_dsched.conf import app_settings
 from django_dsched.exceptions import BucketCountMismatch
-from django_dsched.firing.batch import (
+from django_dsched.firing.throttle import Throttle, read_rates
+from django_dsched.firing.write import (
     BatchResult,
     Fence,
     NextDue,
@@ -31,7 +32,6 @@ from django_dsched.firing.batch import (
     next_due,
     refusal,
 )
-from django_dsched.firing.throttle import Throttle, read_rates
 from django_dsched.runtime.logs import get_logger
 from django_dsched.runtime.loops import DatabaseLoop
 from django_dsched.runtime.refusals import refused
