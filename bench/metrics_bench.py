@@ -47,7 +47,8 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     import fire_bench
 
-    from django_dsched.firing.write import Fence, fire_batch
+    from django_dsched.firing.batch import fire_batch
+    from django_dsched.firing.fence import Fence
     from django_dsched.metrics.scheduler import scheduler_metrics
 
     fire_bench.reset()

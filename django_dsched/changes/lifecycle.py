@@ -28,7 +28,8 @@ from django_dsched.conf import app_settings
 from django_dsched.counts import ChangeCount
 from django_dsched.enums import ScheduleState
 from django_dsched.exceptions import ConflictError, EditNotPermitted, ValidationError
-from django_dsched.firing.write import fire_slots, reason
+from django_dsched.firing.on_demand import fire_slots
+from django_dsched.firing.plan import reason
 from django_dsched.history import event_ids
 from django_dsched.models import Event, Schedule
 from django_dsched.models.schedule import BOUND_FIELDS, GRID_FIELDS

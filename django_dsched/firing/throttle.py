@@ -3,7 +3,7 @@
 A host's rate is its ``tenant_quota_t.max_fires_per_second`` (an empty one: no limit), else
 ``DSCHED_DEFAULT_MAX_FIRES_PER_SECOND``. The loop reads the table at most once per heartbeat
 (:func:`read_rates`) and hands it to :meth:`Throttle.configure`; the fire path asks the
-buckets only (:func:`~django_dsched.firing.write.fire_batch`): no query per fire.
+buckets only (:func:`~django_dsched.firing.batch.fire_batch`): no query per fire.
 
 Per batch, the claim passes over the hosts whose bucket cannot pay for a tick's worth of
 fires (:meth:`Throttle.held_back`), and each claimed row of a limited host takes one token

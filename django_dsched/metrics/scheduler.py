@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from django_dsched.metrics.registry import DURATION_BUCKETS, LAG_BUCKETS, BatchHistogram
 
 if TYPE_CHECKING:
-    from django_dsched.firing.write import BatchResult
+    from django_dsched.firing.batch import BatchResult
 
 _lock = threading.Lock()
 _instance: SchedulerMetrics | None = None

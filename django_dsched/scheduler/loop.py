@@ -23,15 +23,11 @@ from django_dsched.cluster.lease import (
 from django_dsched.cluster.split_brain import HostWatch
 from django_dsched.conf import app_settings
 from django_dsched.exceptions import BucketCountMismatch
+from django_dsched.firing.batch import BatchResult, fire_batch
+from django_dsched.firing.fence import Fence
+from django_dsched.firing.next_due import NextDue, next_due
 from django_dsched.firing.throttle import Throttle, read_rates
-from django_dsched.firing.write import (
-    BatchResult,
-    Fence,
-    NextDue,
-    fire_batch,
-    next_due,
-    refusal,
-)
+from django_dsched.firing.write import refusal
 from django_dsched.runtime.logs import get_logger
 from django_dsched.runtime.loops import DatabaseLoop
 from django_dsched.runtime.refusals import refused
@@ -49,7 +45,7 @@ LOCKED_RETRY_FIRST = 0.05
 LOCKED_RETRY_MAX = 0.5
 
 # Planning a batch may take this fraction of the lease at most; rows left over go to the
-# next batch (see firing.plan()).
+# next batch (see firing.plan.plan()).
 PLAN_BUDGET_OF_LEASE = 0.25
 
 # The longest a statement of the loop waits on a lock held elsewhere (seconds; at most a
@@ -144,7 +140,7 @@ class Scheduler(DatabaseLoop):
         # Rows the database refused to fire and to set aside: id -> until (monotonic).
         self._quarantine: dict[str, float] = {}
         # The database time of the last claim that found rows: what came due after it is
-        # on time and claimed first (firing.claim_statement).
+        # on time and claimed first (firing.claim.claim_statement).
         self._since: int | None = None
         self._again: tuple[str, ...] = ()
         # The hosts' fire rates (tenant quotas), read at most once per heartbeat.
@@ -423,7 +419,7 @@ class Scheduler(DatabaseLoop):
                         and not result.again
                     ):
                         # All that was due and free is done: when to look again, asked in
-                        # the claim's own transaction (see firing.NEXT_DUE).
+                        # the claim's own transaction (see firing.next_due.NEXT_DUE).
                         passed_over = [*skip, *(i for i, _ in result.quarantined)]
                         held_back = self.throttle.held_back() if self.throttle.active else ()
                         due = next_due(cursor, fence, passed_over, held_back)

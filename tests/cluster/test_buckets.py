@@ -16,7 +16,8 @@ from django_dsched import api
 from django_dsched.cluster.buckets import KEY_BITS, LOCK_STRIDE, bucket_of, owned
 from django_dsched.cluster.lease import BucketLeases, _transaction, agree_bucket_count, decide
 from django_dsched.exceptions import BucketCountMismatch
-from django_dsched.firing.write import Fence, fire_batch
+from django_dsched.firing.batch import fire_batch
+from django_dsched.firing.fence import Fence
 from django_dsched.models import Event, Lease, Schedule
 from django_dsched.models.schedule import BUCKET_KEY_BITS
 from django_dsched.scheduler import Scheduler

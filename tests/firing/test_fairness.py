@@ -10,7 +10,8 @@ import pytest
 from django.db import connection, transaction
 
 from django_dsched.enums import FrequencyUnit
-from django_dsched.firing.write import CLAIMS, claim_args, fire_batch
+from django_dsched.firing.batch import fire_batch
+from django_dsched.firing.claim import CLAIMS, claim_args
 from django_dsched.models import Event, Schedule
 from tests.helpers import sql
 

@@ -12,7 +12,10 @@ from django.db import connection, transaction
 
 from django_dsched.cluster.lease import LeaseHolder
 from django_dsched.enums import MisfirePolicy, ScheduleKind
-from django_dsched.firing.write import CLAIM, Fence, claim_args, fire_batch, plan
+from django_dsched.firing.batch import fire_batch
+from django_dsched.firing.claim import CLAIM, claim_args
+from django_dsched.firing.fence import Fence
+from django_dsched.firing.plan import plan
 from django_dsched.models import Event, Lease, Schedule
 from django_dsched.scheduler import Scheduler
 from tests.factories import ScheduleFactory

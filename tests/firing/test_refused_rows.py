@@ -12,7 +12,7 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 
 from django_dsched.enums import ScheduleState
-from django_dsched.firing.write import fire_batch
+from django_dsched.firing.batch import fire_batch
 from django_dsched.models import Event, OutboxMessage, Schedule
 from django_dsched.scheduler import Scheduler
 from tests.factories import ScheduleFactory

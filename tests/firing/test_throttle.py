@@ -12,8 +12,9 @@ import pytest
 from django.db import connection, transaction
 
 from django_dsched import api
+from django_dsched.firing.batch import BatchResult, fire_batch
+from django_dsched.firing.next_due import next_due
 from django_dsched.firing.throttle import Throttle, read_rates
-from django_dsched.firing.write import BatchResult, fire_batch, next_due
 from django_dsched.models import Event, Schedule, TenantQuota
 from tests.helpers import sql
 

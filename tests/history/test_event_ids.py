@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from django_dsched import api
-from django_dsched.firing.write import fire_batch
+from django_dsched.firing.batch import fire_batch
 from django_dsched.history import event_ids
 from django_dsched.models import Event, OutboxMessage, Schedule
 from tests.factories import ScheduleFactory
