@@ -7,7 +7,7 @@
 - :mod:`.fence`: ``Fence``, who may fire, and the fence every write checks.
 - :mod:`.write`: ``WRITE`` and ``SET_ASIDE``, and the writer that narrows refused rows down.
 - :mod:`.next_due`: ``next_due``, when to look again after a short claim.
-- :mod:`.on_demand`: run now and backfills, given slots of one schedule (``fire_slots``).
+- :mod:`.on_demand`: run now and backfills, given slots of one schedule (``fire_on_demand``).
 - :mod:`.throttle`: each host's fire rate.
 - :mod:`.arrays`: the array literals the statements take their per-row values in.
 """

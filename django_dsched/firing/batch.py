@@ -42,7 +42,7 @@ from django_dsched.firing.claim import CLAIMS, claim_args
 from django_dsched.firing.fence import Fence, bucket_params
 from django_dsched.firing.plan import ACTIVE, COMPLETED, plan
 from django_dsched.firing.throttle import Throttle
-from django_dsched.firing.write import WRITE, WRITE_BUCKETS, _Writer
+from django_dsched.firing.write import WRITE, WRITE_BUCKETS, Writer
 
 # Batches up to this size report the names of what fired (for the logs).
 NAMED_BATCH = 10
@@ -163,7 +163,7 @@ def fire_batch(
     decided = plan(rows, deadline)
     if keep_lease is not None and not keep_lease():
         return BatchResult(claimed, 0, 0, True)
-    writer = _Writer(cursor, params, bucketed, narrow)
+    writer = Writer(cursor, params, bucketed, narrow)
     if decided.aside and not writer.set_aside(decided.aside):
         return BatchResult(claimed, 0, 0, True)
     if decided.ids:

@@ -70,7 +70,7 @@ SELECT (SELECT count(*) FROM target), (SELECT count(*) FROM events),
 """
 
 
-def fire_slots(
+def fire_on_demand(
     cursor: Any,
     schedule_id: Any,
     slots: list[datetime],

@@ -5,7 +5,7 @@ inserts every event and outbox row from what the update returned, in one stateme
 payload is built in SQL from the locked rows, so event data never round-trips through
 Python. It is stored once, in the event: the outbox row reads it by the shared id.
 ``SET_ASIDE`` takes the rows that cannot fire out of the poll with their error. The
-:class:`_Writer` runs both for one batch and, narrowing, finds the rows the database refuses.
+:class:`Writer` runs both for one batch and, narrowing, finds the rows the database refuses.
 """
 
 from __future__ import annotations
@@ -182,7 +182,7 @@ def refusal(exc: BaseException) -> str:
     return f"{type(cause).__name__} ({sqlstate(exc)}): {message}".strip()[:REASON_MAX]
 
 
-class _Writer:
+class Writer:
     """The set-aside and write statements of one batch, and what they did. Narrowing
     (``narrow``): each runs under a savepoint, and a refused write is split in halves."""
 
