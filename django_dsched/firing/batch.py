@@ -36,11 +36,10 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django_dsched.cluster.buckets import LOCK_STRIDE
 from django_dsched.enums import DeliveryStatus
 from django_dsched.firing.claim import CLAIMS, claim_args
-from django_dsched.firing.fence import Fence, bucket_params
-from django_dsched.firing.plan import ACTIVE, COMPLETED, plan
+from django_dsched.firing.fence import Fence, bucket_params, fence_params, touched_buckets
+from django_dsched.firing.plan import ACTIVE, COMPLETED, Plan, plan
 from django_dsched.firing.throttle import Throttle
 from django_dsched.firing.write import WRITE, WRITE_BUCKETS, Writer
 
@@ -64,7 +63,7 @@ class BatchResult:
     again: int = 0
     # For metrics (docs/observability.md): the write's database time (microseconds), the
     # slots it wrote (microseconds; None for a row that did not fire), how many rows missed
-    # slots and the fires per topic (these two with ``fire_batch(metrics=True)``).
+    # slots and the fires per topic (these two with ``BatchOptions(metrics=True)``).
     written_us: int | None = None
     slots: Sequence[int | None] = ()
     misfired: int = 0
@@ -83,27 +82,41 @@ class BatchResult:
     throttled: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class BatchOptions:
+    """How :func:`fire_batch` runs one batch (the defaults: whatever is due, no budget)."""
+
+    # Planning stops at this monotonic time: what is planned is written, the rest is left
+    # for the next batch.
+    deadline: float | None = None
+    # Called before the write: may renew the lease (inside the batch's transaction); False
+    # means the lease is lost.
+    keep_lease: Callable[[], bool] | None = None
+    # Also count the fires per topic and the rows that missed slots (docs/observability.md).
+    metrics: bool = False
+    # After a refused write: write under savepoints, narrowing down to the refused rows.
+    narrow: bool = False
+    # Ids the claim passes over (the caller's quarantine).
+    skip: Collection[str] = ()
+    # On-time work first: the ``claimed_at`` and ``again_ids`` of the caller's previous
+    # batch that claimed any.
+    since_us: int | None = None
+    again: Collection[str] = ()
+    # The hosts' fire rates (:mod:`.throttle`).
+    throttle: Throttle | None = None
+
+
+DEFAULTS = BatchOptions()
+
+
 def fire_batch(
-    cursor: Any,
-    fence: Fence,
-    batch_size: int,
-    *,
-    deadline: float | None = None,
-    keep_lease: Callable[[], bool] | None = None,
-    metrics: bool = False,
-    narrow: bool = False,
-    skip: Collection[str] = (),
-    since_us: int | None = None,
-    again: Collection[str] = (),
-    throttle: Throttle | None = None,
+    cursor: Any, fence: Fence, batch_size: int, options: BatchOptions = DEFAULTS
 ) -> BatchResult:
     """Claim and fire up to ``batch_size`` due schedules inside the caller's transaction.
 
-    Planning stops at ``deadline`` (monotonic): what is planned is written, the rest is
-    left for the next batch. Before writing, ``keep_lease()`` may renew the lease (inside
-    this transaction); False means the lease is lost. The caller owns the transaction: it
-    commits when ``fenced`` is False and rolls back otherwise. ``metrics``: also count the
-    fires per topic and the rows that missed slots (docs/observability.md).
+    Planning stops at ``options.deadline``; before writing, ``options.keep_lease()`` may
+    renew the lease. The caller owns the transaction: it commits when ``fenced`` is False
+    and rolls back otherwise.
 
     A row the database refuses (a constraint, a trigger) fails the whole write. The caller
     then rolls back and calls again with ``narrow=True``: the set-aside and the write run
@@ -115,40 +128,25 @@ def fire_batch(
     On-time work first: the rows ``again`` (the previous batch's ``again_ids``) and the rows
     that came due after ``since_us`` (the ``claimed_at`` of the caller's previous batch that
     claimed any; None: one backlog window ago) are claimed before the rows due earlier,
-    which fill the rest of the batch (:func:`claim_statement`).
+    which fill the rest of the batch (:func:`~.claim.claim_statement`).
 
     ``throttle``: the hosts' fire rates (:mod:`.throttle`). The claim passes over the hosts
     it holds back, and a claimed row whose host has no token left is not planned
     (``throttled``): unchanged, it is released at commit and claimed again later.
     """
     bucketed = fence.bucket_count > 1
+    throttle = options.throttle
     hosts = throttle is not None and throttle.active
-    params: dict[str, Any] = {
-        "lease_id": fence.lease_id,
-        "instance": fence.instance_id,
-        "epoch": fence.epoch,
-        "lease": fence.lease_seconds,
-        "active": ACTIVE,
-        "completed": COMPLETED,
-    }
+    params: dict[str, Any] = {**fence_params(fence), "active": ACTIVE, "completed": COMPLETED}
     held_back = throttle.held_back() if hosts and throttle is not None else ()
-    claim_params = claim_args(batch_size, since_us, skip, again, held_back)
+    claim_params = claim_args(batch_size, options.since_us, options.skip, options.again, held_back)
     if bucketed:
         if not fence.buckets:
             return BatchResult(0, 0, 0, False)
         params.update(bucket_params(fence), limit=batch_size)
-        every = len(fence.buckets) == fence.bucket_count
-        cursor.execute(CLAIMS[True, every, bool(skip), hosts], {**params, **claim_params})
-        keyed = cursor.fetchall()
-        mask = fence.bucket_count - 1
-        touched = sorted({row[-1] & mask for row in keyed})
-        rows = [row[:-1] for row in keyed]
-        held = dict(zip(fence.buckets, fence.epochs, strict=True))
-        params["locks"] = [fence.lease_id + b * LOCK_STRIDE for b in touched]
-        params["epochs"] = [held[b] for b in touched]
-        params["fenced"] = len(touched)
+        rows = _claim_in_buckets(cursor, fence, params, claim_params, bool(options.skip), hosts)
     else:
-        cursor.execute(CLAIMS[False, False, bool(skip), hosts], claim_params)
+        cursor.execute(CLAIMS[False, False, bool(options.skip), hosts], claim_params)
         rows = cursor.fetchall()
     if not rows:
         return BatchResult(0, 0, 0, False)
@@ -160,21 +158,53 @@ def fire_batch(
         ready = [row[:-1] for row in rows if throttle.take(row[-1])]
         throttled = claimed - len(ready)
         rows = ready
-    decided = plan(rows, deadline)
-    if keep_lease is not None and not keep_lease():
+    decided = plan(rows, options.deadline)
+    if options.keep_lease is not None and not options.keep_lease():
         return BatchResult(claimed, 0, 0, True)
-    writer = Writer(cursor, params, bucketed, narrow)
+    writer = Writer(cursor, params, bucketed, options.narrow)
     if decided.aside and not writer.set_aside(decided.aside):
         return BatchResult(claimed, 0, 0, True)
     if decided.ids:
         write = WRITE_BUCKETS if bucketed else WRITE
         params.update(
-            pending=DeliveryStatus.PENDING.value, names=claimed <= NAMED_BATCH, topics=metrics
+            pending=DeliveryStatus.PENDING.value,
+            names=claimed <= NAMED_BATCH,
+            topics=options.metrics,
         )
         if not writer.write(write, decided):
             return BatchResult(claimed, 0, 0, True)
         if writer.refused and not writer.set_aside(writer.refused):
             return BatchResult(claimed, 0, 0, True)
+    return _result(writer, decided, claimed, claimed_at, throttled, options.metrics)
+
+
+def _claim_in_buckets(
+    cursor: Any,
+    fence: Fence,
+    params: dict[str, Any],
+    claim_params: dict[str, Any],
+    skip: bool,
+    hosts: bool,
+) -> list[tuple[Any, ...]]:
+    """The claim among the buckets ``fence`` holds (its rows without their bucket key);
+    ``params`` gets the fence of the buckets the rows are in."""
+    every = len(fence.buckets) == fence.bucket_count
+    cursor.execute(CLAIMS[True, every, skip, hosts], {**params, **claim_params})
+    keyed = cursor.fetchall()
+    mask = fence.bucket_count - 1
+    params.update(touched_buckets(fence, sorted({row[-1] & mask for row in keyed})))
+    return [row[:-1] for row in keyed]
+
+
+def _result(
+    writer: Writer,
+    decided: Plan,
+    claimed: int,
+    claimed_at: int | None,
+    throttled: int,
+    metrics: bool,
+) -> BatchResult:
+    """What a batch that kept its fence did."""
     return BatchResult(
         claimed,
         writer.fired,

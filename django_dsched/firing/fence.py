@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from django_dsched.cluster.buckets import LOCK_STRIDE
 from django_dsched.cluster.lease import TIMELINE
 from django_dsched.firing.arrays import array_literal
 
@@ -66,6 +67,26 @@ def with_buckets(statement: str) -> str:
     """``statement`` (WRITE or SET_ASIDE) fenced on the batch's buckets, each event carrying
     its bucket's epoch."""
     return statement.replace(FENCE, FENCE_BUCKETS).replace("%(epoch)s", BUCKET_EPOCH)
+
+
+def fence_params(fence: Fence) -> dict[str, Any]:
+    """The parameters of ``FENCE`` (and of ``FENCE_BUCKETS`` but the buckets touched)."""
+    return {
+        "lease_id": fence.lease_id,
+        "instance": fence.instance_id,
+        "epoch": fence.epoch,
+        "lease": fence.lease_seconds,
+    }
+
+
+def touched_buckets(fence: Fence, touched: list[int]) -> dict[str, Any]:
+    """The parameters of ``FENCE_BUCKETS`` for a batch whose rows are in ``touched``."""
+    held = dict(zip(fence.buckets, fence.epochs, strict=True))
+    return {
+        "locks": [fence.lease_id + b * LOCK_STRIDE for b in touched],
+        "epochs": [held[b] for b in touched],
+        "fenced": len(touched),
+    }
 
 
 def bucket_params(fence: Fence) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from django_dsched.cluster.lease import (
 from django_dsched.cluster.split_brain import HostWatch
 from django_dsched.conf import app_settings
 from django_dsched.exceptions import BucketCountMismatch
-from django_dsched.firing.batch import BatchResult, fire_batch
+from django_dsched.firing.batch import BatchOptions, BatchResult, fire_batch
 from django_dsched.firing.fence import Fence
 from django_dsched.firing.next_due import NextDue, next_due
 from django_dsched.firing.throttle import Throttle, read_rates
@@ -401,14 +401,16 @@ class Scheduler(DatabaseLoop):
                         cursor,
                         fence,
                         self.batch_size,
-                        deadline=started + self.plan_budget,
-                        keep_lease=self._keep_lease,
-                        metrics=self.metrics is not None,
-                        narrow=narrow,
-                        skip=skip,
-                        since_us=self._since,
-                        again=self._again,
-                        throttle=self.throttle,
+                        BatchOptions(
+                            deadline=started + self.plan_budget,
+                            keep_lease=self._keep_lease,
+                            metrics=self.metrics is not None,
+                            narrow=narrow,
+                            skip=skip,
+                            since_us=self._since,
+                            again=self._again,
+                            throttle=self.throttle,
+                        ),
                     )
                     self.stats.claims += 1
                     if result.fenced:
