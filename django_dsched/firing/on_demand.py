@@ -8,7 +8,7 @@ from typing import Any
 from django_dsched.cluster.lease import TIMELINE
 from django_dsched.enums import DeliveryStatus
 from django_dsched.firing.arrays import array_literal
-from django_dsched.firing.write import EVENT_FOR_OUTBOX, OUTBOX_COLUMNS, OUTBOX_FROM_EVENT
+from django_dsched.firing.write import OUTBOX_OF_EVENTS
 from django_dsched.history import event_ids
 from django_dsched.timetables.grid import to_microseconds
 
@@ -48,14 +48,7 @@ events AS (
                'timeline', {TIMELINE}),
            slot_ts
     FROM fired
-    ON CONFLICT DO NOTHING
-    RETURNING {EVENT_FOR_OUTBOX}
-),
-outbox AS (
-    INSERT INTO outbox_message_t {OUTBOX_COLUMNS}
-    SELECT {OUTBOX_FROM_EVENT}
-    FROM events e
-),
+{OUTBOX_OF_EVENTS},
 advanced AS (
     UPDATE schedule_t s
     SET aggregate_version = s.aggregate_version + (SELECT count(*) FROM slots),

@@ -36,6 +36,16 @@ OUTBOX_FROM_EVENT = """e.id, e.host_id, e.aggregate_id, 'Schedule', e.aggregate_
 # What the event insert returns for it (the topic and the priority, not the payload).
 EVENT_FOR_OUTBOX = """id, host_id, aggregate_id, aggregate_version, event_type, event_ts,
               metadata->>'topic' AS topic, (metadata->>'priority')::smallint AS priority"""
+# The end of a fire's event insert (``events``: a slot that already fired is skipped) and
+# the outbox rows of the events it inserted; WRITE and FIRE_SLOTS (firing/on_demand.py) end so.
+OUTBOX_OF_EVENTS = f"""    ON CONFLICT DO NOTHING
+    RETURNING {EVENT_FOR_OUTBOX}
+),
+outbox AS (
+    INSERT INTO outbox_message_t {OUTBOX_COLUMNS}
+    SELECT {OUTBOX_FROM_EVENT}
+    FROM events e
+)"""
 
 
 # 1 when the row fires a slot that has no event yet, else 0: fire_count counts distinct
@@ -103,14 +113,7 @@ events AS (
            slot_ts, %(epoch)s
     FROM batch
     WHERE slot_ts IS NOT NULL
-    ON CONFLICT DO NOTHING
-    RETURNING {EVENT_FOR_OUTBOX}
-),
-outbox AS (
-    INSERT INTO outbox_message_t {OUTBOX_COLUMNS}
-    SELECT {OUTBOX_FROM_EVENT}
-    FROM events e
-)
+{OUTBOX_OF_EVENTS}
 SELECT (SELECT count(*) FROM batch), (SELECT count(*) FROM events),
        (SELECT count(*) FROM batch WHERE slot_ts IS NOT NULL),
        -- Relays LISTEN on dsched_outbox: one notification per batch, sent at commit.
