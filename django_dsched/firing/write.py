@@ -20,7 +20,7 @@ from django_dsched.firing.arrays import array_literal
 from django_dsched.firing.fence import FENCE, with_buckets
 from django_dsched.firing.plan import REASON_MAX, Plan
 from django_dsched.history import event_ids
-from django_dsched.runtime.refusals import refused, sqlstate
+from django_dsched.runtime.refusals import refusal, refused
 
 OUTBOX_COLUMNS = """(id, host_id, aggregate_id, aggregate_type, aggregate_version,
                                   event_type, event_ts, topic, status, priority)"""
@@ -176,15 +176,6 @@ WRITE_BUCKETS = with_buckets(WRITE)
 SET_ASIDE_BUCKETS = with_buckets(SET_ASIDE)
 
 
-def refusal(exc: BaseException) -> str:
-    """A database refusal as kept on a set-aside schedule: the error's class, SQLSTATE and
-    primary message (not its DETAIL, which repeats the row's values)."""
-    cause = exc.__cause__ if exc.__cause__ is not None else exc
-    diag = getattr(cause, "diag", None)
-    message = getattr(diag, "message_primary", None) or str(cause).split("\n", 1)[0]
-    return f"{type(cause).__name__} ({sqlstate(exc)}): {message}".strip()[:REASON_MAX]
-
-
 class Writer:
     """The set-aside and write statements of one batch, and what they did. Narrowing
     (``narrow``): each runs under a savepoint, and a refused write is split in halves."""
@@ -219,7 +210,7 @@ class Writer:
                 raise
             self.cursor.execute("ROLLBACK TO SAVEPOINT dsched_narrow")
             self.cursor.execute("RELEASE SAVEPOINT dsched_narrow")
-            self.error = refusal(exc)
+            self.error = refusal(exc, REASON_MAX)
             return None
         self.cursor.execute("RELEASE SAVEPOINT dsched_narrow")
         return row

@@ -26,11 +26,11 @@ from django_dsched.exceptions import BucketCountMismatch
 from django_dsched.firing.batch import BatchOptions, BatchResult, fire_batch
 from django_dsched.firing.fence import Fence
 from django_dsched.firing.next_due import NextDue, next_due
+from django_dsched.firing.plan import REASON_MAX
 from django_dsched.firing.throttle import Throttle, read_rates
-from django_dsched.firing.write import refusal
 from django_dsched.runtime.logs import get_logger
 from django_dsched.runtime.loops import DatabaseLoop
-from django_dsched.runtime.refusals import refused
+from django_dsched.runtime.refusals import refusal, refused
 from django_dsched.scheduler.retention_worker import RetentionWorker, worker_for
 
 if TYPE_CHECKING:
@@ -434,7 +434,7 @@ class Scheduler(DatabaseLoop):
                 self.stats.db_errors += 1
                 logger.warning(
                     "the database refused a fire of this batch (%s): finding the row instance=%s",
-                    refusal(exc),
+                    refusal(exc, REASON_MAX),
                     self.instance_id,
                     extra={"instance": self.instance_id, "epoch": fence.epoch},
                 )
