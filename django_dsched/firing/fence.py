@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django_dsched.cluster.buckets import LOCK_STRIDE
-from django_dsched.cluster.lease import TIMELINE
+from django_dsched.cluster.lease import TIMELINE, BucketLeases, LeaseHolder
 from django_dsched.firing.arrays import array_literal
 
 
@@ -28,6 +28,25 @@ class Fence:
     bucket_count: int = 1
     buckets: tuple[int, ...] = ()
     epochs: tuple[int, ...] = ()
+
+
+def fence_of(lease: LeaseHolder | BucketLeases, lease_id: int, instance_id: str) -> Fence | None:
+    """The fence of the next batch of ``instance_id`` under ``lease`` (``lease_id``:
+    DSCHED_LEASE_ID; None: nothing trusted to fire)."""
+    if isinstance(lease, BucketLeases):
+        held = sorted(lease.held)
+        return Fence(
+            lease_id,
+            instance_id,
+            lease.epoch or 0,
+            lease.lease_seconds,
+            bucket_count=lease.count,
+            buckets=tuple(held),
+            epochs=tuple(lease.held[b] for b in held),
+        )
+    if lease.epoch is None:
+        return None
+    return Fence(lease_id, instance_id, lease.epoch, lease.lease_seconds)
 
 
 # This instance still holds the unexpired lease at its epoch; FOR SHARE keeps anyone from

@@ -21,6 +21,7 @@ from django_dsched.firing.fence import Fence
 from django_dsched.models import Event, Lease, Schedule
 from django_dsched.models.schedule import BUCKET_KEY_BITS
 from django_dsched.scheduler import Scheduler
+from django_dsched.scheduler.housekeeping import does_chores
 from tests.factories import ScheduleFactory
 from tests.helpers import other_session, sql
 
@@ -183,7 +184,7 @@ def test_a_new_owner_gets_its_buckets_by_hand_off_never_two_holders(db_now, sett
         assert set(first.lease.held) == set(range(COUNT)) - mine  # type: ignore[union-attr]
         assert first.stats.handoffs == len(mine)
         # The cluster's chores (resuming pauses, retention) go with bucket 0: one instance.
-        assert first._does_chores() == (0 not in mine)
+        assert does_chores(first.lease) == (0 not in mine)
         assert second.try_acquire()
         assert set(second.held) == mine
         holders = dict(sql("SELECT lock_id, instance_id FROM scheduler_lock_t"))

@@ -103,7 +103,7 @@ def test_a_row_the_database_will_not_set_aside_either_is_passed_over(db_now):
             bad.refresh_from_db()
             assert (bad.state, bad.active, bad.fire_count) == (ScheduleState.ACTIVE, True, 0)
             assert scheduler.stats.quarantined == 1
-            assert list(scheduler._quarantine) == [str(bad.schedule_id)]
+            assert list(scheduler._quarantine.until) == [str(bad.schedule_id)]
             # Passed over: the next round claims nothing and does not poll for a lock.
             assert scheduler._guarded(scheduler.step) > 0
             assert (scheduler.stats.quarantined, scheduler.stats.locked_waits) == (1, 0)
