@@ -22,7 +22,7 @@ from django_dsched.cluster.split_brain import HostWatch
 from django_dsched.conf import app_settings
 from django_dsched.exceptions import BucketCountMismatch
 from django_dsched.firing.batch import BatchOptions, BatchResult, fire_batch
-from django_dsched.firing.fence import fence_of
+from django_dsched.firing.fence import Fence, fence_of
 from django_dsched.firing.next_due import NextDue, next_due
 from django_dsched.firing.plan import REASON_MAX
 from django_dsched.firing.throttle import Throttle, read_rates
@@ -319,54 +319,14 @@ class Scheduler(DatabaseLoop):
             fence = fence_of(self.lease, app_settings.LEASE_ID, self.instance_id)
             if fence is None:  # trusted implies leading; for the type checker
                 break
-            due: NextDue | None = None
-            read_at = 0.0
             started = time.monotonic()
             narrow, skip = self._narrowing, self._quarantine.skipped()
             try:
-                with self.transaction() as cursor:
-                    result = fire_batch(
-                        cursor,
-                        fence,
-                        self.batch_size,
-                        BatchOptions(
-                            deadline=started + self.plan_budget,
-                            keep_lease=self._keep_lease,
-                            metrics=self.metrics is not None,
-                            narrow=narrow,
-                            skip=skip,
-                            since_us=self._since,
-                            again=self._again,
-                            throttle=self.throttle,
-                        ),
-                    )
-                    self.stats.claims += 1
-                    if result.fenced:
-                        transaction.set_rollback(True, using=self.using)
-                    elif (
-                        result.claimed < self.batch_size
-                        and not result.deferred
-                        and not result.again
-                    ):
-                        # All that was due and free is done: when to look again, asked in
-                        # the claim's own transaction (see firing.next_due.NEXT_DUE).
-                        passed_over = [*skip, *(i for i, _ in result.quarantined)]
-                        held_back = self.throttle.held_back() if self.throttle.active else ()
-                        due = next_due(cursor, fence, passed_over, held_back)
-                        read_at = time.monotonic()
+                result, due, read_at = self._fire_batch(fence, started, narrow, skip)
             except DatabaseError as exc:
                 if narrow or not refused(exc):
                     raise
-                # One row's data, most likely: the batch is rolled back; the next one is
-                # written in halves until the rows refused are found and set aside.
-                self.stats.db_errors += 1
-                logger.warning(
-                    "the database refused a fire of this batch (%s): finding the row instance=%s",
-                    refusal(exc, REASON_MAX),
-                    self.instance_id,
-                    extra={"instance": self.instance_id, "epoch": fence.epoch},
-                )
-                self._narrowing = True
+                self._refused_batch(exc, fence)
                 continue
             if narrow:
                 self.stats.narrowed += 1
@@ -374,29 +334,7 @@ class Scheduler(DatabaseLoop):
             if result.claimed_at is not None and not result.fenced:
                 self._since, self._again = result.claimed_at, result.again_ids
             if result.fenced:
-                self.stats.fenced += 1
-                if isinstance(self.lease, BucketLeases):
-                    # Some bucket of the batch changed hands: keep the others.
-                    logger.warning(
-                        "fire refused: a bucket's lease is no longer ours instance=%s",
-                        self.instance_id,
-                    )
-                    self.lease.renew()
-                    if self.metrics is not None:
-                        self.metrics.fence_refused()
-                        self.metrics.leader.set(int(self.lease.is_leader))
-                    self._next_look = 0.0
-                    return 0.0
-                logger.warning(
-                    "fire refused: lease epoch %d is no longer ours instance=%s; stepping down",
-                    fence.epoch,
-                    self.instance_id,
-                    extra={"instance": self.instance_id, "epoch": fence.epoch},
-                )
-                if self.metrics is not None:
-                    self.metrics.fence_refused()
-                    self.metrics.lost_leadership()
-                self.lease.step_down()
+                self._fence_failed(fence)
                 return 0.0
             if result.claimed:
                 if self.metrics is not None:
@@ -413,6 +351,80 @@ class Scheduler(DatabaseLoop):
             if isinstance(self.lease, BucketLeases) and time.monotonic() >= self._next_look:
                 return 0.0  # a busy owner still stands by for others' buckets on time
         return 0.0 if self.lease.is_leader and not self.stopping.is_set() else self.poll_interval
+
+    def _fire_batch(
+        self, fence: Fence, started: float, narrow: bool, skip: list[str]
+    ) -> tuple[BatchResult, NextDue | None, float]:
+        """One batch in its own transaction (rolled back if its fence failed); after a short
+        one, when to look again, read in the claim's transaction, and when it was read."""
+        due: NextDue | None = None
+        read_at = 0.0
+        with self.transaction() as cursor:
+            result = fire_batch(
+                cursor,
+                fence,
+                self.batch_size,
+                BatchOptions(
+                    deadline=started + self.plan_budget,
+                    keep_lease=self._keep_lease,
+                    metrics=self.metrics is not None,
+                    narrow=narrow,
+                    skip=skip,
+                    since_us=self._since,
+                    again=self._again,
+                    throttle=self.throttle,
+                ),
+            )
+            self.stats.claims += 1
+            if result.fenced:
+                transaction.set_rollback(True, using=self.using)
+            elif result.claimed < self.batch_size and not result.deferred and not result.again:
+                # All that was due and free is done: when to look again, asked in the
+                # claim's own transaction (see firing.next_due.NEXT_DUE).
+                passed_over = [*skip, *(i for i, _ in result.quarantined)]
+                held_back = self.throttle.held_back() if self.throttle.active else ()
+                due = next_due(cursor, fence, passed_over, held_back)
+                read_at = time.monotonic()
+        return result, due, read_at
+
+    def _refused_batch(self, exc: DatabaseError, fence: Fence) -> None:
+        """The database refused a batch's write: one row's data, most likely. The batch is
+        rolled back; the next one is written in halves until the rows refused are found and
+        set aside."""
+        self.stats.db_errors += 1
+        logger.warning(
+            "the database refused a fire of this batch (%s): finding the row instance=%s",
+            refusal(exc, REASON_MAX),
+            self.instance_id,
+            extra={"instance": self.instance_id, "epoch": fence.epoch},
+        )
+        self._narrowing = True
+
+    def _fence_failed(self, fence: Fence) -> None:
+        """A batch's fence failed: with buckets, some bucket of the batch changed hands (keep
+        the others, look at the cluster again at once); else the lease is lost: step down."""
+        self.stats.fenced += 1
+        if isinstance(self.lease, BucketLeases):
+            logger.warning(
+                "fire refused: a bucket's lease is no longer ours instance=%s",
+                self.instance_id,
+            )
+            self.lease.renew()
+            if self.metrics is not None:
+                self.metrics.fence_refused()
+                self.metrics.leader.set(int(self.lease.is_leader))
+            self._next_look = 0.0
+            return
+        logger.warning(
+            "fire refused: lease epoch %d is no longer ours instance=%s; stepping down",
+            fence.epoch,
+            self.instance_id,
+            extra={"instance": self.instance_id, "epoch": fence.epoch},
+        )
+        if self.metrics is not None:
+            self.metrics.fence_refused()
+            self.metrics.lost_leadership()
+        self.lease.step_down()
 
     def _read_rates(self) -> None:
         """At most once per heartbeat: the hosts' fire rates, and this instance's share of
