@@ -40,7 +40,8 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
 
 from django_dsched.conf import app_settings  # noqa: E402
-from django_dsched.firing.batch import Fence, fire_batch  # noqa: E402
+from django_dsched.firing.batch import fire_batch  # noqa: E402
+from django_dsched.firing.fence import Fence  # noqa: E402
 from django_dsched.models import ids  # noqa: E402
 
 TABLES = ("schedule_t", "event_store_t", "outbox_message_t")

@@ -5,7 +5,7 @@
 Claims and fires the same ``--batch`` due schedules over and over in one process (each
 batch rolled back), alternating metrics off and on, so drift in a shared machine's load
 hits both alike (which one goes first alternates too). "On" is
-``fire_batch(metrics=True)`` (the per-topic counts in the write) plus
+``fire_batch(..., BatchOptions(metrics=True))`` (the per-topic counts in the write) plus
 ``SchedulerMetrics.batch`` (the lag histogram and counters); "off" is the plain batch.
 Prints the medians, the median of the per-pair ratios, and the Python-side cost of
 feeding the series alone. Asserts nothing. (fire_bench.py --metrics measures the same
@@ -47,7 +47,8 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     import fire_bench
 
-    from django_dsched.firing.batch import Fence, fire_batch
+    from django_dsched.firing.batch import BatchOptions, fire_batch
+    from django_dsched.firing.fence import Fence
     from django_dsched.metrics.scheduler import scheduler_metrics
 
     fire_bench.reset()
@@ -59,7 +60,7 @@ def main() -> None:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(LEASE)
             started = time.perf_counter()
-            result = fire_batch(cursor, fence, options.batch, metrics=on)
+            result = fire_batch(cursor, fence, options.batch, BatchOptions(metrics=on))
             fired = time.perf_counter()
             if on:
                 metrics.batch(result, fired - started)

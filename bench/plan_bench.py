@@ -10,7 +10,7 @@ Cases:
 * ``catch-up``: 4 every-second crons with CATCH_UP and catch_up_limit 10,000, four hours
   behind: the first batch, then the next one (a second later).
 
-Rows are built as the claim returns them and planned by ``firing.plan()``. Prints figures;
+Rows are built as the claim returns them and planned by ``firing.plan.plan()``. Prints figures;
 asserts nothing.
 """
 
@@ -32,7 +32,7 @@ from setup_django import configure
 
 configure("dsched_bench")
 
-from django_dsched.firing.batch import plan  # noqa: E402
+from django_dsched.firing.plan import plan  # noqa: E402
 from django_dsched.timetables.grid import to_microseconds  # noqa: E402
 
 Row = tuple[Any, ...]

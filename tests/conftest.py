@@ -45,7 +45,7 @@ def fence():
     from django.db import connection
 
     from django_dsched.cluster.lease import LeaseHolder
-    from django_dsched.firing.batch import Fence
+    from django_dsched.firing.fence import Fence
 
     lease = LeaseHolder(
         connection, lease_id=1, instance_id="test", lease_seconds=30, fast_failover=True

@@ -15,7 +15,9 @@ from typing import Any
 from django.db import connection, transaction
 
 from django_dsched.enums import ScheduleState
-from django_dsched.firing.batch import BatchResult, Fence, fire_batch, plan
+from django_dsched.firing.batch import BatchResult, fire_batch
+from django_dsched.firing.fence import Fence
+from django_dsched.firing.plan import plan
 from django_dsched.models import Schedule
 from django_dsched.timetables.grid import from_microseconds, to_microseconds
 
@@ -23,7 +25,7 @@ from django_dsched.timetables.grid import from_microseconds, to_microseconds
 def claim_row(
     schedule: Schedule, next_slot: datetime, now: datetime, fire_count: int
 ) -> tuple[Any, ...]:
-    """The row ``firing.CLAIM`` returns for ``schedule`` (times as epoch microseconds)."""
+    """The row ``firing.claim.CLAIM`` returns for ``schedule`` (times as epoch microseconds)."""
     end = schedule.end_ts
     return (
         str(schedule.schedule_id),

@@ -28,7 +28,8 @@ from django_dsched.conf import app_settings
 from django_dsched.counts import ChangeCount
 from django_dsched.enums import ScheduleState
 from django_dsched.exceptions import ConflictError, EditNotPermitted, ValidationError
-from django_dsched.firing.batch import fire_slots, reason
+from django_dsched.firing.on_demand import fire_on_demand
+from django_dsched.firing.plan import reason
 from django_dsched.history import event_ids
 from django_dsched.models import Event, Schedule
 from django_dsched.models.schedule import BOUND_FIELDS, GRID_FIELDS
@@ -720,7 +721,7 @@ def _fire(schedule: Schedule, slots: list[datetime], *, trigger: str, actor: Any
     transaction the row stays locked until it ends, as it did after the savepoint."""
     states = TRIGGERABLE if trigger == "manual" else BACKFILLABLE
     with connections[app_settings.DATABASE].cursor() as cursor:
-        fired = fire_slots(
+        fired = fire_on_demand(
             cursor,
             schedule.schedule_id,
             slots,

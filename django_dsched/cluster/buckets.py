@@ -1,7 +1,8 @@
 """Buckets: how schedules are split across scheduler instances, and who owns each bucket.
 
 * Every schedule has a fixed-width ``bucket_key`` (0 .. 2**15 - 1), computed by the database
-  from the low bytes of its id (random in UUIDv4 and UUIDv7 alike), on every insert path.
+  from the low bytes of its id (random in UUIDv4 and UUIDv7 alike), on every insert path
+  (the generated column's expression, ``BucketKey``, is in :mod:`django_dsched.models.schedule`).
   With ``DSCHED_BUCKETS = n`` (a power of two) its bucket is ``bucket_key & (n - 1)``, so
   changing ``n`` rewrites no row: it needs only every scheduler stopped (see
   :func:`django_dsched.cluster.lease.agree_bucket_count`).
@@ -23,24 +24,19 @@ import functools
 import hashlib
 from collections.abc import Iterable, Sequence
 
-# bucket_key has this many bits; DSCHED_BUCKETS is at most 2**KEY_BITS.
-KEY_BITS = 15
-MAX_BUCKETS = 1 << KEY_BITS
+from django_dsched.models.schedule import BUCKET_KEY_BITS
+
+# DSCHED_BUCKETS is at most 2**BUCKET_KEY_BITS (the bits of bucket_key: models/schedule.py).
+MAX_BUCKETS = 1 << BUCKET_KEY_BITS
 # The lease row of bucket b is lock_id = DSCHED_LEASE_ID + b * LOCK_STRIDE: bucket 0 keeps
 # today's row (so DSCHED_BUCKETS = 1 is the single lease exactly), and two clusters on one
 # database (two lease ids below LOCK_STRIDE) never share a row. Fits scheduler_lock_t's
 # 32-bit key: (2**15 - 1) * 2**16 + 2**16 - 1 = 2**31 - 1.
 LOCK_STRIDE = 1 << 16
 
-# SQL (PostgreSQL, immutable): the key from the id's last two bytes, kept to KEY_BITS bits.
-KEY_SQL = (
-    "((get_byte(uuid_send(schedule_id), 14) * 256 + get_byte(uuid_send(schedule_id), 15))"
-    f" & {MAX_BUCKETS - 1})"
-)
-
 
 def is_valid_count(count: object) -> bool:
-    """A bucket count is a power of two from 1 to 2**KEY_BITS."""
+    """A bucket count is a power of two from 1 to 2**BUCKET_KEY_BITS."""
     return (
         isinstance(count, int)
         and not isinstance(count, bool)

@@ -80,7 +80,7 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
         return self.filter(active=True, next_run_ts__lte=Now())
 
 
-# Bits of Schedule.bucket_key (cluster.buckets.KEY_BITS; a test checks they agree).
+# Bits of Schedule.bucket_key: DSCHED_BUCKETS is at most 2**BUCKET_KEY_BITS (cluster/buckets.py).
 BUCKET_KEY_BITS = 15
 
 

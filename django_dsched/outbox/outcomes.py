@@ -12,7 +12,8 @@ So when the batch's statement fails with a refusal of a row's data (a data or in
 error, a user trigger's RAISE: :mod:`django_dsched.runtime.refusals`), :func:`record` records
 the outcomes one by one, each in its own savepoint of one transaction. An outcome the
 database still refuses is recorded as a failed attempt in its place, whose error is a fixed
-text naming the refusal (the error class, SQLSTATE and constraint; never the refused text),
+text naming the refusal (:func:`~django_dsched.runtime.refusals.refusal`: the error's class,
+SQLSTATE and primary message, which names the constraint; never the refused values),
 retried and dead-lettered like any failure. Only if that too is refused is the outcome left
 unrecorded (the relay logs it): its claim expires, and the claim's own limit dead-letters
 the message.
@@ -33,9 +34,9 @@ from django.db import DatabaseError, connections, transaction
 
 from django_dsched.models.validators import make_storable_text
 from django_dsched.outbox.claims import Claimer, DeliveryOutcome, Message, Settled, settle
-from django_dsched.runtime.refusals import refused
+from django_dsched.runtime.refusals import refusal, refused
 
-# Longest part of the database's own message quoted in a refusal.
+# Longest refusal quoted in the error of the failed attempt recorded in its place.
 REFUSAL_MAX_CHARS = 300
 
 
@@ -52,25 +53,6 @@ class Recorded:
     unrecorded: dict[uuid.UUID, DeliveryOutcome] = field(default_factory=dict)
 
 
-def refusal(exc: BaseException) -> str:
-    """The database's refusal in words: error class, SQLSTATE, constraint, first line."""
-    cause = exc.__cause__ or exc
-    diag = getattr(cause, "diag", None)
-    parts = [type(exc).__name__]
-    sqlstate = getattr(cause, "sqlstate", None)
-    if sqlstate:
-        parts.append(f"SQLSTATE {sqlstate}")
-    constraint = getattr(diag, "constraint_name", None)
-    if constraint:
-        parts.append(f"constraint {constraint}")
-    try:
-        lines = str(exc).strip().splitlines()
-    except Exception:  # an error that cannot say what it is still names its class
-        lines = []
-    said = make_storable_text(lines[0], REFUSAL_MAX_CHARS) if lines else ""
-    return ", ".join(parts) + (f": {said}" if said else "")
-
-
 def refused_attempt(outcome: DeliveryOutcome, exc: BaseException, delay: float) -> DeliveryOutcome:
     """The failed attempt recorded in place of an outcome the database refused."""
     sent = "sent and delivered" if outcome.delivered else "sent and failed"
@@ -78,7 +60,8 @@ def refused_attempt(outcome: DeliveryOutcome, exc: BaseException, delay: float) 
         outcome.message,
         error=(
             f"the outcome of this attempt ({sent}) could not be stored: the database refused "
-            f"it ({refusal(exc)}); recorded as a failed attempt instead"
+            f"it ({make_storable_text(refusal(exc), REFUSAL_MAX_CHARS)}); recorded as a failed "
+            "attempt instead"
         ),
         permanent=outcome.permanent,
         delay=outcome.delay or delay,  # a delivered outcome has none

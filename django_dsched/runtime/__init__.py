@@ -5,7 +5,8 @@
 - :mod:`.health`: ``HealthServer``, ``/livez`` and ``/readyz`` of a process's loops (each
   connection bounded in time, their number capped).
 - :mod:`.clock`: ``database_now()``, the only "now" outside SQL.
-- :mod:`.refusals`: ``refused(exc)``, a database error that is one row's fault.
+- :mod:`.refusals`: ``refused(exc)``, a database error that is one row's fault, and
+  ``refusal(exc)``, that error in words.
 - :mod:`.binding`: cursors that bind parameters on the server, in binary (bulk statements).
 - :mod:`.logs`: ``get_logger`` (every argument escaped) and the JSON formatter;
   :mod:`.text`: control characters, found and escaped.

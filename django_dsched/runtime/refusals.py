@@ -4,7 +4,7 @@ Such an error (a constraint or trigger refusing a value, a value out of range) i
 fault: the fire path sets the row aside and fires the rest, the relay records that outcome
 as a failed attempt and the others as they were. Anything else (a lost connection, a lock
 wait given up, a missing privilege, a full disk) is not a row's fault and goes to the loops'
-reconnect path.
+reconnect path. :func:`refusal` says such an error in words, the same on both paths.
 """
 
 from __future__ import annotations
@@ -42,3 +42,14 @@ def refused(exc: BaseException) -> bool:
     if state == CHECK_VIOLATION and _partition_constraint(exc):
         return False
     return isinstance(exc, DatabaseError) and state is not None and state[:2] in REFUSAL_CLASSES
+
+
+def refusal(exc: BaseException, max_chars: int | None = None) -> str:
+    """A database refusal in words: the error's class, SQLSTATE and primary message, at most
+    ``max_chars`` characters (not its DETAIL, which repeats the row's values), e.g.
+    ``CheckViolation (23514): new row for relation "schedule_t" violates check constraint "x"``.
+    """
+    cause = exc.__cause__ if exc.__cause__ is not None else exc
+    diag = getattr(cause, "diag", None)
+    message = getattr(diag, "message_primary", None) or str(cause).split("\n", 1)[0]
+    return f"{type(cause).__name__} ({sqlstate(exc)}): {message}".strip()[:max_chars]

@@ -7,7 +7,6 @@ The management command only adapts its options to this class.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, connections, transaction
@@ -17,25 +16,25 @@ from django_dsched.cluster.lease import (
     BucketLeases,
     LeaseHolder,
     agree_bucket_count,
-    decide,
     stored_bucket_count,
 )
 from django_dsched.cluster.split_brain import HostWatch
 from django_dsched.conf import app_settings
 from django_dsched.exceptions import BucketCountMismatch
-from django_dsched.firing.batch import (
-    BatchResult,
-    Fence,
-    NextDue,
-    fire_batch,
-    next_due,
-    refusal,
-)
+from django_dsched.firing.batch import BatchOptions, BatchResult, fire_batch
+from django_dsched.firing.fence import Fence, fence_of
+from django_dsched.firing.next_due import NextDue, next_due
+from django_dsched.firing.plan import REASON_MAX
 from django_dsched.firing.throttle import Throttle, read_rates
 from django_dsched.runtime.logs import get_logger
 from django_dsched.runtime.loops import DatabaseLoop
-from django_dsched.runtime.refusals import refused
+from django_dsched.runtime.refusals import refusal, refused
+from django_dsched.scheduler.batch_log import log_batch
+from django_dsched.scheduler.housekeeping import does_chores, housekeeping
+from django_dsched.scheduler.quarantine import QUARANTINE_LEASES, Quarantine
+from django_dsched.scheduler.rebalance import rebalance
 from django_dsched.scheduler.retention_worker import RetentionWorker, worker_for
+from django_dsched.scheduler.stats import Stats
 
 if TYPE_CHECKING:
     from django_dsched.metrics.scheduler import SchedulerMetrics
@@ -49,36 +48,12 @@ LOCKED_RETRY_FIRST = 0.05
 LOCKED_RETRY_MAX = 0.5
 
 # Planning a batch may take this fraction of the lease at most; rows left over go to the
-# next batch (see firing.plan()).
+# next batch (see firing.plan.plan()).
 PLAN_BUDGET_OF_LEASE = 0.25
 
 # The longest a statement of the loop waits on a lock held elsewhere (seconds; at most a
 # quarter of the lease).
 LOCK_WAIT_MAX = 1.0
-
-# A row the database refuses to fire and to set aside is passed over by this instance's
-# claims for this many leases, then tried again (the refusal may have been fixed).
-QUARANTINE_LEASES = 12
-
-
-@dataclass
-class Stats:
-    fired: int = 0
-    duplicates: int = 0
-    fenced: int = 0
-    batches: int = 0
-    leaderships: int = 0  # times the lease was taken (with buckets: rounds that took any)
-    handoffs: int = 0  # buckets released to their new owner (with buckets)
-    db_errors: int = 0
-    claims: int = 0
-    set_aside: int = 0
-    refused: int = 0  # rows set aside because the database refused their fire
-    quarantined: int = 0  # rows the database refused to fire and to set aside
-    narrowed: int = 0  # batches written again in halves to find the rows refused
-    deferred: int = 0  # claimed rows left for the next batch by the planning budget
-    locked_waits: int = 0  # rounds that waited because a due row was locked elsewhere
-    throttled: int = 0  # claimed rows left unplanned: their host was over its fire rate
-
 
 # A write to schedule_t that makes a schedule due within this many seconds NOTIFYs the leader
 # (the trigger in migrations/0001_initial.py spells the same interval); one due later is found
@@ -141,10 +116,10 @@ class Scheduler(DatabaseLoop):
         self._locked_wait = LOCKED_RETRY_FIRST
         # After the database refused a batch's write: the next batch narrows it down.
         self._narrowing = False
-        # Rows the database refused to fire and to set aside: id -> until (monotonic).
-        self._quarantine: dict[str, float] = {}
+        # Rows the database refused to fire and to set aside (passed over for a while).
+        self._quarantine = Quarantine()
         # The database time of the last claim that found rows: what came due after it is
-        # on time and claimed first (firing.claim_statement).
+        # on time and claimed first (firing.claim.claim_statement).
         self._since: int | None = None
         self._again: tuple[str, ...] = ()
         # The hosts' fire rates (tenant quotas), read at most once per heartbeat.
@@ -277,7 +252,7 @@ class Scheduler(DatabaseLoop):
             self._next_heartbeat = now + self.heartbeat_seconds
             if self.metrics is not None:
                 self.metrics.heartbeat()
-            self._housekeeping()
+            housekeeping(self)
         wait = self._fire_due()
         if wait <= 0:
             return 0.0  # more may be due, or a heartbeat is due: go round at once
@@ -317,71 +292,20 @@ class Scheduler(DatabaseLoop):
                         sorted(before - set(lease.held)),
                         self.instance_id,
                     )
-                if self._does_chores():
-                    self._housekeeping()
+                if does_chores(self.lease):
+                    housekeeping(self)
             self._next_heartbeat = now + self.heartbeat_seconds
         if now >= self._next_look:
-            self._rebalance(lease)
+            if rebalance(lease, self.instance_id, self.stats, self.metrics):
+                self._report_presence(time.monotonic())
             self._next_look = now + self.standby_interval
-        if self._does_chores():
+        if does_chores(self.lease):
             self._start_retention()
         wait = self._fire_due() if lease.is_leader else self.standby_interval
         if wait <= 0:
             return 0.0
         soonest = min(self._next_heartbeat, self._next_look) - time.monotonic()
         return max(0.0, min(wait, self.poll_interval, soonest))
-
-    def _rebalance(self, lease: BucketLeases) -> None:
-        """Apply the ownership rule (see lease.decide): hand off the buckets another live
-        instance now owns, take those this one owns or stands by for that are free. Runs
-        between batches, so a bucket is released only after its batch in flight."""
-        view = lease.look()
-        decision = decide(view, self.instance_id, set(lease.held), lease.count, lease.replicas)
-        if decision.release:
-            lease.release_some(decision.release)
-            if self.metrics is not None:
-                self.metrics.leader.set(int(lease.is_leader))
-            self.stats.handoffs += len(decision.release)
-            logger.info(
-                "handed off bucket(s) %s instance=%s: their owner is back or new",
-                decision.release,
-                self.instance_id,
-            )
-        taken = lease.acquire(decision.take_as_owner, decision.take_as_standby)
-        if taken:
-            self.stats.leaderships += 1
-            if self.metrics is not None:
-                self.metrics.became_leader()
-            standby = sorted(set(taken) & set(decision.take_as_standby))
-            logger.info(
-                "took bucket(s) %s instance=%s%s epochs=%s",
-                taken,
-                self.instance_id,
-                f" (as standby: {standby})" if standby else "",
-                [lease.held[b] for b in taken],
-            )
-            if not lease.is_trusted():
-                lease.renew()
-        if decision.release or taken:
-            self._report_presence(time.monotonic())
-
-    def _fence(self) -> Fence | None:
-        """The fence of the next batch (None: nothing trusted to fire)."""
-        lease = self.lease
-        if isinstance(lease, BucketLeases):
-            held = sorted(lease.held)
-            return Fence(
-                app_settings.LEASE_ID,
-                self.instance_id,
-                lease.epoch or 0,
-                lease.lease_seconds,
-                bucket_count=lease.count,
-                buckets=tuple(held),
-                epochs=tuple(lease.held[b] for b in held),
-            )
-        if lease.epoch is None:
-            return None
-        return Fence(app_settings.LEASE_ID, self.instance_id, lease.epoch, lease.lease_seconds)
 
     def _fire_due(self) -> float:
         """Fire batches while schedules are due; return how long to wait (0: go round at once).
@@ -392,55 +316,17 @@ class Scheduler(DatabaseLoop):
         """
         self._read_rates()
         while self.lease.is_trusted() and not self.stopping.is_set() and not self.split_brain():
-            fence = self._fence()
+            fence = fence_of(self.lease, app_settings.LEASE_ID, self.instance_id)
             if fence is None:  # trusted implies leading; for the type checker
                 break
-            due: NextDue | None = None
-            read_at = 0.0
             started = time.monotonic()
-            narrow, skip = self._narrowing, self._skipped()
+            narrow, skip = self._narrowing, self._quarantine.skipped()
             try:
-                with self.transaction() as cursor:
-                    result = fire_batch(
-                        cursor,
-                        fence,
-                        self.batch_size,
-                        deadline=started + self.plan_budget,
-                        keep_lease=self._keep_lease,
-                        metrics=self.metrics is not None,
-                        narrow=narrow,
-                        skip=skip,
-                        since_us=self._since,
-                        again=self._again,
-                        throttle=self.throttle,
-                    )
-                    self.stats.claims += 1
-                    if result.fenced:
-                        transaction.set_rollback(True, using=self.using)
-                    elif (
-                        result.claimed < self.batch_size
-                        and not result.deferred
-                        and not result.again
-                    ):
-                        # All that was due and free is done: when to look again, asked in
-                        # the claim's own transaction (see firing.NEXT_DUE).
-                        passed_over = [*skip, *(i for i, _ in result.quarantined)]
-                        held_back = self.throttle.held_back() if self.throttle.active else ()
-                        due = next_due(cursor, fence, passed_over, held_back)
-                        read_at = time.monotonic()
+                result, due, read_at = self._fire_batch(fence, started, narrow, skip)
             except DatabaseError as exc:
                 if narrow or not refused(exc):
                     raise
-                # One row's data, most likely: the batch is rolled back; the next one is
-                # written in halves until the rows refused are found and set aside.
-                self.stats.db_errors += 1
-                logger.warning(
-                    "the database refused a fire of this batch (%s): finding the row instance=%s",
-                    refusal(exc),
-                    self.instance_id,
-                    extra={"instance": self.instance_id, "epoch": fence.epoch},
-                )
-                self._narrowing = True
+                self._refused_batch(exc, fence)
                 continue
             if narrow:
                 self.stats.narrowed += 1
@@ -448,29 +334,7 @@ class Scheduler(DatabaseLoop):
             if result.claimed_at is not None and not result.fenced:
                 self._since, self._again = result.claimed_at, result.again_ids
             if result.fenced:
-                self.stats.fenced += 1
-                if isinstance(self.lease, BucketLeases):
-                    # Some bucket of the batch changed hands: keep the others.
-                    logger.warning(
-                        "fire refused: a bucket's lease is no longer ours instance=%s",
-                        self.instance_id,
-                    )
-                    self.lease.renew()
-                    if self.metrics is not None:
-                        self.metrics.fence_refused()
-                        self.metrics.leader.set(int(self.lease.is_leader))
-                    self._next_look = 0.0
-                    return 0.0
-                logger.warning(
-                    "fire refused: lease epoch %d is no longer ours instance=%s; stepping down",
-                    fence.epoch,
-                    self.instance_id,
-                    extra={"instance": self.instance_id, "epoch": fence.epoch},
-                )
-                if self.metrics is not None:
-                    self.metrics.fence_refused()
-                    self.metrics.lost_leadership()
-                self.lease.step_down()
+                self._fence_failed(fence)
                 return 0.0
             if result.claimed:
                 if self.metrics is not None:
@@ -487,6 +351,80 @@ class Scheduler(DatabaseLoop):
             if isinstance(self.lease, BucketLeases) and time.monotonic() >= self._next_look:
                 return 0.0  # a busy owner still stands by for others' buckets on time
         return 0.0 if self.lease.is_leader and not self.stopping.is_set() else self.poll_interval
+
+    def _fire_batch(
+        self, fence: Fence, started: float, narrow: bool, skip: list[str]
+    ) -> tuple[BatchResult, NextDue | None, float]:
+        """One batch in its own transaction (rolled back if its fence failed); after a short
+        one, when to look again, read in the claim's transaction, and when it was read."""
+        due: NextDue | None = None
+        read_at = 0.0
+        with self.transaction() as cursor:
+            result = fire_batch(
+                cursor,
+                fence,
+                self.batch_size,
+                BatchOptions(
+                    deadline=started + self.plan_budget,
+                    keep_lease=self._keep_lease,
+                    metrics=self.metrics is not None,
+                    narrow=narrow,
+                    skip=skip,
+                    since_us=self._since,
+                    again=self._again,
+                    throttle=self.throttle,
+                ),
+            )
+            self.stats.claims += 1
+            if result.fenced:
+                transaction.set_rollback(True, using=self.using)
+            elif result.claimed < self.batch_size and not result.deferred and not result.again:
+                # All that was due and free is done: when to look again, asked in the
+                # claim's own transaction (see firing.next_due.NEXT_DUE).
+                passed_over = [*skip, *(i for i, _ in result.quarantined)]
+                held_back = self.throttle.held_back() if self.throttle.active else ()
+                due = next_due(cursor, fence, passed_over, held_back)
+                read_at = time.monotonic()
+        return result, due, read_at
+
+    def _refused_batch(self, exc: DatabaseError, fence: Fence) -> None:
+        """The database refused a batch's write: one row's data, most likely. The batch is
+        rolled back; the next one is written in halves until the rows refused are found and
+        set aside."""
+        self.stats.db_errors += 1
+        logger.warning(
+            "the database refused a fire of this batch (%s): finding the row instance=%s",
+            refusal(exc, REASON_MAX),
+            self.instance_id,
+            extra={"instance": self.instance_id, "epoch": fence.epoch},
+        )
+        self._narrowing = True
+
+    def _fence_failed(self, fence: Fence) -> None:
+        """A batch's fence failed: with buckets, some bucket of the batch changed hands (keep
+        the others, look at the cluster again at once); else the lease is lost: step down."""
+        self.stats.fenced += 1
+        if isinstance(self.lease, BucketLeases):
+            logger.warning(
+                "fire refused: a bucket's lease is no longer ours instance=%s",
+                self.instance_id,
+            )
+            self.lease.renew()
+            if self.metrics is not None:
+                self.metrics.fence_refused()
+                self.metrics.leader.set(int(self.lease.is_leader))
+            self._next_look = 0.0
+            return
+        logger.warning(
+            "fire refused: lease epoch %d is no longer ours instance=%s; stepping down",
+            fence.epoch,
+            self.instance_id,
+            extra={"instance": self.instance_id, "epoch": fence.epoch},
+        )
+        if self.metrics is not None:
+            self.metrics.fence_refused()
+            self.metrics.lost_leadership()
+        self.lease.step_down()
 
     def _read_rates(self) -> None:
         """At most once per heartbeat: the hosts' fire rates, and this instance's share of
@@ -513,60 +451,10 @@ class Scheduler(DatabaseLoop):
         if self.metrics is not None and self.throttle.active:
             self.metrics.quota_held_back.set(len(self.throttle.held_back()))
         context = {"instance": self.instance_id, "epoch": epoch}
-        logger.info(
-            "fired %d schedule(s)%s instance=%s epoch=%d",
-            result.fired,
-            f": {result.names}" if result.names else "",
-            self.instance_id,
-            epoch,
-            extra={**context, "schedules": result.names} if result.names else context,
-        )
-        if result.duplicates:
-            logger.warning(
-                "skipped %d slot(s) that had already fired (refused by the database)",
-                result.duplicates,
-                extra=context,
-            )
-        refused_ids = {schedule_id for schedule_id, _ in result.refused}
-        for schedule_id, why in result.aside:
-            logger.error(
-                "set aside schedule %s: %s: %s",
-                schedule_id,
-                "the database refused its fire"
-                if schedule_id in refused_ids
-                else "it cannot be planned",
-                why,
-                extra={**context, "schedule": schedule_id},
-            )
-        self.stats.refused += len(refused_ids)
-        until = time.monotonic() + QUARANTINE_LEASES * self.lease.lease_seconds
-        for schedule_id, why in result.quarantined:
-            self._quarantine[schedule_id] = until
-            self.stats.quarantined += 1
-            logger.error(
-                "passing over schedule %s for %.0fs: the database refused to fire it and to "
-                "set it aside: %s",
-                schedule_id,
-                QUARANTINE_LEASES * self.lease.lease_seconds,
-                why,
-                extra={**context, "schedule": schedule_id},
-            )
-        if result.deferred:
-            logger.warning(
-                "planning took longer than %.2fs: %d schedule(s) left for the next batch",
-                self.plan_budget,
-                result.deferred,
-                extra=context,
-            )
-
-    def _skipped(self) -> list[str]:
-        """The quarantined rows the claims pass over now (expired ones are tried again)."""
-        if not self._quarantine:
-            return []
-        now = time.monotonic()
-        for schedule_id in [i for i, until in self._quarantine.items() if until <= now]:
-            del self._quarantine[schedule_id]
-        return sorted(self._quarantine)
+        log_batch(result, context, self.plan_budget, QUARANTINE_LEASES * self.lease.lease_seconds)
+        self.stats.refused += len({schedule_id for schedule_id, _ in result.refused})
+        self._quarantine.add((i for i, _ in result.quarantined), self.lease.lease_seconds)
+        self.stats.quarantined += len(result.quarantined)
 
     def _wait_for(self, due: NextDue, elapsed: float = 0.0) -> float:
         """The sleep after a round that fired everything it could (``elapsed``: seconds
@@ -613,37 +501,10 @@ class Scheduler(DatabaseLoop):
         period = self.heartbeat_seconds if leading else self.lease.lease_seconds
         self._next_presence = now + period
 
-    def _housekeeping(self) -> None:
-        """Leader chores, once per heartbeat: resume schedules whose pause ended. (Retention
-        runs on its own thread: see :mod:`.retention_worker`.)
-
-        A chore that fails on data is logged and left for the next heartbeat: it must not
-        stop the fires. Database errors go to the reconnect path as everywhere.
-        """
-        from django_dsched.changes.lifecycle import resume_expired_pauses
-
-        try:
-            with self.transaction():
-                resumed = resume_expired_pauses()
-        except DatabaseError:
-            raise
-        except Exception:
-            logger.exception("could not resume the schedules whose pause ended")
-            return
-        if resumed:
-            logger.info("resumed %d schedule(s) whose pause ended", resumed)
-
-    def _does_chores(self) -> bool:
-        """Whether this instance runs the cluster's chores (resuming pauses, retention): the
-        leader, or with buckets the holder of bucket 0 (one instance at a time)."""
-        if isinstance(self.lease, BucketLeases):
-            return 0 in self.lease.held
-        return self.lease.is_leader
-
     def _start_retention(self) -> None:
         if self.retention is None and self._retention_wanted:
             self.retention = worker_for(
-                lambda: self._does_chores() and not self.stopping.is_set(),
+                lambda: does_chores(self.lease) and not self.stopping.is_set(),
                 self.instance_id,
                 self.using,
                 pause=self.heartbeat_seconds,

@@ -188,7 +188,8 @@ def test_event_and_outbox_pages_show_the_payload(superuser_client, db_now):
     from django.db import connection, transaction
 
     from django_dsched.cluster.lease import LeaseHolder
-    from django_dsched.firing.batch import Fence, fire_batch
+    from django_dsched.firing.batch import fire_batch
+    from django_dsched.firing.fence import Fence
 
     ScheduleFactory(event_data={"marker": "<b>x</b>"})
     lease = LeaseHolder(

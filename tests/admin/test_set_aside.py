@@ -11,7 +11,8 @@ from django.urls import reverse
 
 from django_dsched.cluster.lease import LeaseHolder
 from django_dsched.enums import ScheduleKind, ScheduleState
-from django_dsched.firing.batch import Fence, fire_batch
+from django_dsched.firing.batch import fire_batch
+from django_dsched.firing.fence import Fence
 from django_dsched.models import Schedule
 from tests.admin.test_admin import form_data, run_action
 from tests.admin.test_pages import admin_client, change_url  # noqa: F401 (fixture)

@@ -278,7 +278,7 @@ def test_claim_rows_match_the_database():
     # tests.fire_path builds the claim's row by hand: check it against the real CLAIM.
     from django.db import connection
 
-    from django_dsched.firing.batch import CLAIM, claim_args
+    from django_dsched.firing.claim import CLAIM, claim_args
     from tests.fire_path import claim_row
 
     schedule = ScheduleFactory(

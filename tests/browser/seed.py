@@ -10,7 +10,8 @@ from django_dsched import api
 from django_dsched.changes import lifecycle
 from django_dsched.cluster.lease import LeaseHolder
 from django_dsched.enums import DeliveryStatus
-from django_dsched.firing.batch import Fence, fire_batch
+from django_dsched.firing.batch import fire_batch
+from django_dsched.firing.fence import Fence
 from django_dsched.models import OutboxMessage, Schedule, SchedulerInstance
 from django_dsched.runtime.clock import database_now
 

@@ -13,7 +13,8 @@ from django_dsched.changes import lifecycle
 from django_dsched.cluster.lease import LeaseHolder, agree_bucket_count
 from django_dsched.counts import ChangeCount
 from django_dsched.enums import ScheduleState
-from django_dsched.firing.batch import Fence, fire_batch
+from django_dsched.firing.batch import fire_batch
+from django_dsched.firing.fence import Fence
 from django_dsched.models import Event, Schedule
 from tests.factories import ScheduleFactory
 from tests.helpers import lock_waiter, other_session, sql

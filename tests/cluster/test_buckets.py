@@ -13,13 +13,15 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 from django_dsched import api
-from django_dsched.cluster.buckets import KEY_BITS, LOCK_STRIDE, bucket_of, owned
+from django_dsched.cluster.buckets import LOCK_STRIDE, bucket_of, owned
 from django_dsched.cluster.lease import BucketLeases, _transaction, agree_bucket_count, decide
 from django_dsched.exceptions import BucketCountMismatch
-from django_dsched.firing.batch import Fence, fire_batch
+from django_dsched.firing.batch import fire_batch
+from django_dsched.firing.fence import Fence
 from django_dsched.models import Event, Lease, Schedule
 from django_dsched.models.schedule import BUCKET_KEY_BITS
 from django_dsched.scheduler import Scheduler
+from django_dsched.scheduler.housekeeping import does_chores
 from tests.factories import ScheduleFactory
 from tests.helpers import other_session, sql
 
@@ -29,7 +31,7 @@ COUNT = 8
 
 
 def key_of(schedule_id: uuid.UUID) -> int:
-    return int.from_bytes(schedule_id.bytes[14:16], "big") & ((1 << KEY_BITS) - 1)
+    return int.from_bytes(schedule_id.bytes[14:16], "big") & ((1 << BUCKET_KEY_BITS) - 1)
 
 
 def due(db_now, n=1, **kwargs):
@@ -60,7 +62,6 @@ def report(wrapper, instance: str) -> None:
 
 
 def test_the_database_fills_the_bucket_key_on_every_insert_path(db_now):
-    assert KEY_BITS == BUCKET_KEY_BITS
     made = due(db_now, 3)
     raw_id = uuid.uuid4()
     # A raw INSERT (bulk or hand-written SQL) names no bucket column: the database fills it.
@@ -81,6 +82,10 @@ def test_the_database_fills_the_bucket_key_on_every_insert_path(db_now):
     api.bulk_create([api.Once(at=db_now() + timedelta(hours=1), topic="t", event_type="e")] * 2)
     for schedule in Schedule.objects.all():
         assert schedule.bucket_key == key_of(schedule.schedule_id)
+    # A key's bucket in Python is the database's (the claim's ``bucket_key & mask``).
+    mask = COUNT - 1
+    for schedule_id, bucket in sql("SELECT schedule_id, bucket_key & %s FROM schedule_t", [mask]):
+        assert bucket == bucket_of(key_of(schedule_id), COUNT)
     assert len(made) + 4 == Schedule.objects.count()
     # A time-ordered id (UUIDv7: the top 48 bits are time) spreads by its random tail.
     seven = [uuid.UUID(int=(0x0190_0000_0000 << 80) | (0x7 << 76) | i * 7919) for i in range(64)]
@@ -179,7 +184,7 @@ def test_a_new_owner_gets_its_buckets_by_hand_off_never_two_holders(db_now, sett
         assert set(first.lease.held) == set(range(COUNT)) - mine  # type: ignore[union-attr]
         assert first.stats.handoffs == len(mine)
         # The cluster's chores (resuming pauses, retention) go with bucket 0: one instance.
-        assert first._does_chores() == (0 not in mine)
+        assert does_chores(first.lease) == (0 not in mine)
         assert second.try_acquire()
         assert set(second.held) == mine
         holders = dict(sql("SELECT lock_id, instance_id FROM scheduler_lock_t"))

@@ -6,7 +6,8 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 
 from django_dsched.enums import DeliveryStatus, FrequencyUnit, ScheduleState
-from django_dsched.firing.batch import CLAIM, claim_args, fire_batch
+from django_dsched.firing.batch import fire_batch
+from django_dsched.firing.claim import CLAIM, claim_args
 from django_dsched.models import Event, OutboxMessage, Schedule
 from tests.factories import ScheduleFactory
 from tests.fire_path import fire

@@ -10,7 +10,8 @@ import pytest
 from django.db import connection, transaction
 
 from django_dsched.enums import FrequencyUnit
-from django_dsched.firing.batch import CLAIMS, claim_args, fire_batch
+from django_dsched.firing.batch import BatchOptions, fire_batch
+from django_dsched.firing.claim import CLAIMS, claim_args
 from django_dsched.models import Event, Schedule
 from tests.helpers import sql
 
@@ -54,7 +55,7 @@ def on_time(count: int) -> list[Schedule]:
 
 def fire(fence, batch: int, since: int | None, again=()):
     with transaction.atomic(), connection.cursor() as cursor:
-        result = fire_batch(cursor, fence, batch, since_us=since, again=again)
+        result = fire_batch(cursor, fence, batch, BatchOptions(since_us=since, again=again))
     assert not result.fenced
     return result
 

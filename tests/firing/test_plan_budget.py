@@ -12,7 +12,10 @@ from django.db import connection, transaction
 
 from django_dsched.cluster.lease import LeaseHolder
 from django_dsched.enums import MisfirePolicy, ScheduleKind
-from django_dsched.firing.batch import CLAIM, Fence, claim_args, fire_batch, plan
+from django_dsched.firing.batch import BatchOptions, fire_batch
+from django_dsched.firing.claim import CLAIM, claim_args
+from django_dsched.firing.fence import Fence
+from django_dsched.firing.plan import plan
 from django_dsched.models import Event, Lease, Schedule
 from django_dsched.scheduler import Scheduler
 from tests.factories import ScheduleFactory
@@ -59,7 +62,7 @@ def test_rows_left_over_when_the_budget_runs_out_fire_in_the_next_batch(lease, d
     with transaction.atomic(), connection.cursor() as cursor:
         # A budget already spent: one slow row is planned (progress), the plain interval
         # rows always are, the other slow rows are left as they are.
-        result = fire_batch(cursor, fence, 100, deadline=time.monotonic() - 1)
+        result = fire_batch(cursor, fence, 100, BatchOptions(deadline=time.monotonic() - 1))
     assert (result.claimed, result.fired, result.deferred, result.fenced) == (7, 4, 3, False)
     fired = set(Event.objects.values_list("aggregate_id", flat=True))
     assert {s.schedule_id for s in fast} <= fired
@@ -68,7 +71,7 @@ def test_rows_left_over_when_the_budget_runs_out_fire_in_the_next_batch(lease, d
     assert all(s.fire_count == 0 and s.aggregate_version == 1 for s in untouched)
     # The next batch takes them.
     with transaction.atomic(), connection.cursor() as cursor:
-        result = fire_batch(cursor, fence, 100, deadline=time.monotonic() + 60)
+        result = fire_batch(cursor, fence, 100, BatchOptions(deadline=time.monotonic() + 60))
     assert (result.claimed, result.fired, result.deferred) == (3, 3, 0)
 
 
@@ -91,7 +94,7 @@ def test_the_lease_is_renewed_inside_the_batch_when_planning_outlived_the_trust_
     fence = Fence(1, "test", lease.epoch, 30.0)
     with transaction.atomic(), connection.cursor() as cursor:
         result = fire_batch(
-            cursor, fence, 10, keep_lease=lambda: lease.is_trusted() or lease.renew()
+            cursor, fence, 10, BatchOptions(keep_lease=lambda: lease.is_trusted() or lease.renew())
         )
     assert (result.fired, result.fenced) == (1, False)
     assert Lease.objects.get().last_heartbeat > before
@@ -105,7 +108,7 @@ def test_a_lost_lease_found_before_the_write_fires_nothing(lease, db_now):
     fence = Fence(1, "test", lease.epoch, 30.0)
     with transaction.atomic(), connection.cursor() as cursor:
         result = fire_batch(
-            cursor, fence, 10, keep_lease=lambda: lease.is_trusted() or lease.renew()
+            cursor, fence, 10, BatchOptions(keep_lease=lambda: lease.is_trusted() or lease.renew())
         )
         transaction.set_rollback(True)
     assert result.fenced

@@ -12,7 +12,7 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 
 from django_dsched.enums import ScheduleState
-from django_dsched.firing.batch import fire_batch
+from django_dsched.firing.batch import BatchOptions, fire_batch
 from django_dsched.models import Event, OutboxMessage, Schedule
 from django_dsched.scheduler import Scheduler
 from tests.factories import ScheduleFactory
@@ -55,7 +55,7 @@ def test_today_a_refused_row_fails_the_whole_batch(fence, db_now):
         with pytest.raises(IntegrityError), transaction.atomic(), connection.cursor() as cursor:
             fire_batch(cursor, fence, 100)
         with transaction.atomic(), connection.cursor() as cursor:
-            result = fire_batch(cursor, fence, 100, narrow=True)
+            result = fire_batch(cursor, fence, 100, BatchOptions(narrow=True))
     assert (result.fired, result.set_aside, len(result.refused)) == (3, 1, 1)
     assert result.refused[0][0] == str(bad.schedule_id)
     assert "poison" in result.refused[0][1]
@@ -103,7 +103,7 @@ def test_a_row_the_database_will_not_set_aside_either_is_passed_over(db_now):
             bad.refresh_from_db()
             assert (bad.state, bad.active, bad.fire_count) == (ScheduleState.ACTIVE, True, 0)
             assert scheduler.stats.quarantined == 1
-            assert list(scheduler._quarantine) == [str(bad.schedule_id)]
+            assert list(scheduler._quarantine.until) == [str(bad.schedule_id)]
             # Passed over: the next round claims nothing and does not poll for a lock.
             assert scheduler._guarded(scheduler.step) > 0
             assert (scheduler.stats.quarantined, scheduler.stats.locked_waits) == (1, 0)

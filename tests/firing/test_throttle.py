@@ -12,7 +12,8 @@ import pytest
 from django.db import connection, transaction
 
 from django_dsched import api
-from django_dsched.firing.batch import BatchResult, fire_batch, next_due
+from django_dsched.firing.batch import BatchOptions, BatchResult, fire_batch
+from django_dsched.firing.next_due import next_due
 from django_dsched.firing.throttle import Throttle, read_rates
 from django_dsched.models import Event, Schedule, TenantQuota
 from tests.helpers import sql
@@ -75,7 +76,7 @@ def test_with_buckets_an_instance_takes_its_share_of_the_rate():
 # -- the fire path ------------------------------------------------------------------------------
 def fire(fence, throttle: Throttle, batch: int = 100) -> BatchResult:
     with transaction.atomic(), connection.cursor() as cursor:
-        result = fire_batch(cursor, fence, batch, throttle=throttle)
+        result = fire_batch(cursor, fence, batch, BatchOptions(throttle=throttle))
     assert not result.fenced
     return result
 

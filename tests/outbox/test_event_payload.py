@@ -17,7 +17,8 @@ from django.db import connection, transaction
 from django_dsched import api
 from django_dsched.cluster.lease import LeaseHolder
 from django_dsched.enums import DeliveryStatus
-from django_dsched.firing.batch import Fence, fire_batch
+from django_dsched.firing.batch import fire_batch
+from django_dsched.firing.fence import Fence
 from django_dsched.history import partitions
 from django_dsched.models import Event, OutboxMessage
 from django_dsched.outbox import envelope

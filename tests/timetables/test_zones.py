@@ -20,7 +20,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from django_dsched.enums import FrequencyUnit, MisfirePolicy
-from django_dsched.firing.batch import Plan, _plan_one, plan
+from django_dsched.firing.plan import Plan, _plan_one, plan
 from django_dsched.timetables import backlog_window
 from django_dsched.timetables.grid import (
     ABSOLUTE_UNITS,

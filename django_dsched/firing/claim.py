@@ -1,0 +1,153 @@
+"""The claim: which due schedules a batch takes, oldest first, on-time work before the backlog.
+
+``SELECT ... FOR UPDATE SKIP LOCKED``: the database's clock (``statement_timestamp()``)
+decides what is due, and is returned with the rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from django_dsched.timetables import backlog_window
+
+
+def microseconds(column: str) -> str:
+    """SQL: a timestamptz column as microseconds since the epoch; NULL for +/-infinity, so a
+    row holding one can never make the claim itself fail (planning sets it aside)."""
+    return f"CASE WHEN isfinite({column}) THEN (extract(epoch FROM {column}) * 1000000)::bigint END"
+
+
+# Times travel as microseconds since the epoch: parsing and formatting thousands of
+# timestamps per batch costs more than the batch's SQL. Nothing here can fail on a row's
+# values: every column comes back as stored, to be judged by plan(), row by row.
+CLAIM_COLUMNS = f"""schedule_id::text, schedule_kind, frequency_unit, frequency_time,
+       {microseconds("start_ts")},
+       {microseconds("next_slot_ts")},
+       (extract(epoch FROM statement_timestamp()) * 1000000)::bigint,
+       cron_expression, time_zone, misfire_policy, misfire_grace_seconds, catch_up_limit,
+       {microseconds("end_ts")}, max_fires, fire_count, jitter_seconds"""
+
+# With buckets (DSCHED_BUCKETS > 1) the claim takes only rows of the buckets this instance
+# holds (no filter when it holds them all) and returns each row's bucket key, so the write
+# fences exactly the buckets it touches.
+IN_BUCKETS = "(bucket_key & %(mask)s) = ANY(%(buckets)s::int[])"
+# Rows this instance could neither fire nor set aside (the database refused both) wait in
+# its quarantine (the loop's): the claim passes over them for a while.
+NOT_QUARANTINED = "schedule_id <> ALL(%(skip)s::uuid[])"
+# Hosts over their fire rate (firing/throttle.py) whose bucket cannot pay a tick's fires:
+# the claim passes over their rows, which stay due. With any rate set, the claim also returns
+# each row's host, for its token.
+NOT_HELD_BACK = "host_id <> ALL(%(held_back)s::uuid[])"
+# A second before the last claim that found rows (the caller's, in microseconds): a row
+# that came due just before that claim but committed after it (a create, an edit, a pause
+# that ended) is still on time. The first claim of a process takes one backlog window
+# before now.
+SINCE = """COALESCE('epoch'::timestamptz + %(since)s::bigint * interval '1 microsecond'
+                  - interval '1 second',
+                  statement_timestamp() - make_interval(secs => %(window)s))"""
+
+
+def claim_statement(
+    *, buckets: bool = False, every_bucket: bool = False, skip: bool = False, hosts: bool = False
+) -> str:
+    """The claim: on-time work first, then the backlog, never more than ``%(limit)s`` rows.
+
+    ``fresh`` takes the rows that came due since the previous claim (``SINCE``), oldest
+    first, up to the whole batch, or the batch less ``%(backlog_share)s`` when anything else
+    waits (``waiting``: one probe): whatever is on time is claimed in the next round,
+    however large the backlog. ``again`` then takes the rows the previous batch fired that
+    were due again at once (a catch-up, a slot due within the backlog window:
+    ``%(again)s``, primary-key probes), and ``backlog`` the rows due before ``SINCE``,
+    oldest first, each up to what is left of the batch: so a backlog drains even while
+    on-time work would fill the batch. The parts take disjoint rows (by ``SINCE`` and by
+    id), so no row is claimed twice; all skip rows locked by others. A claim shorter than
+    the batch therefore left no due row that was free (what NEXT_DUE relies on), but those
+    of held-back hosts, and but a share left for a backlog locked by others. ``fresh`` and
+    ``backlog`` walk the due index. ``hosts`` (a fire rate is set somewhere): each row's
+    host comes back (before the bucket key), and the rows of held-back hosts are passed
+    over."""
+    columns = (
+        CLAIM_COLUMNS + (", host_id::text" if hosts else "") + (", bucket_key" if buckets else "")
+    )
+    where = "active"
+    if buckets and not every_bucket:
+        where += f" AND {IN_BUCKETS}"
+    if skip:
+        where += f" AND {NOT_QUARANTINED}"
+    if hosts:
+        where += f" AND {NOT_HELD_BACK}"
+    return f"""
+WITH since AS MATERIALIZED (SELECT {SINCE} AS ts),
+-- Whether anything waits besides the on-time rows (one probe of the due index): only then
+-- does the on-time part leave the backlog its share. The oldest row's time, not EXISTS: the
+-- planner cannot know `since`, guesses a third of the rows qualify, and would answer an
+-- EXISTS (which drops ORDER BY and LIMIT) by reading the table until a row does: all of
+-- it when none does. ORDER BY ... LIMIT 1 is the head of the due index's range.
+waiting AS MATERIALIZED (
+    SELECT cardinality(%(again)s::uuid[]) > 0
+           OR (SELECT next_run_ts FROM schedule_t
+               WHERE {where} AND next_run_ts <= (SELECT ts FROM since)
+               ORDER BY next_run_ts LIMIT 1) IS NOT NULL AS yes
+),
+fresh AS MATERIALIZED (
+    SELECT {columns} FROM schedule_t
+    WHERE {where} AND next_run_ts <= statement_timestamp()
+      AND next_run_ts > (SELECT ts FROM since)
+    ORDER BY next_run_ts, priority DESC
+    LIMIT greatest(0, %(limit)s
+                      - CASE WHEN (SELECT yes FROM waiting) THEN %(backlog_share)s ELSE 0 END)
+    FOR UPDATE SKIP LOCKED
+),
+again AS MATERIALIZED (
+    SELECT {columns} FROM schedule_t
+    WHERE schedule_id = ANY(%(again)s::uuid[]) AND {where}
+      AND next_run_ts <= (SELECT ts FROM since)
+    LIMIT greatest(0, %(limit)s - (SELECT count(*) FROM fresh))
+    FOR UPDATE SKIP LOCKED
+),
+backlog AS MATERIALIZED (
+    SELECT {columns} FROM schedule_t
+    WHERE {where} AND next_run_ts <= (SELECT ts FROM since)
+      AND schedule_id <> ALL(%(again)s::uuid[])
+    ORDER BY next_run_ts, priority DESC
+    LIMIT greatest(0, %(limit)s - (SELECT count(*) FROM fresh) - (SELECT count(*) FROM again))
+    FOR UPDATE SKIP LOCKED
+)
+SELECT * FROM fresh UNION ALL SELECT * FROM again UNION ALL SELECT * FROM backlog
+"""
+
+
+# (buckets, every bucket, skip, hosts) -> the claim; built once here, picked per batch.
+CLAIMS = {
+    (buckets, every, skip, hosts): claim_statement(
+        buckets=buckets, every_bucket=every, skip=skip, hosts=hosts
+    )
+    for buckets in (False, True)
+    for every in (False, True)
+    for skip in (False, True)
+    for hosts in (False, True)
+    if buckets or not every
+}
+CLAIM = CLAIMS[False, False, False, False]  # no buckets, nothing quarantined, no rates
+# The least part of a batch the backlog gets while on-time work would fill it.
+BACKLOG_SHARE = 0.1
+
+
+def claim_args(
+    limit: int,
+    since_us: int | None = None,
+    skip: Collection[str] = (),
+    again: Collection[str] = (),
+    held_back: Collection[str] = (),
+) -> dict[str, Any]:
+    """The parameters of a claim of ``limit`` rows (see :func:`claim_statement`)."""
+    return {
+        "held_back": list(held_back),
+        "limit": limit,
+        "since": since_us,
+        "again": list(again),
+        "window": backlog_window().total_seconds(),
+        "backlog_share": max(1, int(limit * BACKLOG_SHARE)),
+        "skip": list(skip),
+    }

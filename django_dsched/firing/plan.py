@@ -1,0 +1,178 @@
+"""Planning a claimed batch: each row's fire slot, next slot, next run and state.
+
+Python computes them with :mod:`django_dsched.timetables`, the same code the admin and the
+API use, within a time budget. A row that cannot be planned is set aside with its error
+(:func:`reason`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django_dsched.enums import MisfirePolicy, ScheduleKind, ScheduleState
+from django_dsched.exceptions import ScheduleDataError
+from django_dsched.timetables import Rules, backlog_window, decide, timetable_for
+from django_dsched.timetables.grid import (
+    MICROSECOND,
+    due_slot_us,
+    from_microseconds,
+    to_microseconds,
+)
+
+# Longest error text kept on a set-aside schedule.
+REASON_MAX = 2000
+# Why a row whose start or next slot is +/-infinity is set aside (the claim reads them
+# as NULL).
+NOT_FINITE = f"{ScheduleDataError.__name__}: start_ts or next_slot_ts is not a finite time"
+
+
+@dataclass(slots=True)
+class Plan:
+    """Per claimed row: the slot to fire (or None), the next slot and run, the new state."""
+
+    ids: list[str] = field(default_factory=list)
+    slots: list[int | None] = field(default_factory=list)
+    next_slots: list[int] = field(default_factory=list)
+    next_runs: list[int] = field(default_factory=list)
+    states: list[str] = field(default_factory=list)
+    missed: list[bool] = field(default_factory=list)
+    # Rows that could not be planned: (schedule id, error), to be set aside.
+    aside: list[tuple[str, str]] = field(default_factory=list)
+    # Rows not planned because the budget ran out (left as they are).
+    deferred: int = 0
+    # Planned rows whose next run is already due (and their ids).
+    again: int = 0
+    again_ids: list[str] = field(default_factory=list)
+
+    def add(
+        self,
+        schedule_id: str,
+        slot: int | None,
+        next_slot: int | None,
+        next_run: int | None,
+        missed: bool,
+    ) -> None:
+        self.ids.append(schedule_id)
+        self.slots.append(slot)
+        if next_slot is None or next_run is None:
+            # Nothing comes after: the schedule completes (its next run stays put).
+            last = slot if slot is not None else 0
+            self.next_slots.append(last)
+            self.next_runs.append(last)
+            self.states.append(COMPLETED)
+        else:
+            self.next_slots.append(next_slot)
+            self.next_runs.append(next_run)
+            self.states.append(ACTIVE)
+        self.missed.append(missed)
+
+
+ACTIVE, COMPLETED = ScheduleState.ACTIVE.value, ScheduleState.COMPLETED.value
+INTERVAL, COALESCE = ScheduleKind.INTERVAL.value, MisfirePolicy.COALESCE.value
+
+
+def plan(rows: list[tuple[Any, ...]], deadline: float | None = None) -> Plan:
+    """Decide, for each claimed row, what to fire and when it runs next (microseconds).
+
+    Rows on the integer fast path are always planned (they cost a microsecond or two).
+    The others are planned until the monotonic clock passes ``deadline``; the rest are
+    left out of the plan (``deferred``): unchanged, they are released at commit and taken
+    by the next batch, so a slow batch shrinks instead of outliving the lease. A row whose
+    planning raises is set aside with its error; the others are planned as usual.
+    """
+    result = Plan()
+    slow: list[tuple[Any, ...]] = []
+    # One backlog window for the whole batch, on both paths (timetables.misfire).
+    window = backlog_window()
+    window_us = window // MICROSECOND
+    for row in rows:
+        (schedule_id, kind, unit, every, start, next_slot, now, _cron, _zone, policy, grace,
+         _limit, end, max_fires, _fires, jitter_s) = row  # fmt: skip
+        if start is None or next_slot is None:
+            result.aside.append((schedule_id, NOT_FINITE))
+            continue
+        if (
+            kind == INTERVAL
+            and policy == COALESCE
+            and grace is None
+            and end is None
+            and max_fires is None
+            and not jitter_s
+        ):
+            # The common case: plain integer arithmetic on the grid where it is exact.
+            # COALESCE without jitter or grace is the grid's latest slot one backlog window
+            # ago (or the next slot when it came due since), as misfire.decide computes it.
+            try:
+                slot, following = due_slot_us(unit, every, start, next_slot, now - window_us, _zone)
+            except Exception as exc:  # any error here is this row's alone
+                result.aside.append((schedule_id, reason(exc)))
+                continue
+            result.add(schedule_id, slot, following, following, slot > next_slot)
+            if following is not None and following <= now:
+                result.again += 1
+                result.again_ids.append(schedule_id)
+            continue
+        slow.append(row)
+    for index, row in enumerate(slow):
+        if index and deadline is not None and time.monotonic() > deadline:
+            result.deferred = len(slow) - index
+            break
+        try:
+            _plan_one(result, row, window)
+        except Exception as exc:  # any error here is this row's alone
+            result.aside.append((row[0], reason(exc)))
+    return result
+
+
+def _plan_one(result: Plan, row: tuple[Any, ...], window: timedelta | None = None) -> None:
+    """Plan one row through the timetables (every kind, policy and bound).
+
+    ``max_fires`` completes a schedule in ``WRITE``, which knows whether a fire was a new
+    slot; here a schedule that already reached it completes without firing. ``window``:
+    the batch's backlog window (default: read from the settings).
+    """
+    (schedule_id, kind, unit, every, start, next_slot, now, cron, zone, policy, grace,
+     limit, end, max_fires, fires, jitter_s) = row  # fmt: skip
+    if max_fires is not None and fires >= max_fires:
+        result.add(schedule_id, None, None, None, False)
+        return
+    table = timetable_for(
+        kind,
+        start=from_microseconds(start),
+        unit=unit,
+        every=every,
+        cron=cron,
+        time_zone=zone,
+    )
+    rules = Rules(
+        policy=policy,
+        grace_seconds=grace,
+        catch_up_limit=limit,
+        end=None if end is None else from_microseconds(end),
+        jitter_seconds=jitter_s,
+        jitter_key=schedule_id,
+    )
+    decision = decide(
+        table, rules, from_microseconds(next_slot), from_microseconds(now), fires, window
+    )
+    after = decision.next_slot
+    next_run = None if after is None else to_microseconds(rules.run_time(table, after))
+    result.add(
+        schedule_id,
+        None if decision.slot is None else to_microseconds(decision.slot),
+        None if after is None else to_microseconds(after),
+        next_run,
+        decision.missed,
+    )
+    if next_run is not None and next_run <= now:
+        result.again += 1
+        result.again_ids.append(schedule_id)
+
+
+def reason(exc: BaseException) -> str:
+    """An error as kept on a set-aside schedule: its type and message, bounded."""
+    text = f"{type(exc).__name__}: {exc}".strip()
+    return text[:REASON_MAX]
