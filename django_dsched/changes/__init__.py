@@ -10,7 +10,7 @@ goes through these names; nothing else writes ``schedule_t``.
   idempotency keys. Its statements: :mod:`.single_insert` (one row) and
   :mod:`.bulk_insert` (many, pipelined), bound by :mod:`django_dsched.runtime.binding`.
 - :mod:`.bulk`: ``bulk_create`` and ``bulk_cancel``, all or nothing with per-item errors.
-- :mod:`.lifecycle`: every change after a create: save (edit), pause, resume, cancel,
+- :mod:`.pauses`: every change after a create: save (edit), pause, resume, cancel,
   run now, backfill, and the pauses that end by themselves.
 - :mod:`.audit`: the audit event each change writes. :mod:`.describe`: timing in words.
 - :mod:`.permissions`: who may do what, one rule per capability, asked by every door.
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from django_dsched.changes.bulk import bulk_cancel, bulk_create
 from django_dsched.changes.creates import create, create_instance
-from django_dsched.changes.lifecycle import (
+from django_dsched.changes.pauses import (
     backfill,
     cancel,
     pause,

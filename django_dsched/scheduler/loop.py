@@ -620,7 +620,7 @@ class Scheduler(DatabaseLoop):
         A chore that fails on data is logged and left for the next heartbeat: it must not
         stop the fires. Database errors go to the reconnect path as everywhere.
         """
-        from django_dsched.changes.lifecycle import resume_expired_pauses
+        from django_dsched.changes.pauses import resume_expired_pauses
 
         try:
             with self.transaction():
