@@ -39,7 +39,7 @@ from typing import Any
 from django.db.models import Case, OuterRef, Q, QuerySet, Subquery, When
 from django.utils.translation import gettext as _
 
-from django_dsched.changes import bulk, creates, pauses, permissions
+from django_dsched.changes import bulk, cancels, creates, on_demand, pauses, permissions
 from django_dsched.changes.specs import OPTIONS, Cron, Interval, Once, Spec
 from django_dsched.counts import ChangeCount
 from django_dsched.enums import DeliveryStatus, ScheduleState
@@ -257,7 +257,7 @@ def cancel(
     """Cancel for good (by instance, id, name, or idempotency ``key``). False if it was
     already cancelled or completed."""
     permissions.require(actor, permissions.CANCEL)
-    return _changed(pauses.cancel(_lookup(ref, key, host_id), actor=actor), ref, key)
+    return _changed(cancels.cancel(_lookup(ref, key, host_id), actor=actor), ref, key)
 
 
 def trigger(
@@ -269,7 +269,7 @@ def trigger(
 ) -> int:
     """Fire once now, through the exactly-once path (by instance, id, name, or idempotency
     ``key``). Three round trips: the schedule, the database's clock, the fire."""
-    return pauses.trigger(get(ref, key=key, host_id=host_id), actor=actor)
+    return on_demand.trigger(get(ref, key=key, host_id=host_id), actor=actor)
 
 
 def backfill(
@@ -281,7 +281,7 @@ def backfill(
     actor: Any = None,
 ) -> tuple[int, int]:
     """Fire each past slot in ``[start, end]`` once; returns ``(fired, already_fired)``."""
-    return pauses.backfill(get(ref, host_id=host_id), start, end, actor=actor)
+    return on_demand.backfill(get(ref, host_id=host_id), start, end, actor=actor)
 
 
 def bulk_create(specs: Iterable[Spec | Schedule], *, actor: Any = None) -> list[Schedule]:
@@ -443,7 +443,7 @@ def dry_run(
         begin = max(start, schedule.next_slot_ts)
         fires += [
             (schedule.schedule_name, slot)
-            for slot in pauses.slots_between(schedule, begin, end, limit=limit_per_schedule)
+            for slot in on_demand.slots_between(schedule, begin, end, limit=limit_per_schedule)
         ]
     return sorted(fires, key=lambda item: (item[1], item[0]))
 

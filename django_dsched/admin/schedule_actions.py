@@ -1,7 +1,7 @@
 """The schedule actions: on the selection (change list) and as buttons (schedule page).
 
 Both paths run the same code: check the action's permission, show a confirmation page
-where the action is destructive, call :mod:`django_dsched.changes.pauses` (never a raw update),
+where the action is destructive, call :mod:`django_dsched.changes` (never a raw update),
 write an admin history (LogEntry) record for every schedule changed or created, and
 report counts.
 """
@@ -29,7 +29,7 @@ from django.utils.translation import gettext_lazy, ngettext
 
 from django_dsched.admin.action_forms import NoOptions, PauseOptions
 from django_dsched.admin.schedule_form import ScheduleForm
-from django_dsched.changes import pauses, unchanged
+from django_dsched.changes import cancels, edits, on_demand, pauses, unchanged
 from django_dsched.changes import permissions as rules
 from django_dsched.conf import app_settings
 from django_dsched.counts import ChangeCount
@@ -341,13 +341,13 @@ class ScheduleActionsMixin(ScheduleModelAdmin):
         return self._transition(request, ids, pauses.resume, _("Resumed."))
 
     def _do_cancel(self, request: HttpRequest, ids: list[Any]) -> Result:
-        return self._transition(request, ids, pauses.cancel, _("Cancelled."))
+        return self._transition(request, ids, cancels.cancel, _("Cancelled."))
 
     def _do_run_now(self, request: HttpRequest, ids: list[Any]) -> Result:
         result = Result()
         for schedule in Schedule.objects.filter(pk__in=ids).order_by("schedule_name"):
             try:
-                fired = pauses.trigger(schedule, actor=request.user)
+                fired = on_demand.trigger(schedule, actor=request.user)
             except ValidationError:
                 schedule.refresh_from_db()
                 result.skipped.append(schedule)
@@ -389,7 +389,7 @@ class ScheduleActionsMixin(ScheduleModelAdmin):
         with _atomic():
             # It is paused before this transaction ends, so it never fires unseen: creating
             # it needs no permission to fire, whatever its start and misfire policy.
-            pauses.save_schedule(copy, actor=request.user, may_fire=True)
+            edits.save_schedule(copy, actor=request.user, may_fire=True)
             reason = _("Copy of %(name)s: review it, then resume it.") % {
                 "name": source.schedule_name
             }

@@ -22,7 +22,7 @@ from django.core.exceptions import NON_FIELD_ERRORS
 from django.db import connections, transaction
 from django.utils.translation import gettext as _
 
-from django_dsched.changes import pauses, permissions, quotas
+from django_dsched.changes import cancels, permissions, quotas
 from django_dsched.changes.bulk_insert import CHUNK, Inserter
 from django_dsched.changes.constraints import unique_name_error
 from django_dsched.changes.creates import Prepared, Preparer, existing_by_key
@@ -311,7 +311,7 @@ def cancel_items(
     host_id: uuid.UUID | str | None = None,
     actor: Any = None,
     with_rows: bool = True,
-) -> tuple[ChangeCount, list[pauses.Locked]]:
+) -> tuple[ChangeCount, list[cancels.Locked]]:
     """:func:`bulk_cancel`, also giving each item's schedule as the cancel locked it (the
     items of ``refs``, then of ``keys``): what the REST API reports per item (``with_rows=False``:
     only the count, for the Python API). A schedule resolved but gone (or moved to another
@@ -386,7 +386,7 @@ def cancel_items(
         if errors:
             raise BulkValidationError(errors)
         if not with_rows:
-            found, changed = pauses.cancel_ids_counted(sorted(first), host=host, actor=actor)
+            found, changed = cancels.cancel_ids_counted(sorted(first), host=host, actor=actor)
             if found != len(first):  # deleted between the two statements: undo the cancel
                 present = set(
                     Schedule.objects.filter(pk__in=list(first), host_id=host).values_list(
@@ -401,7 +401,7 @@ def cancel_items(
                     ]
                 )
             return ChangeCount(changed=changed, skipped=found - changed), []
-        locked = {row.schedule_id: row for row in pauses.cancel_ids(sorted(first), actor=actor)}
+        locked = {row.schedule_id: row for row in cancels.cancel_ids(sorted(first), actor=actor)}
         gone = [
             (index, field, _("No such schedule."))
             for index, (field, pk) in resolved.items()
@@ -410,7 +410,7 @@ def cancel_items(
         if gone:  # deleted between the two statements: undo the cancel
             raise BulkValidationError(gone)
     result = [locked[pk] for _field, pk in resolved.values()]
-    changed = sum(1 for row in result if row.state in pauses.CANCELLABLE)
+    changed = sum(1 for row in result if row.state in cancels.CANCELLABLE)
     return ChangeCount(changed=changed, skipped=len(result) - changed), result
 
 

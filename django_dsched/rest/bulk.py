@@ -24,7 +24,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from django_dsched import api
-from django_dsched.changes import bulk, pauses
+from django_dsched.changes import bulk, cancels
 from django_dsched.changes import permissions as rules
 from django_dsched.changes.creates import Clock, Preparer
 from django_dsched.conf import app_settings
@@ -336,12 +336,12 @@ class BulkCancelView(BulkView):
         # order (the call is refused, and undone, unless there is exactly one per item).
         results = [
             {
-                "outcome": "cancelled" if row.state in pauses.CANCELLABLE else "skipped",
+                "outcome": "cancelled" if row.state in cancels.CANCELLABLE else "skipped",
                 "id": str(row.schedule_id),
                 "name": row.schedule_name,
                 "key": row.idempotency_key,
                 "state": (
-                    ScheduleState.CANCELLED.value if row.state in pauses.CANCELLABLE else row.state
+                    ScheduleState.CANCELLED.value if row.state in cancels.CANCELLABLE else row.state
                 ),
             }
             for row in rows

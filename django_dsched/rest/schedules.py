@@ -1,7 +1,7 @@
 """``schedules/``: list, create, read, replace, change and cancel schedules; their actions
 (pause, resume, trigger, backfill), their next fires and their history.
 
-Every change goes through :mod:`django_dsched.changes.pauses`, as from the admin and the Python
+Every change goes through :mod:`django_dsched.changes`, as from the admin and the Python
 API: the same rules, the same audit events (with the requesting user as actor).
 """
 
@@ -24,7 +24,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from django_dsched import api
-from django_dsched.changes import creates, pauses, unchanged
+from django_dsched.changes import cancels, creates, edits, on_demand, pauses, unchanged
 from django_dsched.changes import permissions as rules
 from django_dsched.changes.permissions import Capability
 from django_dsched.counts import ChangeCount
@@ -298,7 +298,7 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
     def destroy(self, request: Request, **kwargs: Any) -> Response:
         return self._transition(
             request,
-            lambda selected: pauses.cancel(selected, actor=request.user),
+            lambda selected: cancels.cancel(selected, actor=request.user),
             required=True,
             change="cancel",
         )
@@ -330,7 +330,7 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
         def save() -> None:
             # What the edit does is judged below, on the row as saved (a 403 naming the
             # permissions missing), so the service is told the user may.
-            pauses.save_schedule(
+            edits.save_schedule(
                 schedule,
                 list(changes),
                 actor=request.user,
@@ -446,7 +446,7 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
     def trigger(self, request: Request, **kwargs: Any) -> Response:
         body(NoOptions, request)
         return self._fire(
-            request, lambda schedule: {"fired": pauses.trigger(schedule, actor=request.user)}
+            request, lambda schedule: {"fired": on_demand.trigger(schedule, actor=request.user)}
         )
 
     @described(
@@ -465,7 +465,7 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
 
         def fire(schedule: Schedule) -> dict[str, Any]:
             start, end = bounds["start"], bounds["end"]
-            fired, already = pauses.backfill(schedule, start, end, actor=request.user)
+            fired, already = on_demand.backfill(schedule, start, end, actor=request.user)
             note = unchanged.no_slot(schedule, start, end) if fired + already == 0 else None
             return {"fired": fired, "already_fired": already, "note": note}
 
@@ -499,7 +499,7 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
         fires: list[datetime] = []
         if schedule.state == ScheduleState.ACTIVE:
             begin = max(bounds["start"], schedule.next_slot_ts)
-            fires = pauses.slots_between(schedule, begin, bounds["end"], limit=bounds["limit"])
+            fires = on_demand.slots_between(schedule, begin, bounds["end"], limit=bounds["limit"])
         return Response(FiresSerializer({"fires": fires}).data)
 
     # -- history --------------------------------------------------------------------------

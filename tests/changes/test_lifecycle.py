@@ -6,7 +6,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db.models.expressions import RawSQL
 
-from django_dsched.changes import pauses
+from django_dsched.changes import cancels, edits, pauses
 from django_dsched.counts import ChangeCount
 from django_dsched.enums import FrequencyUnit, ScheduleState
 from django_dsched.models import Schedule
@@ -29,7 +29,7 @@ def test_pause_resume_cancel():
     assert states() == {"a": "PAUSED", "b": "PAUSED", "c": "CANCELLED"}
     assert pauses.resume(everything) == ChangeCount(changed=2, skipped=1)
     assert states() == {"a": "ACTIVE", "b": "ACTIVE", "c": "CANCELLED"}
-    assert pauses.cancel(Schedule.objects.filter(pk=a.pk)) == ChangeCount(1, 0)
+    assert cancels.cancel(Schedule.objects.filter(pk=a.pk)) == ChangeCount(1, 0)
     assert pauses.resume(Schedule.objects.filter(pk=a.pk)) == ChangeCount(0, 1)
 
     a.refresh_from_db()
@@ -50,7 +50,7 @@ def test_a_cancel_takes_any_queryset_whose_sql_has_a_percent_sign_before_a_param
     selected = Schedule.objects.alias(rest=RawSQL("fire_count %%%s", [2])).filter(rest=0)
     assert list(selected) == [even]
 
-    assert pauses.cancel(selected) == ChangeCount(changed=1, skipped=0)
+    assert cancels.cancel(selected) == ChangeCount(changed=1, skipped=0)
     assert states() == {"even": "CANCELLED", "odd": "ACTIVE"}
 
 
@@ -60,7 +60,7 @@ def test_a_cancel_of_a_queryset_that_repeats_a_schedule_cancels_it_once():
     schedule = ScheduleFactory(schedule_name="a")
     once = Schedule.objects.filter(pk=schedule.pk)
 
-    assert pauses.cancel(once.union(once, all=True)) == ChangeCount(changed=1, skipped=0)
+    assert cancels.cancel(once.union(once, all=True)) == ChangeCount(changed=1, skipped=0)
     schedule.refresh_from_db()
     assert (schedule.state, schedule.aggregate_version) == (ScheduleState.CANCELLED, 2)
 
@@ -69,7 +69,7 @@ def test_cancelled_schedules_cannot_be_edited():
     schedule = ScheduleFactory(cancelled=True)
     schedule.schedule_name = "renamed"
     with pytest.raises(ValidationError, match="cancelled"):
-        pauses.save_schedule(schedule, ["schedule_name"])
+        edits.save_schedule(schedule, ["schedule_name"])
     assert Schedule.objects.get().schedule_name != "renamed"
 
 
@@ -77,7 +77,7 @@ def test_editing_the_grid_moves_next_run_to_the_first_future_slot(db_now):
     start = db_now() - timedelta(days=3, minutes=7)
     schedule = ScheduleFactory(start_ts=start, frequency_unit=FrequencyUnit.DAYS)
     schedule.frequency_unit = FrequencyUnit.HOURS
-    pauses.save_schedule(schedule, ["frequency_unit"])
+    edits.save_schedule(schedule, ["frequency_unit"])
     schedule.refresh_from_db()
     now = db_now()
     assert now <= schedule.next_run_ts < now + timedelta(hours=1)
@@ -93,7 +93,7 @@ def test_editing_other_fields_keeps_the_runtime_state_a_fire_wrote():
         next_run_ts=advanced, fire_count=5, aggregate_version=6
     )
     schedule.schedule_name = "renamed"
-    pauses.save_schedule(schedule, ["schedule_name"])
+    edits.save_schedule(schedule, ["schedule_name"])
     fresh = Schedule.objects.get()
     assert fresh.schedule_name == "renamed"
     assert fresh.fire_count == 5
@@ -103,7 +103,7 @@ def test_editing_other_fields_keeps_the_runtime_state_a_fire_wrote():
 
 def test_invalid_schedules_are_not_written():
     with pytest.raises(ValidationError) as excinfo:
-        pauses.save_schedule(
+        edits.save_schedule(
             Schedule(schedule_name="x", frequency_time=0, event_topic="", event_type="t")
         )
     assert {"frequency_time", "event_topic"} <= set(excinfo.value.message_dict)
@@ -112,7 +112,7 @@ def test_invalid_schedules_are_not_written():
 
 def test_a_new_schedule_without_start_fires_first_at_database_now(db_now):
     before = db_now()
-    schedule = pauses.save_schedule(
+    schedule = edits.save_schedule(
         Schedule(
             schedule_name="now",
             frequency_unit="MINUTES",

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.db import connection, connections, transaction
 
-from django_dsched.changes import pauses
+from django_dsched.changes import cancels, pauses
 from django_dsched.cluster.lease import LeaseHolder, agree_bucket_count
 from django_dsched.counts import ChangeCount
 from django_dsched.enums import ScheduleState
@@ -101,7 +101,7 @@ def test_a_cancel_waits_for_a_fire_in_flight_and_decides_on_the_row_it_left():
     committer = threading.Thread(target=commit_once_the_cancel_waits)
     committer.start()
     try:
-        result = pauses.cancel(Schedule.objects.filter(pk=schedule.pk))
+        result = cancels.cancel(Schedule.objects.filter(pk=schedule.pk))
     finally:
         commit.set()
         committer.join(30)
