@@ -153,25 +153,14 @@ def save_schedule(
     if may_fire is None:
         may_fire = permissions.may(actor, permissions.FIRE)
     if schedule._state.adding:
-        # Validated in Python, one INSERT with its "created" event (schedules.creates);
+        # Validated in Python, one INSERT with its "created" event (changes.creates);
         # with an idempotency key that exists, the existing schedule.
         # (``may_fire``: a new schedule that would fire a backlog at once is a run now.)
         return creates.create_instance(schedule, actor=actor, may_fire=may_fire)[0]
     schedule.full_clean()
     with transaction.atomic(using=app_settings.DATABASE):
         current = Schedule.objects.select_for_update().get(pk=schedule.pk)
-        if expected_version is not None and current.aggregate_version != expected_version:
-            raise ConflictError(
-                _(
-                    "This schedule changed since you opened it (version %(then)d, now "
-                    "%(now)d): it fired or someone else edited it. Reload it and apply your "
-                    "change again."
-                )
-                % {"then": expected_version, "now": current.aggregate_version},
-                code="conflict",
-            )
-        if current.state == ScheduleState.CANCELLED:
-            raise ValidationError(_("A cancelled schedule cannot be edited."), code="cancelled")
+        _check_editable(current, expected_version)
         fields = [f for f in (changed_fields or []) if f not in ("state", "active")]
         changes = {
             name: [audit.plain(getattr(current, name)), audit.plain(getattr(schedule, name))]
@@ -180,37 +169,71 @@ def save_schedule(
         }
         if not changes:
             return schedule
-        now = database_now()
-        fields = list(changes)
-        # Runtime state is the database's, not the (possibly stale) instance's.
-        for name in RUNTIME_FIELDS:
-            setattr(schedule, name, getattr(current, name))
-        revived = schedule.state == ScheduleState.SET_ASIDE
-        if revived:
-            # The saved definition passed validation: back into the poll, from now.
-            schedule.state = ScheduleState.ACTIVE
-            schedule.set_aside_reason, schedule.set_aside_ts = "", None
-            changes["state"] = [ScheduleState.SET_ASIDE.value, ScheduleState.ACTIVE.value]
-            fields += ["set_aside_reason", "set_aside_ts"]
-        effect = apply_edit(current, schedule, fields, now, revive=revived)
-        _check_permitted(effect, may_complete=may_complete, may_fire=may_fire)
-        details: dict[str, Any] = {}
-        if effect.placed:
-            fields += ["next_run_ts", "next_slot_ts", "state", "active"]
-            if schedule.state != current.state:
-                changes["state"] = [current.state, schedule.state]
-        if effect.dropped is not None:
-            schedule.misfire_count = current.misfire_count + 1
-            fields.append("misfire_count")
-            details["misfired"] = {
-                "slot": audit.plain(effect.dropped),
-                "reason": "due when the timing changed; the new timetable goes on from now",
-            }
-        schedule.aggregate_version = current.aggregate_version + 1
-        schedule.updated_ts = now
-        schedule.save(update_fields=[*dict.fromkeys(fields), "aggregate_version", "updated_ts"])
-        audit.event_for(schedule, "edited", actor=actor, at=now, changes=changes, **details).save()
+        _write_edit(
+            current, schedule, changes, actor=actor, may_complete=may_complete, may_fire=may_fire
+        )
     return schedule
+
+
+def _check_editable(current: Schedule, expected_version: int | None) -> None:
+    """Refuse an edit of ``current`` (the locked row) if it changed since the editor read
+    it (``expected_version``), or is cancelled."""
+    if expected_version is not None and current.aggregate_version != expected_version:
+        raise ConflictError(
+            _(
+                "This schedule changed since you opened it (version %(then)d, now "
+                "%(now)d): it fired or someone else edited it. Reload it and apply your "
+                "change again."
+            )
+            % {"then": expected_version, "now": current.aggregate_version},
+            code="conflict",
+        )
+    if current.state == ScheduleState.CANCELLED:
+        raise ValidationError(_("A cancelled schedule cannot be edited."), code="cancelled")
+
+
+def _write_edit(
+    current: Schedule,
+    schedule: Schedule,
+    changes: dict[str, list[Any]],
+    *,
+    actor: Any,
+    may_complete: bool,
+    may_fire: bool,
+) -> None:
+    """Write the fields of ``schedule`` named in ``changes`` (each ``[before, after]``) over
+    ``current``, the locked row, with what the edit does to its next run, and the "edited"
+    audit event."""
+    now = database_now()
+    fields = list(changes)
+    # Runtime state is the database's, not the (possibly stale) instance's.
+    for name in RUNTIME_FIELDS:
+        setattr(schedule, name, getattr(current, name))
+    revived = schedule.state == ScheduleState.SET_ASIDE
+    if revived:
+        # The saved definition passed validation: back into the poll, from now.
+        schedule.state = ScheduleState.ACTIVE
+        schedule.set_aside_reason, schedule.set_aside_ts = "", None
+        changes["state"] = [ScheduleState.SET_ASIDE.value, ScheduleState.ACTIVE.value]
+        fields += ["set_aside_reason", "set_aside_ts"]
+    effect = apply_edit(current, schedule, fields, now, revive=revived)
+    _check_permitted(effect, may_complete=may_complete, may_fire=may_fire)
+    details: dict[str, Any] = {}
+    if effect.placed:
+        fields += ["next_run_ts", "next_slot_ts", "state", "active"]
+        if schedule.state != current.state:
+            changes["state"] = [current.state, schedule.state]
+    if effect.dropped is not None:
+        schedule.misfire_count = current.misfire_count + 1
+        fields.append("misfire_count")
+        details["misfired"] = {
+            "slot": audit.plain(effect.dropped),
+            "reason": "due when the timing changed; the new timetable goes on from now",
+        }
+    schedule.aggregate_version = current.aggregate_version + 1
+    schedule.updated_ts = now
+    schedule.save(update_fields=[*dict.fromkeys(fields), "aggregate_version", "updated_ts"])
+    audit.event_for(schedule, "edited", actor=actor, at=now, changes=changes, **details).save()
 
 
 def _place(schedule: Schedule, now: datetime) -> None:
