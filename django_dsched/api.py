@@ -42,7 +42,7 @@ from django.utils.translation import gettext as _
 from django_dsched.changes import bulk, cancels, creates, on_demand, pauses, permissions
 from django_dsched.changes.specs import OPTIONS, Cron, Interval, Once, Spec
 from django_dsched.counts import ChangeCount
-from django_dsched.enums import DeliveryStatus, ScheduleState
+from django_dsched.enums import LIVE, PLANNED, DeliveryStatus
 from django_dsched.exceptions import BulkValidationError, ValidationError
 from django_dsched.models import OutboxMessage, Schedule
 from django_dsched.models.schedule import resolve_host
@@ -373,7 +373,7 @@ def status(
     )
     if delivery is not None:
         message_status = delivery
-    elif schedule.state in (*_WILL_FIRE, ScheduleState.SET_ASIDE):
+    elif schedule.state in LIVE:
         message_status = DeliveryStatus.PENDING
     else:
         message_status = schedule.state
@@ -383,7 +383,7 @@ def status(
         schedule_id=schedule.schedule_id,
         name=schedule.schedule_name,
         state=schedule.state,
-        next_fire=schedule.next_run_ts if schedule.state in _WILL_FIRE else None,
+        next_fire=schedule.next_run_ts if schedule.state in PLANNED else None,
         last_fired=schedule.last_fired_ts,
         last_delivery=latest["status"] if latest else None,
         last_error=(latest["last_error"] or "") if latest else "",
@@ -410,9 +410,6 @@ def _run_fields(latest: dict[str, Any] | None) -> dict[str, Any]:
         "last_run": phases.run_status(run).value,
         **{f"last_{k.removesuffix('_ts')}": latest[k] for k in _PHASES},
     }
-
-
-_WILL_FIRE = (ScheduleState.ACTIVE, ScheduleState.PAUSED)
 
 
 def preview(

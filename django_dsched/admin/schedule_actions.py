@@ -33,15 +33,12 @@ from django_dsched.changes import cancels, edits, on_demand, pauses, unchanged
 from django_dsched.changes import permissions as rules
 from django_dsched.conf import app_settings
 from django_dsched.counts import ChangeCount
-from django_dsched.enums import ScheduleOrigin, ScheduleState
+from django_dsched.enums import LIVE, PLANNED, ScheduleOrigin, ScheduleState
 from django_dsched.models import Schedule
 from django_dsched.models.validators import NAME_MAX_LENGTH
 
 # Schedules listed by name on a confirmation page; more are counted.
 LISTED = 50
-LIVE = (ScheduleState.ACTIVE, ScheduleState.PAUSED)
-# Not finished: may be cancelled (a set-aside schedule too).
-OPEN = (*LIVE, ScheduleState.SET_ASIDE)
 
 
 @dataclass(frozen=True)
@@ -82,7 +79,7 @@ ACTIONS = {
             gettext_lazy("Run now"),
             gettext_lazy("Fire these schedules once, now?"),
             confirm=True,
-            states=LIVE,
+            states=PLANNED,
             warning=gettext_lazy(
                 "Each schedule fires one event now, delivered like any other fire; its "
                 "regular slots are not moved."
@@ -102,7 +99,7 @@ ACTIONS = {
             gettext_lazy("Cancel"),
             gettext_lazy("Cancel these schedules for good?"),
             confirm=True,
-            states=OPEN,
+            states=LIVE,
             warning=gettext_lazy(
                 "A cancelled schedule never fires again and cannot be resumed or edited. "
                 "Its history is kept."

@@ -352,7 +352,7 @@ def cancel_items(
         if gone:  # deleted between the two statements: undo the cancel
             raise BulkValidationError(gone)
     result = [locked[pk] for _field, pk in resolved.values()]
-    changed = sum(1 for row in result if row.state in cancels.CANCELLABLE)
+    changed = sum(1 for row in result if row.cancelled)
     return ChangeCount(changed=changed, skipped=len(result) - changed), result
 
 

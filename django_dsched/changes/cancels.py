@@ -19,7 +19,7 @@ from django.db.models import QuerySet
 from django_dsched.changes import audit
 from django_dsched.conf import app_settings
 from django_dsched.counts import ChangeCount
-from django_dsched.enums import ScheduleState
+from django_dsched.enums import LIVE, ScheduleState
 from django_dsched.history import event_ids
 from django_dsched.models import Event, Schedule
 from django_dsched.runtime import binding
@@ -68,21 +68,19 @@ def cancel(schedules: QuerySet[Schedule], *, actor: Any = None) -> ChangeCount:
 _PERCENT = re.compile(r"%[%s]")
 
 
-CANCELLABLE = [
-    ScheduleState.ACTIVE.value,
-    ScheduleState.PAUSED.value,
-    ScheduleState.SET_ASIDE.value,
-]
-
-
 class Locked(NamedTuple):
     """A schedule as :func:`cancel_ids` locked it, before the cancel."""
 
     schedule_id: uuid.UUID
     schedule_name: str
     idempotency_key: str | None
-    state: str  # its state under the lock: cancelled now if in CANCELLABLE, else unchanged
+    state: str  # its state under the lock: cancelled now if it was live, else unchanged
     host_id: uuid.UUID
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the cancel ended it: it was live under the lock."""
+        return self.state in LIVE
 
 
 # What the cancel statement gives back: each locked row (the REST API reports them item by
@@ -189,7 +187,7 @@ def _cancel(
     params: dict[str, Any] = {
         **source_params,
         "target": ScheduleState.CANCELLED.value,
-        "allowed": CANCELLABLE,
+        "allowed": list(LIVE),
         "event_type": audit.PREFIX + "cancelled",
         "actor": audit.actor_name(actor),
         "host": host,

@@ -18,7 +18,7 @@ from django.utils.translation import gettext as _
 
 from django_dsched.changes import audit, creates, permissions
 from django_dsched.conf import app_settings
-from django_dsched.enums import ScheduleState
+from django_dsched.enums import PLANNED, ScheduleState
 from django_dsched.exceptions import ConflictError, EditNotPermitted, ValidationError
 from django_dsched.firing.batch import reason
 from django_dsched.models import Schedule
@@ -49,8 +49,7 @@ def apply_edit(
     """
     timing = [name for name in fields if name in GRID_FIELDS]
     bounds = [name for name in fields if name in BOUND_FIELDS]
-    live = (ScheduleState.ACTIVE, ScheduleState.PAUSED)
-    if not (timing or bounds or revive) or schedule.state not in live:
+    if not (timing or bounds or revive) or schedule.state not in PLANNED:
         return EditEffect(False, False, False, None, "")
     state = schedule.state
     if timing or revive:  # a set-aside schedule comes back from now

@@ -12,7 +12,7 @@ from django.utils.translation import gettext as _
 
 from django_dsched.changes import audit, permissions
 from django_dsched.conf import app_settings
-from django_dsched.enums import ScheduleState
+from django_dsched.enums import PLANNED, ScheduleState
 from django_dsched.exceptions import ValidationError
 from django_dsched.firing.batch import fire_slots
 from django_dsched.models import Schedule
@@ -22,8 +22,8 @@ from django_dsched.runtime.clock import database_now
 MAX_BACKFILL = 10_000
 
 
-TRIGGERABLE = [ScheduleState.ACTIVE.value, ScheduleState.PAUSED.value]
-BACKFILLABLE = [*TRIGGERABLE, ScheduleState.COMPLETED.value]
+# A backfill fires the past slots of a completed schedule too.
+BACKFILLABLE = (*PLANNED, ScheduleState.COMPLETED.value)
 
 
 def _fire(schedule: Schedule, slots: list[datetime], *, trigger: str, actor: Any) -> int:
@@ -33,7 +33,7 @@ def _fire(schedule: Schedule, slots: list[datetime], *, trigger: str, actor: Any
     whole or absent by itself: no transaction or savepoint of its own, whose BEGIN and
     COMMIT (or SAVEPOINT and RELEASE) would be two more round trips. In a caller's
     transaction the row stays locked until it ends, as it did after the savepoint."""
-    states = TRIGGERABLE if trigger == "manual" else BACKFILLABLE
+    states = list(PLANNED if trigger == "manual" else BACKFILLABLE)
     with connections[app_settings.DATABASE].cursor() as cursor:
         fired = fire_slots(
             cursor,
@@ -55,7 +55,7 @@ def trigger(schedule: Schedule, *, actor: Any = None) -> int:
     """Fire ``schedule`` once now, through the exactly-once path (returns 1). A user
     ``actor`` needs the permission to fire (:class:`.NotPermitted` otherwise)."""
     permissions.require(actor, permissions.FIRE)
-    if schedule.state not in TRIGGERABLE:
+    if schedule.state not in PLANNED:
         raise ValidationError(
             _("Only active or paused schedules can be run now; this one is %(state)s.")
             % {"state": schedule.get_state_display()},

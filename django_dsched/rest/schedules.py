@@ -28,7 +28,7 @@ from django_dsched.changes import cancels, creates, edits, on_demand, pauses, un
 from django_dsched.changes import permissions as rules
 from django_dsched.changes.permissions import Capability
 from django_dsched.counts import ChangeCount
-from django_dsched.enums import ScheduleOrigin, ScheduleState
+from django_dsched.enums import PLANNED, ScheduleOrigin, ScheduleState
 from django_dsched.exceptions import ConflictError
 from django_dsched.exceptions import ValidationError as DschedValidationError
 from django_dsched.models import Event, OutboxMessage, Schedule
@@ -88,7 +88,6 @@ T = TypeVar("T")
 
 # Next fire times shown with one schedule.
 NEXT_FIRES = 5
-LIVE = (ScheduleState.ACTIVE, ScheduleState.PAUSED)
 
 
 def detail(schedule: Schedule) -> dict[str, Any]:
@@ -109,7 +108,7 @@ class Before:
 
     @classmethod
     def of(cls, schedule: Schedule) -> Before:
-        live = schedule.state in LIVE
+        live = schedule.state in PLANNED
         return cls(schedule.state, schedule.next_run_ts, live and bool(schedule.upcoming(1)))
 
 
@@ -117,7 +116,7 @@ def permissions_an_edit_needs(before: Before, after: Schedule, now: datetime) ->
     """An edit that leaves a live schedule with no fire ahead ends it (a cancel); one that
     makes it due at once fires it (a run now)."""
     needed = []
-    if before.fires_again and (after.state not in LIVE or not after.upcoming(1)):
+    if before.fires_again and (after.state not in PLANNED or not after.upcoming(1)):
         needed.append(rules.CANCEL)
     was_due = before.state == ScheduleState.ACTIVE and before.next_run_ts <= now
     if after.state == ScheduleState.ACTIVE and after.next_run_ts <= now and not was_due:
