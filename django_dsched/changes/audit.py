@@ -8,14 +8,18 @@ Audit events have no ``scheduled_ts`` and no outbox message.
 
 from __future__ import annotations
 
+import textwrap
 import uuid
 from collections.abc import Sequence
 from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
+from django.db import connections
+
+from django_dsched.conf import app_settings
 from django_dsched.enums import ScheduleOrigin
-from django_dsched.history.event_ids import change_id
+from django_dsched.history.event_ids import change_id, change_sql
 from django_dsched.models import Event, Schedule
 
 PREFIX = "dsched.schedule."
@@ -74,6 +78,29 @@ def definition_sql(alias: str, names: Sequence[str] = DEFINITION_FIELDS) -> str:
     columns have their names); only ``names`` (of :data:`DEFINITION_FIELDS`) if given."""
     pairs = ", ".join(f"'{name}', {alias}.{name}" for name in names)
     return f"jsonb_build_object({pairs})"
+
+
+def created_sql(definition: str, indent: str) -> str:
+    """The "created" events of the schedules a data-modifying CTE ``c`` inserted, in SQL:
+    the ``INSERT`` that writes them, for the CTE after ``c`` (a single create's statement
+    and a bulk create's), each line indented by ``indent``. ``definition``: the schedule's
+    :func:`definition`, a ``jsonb`` expression over ``c`` (:func:`definition_sql`).
+    Parameters: ``event_type_`` and ``actor_``. Each event's id has the row's
+    ``created_ts`` in its top bits (``event_ids.change_sql``): it is stored in that day's
+    partition."""
+    events = connections[app_settings.DATABASE].ops.quote_name(Event._meta.db_table)
+    return textwrap.indent(
+        f"""INSERT INTO {events} (id, host_id, aggregate_id, aggregate_type,
+    aggregate_version, event_type, event_ts, payload, metadata)
+SELECT {change_sql("c.created_ts")}, c.host_id, c.schedule_id, 'Schedule',
+    c.aggregate_version, %(event_type_)s, c.created_ts,
+    jsonb_build_object('actor', %(actor_)s::text, 'at', c.created_ts,
+                       'definition', {definition}),
+    jsonb_build_object('actor', %(actor_)s::text, 'schedule_name', c.schedule_name,
+                       'origin', c.origin)
+FROM c""",
+        indent,
+    )
 
 
 def event_for(
