@@ -21,6 +21,7 @@ from django_dsched.conf import app_settings
 from django_dsched.enums import ScheduleOrigin
 from django_dsched.history.event_ids import change_id, change_sql
 from django_dsched.models import Event, Schedule
+from django_dsched.models.schedule import BOUND_FIELDS, GRID_FIELDS
 
 PREFIX = "dsched.schedule."
 
@@ -44,21 +45,15 @@ def actor_name(actor: Any) -> str:
     return username() if callable(username) else str(actor)
 
 
-# What a schedule is (not its runtime state), as recorded in a "created" event.
+# What a schedule is (not its runtime state), as recorded in a "created" event: its name,
+# the fields that place its slots and bound them, its misfire policy, what it sends.
 DEFINITION_FIELDS = (
     "schedule_name",
-    "schedule_kind",
-    "frequency_unit",
-    "frequency_time",
-    "cron_expression",
-    "time_zone",
-    "start_ts",
-    "end_ts",
-    "max_fires",
+    *GRID_FIELDS,
+    *BOUND_FIELDS,
     "misfire_policy",
     "misfire_grace_seconds",
     "catch_up_limit",
-    "jitter_seconds",
     "priority",
     "event_topic",
     "event_type",
