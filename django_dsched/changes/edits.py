@@ -77,9 +77,24 @@ def apply_edit(
     )
 
 
+class EditNeeds(EditNotPermitted):
+    """An :class:`EditNotPermitted` naming the capability the edit needs: :data:`.CANCEL`
+    for one that ends the schedule now, :data:`.FIRE` for one that fires it at once. (The
+    REST API names its permission in a 403.)"""
+
+    def __init__(
+        self, message: dict[str, str], *, code: str, capability: permissions.Capability
+    ) -> None:
+        super().__init__(message, code=code)
+        self.capability = capability
+
+
 def _check_permitted(effect: EditEffect, *, may_complete: bool, may_fire: bool) -> None:
+    """The one decision of what an edit needs: refuse (:class:`EditNeeds`) an edit that
+    ends the schedule now without ``may_complete``, or fires it at once without
+    ``may_fire``."""
     if effect.completes and not may_complete:
-        raise EditNotPermitted(
+        raise EditNeeds(
             {
                 effect.cause: _(
                     "This change leaves the schedule no slot to fire within its bounds, so it "
@@ -87,9 +102,10 @@ def _check_permitted(effect: EditEffect, *, may_complete: bool, may_fire: bool) 
                 )
             },
             code="needs_cancel_permission",
+            capability=permissions.CANCEL,
         )
     if effect.fires_now and not may_fire:
-        raise EditNotPermitted(
+        raise EditNeeds(
             {
                 effect.cause: _(
                     "This change makes the schedule due now, so it would fire at once; that "
@@ -97,6 +113,7 @@ def _check_permitted(effect: EditEffect, *, may_complete: bool, may_fire: bool) 
                 )
             },
             code="needs_trigger_permission",
+            capability=permissions.FIRE,
         )
 
 
@@ -142,7 +159,8 @@ def save_schedule(
 
     An edit that would end the schedule now (no slot left within its bounds) is a cancel,
     and one that makes it due now is a run now: with ``may_complete`` / ``may_fire`` False
-    it is refused with :class:`EditNotPermitted`, naming the field. Left None they are the
+    it is refused with :class:`EditNeeds` (an :class:`EditNotPermitted`), naming the field
+    and the capability. Left None they are the
     ``actor``'s permissions to cancel and to run now when it is a user (code is trusted),
     as at every door (:mod:`.permissions`); a new schedule that fires a backlog needs the
     latter too (:class:`.NotPermitted`).

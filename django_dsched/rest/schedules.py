@@ -8,7 +8,6 @@ API: the same rules, the same audit events (with the requesting user as actor).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -26,9 +25,8 @@ from rest_framework.response import Response
 from django_dsched import api
 from django_dsched.changes import cancels, creates, edits, on_demand, pauses, unchanged
 from django_dsched.changes import permissions as rules
-from django_dsched.changes.permissions import Capability
 from django_dsched.counts import ChangeCount
-from django_dsched.enums import PLANNED, ScheduleOrigin, ScheduleState
+from django_dsched.enums import ScheduleOrigin, ScheduleState
 from django_dsched.exceptions import ConflictError
 from django_dsched.exceptions import ValidationError as DschedValidationError
 from django_dsched.models import Event, OutboxMessage, Schedule
@@ -82,7 +80,6 @@ from django_dsched.rest.serializers import (
     model_values,
     schedule_detail,
 )
-from django_dsched.runtime.clock import database_now
 
 T = TypeVar("T")
 
@@ -96,32 +93,6 @@ def detail(schedule: Schedule) -> dict[str, Any]:
 
 def with_etag(schedule: Schedule, code: int = status.HTTP_200_OK) -> Response:
     return Response(detail(schedule), status=code, headers={"ETag": etag(schedule)})
-
-
-@dataclass(frozen=True)
-class Before:
-    """What a schedule was before an edit, for the edit's permission check."""
-
-    state: str
-    next_run_ts: datetime
-    fires_again: bool
-
-    @classmethod
-    def of(cls, schedule: Schedule) -> Before:
-        live = schedule.state in PLANNED
-        return cls(schedule.state, schedule.next_run_ts, live and bool(schedule.upcoming(1)))
-
-
-def permissions_an_edit_needs(before: Before, after: Schedule, now: datetime) -> list[Capability]:
-    """An edit that leaves a live schedule with no fire ahead ends it (a cancel); one that
-    makes it due at once fires it (a run now)."""
-    needed = []
-    if before.fires_again and (after.state not in PLANNED or not after.upcoming(1)):
-        needed.append(rules.CANCEL)
-    was_due = before.state == ScheduleState.ACTIVE and before.next_run_ts <= now
-    if after.state == ScheduleState.ACTIVE and after.next_run_ts <= now and not was_due:
-        needed.append(rules.FIRE)
-    return needed
 
 
 class ScheduleViewSet(TenantViewSet[Schedule]):
@@ -322,35 +293,24 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
         changes = model_values(values)
         if not partial:
             changes = {**definition_defaults(), **changes}
-        before = Before.of(schedule)
         for name, value in changes.items():
             setattr(schedule, name, value)
 
         def save() -> None:
-            # What the edit does is judged below, on the row as saved (a 403 naming the
-            # permissions missing), so the service is told the user may.
-            edits.save_schedule(
-                schedule,
-                list(changes),
-                actor=request.user,
-                expected_version=version,
-                may_complete=True,
-                may_fire=True,
-            )
-            after = Schedule.objects.get(pk=schedule.pk)
-            missing = [
-                needed.permission
-                for needed in permissions_an_edit_needs(before, after, database_now())
-                if not rules.allows(request.user, needed)
-            ]
-            if missing:
+            # The service decides what the edit needs (the user's permissions to cancel and
+            # to run now, as at every door); its refusal is a 403 naming the permission.
+            try:
+                edits.save_schedule(
+                    schedule, list(changes), actor=request.user, expected_version=version
+                )
+            except edits.EditNeeds as refused:
                 raise PermissionDenied(
                     _(
                         "This edit would end the schedule or fire it at once, which also "
                         "needs the permission %(permissions)s."
                     )
-                    % {"permissions": ", ".join(missing)}
-                )
+                    % {"permissions": refused.capability.permission}
+                ) from None
 
         self._save(save, api_names(schedule.schedule_kind))
         return with_etag(Schedule.objects.get(pk=schedule.pk))
