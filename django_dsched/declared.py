@@ -45,6 +45,7 @@ from django_dsched.exceptions import ConfigurationError, ValidationError
 from django_dsched.models import Schedule
 from django_dsched.models.schedule import resolve_host
 from django_dsched.models.validators import validate_plain_text
+from django_dsched.outbox.handlers import handler
 from django_dsched.runtime.logs import get_logger
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -99,7 +100,6 @@ def periodic(
     """Declare a schedule whose events are handled by the decorated function."""
 
     def decorator(func: F) -> F:
-        from django_dsched.outbox.handlers import handler
 
         kind = event_type or f"{func.__module__}.{func.__qualname__}"
         declare(name, topic=topic, event_type=kind, **spec)

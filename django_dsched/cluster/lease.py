@@ -39,6 +39,9 @@ from typing import Any
 
 from django.db import connections
 
+from django_dsched.cluster.buckets import LOCK_STRIDE, bucket_of_lock, lock_id, rankings
+from django_dsched.exceptions import BucketCountMismatch
+
 # Takers never wait on a lease row: a row locked by its holder's fire in flight (taken FOR
 # SHARE by the fence) or by another taker is passed over (SKIP LOCKED) and looked at again
 # next round. A frozen holder's fire keeps its lock only until its session's
@@ -292,8 +295,6 @@ def agree_bucket_count(using: Any, *, base: int, count: int, lease_seconds: floa
     fence FOR SHARE) and holds off every acquire and renewal until it commits; from then on
     those of the old count match nothing (``SAME_COUNT``). Never a split brain.
     """
-    from django_dsched.cluster.buckets import LOCK_STRIDE, lock_id
-    from django_dsched.exceptions import BucketCountMismatch
 
     connection = connections[using] if isinstance(using, str) else using
     params: dict[str, Any] = {
@@ -403,7 +404,6 @@ def decide(view: View, instance_id: str, held: set[int], count: int, replicas: i
     * A bucket is held by at most one instance at any time whatever the views: taking one
       bumps its epoch, and every fire is fenced on the epochs of its buckets.
     """
-    from django_dsched.cluster.buckets import rankings
 
     table = rankings(count, tuple(sorted(set(view.members) | {instance_id})), replicas)
     release: list[int] = []
@@ -450,7 +450,6 @@ class BucketLeases:
         lease_seconds: float,
         fast_failover: bool,
     ) -> None:
-        from django_dsched.cluster.buckets import lock_id
 
         self.using = using
         self.base = base
@@ -501,7 +500,6 @@ class BucketLeases:
     # -- SQL -----------------------------------------------------------------------------
     def look(self) -> View:
         """Read the live instances and every bucket's lease (two queries)."""
-        from django_dsched.cluster.buckets import bucket_of_lock
 
         with self.connection.cursor() as cursor:
             cursor.execute(MEMBERS, self._params())
@@ -516,7 +514,6 @@ class BucketLeases:
     def acquire(self, owner: list[int], standby: list[int]) -> list[int]:
         """Take what the rule allows of ``owner`` and ``standby`` buckets (one statement);
         return the buckets taken."""
-        from django_dsched.cluster.buckets import bucket_of_lock
 
         wanted = [*owner, *standby]
         if not wanted:

@@ -18,6 +18,7 @@ from django.views.decorators.http import require_GET
 from django_dsched.changes import permissions as rules
 from django_dsched.conf import app_settings
 from django_dsched.metrics import INSTALL_HINT, available
+from django_dsched.metrics.database import DatabaseCollector
 
 _collector = None
 
@@ -50,8 +51,6 @@ def metrics(request: HttpRequest) -> HttpResponse:
         return HttpResponse(f"metrics need prometheus_client: {INSTALL_HINT}\n", status=501)
     from prometheus_client import CollectorRegistry
     from prometheus_client.exposition import choose_encoder
-
-    from django_dsched.metrics.database import DatabaseCollector
 
     if _collector is None:
         _collector = DatabaseCollector()

@@ -12,8 +12,10 @@ from django.core.validators import RegexValidator
 from django.utils.translation import gettext_lazy as _
 
 from django_dsched.conf import app_settings
-from django_dsched.exceptions import ValidationError
+from django_dsched.exceptions import CronError, ValidationError
 from django_dsched.runtime.text import has_control_characters
+from django_dsched.timetables.cron import check_expression
+from django_dsched.timetables.zones import zone
 
 NAME_MAX_LENGTH = 126
 # Idempotency keys: as long as a name (a name may be derived from one).
@@ -241,8 +243,6 @@ def validate_aware(value: datetime | None) -> None:
 
 
 def validate_time_zone(value: str) -> None:
-    from django_dsched.exceptions import CronError
-    from django_dsched.timetables.zones import zone
 
     try:
         zone(value)
@@ -255,8 +255,6 @@ def validate_time_zone(value: str) -> None:
 
 
 def validate_cron_expression(value: str) -> None:
-    from django_dsched.exceptions import CronError
-    from django_dsched.timetables.cron import check_expression
 
     try:
         check_expression(value)

@@ -28,7 +28,7 @@ from django_dsched.rest.errors import exception_handler
 from django_dsched.rest.pagination import KeysetPagination, without_page_parameters
 from django_dsched.rest.parsers import JSONBodyParser, body_limit, check_content_length
 from django_dsched.rest.permissions import ActionPermission
-from django_dsched.rest.serializers import NoOptions
+from django_dsched.rest.serializers.actions import NoOptions
 
 if TYPE_CHECKING:
     from rest_framework.permissions import _PermissionClass

@@ -43,17 +43,19 @@ from django_dsched.rest.errors import (
     validation_failed,
 )
 from django_dsched.rest.responses import described, errors
-from django_dsched.rest.serializers import (
-    API_NAMES,
-    AwareDateTimeField,
+from django_dsched.rest.serializers.bulk import (
     BulkCancelInput,
     BulkCancelResultSerializer,
     BulkCreateResultSerializer,
+)
+from django_dsched.rest.serializers.fields import AwareDateTimeField
+from django_dsched.rest.serializers.schedule_input import (
+    API_NAMES,
     ScheduleInputSerializer,
     api_names,
-    existing_only,
     model_values,
 )
+from django_dsched.rest.serializers.schedule_output import existing_only
 
 JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
 WHY = {

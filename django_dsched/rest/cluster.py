@@ -7,10 +7,11 @@ from typing import Any
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from django_dsched.cluster.status import cluster_status
 from django_dsched.rest import permissions
 from django_dsched.rest.base import APIMixin
 from django_dsched.rest.responses import READ, described, errors
-from django_dsched.rest.serializers import ClusterSerializer
+from django_dsched.rest.serializers.cluster import ClusterSerializer
 
 
 class ClusterView(APIMixin):
@@ -27,7 +28,4 @@ class ClusterView(APIMixin):
         responses={200: ClusterSerializer, **errors(*READ)},
     )
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        # Imported here: the rest of the API works in projects without django.contrib.admin.
-        from django_dsched.cluster.status import cluster_status
-
         return Response(ClusterSerializer(cluster_status()).data)

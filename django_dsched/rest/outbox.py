@@ -22,12 +22,9 @@ from django_dsched.rest import permissions
 from django_dsched.rest.base import TenantViewSet, body, query
 from django_dsched.rest.errors import StateConflict
 from django_dsched.rest.responses import READ, READ_ONE, described, errors
-from django_dsched.rest.serializers import (
-    MessageDetailSerializer,
-    MessageSerializer,
-    NoOptions,
-    OutboxQuery,
-)
+from django_dsched.rest.serializers.actions import NoOptions
+from django_dsched.rest.serializers.messages import MessageDetailSerializer, MessageSerializer
+from django_dsched.rest.serializers.queries import OutboxQuery
 
 
 class OutboxViewSet(TenantViewSet[OutboxMessage]):

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 
-from django_dsched.rest.serializers import ErrorSerializer, PreconditionFailedSerializer
+from django_dsched.rest.serializers.errors import ErrorSerializer, PreconditionFailedSerializer
 
 WHY = {
     400: "Invalid input, or a query parameter the endpoint does not take: messages by field.",

@@ -52,32 +52,38 @@ from django_dsched.rest.responses import (
     errors,
     if_match,
 )
-from django_dsched.rest.serializers import (
-    API_NAMES,
+from django_dsched.rest.serializers.actions import (
     BackfillResultSerializer,
-    DeliveriesQuery,
-    DryRunQuery,
-    EventSerializer,
-    EventsQuery,
-    ExistingScheduleSerializer,
     FiresSerializer,
-    MessageSerializer,
     NoOptions,
     PauseInput,
-    PreviewQuery,
     RangeInput,
     ResumeInput,
-    ScheduleDetailSerializer,
-    ScheduleInputSerializer,
-    ScheduleListQuery,
-    ScheduleSerializer,
-    ScheduleStatusSerializer,
-    StatusQuery,
     TriggerResultSerializer,
+)
+from django_dsched.rest.serializers.events import EventSerializer
+from django_dsched.rest.serializers.messages import MessageSerializer
+from django_dsched.rest.serializers.queries import (
+    DeliveriesQuery,
+    DryRunQuery,
+    EventsQuery,
+    PreviewQuery,
+    ScheduleListQuery,
+    StatusQuery,
+)
+from django_dsched.rest.serializers.schedule_input import (
+    API_NAMES,
+    ScheduleInputSerializer,
     api_names,
     definition_defaults,
-    existing_only,
     model_values,
+)
+from django_dsched.rest.serializers.schedule_output import (
+    ExistingScheduleSerializer,
+    ScheduleDetailSerializer,
+    ScheduleSerializer,
+    ScheduleStatusSerializer,
+    existing_only,
     schedule_detail,
 )
 

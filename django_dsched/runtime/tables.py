@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+from django.apps import apps
 from django.db import DatabaseError
 
 from django_dsched.exceptions import MissingTables
@@ -23,9 +24,10 @@ def is_missing_table(exc: BaseException) -> bool:
 def require_tables(connection: Any) -> None:
     """Raise :class:`MissingTables` unless the package's tables are in ``connection``'s
     database (on its search path)."""
-    from django_dsched.models import Event, Lease, OutboxMessage, Schedule
-
-    names = [model._meta.db_table for model in (Schedule, Lease, Event, OutboxMessage)]
+    names = [
+        apps.get_model("django_dsched", model)._meta.db_table
+        for model in ("Schedule", "Lease", "Event", "OutboxMessage")
+    ]
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT name FROM unnest(%s::text[]) AS name WHERE to_regclass(name) IS NULL",

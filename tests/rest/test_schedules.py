@@ -14,7 +14,7 @@ from django_dsched import api
 from django_dsched.enums import ScheduleState
 from django_dsched.exceptions import ValidationError
 from django_dsched.models import Event, Schedule
-from django_dsched.rest.serializers import API_NAMES
+from django_dsched.rest.serializers.schedule_input import API_NAMES
 from tests.helpers import lock_waiter, other_session, sql
 from tests.rest.conftest import INTERVAL
 

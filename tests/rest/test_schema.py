@@ -78,7 +78,7 @@ def time_pattern() -> str:
 def test_the_schema_and_the_server_agree_on_every_time(text):
     """A time the schema takes is one the server takes, whatever its offset, and one it
     refuses the server refuses (schemathesis: no "schema-valid request rejected")."""
-    from django_dsched.rest.serializers import RangeInput
+    from django_dsched.rest.serializers.actions import RangeInput
 
     found = RangeInput(data={"start": text, "end": text})
     assert found.is_valid() is (re.search(time_pattern(), text) is not None), found.errors
@@ -86,7 +86,7 @@ def test_the_schema_and_the_server_agree_on_every_time(text):
 
 @pytest.mark.parametrize("text", ["20260101T000000Z", "2026-W01-1T00:00:00Z", "99999-01-01"])
 def test_times_the_schema_does_not_describe_are_refused(text):
-    from django_dsched.rest.serializers import RangeInput
+    from django_dsched.rest.serializers.actions import RangeInput
 
     assert re.search(time_pattern(), text) is None
     assert not RangeInput(data={"start": text, "end": text}).is_valid()

@@ -13,10 +13,12 @@ from django_dsched import api
 from django_dsched.changes import permissions as rules
 from django_dsched.changes import unchanged
 from django_dsched.changes.describe import describe
+from django_dsched.cluster.status import cluster_status
 from django_dsched.conf import app_settings
 from django_dsched.declared import sync
 from django_dsched.enums import ScheduleState
 from django_dsched.exceptions import ConfigurationError, NotPermitted
+from django_dsched.importers.celery_beat import import_celery_beat
 from django_dsched.management import _arguments
 from django_dsched.models import Schedule
 from django_dsched.runtime.tables import ours_missing
@@ -250,7 +252,6 @@ class Command(BaseCommand):
         self.stdout.write(f"Fired {fired} slot(s); {already} had already fired.")
 
     def do_cluster(self, **options: Any) -> None:
-        from django_dsched.cluster.status import cluster_status
 
         status = cluster_status()
         write = self.stdout.write
@@ -317,7 +318,6 @@ class Command(BaseCommand):
         topic: str,
         **options: Any,
     ) -> None:
-        from django_dsched.importers.celery_beat import import_celery_beat
 
         report = import_celery_beat(
             dry_run=dry_run, disable_source=disable_source, topic=topic, host_id=host
