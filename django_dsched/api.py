@@ -39,10 +39,10 @@ from typing import Any
 from django.db.models import Case, OuterRef, Q, QuerySet, Subquery, When
 from django.utils.translation import gettext as _
 
-from django_dsched.changes import bulk, creates, lifecycle, permissions
+from django_dsched.changes import bulk, cancels, creates, on_demand, pauses, permissions
 from django_dsched.changes.specs import OPTIONS, Cron, Interval, Once, Spec
 from django_dsched.counts import ChangeCount
-from django_dsched.enums import DeliveryStatus, ScheduleState
+from django_dsched.enums import LIVE, PLANNED, DeliveryStatus
 from django_dsched.exceptions import BulkValidationError, ValidationError
 from django_dsched.models import OutboxMessage, Schedule
 from django_dsched.models.schedule import resolve_host
@@ -229,7 +229,7 @@ def pause(
     """Pause; with ``until`` it resumes by itself then. False if it was not active."""
     permissions.require(actor, permissions.PAUSE)
     selected = _lookup(ref, key, host_id)
-    return _changed(lifecycle.pause(selected, actor=actor, reason=reason, until=until), ref, key)
+    return _changed(pauses.pause(selected, actor=actor, reason=reason, until=until), ref, key)
 
 
 def resume(
@@ -244,7 +244,7 @@ def resume(
     set-aside schedule once it can be planned. False if nothing was resumed."""
     permissions.require(actor, permissions.PAUSE)  # catching up: the service asks FIRE
     selected = _lookup(ref, key, host_id)
-    return _changed(lifecycle.resume(selected, actor=actor, catch_up=catch_up), ref, key)
+    return _changed(pauses.resume(selected, actor=actor, catch_up=catch_up), ref, key)
 
 
 def cancel(
@@ -257,7 +257,7 @@ def cancel(
     """Cancel for good (by instance, id, name, or idempotency ``key``). False if it was
     already cancelled or completed."""
     permissions.require(actor, permissions.CANCEL)
-    return _changed(lifecycle.cancel(_lookup(ref, key, host_id), actor=actor), ref, key)
+    return _changed(cancels.cancel(_lookup(ref, key, host_id), actor=actor), ref, key)
 
 
 def trigger(
@@ -269,7 +269,7 @@ def trigger(
 ) -> int:
     """Fire once now, through the exactly-once path (by instance, id, name, or idempotency
     ``key``). Three round trips: the schedule, the database's clock, the fire."""
-    return lifecycle.trigger(get(ref, key=key, host_id=host_id), actor=actor)
+    return on_demand.trigger(get(ref, key=key, host_id=host_id), actor=actor)
 
 
 def backfill(
@@ -281,7 +281,7 @@ def backfill(
     actor: Any = None,
 ) -> tuple[int, int]:
     """Fire each past slot in ``[start, end]`` once; returns ``(fired, already_fired)``."""
-    return lifecycle.backfill(get(ref, host_id=host_id), start, end, actor=actor)
+    return on_demand.backfill(get(ref, host_id=host_id), start, end, actor=actor)
 
 
 def bulk_create(specs: Iterable[Spec | Schedule], *, actor: Any = None) -> list[Schedule]:
@@ -373,7 +373,7 @@ def status(
     )
     if delivery is not None:
         message_status = delivery
-    elif schedule.state in (*_WILL_FIRE, ScheduleState.SET_ASIDE):
+    elif schedule.state in LIVE:
         message_status = DeliveryStatus.PENDING
     else:
         message_status = schedule.state
@@ -383,7 +383,7 @@ def status(
         schedule_id=schedule.schedule_id,
         name=schedule.schedule_name,
         state=schedule.state,
-        next_fire=schedule.next_run_ts if schedule.state in _WILL_FIRE else None,
+        next_fire=schedule.next_run_ts if schedule.state in PLANNED else None,
         last_fired=schedule.last_fired_ts,
         last_delivery=latest["status"] if latest else None,
         last_error=(latest["last_error"] or "") if latest else "",
@@ -410,9 +410,6 @@ def _run_fields(latest: dict[str, Any] | None) -> dict[str, Any]:
         "last_run": phases.run_status(run).value,
         **{f"last_{k.removesuffix('_ts')}": latest[k] for k in _PHASES},
     }
-
-
-_WILL_FIRE = (ScheduleState.ACTIVE, ScheduleState.PAUSED)
 
 
 def preview(
@@ -443,7 +440,7 @@ def dry_run(
         begin = max(start, schedule.next_slot_ts)
         fires += [
             (schedule.schedule_name, slot)
-            for slot in lifecycle.slots_between(schedule, begin, end, limit=limit_per_schedule)
+            for slot in on_demand.slots_between(schedule, begin, end, limit=limit_per_schedule)
         ]
     return sorted(fires, key=lambda item: (item[1], item[0]))
 

@@ -36,7 +36,7 @@ from django.core.management.base import CommandError
 from django.db import transaction
 from django.utils.module_loading import autodiscover_modules
 
-from django_dsched.changes import lifecycle
+from django_dsched.changes import edits, pauses
 from django_dsched.changes.constraints import validate_new
 from django_dsched.changes.specs import grid_step, in_callers_words
 from django_dsched.conf import app_settings
@@ -205,9 +205,7 @@ def sync(specs: Mapping[str, Mapping[str, Any]] | None = None) -> SyncReport:
             if (schedule.host_id, schedule.schedule_name) in declared_keys:
                 continue
             if schedule.state == ScheduleState.ACTIVE:
-                lifecycle.pause(
-                    Schedule.objects.filter(pk=schedule.pk), actor=ACTOR, reason=REMOVED
-                )
+                pauses.pause(Schedule.objects.filter(pk=schedule.pk), actor=ACTOR, reason=REMOVED)
                 report.deactivated.append(schedule.schedule_name)
     for bucket in ("created", "updated", "deactivated", "reactivated", "conflicts"):
         for name in getattr(report, bucket):
@@ -224,7 +222,7 @@ def _sync_one(name: str, host: Any, spec: Mapping[str, Any], report: SyncReport)
         and schedule.state == ScheduleState.PAUSED
         and schedule.paused_reason == REMOVED
     ):
-        lifecycle.resume(Schedule.objects.filter(pk=schedule.pk), actor=ACTOR)
+        pauses.resume(Schedule.objects.filter(pk=schedule.pk), actor=ACTOR)
         report.reactivated.append(name)
 
 
@@ -240,14 +238,14 @@ def upsert(
 
     Returns ``("created" | "updated" | "unchanged" | "conflicts", schedule)``. Only a schedule
     of the same ``origin`` is updated (others are conflicts, left alone, returned as None); an
-    update writes only the fields that differ, through :func:`lifecycle.save_schedule`, so the
+    update writes only the fields that differ, through :func:`edits.save_schedule`, so the
     schedule keeps its place on the grid unless a timing field changed. Cancelled and
     completed schedules are left as they are ("unchanged"). The caller holds the transaction.
     """
     existing = Schedule.objects.select_for_update().filter(host_id=host, schedule_name=name).first()
     if existing is None:
         schedule = Schedule(schedule_name=name, host_id=host, origin=origin, **values)
-        lifecycle.save_schedule(schedule, actor=actor)
+        edits.save_schedule(schedule, actor=actor)
         return "created", schedule
     if existing.origin != origin:
         logger.warning(
@@ -270,7 +268,7 @@ def upsert(
             setattr(existing, field_name, value)
             changed.append(field_name)
     if changed:
-        lifecycle.save_schedule(existing, changed, actor=actor)
+        edits.save_schedule(existing, changed, actor=actor)
         return "updated", existing
     return "unchanged", existing
 

@@ -49,6 +49,16 @@ class ScheduleState(models.TextChoices):
     SET_ASIDE = "SET_ASIDE", _("set aside")
 
 
+# The states a schedule can fire again from: it has not ended (completed and cancelled
+# schedules never come back). Live schedules count against their host's quota, and a cancel
+# ends them.
+LIVE = (ScheduleState.ACTIVE.value, ScheduleState.PAUSED.value, ScheduleState.SET_ASIDE.value)
+# The states whose next run stands: the scheduler fires the schedule then (a paused one once
+# resumed). It is the next run shown, such a schedule can be run now, and an edit of its
+# timing moves it. A set-aside schedule has none: the scheduler could not plan it.
+PLANNED = (ScheduleState.ACTIVE.value, ScheduleState.PAUSED.value)
+
+
 class DeliveryStatus(models.TextChoices):
     PENDING = "PENDING", _("pending")
     DELIVERED = "DELIVERED", _("delivered")

@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from django_dsched import api
-from django_dsched.changes import lifecycle
+from django_dsched.changes import edits, on_demand, pauses
 from django_dsched.enums import MisfirePolicy, ScheduleState
 from django_dsched.exceptions import NotPermitted
 from django_dsched.models import Event, OutboxMessage, Schedule
@@ -86,9 +86,9 @@ def test_pause_with_reason_until_a_time_then_resumes_by_itself(db_now):
         "maintenance",
         until,
     )
-    assert lifecycle.resume_expired_pauses() == 0
+    assert pauses.resume_expired_pauses() == 0
     sql("UPDATE schedule_t SET paused_until = now() - interval '1 second'")
-    assert lifecycle.resume_expired_pauses() == 1
+    assert pauses.resume_expired_pauses() == 1
     assert api.status("p").state == ScheduleState.ACTIVE
     assert [kind for _, kind in history(schedule)] == [
         "dsched.schedule.created",
@@ -242,7 +242,7 @@ def test_run_now_with_a_stale_copy_of_a_cancelled_schedule_fires_nothing():
     api.cancel("raced")  # someone else cancels after the caller read the schedule
     assert stale.state == ScheduleState.ACTIVE
     with pytest.raises(ValidationError, match="meanwhile"):
-        lifecycle.trigger(stale, actor="late")
+        on_demand.trigger(stale, actor="late")
     assert not OutboxMessage.objects.exists()
     assert not Event.objects.filter(scheduled_ts__isnull=False).exists()
 
@@ -357,14 +357,14 @@ def test_save_schedule_asks_a_user_actors_permissions(db_now):
     version = schedule.aggregate_version
     schedule.start_ts = db_now() - timedelta(minutes=1)  # due now: a run now in effect
     with pytest.raises(EditNotPermitted, match="run schedules now"):
-        lifecycle.save_schedule(schedule, ["start_ts"], actor=editor)
+        edits.save_schedule(schedule, ["start_ts"], actor=editor)
     assert api.get(schedule.pk).aggregate_version == version
     hourly = api.create_interval("hourly", every=1, unit="HOURS", **COMMON)
     Schedule.objects.filter(pk=hourly.pk).update(fire_count=7)
     hourly = api.get(hourly.pk)
     hourly.max_fires = 7  # no fire left: a cancel in effect
     with pytest.raises(EditNotPermitted, match="cancel"):
-        lifecycle.save_schedule(hourly, ["max_fires"], actor=editor)
+        edits.save_schedule(hourly, ["max_fires"], actor=editor)
     assert api.get(hourly.pk).state == ScheduleState.ACTIVE
     behind = Schedule(
         host_id=schedule.host_id,
@@ -379,9 +379,9 @@ def test_save_schedule_asks_a_user_actors_permissions(db_now):
         event_type="x",
     )
     with pytest.raises(NotPermitted, match="backlog"):
-        lifecycle.save_schedule(behind, actor=editor)
+        edits.save_schedule(behind, actor=editor)
     assert not Schedule.objects.filter(schedule_name="behind-saved").exists()
     # Code is trusted, as before; and a caller may still say what the user may do.
     schedule = api.get(schedule.pk)
     schedule.start_ts = db_now() - timedelta(minutes=1)
-    lifecycle.save_schedule(schedule, ["start_ts"], actor="a-job")
+    edits.save_schedule(schedule, ["start_ts"], actor="a-job")

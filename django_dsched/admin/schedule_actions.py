@@ -1,7 +1,7 @@
 """The schedule actions: on the selection (change list) and as buttons (schedule page).
 
 Both paths run the same code: check the action's permission, show a confirmation page
-where the action is destructive, call :mod:`django_dsched.changes.lifecycle` (never a raw update),
+where the action is destructive, call :mod:`django_dsched.changes` (never a raw update),
 write an admin history (LogEntry) record for every schedule changed or created, and
 report counts.
 """
@@ -29,19 +29,16 @@ from django.utils.translation import gettext_lazy, ngettext
 
 from django_dsched.admin.action_forms import NoOptions, PauseOptions
 from django_dsched.admin.schedule_form import ScheduleForm
-from django_dsched.changes import lifecycle, unchanged
+from django_dsched.changes import cancels, edits, on_demand, pauses, unchanged
 from django_dsched.changes import permissions as rules
 from django_dsched.conf import app_settings
 from django_dsched.counts import ChangeCount
-from django_dsched.enums import ScheduleOrigin, ScheduleState
+from django_dsched.enums import LIVE, PLANNED, ScheduleOrigin, ScheduleState
 from django_dsched.models import Schedule
 from django_dsched.models.validators import NAME_MAX_LENGTH
 
 # Schedules listed by name on a confirmation page; more are counted.
 LISTED = 50
-LIVE = (ScheduleState.ACTIVE, ScheduleState.PAUSED)
-# Not finished: may be cancelled (a set-aside schedule too).
-OPEN = (*LIVE, ScheduleState.SET_ASIDE)
 
 
 @dataclass(frozen=True)
@@ -82,7 +79,7 @@ ACTIONS = {
             gettext_lazy("Run now"),
             gettext_lazy("Fire these schedules once, now?"),
             confirm=True,
-            states=LIVE,
+            states=PLANNED,
             warning=gettext_lazy(
                 "Each schedule fires one event now, delivered like any other fire; its "
                 "regular slots are not moved."
@@ -102,7 +99,7 @@ ACTIONS = {
             gettext_lazy("Cancel"),
             gettext_lazy("Cancel these schedules for good?"),
             confirm=True,
-            states=OPEN,
+            states=LIVE,
             warning=gettext_lazy(
                 "A cancelled schedule never fires again and cannot be resumed or edited. "
                 "Its history is kept."
@@ -335,19 +332,19 @@ class ScheduleActionsMixin(ScheduleModelAdmin):
             note = _("Paused: %(reason)s") % {"reason": reason}
         if until is not None:
             note += " " + _("Until %(until)s.") % {"until": until.isoformat()}
-        return self._transition(request, ids, lifecycle.pause, note, reason=reason, until=until)
+        return self._transition(request, ids, pauses.pause, note, reason=reason, until=until)
 
     def _do_resume(self, request: HttpRequest, ids: list[Any]) -> Result:
-        return self._transition(request, ids, lifecycle.resume, _("Resumed."))
+        return self._transition(request, ids, pauses.resume, _("Resumed."))
 
     def _do_cancel(self, request: HttpRequest, ids: list[Any]) -> Result:
-        return self._transition(request, ids, lifecycle.cancel, _("Cancelled."))
+        return self._transition(request, ids, cancels.cancel, _("Cancelled."))
 
     def _do_run_now(self, request: HttpRequest, ids: list[Any]) -> Result:
         result = Result()
         for schedule in Schedule.objects.filter(pk__in=ids).order_by("schedule_name"):
             try:
-                fired = lifecycle.trigger(schedule, actor=request.user)
+                fired = on_demand.trigger(schedule, actor=request.user)
             except ValidationError:
                 schedule.refresh_from_db()
                 result.skipped.append(schedule)
@@ -389,11 +386,11 @@ class ScheduleActionsMixin(ScheduleModelAdmin):
         with _atomic():
             # It is paused before this transaction ends, so it never fires unseen: creating
             # it needs no permission to fire, whatever its start and misfire policy.
-            lifecycle.save_schedule(copy, actor=request.user, may_fire=True)
+            edits.save_schedule(copy, actor=request.user, may_fire=True)
             reason = _("Copy of %(name)s: review it, then resume it.") % {
                 "name": source.schedule_name
             }
-            lifecycle.pause(Schedule.objects.filter(pk=copy.pk), actor=request.user, reason=reason)
+            pauses.pause(Schedule.objects.filter(pk=copy.pk), actor=request.user, reason=reason)
             copy.refresh_from_db()
             self.log_addition(
                 request, copy, _("Duplicated from %(name)s.") % {"name": source.schedule_name}

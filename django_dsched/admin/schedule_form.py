@@ -11,7 +11,7 @@ from django.db import transaction
 from django.forms.models import construct_instance
 from django.utils.translation import gettext_lazy as _
 
-from django_dsched.changes import lifecycle, permissions, quotas
+from django_dsched.changes import edits, permissions, quotas
 from django_dsched.changes.creates import Preparer
 from django_dsched.conf import app_settings
 from django_dsched.enums import ScheduleState
@@ -117,9 +117,7 @@ class ScheduleForm(ScheduleModelForm):
         fields = [name for name in self.changed_data if name != "seen_version"]
         edited = construct_instance(self, copy.copy(self.instance), fields=self._meta.fields)
         try:
-            lifecycle.check_edit(
-                edited, fields, may_complete=self.may_complete, may_fire=self.may_fire
-            )
+            edits.check_edit(edited, fields, may_complete=self.may_complete, may_fire=self.may_fire)
         except TimetableError:
             return  # an invalid timing: the model's own validation reports it
         except EditNotPermitted as exc:

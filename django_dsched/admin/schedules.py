@@ -23,7 +23,7 @@ from django_dsched.admin.filters import HostFilter, ScheduleValuesFilter, index_
 from django_dsched.admin.outbox import RETRYING
 from django_dsched.admin.schedule_actions import ScheduleActionsMixin
 from django_dsched.admin.schedule_form import ScheduleForm
-from django_dsched.changes import lifecycle
+from django_dsched.changes import edits
 from django_dsched.changes.describe import describe
 from django_dsched.enums import DeliveryStatus, ScheduleOrigin, ScheduleState
 from django_dsched.models import OutboxMessage, Schedule, SchedulerInstance
@@ -374,7 +374,7 @@ class ScheduleAdmin(ShownTimes, ScheduleActionsMixin):
     def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
         changed = [f for f in form.changed_data if f != "seen_version"] if change else None
         try:
-            lifecycle.save_schedule(
+            edits.save_schedule(
                 obj,
                 changed,
                 actor=request.user,

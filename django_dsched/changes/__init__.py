@@ -10,8 +10,11 @@ goes through these names; nothing else writes ``schedule_t``.
   idempotency keys. Its statements: :mod:`.single_insert` (one row) and
   :mod:`.bulk_insert` (many, pipelined), bound by :mod:`django_dsched.runtime.binding`.
 - :mod:`.bulk`: ``bulk_create`` and ``bulk_cancel``, all or nothing with per-item errors.
-- :mod:`.lifecycle`: every change after a create: save (edit), pause, resume, cancel,
-  run now, backfill, and the pauses that end by themselves.
+- :mod:`.edits`: every edit after a create: what it does to the next run, whether the
+  editor may, the save (``save_schedule``).
+- :mod:`.pauses`: pause and resume (compare-and-set), and the pauses that end by themselves.
+- :mod:`.cancels`: cancel one schedule, a queryset or many ids, in one locking statement.
+- :mod:`.on_demand`: fires on demand: run now, backfill, and the slots of a range.
 - :mod:`.audit`: the audit event each change writes. :mod:`.describe`: timing in words.
 - :mod:`.permissions`: who may do what, one rule per capability, asked by every door.
 - :mod:`.quotas`: the quota of live schedules per host, checked by every create.
@@ -22,16 +25,11 @@ goes through these names; nothing else writes ``schedule_t``.
 from __future__ import annotations
 
 from django_dsched.changes.bulk import bulk_cancel, bulk_create
+from django_dsched.changes.cancels import cancel
 from django_dsched.changes.creates import create, create_instance
-from django_dsched.changes.lifecycle import (
-    backfill,
-    cancel,
-    pause,
-    resume,
-    save_schedule,
-    slots_between,
-    trigger,
-)
+from django_dsched.changes.edits import save_schedule
+from django_dsched.changes.on_demand import backfill, slots_between, trigger
+from django_dsched.changes.pauses import pause, resume
 from django_dsched.changes.specs import Cron, Interval, Once
 
 __all__ = [

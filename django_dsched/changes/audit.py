@@ -8,15 +8,20 @@ Audit events have no ``scheduled_ts`` and no outbox message.
 
 from __future__ import annotations
 
+import textwrap
 import uuid
 from collections.abc import Sequence
 from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
+from django.db import connections
+
+from django_dsched.conf import app_settings
 from django_dsched.enums import ScheduleOrigin
-from django_dsched.history.event_ids import change_id
+from django_dsched.history.event_ids import change_id, change_sql
 from django_dsched.models import Event, Schedule
+from django_dsched.models.schedule import BOUND_FIELDS, GRID_FIELDS
 
 PREFIX = "dsched.schedule."
 
@@ -40,21 +45,15 @@ def actor_name(actor: Any) -> str:
     return username() if callable(username) else str(actor)
 
 
-# What a schedule is (not its runtime state), as recorded in a "created" event.
+# What a schedule is (not its runtime state), as recorded in a "created" event: its name,
+# the fields that place its slots and bound them, its misfire policy, what it sends.
 DEFINITION_FIELDS = (
     "schedule_name",
-    "schedule_kind",
-    "frequency_unit",
-    "frequency_time",
-    "cron_expression",
-    "time_zone",
-    "start_ts",
-    "end_ts",
-    "max_fires",
+    *GRID_FIELDS,
+    *BOUND_FIELDS,
     "misfire_policy",
     "misfire_grace_seconds",
     "catch_up_limit",
-    "jitter_seconds",
     "priority",
     "event_topic",
     "event_type",
@@ -74,6 +73,29 @@ def definition_sql(alias: str, names: Sequence[str] = DEFINITION_FIELDS) -> str:
     columns have their names); only ``names`` (of :data:`DEFINITION_FIELDS`) if given."""
     pairs = ", ".join(f"'{name}', {alias}.{name}" for name in names)
     return f"jsonb_build_object({pairs})"
+
+
+def created_sql(definition: str, indent: str) -> str:
+    """The "created" events of the schedules a data-modifying CTE ``c`` inserted, in SQL:
+    the ``INSERT`` that writes them, for the CTE after ``c`` (a single create's statement
+    and a bulk create's), each line indented by ``indent``. ``definition``: the schedule's
+    :func:`definition`, a ``jsonb`` expression over ``c`` (:func:`definition_sql`).
+    Parameters: ``event_type_`` and ``actor_``. Each event's id has the row's
+    ``created_ts`` in its top bits (``event_ids.change_sql``): it is stored in that day's
+    partition."""
+    events = connections[app_settings.DATABASE].ops.quote_name(Event._meta.db_table)
+    return textwrap.indent(
+        f"""INSERT INTO {events} (id, host_id, aggregate_id, aggregate_type,
+    aggregate_version, event_type, event_ts, payload, metadata)
+SELECT {change_sql("c.created_ts")}, c.host_id, c.schedule_id, 'Schedule',
+    c.aggregate_version, %(event_type_)s, c.created_ts,
+    jsonb_build_object('actor', %(actor_)s::text, 'at', c.created_ts,
+                       'definition', {definition}),
+    jsonb_build_object('actor', %(actor_)s::text, 'schedule_name', c.schedule_name,
+                       'origin', c.origin)
+FROM c""",
+        indent,
+    )
 
 
 def event_for(

@@ -22,7 +22,7 @@ from django.core.exceptions import NON_FIELD_ERRORS
 from django.db import connections, transaction
 from django.utils.translation import gettext as _
 
-from django_dsched.changes import lifecycle, permissions, quotas
+from django_dsched.changes import cancels, permissions, quotas
 from django_dsched.changes.bulk_insert import CHUNK, Inserter
 from django_dsched.changes.constraints import unique_name_error
 from django_dsched.changes.creates import Prepared, Preparer, existing_by_key
@@ -40,7 +40,6 @@ from django_dsched.runtime import binding
 FIRST_CHUNK = 1_000
 
 
-# A model field's error, named by the spec keyword that set it.
 def _bounded(items: Iterable[Any], what: str) -> list[Any]:
     """``items`` as a list, refused (having read one past the limit) when too many."""
     limit = app_settings.BULK_MAX_ITEMS
@@ -55,6 +54,8 @@ def _bounded(items: Iterable[Any], what: str) -> list[Any]:
 
 
 def _item_errors(index: int, spec: Any, exc: ValidationError) -> list[tuple[int, str, str]]:
+    """``exc``'s errors as ``(index, field, message)``, a model field's named by the spec
+    keyword that set it."""
     if not hasattr(exc, "error_dict"):
         return [(index, NON_FIELD_ERRORS, message) for message in exc.messages]
     return [
@@ -126,6 +127,55 @@ def _no_cycle_collection() -> Iterator[None]:
         gc.enable()
 
 
+class _Checker:
+    """Validates ``bulk_create``'s items one by one, each as a single create would, and
+    refuses a key, a name or an instance's id given twice in the call (an error on the later
+    item); ``errors`` collects the errors of every item."""
+
+    def __init__(self, may_fire: bool) -> None:
+        self.may_fire = may_fire
+        self.preparer = Preparer()
+        self.errors: list[tuple[int, str, str]] = []
+        self.keys: dict[tuple[uuid.UUID, str], int] = {}
+        self.names: dict[tuple[uuid.UUID, str], int] = {}
+        self.ids: dict[uuid.UUID, int] = {}
+
+    def check(self, index: int, spec: Spec | Schedule) -> Prepared | None:
+        """``spec`` validated, or None with its errors recorded."""
+        spec_is_instance = isinstance(spec, Schedule)
+        try:
+            if isinstance(spec, Schedule):
+                item = self.preparer.prepare_instance(spec)
+            else:
+                item = self.preparer.prepare(spec)
+        except ValidationError as exc:
+            self.errors += _item_errors(index, spec, exc)
+            return None
+        schedule = item.schedule
+        if not self.may_fire and permissions.fires_a_backlog(schedule, self.preparer.clock.now):
+            why = _("Item %(index)d: %(why)s") % {"index": index, "why": permissions.BACKLOG_WHY}
+            raise permissions.refusal(permissions.FIRE, why)
+        # An id made here (a spec's) is new: only instances may repeat one.
+        first = self.ids.setdefault(schedule.schedule_id, index) if spec_is_instance else index
+        if first != index:  # two instances built with one id
+            message = _("Item %(first)d has the same id.") % {"first": first}
+            self.errors.append((index, spec_field("schedule_id", spec), message))
+            return None
+        key = schedule.idempotency_key
+        if key is not None:
+            first = self.keys.setdefault((schedule.host_id, key), index)
+            if first != index:
+                message = _("Item %(first)d has the same key.") % {"first": first}
+                self.errors.append((index, spec_field("idempotency_key", spec), message))
+                return None
+        first = self.names.setdefault((schedule.host_id, schedule.schedule_name), index)
+        if first != index:
+            message = _("Item %(first)d has the same name.") % {"first": first}
+            self.errors.append((index, spec_field("schedule_name", spec), message))
+            return None
+        return item
+
+
 @_no_cycle_collection()
 def bulk_create(
     specs: Iterable[Spec | Schedule], *, actor: Any = None, may_fire: bool | None = None
@@ -149,51 +199,10 @@ def bulk_create(
     two to read its quota and count).
     """
     items = _bounded(specs, _("items"))
-    preparer = Preparer()
-    prepared: list[Prepared] = []
-    errors: list[tuple[int, str, str]] = []
-    keys: dict[tuple[uuid.UUID, str], int] = {}
-    names: dict[tuple[uuid.UUID, str], int] = {}
-    ids: dict[uuid.UUID, int] = {}
     if may_fire is None:
         may_fire = permissions.may(actor, permissions.FIRE)
-
-    def check(index: int, spec: Spec | Schedule) -> Prepared | None:
-        """``spec`` validated, or None with its errors recorded."""
-        nonlocal errors
-        spec_is_instance = isinstance(spec, Schedule)
-        try:
-            if isinstance(spec, Schedule):
-                item = preparer.prepare_instance(spec)
-            else:
-                item = preparer.prepare(spec)
-        except ValidationError as exc:
-            errors += _item_errors(index, spec, exc)
-            return None
-        schedule = item.schedule
-        if not may_fire and permissions.fires_a_backlog(schedule, preparer.clock.now):
-            why = _("Item %(index)d: %(why)s") % {"index": index, "why": permissions.BACKLOG_WHY}
-            raise permissions.refusal(permissions.FIRE, why)
-        # An id made here (a spec's) is new: only instances may repeat one.
-        first = ids.setdefault(schedule.schedule_id, index) if spec_is_instance else index
-        if first != index:  # two instances built with one id
-            message = _("Item %(first)d has the same id.") % {"first": first}
-            errors.append((index, spec_field("schedule_id", spec), message))
-            return None
-        key = schedule.idempotency_key
-        if key is not None:
-            first = keys.setdefault((schedule.host_id, key), index)
-            if first != index:
-                message = _("Item %(first)d has the same key.") % {"first": first}
-                errors.append((index, spec_field("idempotency_key", spec), message))
-                return None
-        first = names.setdefault((schedule.host_id, schedule.schedule_name), index)
-        if first != index:
-            message = _("Item %(first)d has the same name.") % {"first": first}
-            errors.append((index, spec_field("schedule_name", spec), message))
-            return None
-        return item
-
+    checker = _Checker(may_fire)
+    prepared: list[Prepared] = []
     # Each chunk is sent as soon as it is validated, while no item so far has an error:
     # the server inserts it while the next one is validated. Any error stops the sending
     # (the rest is still validated, to report every error) and the savepoint undoes what
@@ -208,23 +217,23 @@ def bulk_create(
             chunk = [
                 item
                 for index in range(start, end)
-                if (item := check(index, items[index])) is not None
+                if (item := checker.check(index, items[index])) is not None
             ]
             prepared += chunk
-            if errors or not chunk:
+            if checker.errors or not chunk:
                 continue
             if inserter is None:
                 if end < len(items):
                     # Items are validated after this send: the clock is read now, in case
                     # one needs it. A query on this connection once a chunk is in flight
                     # joins the pipeline: it would fail with (and as) a refused chunk.
-                    preparer.clock.now()
+                    checker.preparer.clock.now()
                 stack.enter_context(transaction.atomic(using=app_settings.DATABASE))
                 sending = stack.enter_context(ExitStack())  # left before the savepoint
                 inserter = sending.enter_context(Inserter(actor=actor))
             inserter.send(chunk)
-        if errors:
-            raise BulkValidationError(errors)
+        if checker.errors:
+            raise BulkValidationError(checker.errors)
         if inserter is None:
             return []
         inserter.finish()
@@ -311,7 +320,7 @@ def cancel_items(
     host_id: uuid.UUID | str | None = None,
     actor: Any = None,
     with_rows: bool = True,
-) -> tuple[ChangeCount, list[lifecycle.Locked]]:
+) -> tuple[ChangeCount, list[cancels.Locked]]:
     """:func:`bulk_cancel`, also giving each item's schedule as the cancel locked it (the
     items of ``refs``, then of ``keys``): what the REST API reports per item (``with_rows=False``:
     only the count, for the Python API). A schedule resolved but gone (or moved to another
@@ -327,6 +336,32 @@ def cancel_items(
     if len(ref_list) + len(key_list) > app_settings.BULK_MAX_ITEMS:
         _bounded(itertools.chain(ref_list, key_list), _("items"))
     host = resolve_host(host_id)
+    ids, names, by_key = _references(ref_list, key_list)
+    with transaction.atomic(using=app_settings.DATABASE):
+        resolved = _item_schedules(host, ids, names, by_key)
+        # Each schedule once, in id order (the order the cancel locks them).
+        schedule_ids = sorted({pk for _field, pk in resolved.values()})
+        if not with_rows:
+            return _cancel_counted(schedule_ids, resolved, host=host, actor=actor), []
+        locked = {row.schedule_id: row for row in cancels.cancel_ids(schedule_ids, actor=actor)}
+        gone = [
+            (index, field, _("No such schedule."))
+            for index, (field, pk) in resolved.items()
+            if pk not in locked or locked[pk].host_id != host
+        ]
+        if gone:  # deleted between the two statements: undo the cancel
+            raise BulkValidationError(gone)
+    result = [locked[pk] for _field, pk in resolved.values()]
+    changed = sum(1 for row in result if row.cancelled)
+    return ChangeCount(changed=changed, skipped=len(result) - changed), result
+
+
+def _references(
+    ref_list: list[Any], key_list: list[Any]
+) -> tuple[dict[uuid.UUID, int], dict[str, int], dict[str, int]]:
+    """The items' ids, names and keys, each with its index (the keys' counted on from the
+    end of ``ref_list``); :class:`BulkValidationError` for an item that is none of them or
+    is given twice."""
     ids: dict[uuid.UUID, int] = {}
     names: dict[str, int] = {}
     errors: list[tuple[int, str, str]] = []
@@ -353,65 +388,70 @@ def cancel_items(
             errors.append((index, "key", _("Given twice in this call.")))
     if errors:
         raise BulkValidationError(errors)
+    return ids, names, by_key
+
+
+def _item_schedules(
+    host: uuid.UUID, ids: dict[uuid.UUID, int], names: dict[str, int], by_key: dict[str, int]
+) -> dict[int, tuple[str, uuid.UUID]]:
+    """Each item's field (``ref`` or ``key``) and schedule id, by index in order:
+    :class:`BulkValidationError` for an item that names no schedule of ``host``, or one an
+    earlier item names."""
     # A name or key PostgreSQL cannot hold (NUL, a lone surrogate) matches nothing.
     clean_names = [name for name in names if storable_text(name)]
     clean_keys = [key for key in by_key if storable_text(key)]
-    with transaction.atomic(using=app_settings.DATABASE):
-        rows = _resolve(host, list(ids), clean_names, clean_keys)
-        by_name = {name: pk for pk, name, _key in rows}
-        by_found_key = {key: pk for pk, _name, key in rows if key is not None}
-        seen_ids = {pk for pk, _name, _key in rows}
-        # Each item's schedule id (None: no such schedule), in the items' order.
-        items: dict[int, tuple[str, uuid.UUID | None]] = {}
-        for ref, index in ids.items():
-            items[index] = ("ref", ref if ref in seen_ids else None)
-        for name, index in names.items():
-            items[index] = ("ref", by_name.get(name))
-        for key, index in by_key.items():
-            items[index] = ("key", by_found_key.get(key))
-        missing = [(index, field) for index, (field, pk) in items.items() if pk is None]
-        if missing:
-            raise BulkValidationError(
-                [(index, field, _("No such schedule.")) for index, field in sorted(missing)]
-            )
-        resolved: dict[int, tuple[str, uuid.UUID]] = {}
-        for index in sorted(items):  # none is None (missing raised)
-            field, pk = items[index]
-            if pk is not None:
-                resolved[index] = (field, pk)
-        first: dict[uuid.UUID, int] = {}
-        for index, (field, pk) in resolved.items():
-            if first.setdefault(pk, index) != index:  # by an id and a name or a key, say
-                errors.append((index, field, _("Given twice in this call.")))
-        if errors:
-            raise BulkValidationError(errors)
-        if not with_rows:
-            found, changed = lifecycle.cancel_ids_counted(sorted(first), host=host, actor=actor)
-            if found != len(first):  # deleted between the two statements: undo the cancel
-                present = set(
-                    Schedule.objects.filter(pk__in=list(first), host_id=host).values_list(
-                        "pk", flat=True
-                    )
-                )
-                raise BulkValidationError(
-                    [
-                        (index, field, _("No such schedule."))
-                        for index, (field, pk) in resolved.items()
-                        if pk not in present
-                    ]
-                )
-            return ChangeCount(changed=changed, skipped=found - changed), []
-        locked = {row.schedule_id: row for row in lifecycle.cancel_ids(sorted(first), actor=actor)}
-        gone = [
-            (index, field, _("No such schedule."))
-            for index, (field, pk) in resolved.items()
-            if pk not in locked or locked[pk].host_id != host
-        ]
-        if gone:  # deleted between the two statements: undo the cancel
-            raise BulkValidationError(gone)
-    result = [locked[pk] for _field, pk in resolved.values()]
-    changed = sum(1 for row in result if row.state in lifecycle.CANCELLABLE)
-    return ChangeCount(changed=changed, skipped=len(result) - changed), result
+    rows = _resolve(host, list(ids), clean_names, clean_keys)
+    by_name = {name: pk for pk, name, _key in rows}
+    by_found_key = {key: pk for pk, _name, key in rows if key is not None}
+    seen_ids = {pk for pk, _name, _key in rows}
+    # Each item's schedule id (None: no such schedule), in the items' order.
+    items: dict[int, tuple[str, uuid.UUID | None]] = {}
+    for ref, index in ids.items():
+        items[index] = ("ref", ref if ref in seen_ids else None)
+    for name, index in names.items():
+        items[index] = ("ref", by_name.get(name))
+    for key, index in by_key.items():
+        items[index] = ("key", by_found_key.get(key))
+    missing = [(index, field) for index, (field, pk) in items.items() if pk is None]
+    if missing:
+        raise BulkValidationError(
+            [(index, field, _("No such schedule.")) for index, field in sorted(missing)]
+        )
+    resolved: dict[int, tuple[str, uuid.UUID]] = {}
+    for index in sorted(items):  # none is None (missing raised)
+        field, pk = items[index]
+        if pk is not None:
+            resolved[index] = (field, pk)
+    first: dict[uuid.UUID, int] = {}
+    errors = [
+        (index, field, _("Given twice in this call."))
+        for index, (field, pk) in resolved.items()
+        if first.setdefault(pk, index) != index  # by an id and a name or a key, say
+    ]
+    if errors:
+        raise BulkValidationError(errors)
+    return resolved
+
+
+def _cancel_counted(
+    ids: list[uuid.UUID], resolved: dict[int, tuple[str, uuid.UUID]], *, host: uuid.UUID, actor: Any
+) -> ChangeCount:
+    """Cancel ``ids`` (sorted), counting only; an item whose schedule the cancel did not
+    find (deleted since, or moved to another host) is :class:`BulkValidationError`, and
+    undoes the call."""
+    found, changed = cancels.cancel_ids_counted(ids, host=host, actor=actor)
+    if found != len(ids):  # deleted between the two statements: undo the cancel
+        present = set(
+            Schedule.objects.filter(pk__in=ids, host_id=host).values_list("pk", flat=True)
+        )
+        raise BulkValidationError(
+            [
+                (index, field, _("No such schedule."))
+                for index, (field, pk) in resolved.items()
+                if pk not in present
+            ]
+        )
+    return ChangeCount(changed=changed, skipped=found - changed)
 
 
 __all__ = ["bulk_cancel", "bulk_create", "cancel_items"]

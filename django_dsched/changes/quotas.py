@@ -3,10 +3,10 @@
 A host's quota is its row of ``tenant_quota_t`` (:class:`~django_dsched.models.TenantQuota`;
 an empty ``max_active_schedules`` there means no limit), else
 ``DSCHED_DEFAULT_MAX_ACTIVE_SCHEDULES`` (None: no limit). What counts is every schedule of the
-host that can still fire: ``ACTIVE``, ``PAUSED`` and ``SET_ASIDE`` (completed and cancelled
-ones never come back). So a pause frees no place and a resume takes none: only creates add
-to the count, and only creates are checked (single and bulk, which the Python API, the
-declarations, REST and the admin all go through).
+host that can still fire (:data:`~django_dsched.enums.LIVE`): ``ACTIVE``, ``PAUSED`` and
+``SET_ASIDE`` (completed and cancelled ones never come back). So a pause frees no place and
+a resume takes none: only creates add to the count, and only creates are checked (single and
+bulk, which the Python API, the declarations, REST and the admin all go through).
 
 Concurrent creates of one host are serialised by a transaction-level advisory lock on the
 host, taken only when a quota applies: the lock, then the count (a statement of its own, so
@@ -30,12 +30,9 @@ from django.dispatch import receiver
 from django.utils.translation import gettext as _
 
 from django_dsched.conf import app_settings
-from django_dsched.enums import ScheduleState
+from django_dsched.enums import LIVE
 from django_dsched.exceptions import QuotaExceeded
 from django_dsched.models import TenantQuota
-
-# The states that hold a place in the quota: the schedule may fire again.
-LIVE = [ScheduleState.ACTIVE.value, ScheduleState.PAUSED.value, ScheduleState.SET_ASIDE.value]
 
 # Advisory locks of quotas are pg_advisory_xact_lock(LOCK_CLASS, hashtext(host)): their own
 # class, so they never meet another lock of the database's. Two hosts whose hashes collide
@@ -121,7 +118,7 @@ def room(host_id: uuid.UUID, adding: int, *, counted: bool = False) -> QuotaExce
         allowed = limit if counted else limit - adding
         if allowed < 0:
             return refusal(host_id, limit, adding)
-        cursor.execute(COUNT, [host_id, LIVE, allowed + 1])
+        cursor.execute(COUNT, [host_id, list(LIVE), allowed + 1])
         (live,) = cursor.fetchone()
     return refusal(host_id, limit, adding) if live > allowed else None
 
@@ -157,4 +154,4 @@ def check_added(added: Mapping[uuid.UUID, int]) -> None:
             raise refused
 
 
-__all__ = ["LIVE", "check_added", "forget", "may_apply", "refusal", "room", "stored_limit"]
+__all__ = ["check_added", "forget", "may_apply", "refusal", "room", "stored_limit"]

@@ -39,8 +39,7 @@ from django_dsched.changes import audit
 from django_dsched.changes.constraints import constraint_error, event_data_json
 from django_dsched.changes.specs import TIMED
 from django_dsched.conf import app_settings
-from django_dsched.history import event_ids
-from django_dsched.models import Event, Schedule
+from django_dsched.models import Schedule
 from django_dsched.runtime import binding
 from django_dsched.runtime.connections import behind_pooler
 
@@ -144,16 +143,7 @@ def _build(named: tuple[str, ...], timed: bool) -> str:
     ON CONFLICT DO NOTHING
     RETURNING *
 ), audit AS (
-    INSERT INTO {quote(Event._meta.db_table)} (id, host_id, aggregate_id, aggregate_type,
-        aggregate_version, event_type, event_ts, payload, metadata)
-    SELECT {event_ids.change_sql("c.created_ts")}, c.host_id, c.schedule_id, 'Schedule',
-        c.aggregate_version,
-        %(event_type_)s, c.created_ts,
-        jsonb_build_object('actor', %(actor_)s::text, 'at', c.created_ts,
-                           'definition', {definition}),
-        jsonb_build_object('actor', %(actor_)s::text, 'schedule_name', c.schedule_name,
-                           'origin', c.origin)
-    FROM c
+{audit.created_sql(definition, "    ")}
 )
 SELECT {", ".join(f"c.{quote(column)}" for column in [*returned, *_READ_BACK])} FROM c"""
 

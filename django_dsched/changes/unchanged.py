@@ -15,7 +15,7 @@ from django.utils.functional import Promise
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from django_dsched.enums import ScheduleKind, ScheduleState
+from django_dsched.enums import LIVE, PLANNED, ScheduleKind, ScheduleState
 from django_dsched.models import Schedule
 
 ACTIVE, PAUSED, SET_ASIDE = ScheduleState.ACTIVE, ScheduleState.PAUSED, ScheduleState.SET_ASIDE
@@ -24,8 +24,8 @@ ACTIVE, PAUSED, SET_ASIDE = ScheduleState.ACTIVE, ScheduleState.PAUSED, Schedule
 CHANGES: dict[str, tuple[tuple[str, ...], str | None, Promise]] = {
     "pause": ((ACTIVE,), PAUSED, gettext_lazy("paused")),
     "resume": ((PAUSED, SET_ASIDE), ACTIVE, gettext_lazy("resumed")),
-    "cancel": ((ACTIVE, PAUSED, SET_ASIDE), ScheduleState.CANCELLED, gettext_lazy("cancelled")),
-    "run_now": ((ACTIVE, PAUSED), None, gettext_lazy("run now")),
+    "cancel": (LIVE, ScheduleState.CANCELLED, gettext_lazy("cancelled")),
+    "run_now": (PLANNED, None, gettext_lazy("run now")),
 }
 
 

@@ -40,7 +40,7 @@ from django.db import router, transaction
 from django.db.models import Model
 
 from django_dsched import declared
-from django_dsched.changes import lifecycle
+from django_dsched.changes import pauses
 from django_dsched.conf import app_settings
 from django_dsched.enums import FrequencyUnit, ScheduleOrigin, ScheduleState
 from django_dsched.exceptions import ConfigurationError, NotImportable, ValidationError
@@ -463,14 +463,14 @@ class Importer:
         selected = Schedule.objects.filter(pk=schedule.pk)
         name = schedule.schedule_name
         if not enabled and schedule.state == ScheduleState.ACTIVE:
-            lifecycle.pause(selected, actor=self.actor, reason=DISABLED)
+            pauses.pause(selected, actor=self.actor, reason=DISABLED)
             self.report.paused.append(name)
         elif (
             enabled
             and schedule.state == ScheduleState.PAUSED
             and schedule.paused_reason == DISABLED
         ):
-            lifecycle.resume(selected, actor=self.actor)
+            pauses.resume(selected, actor=self.actor)
             self.report.resumed.append(name)
 
 

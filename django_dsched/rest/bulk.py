@@ -24,11 +24,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from django_dsched import api
-from django_dsched.changes import bulk, lifecycle
+from django_dsched.changes import bulk
 from django_dsched.changes import permissions as rules
 from django_dsched.changes.creates import Clock, Preparer
 from django_dsched.conf import app_settings
-from django_dsched.enums import ScheduleOrigin, ScheduleState
+from django_dsched.enums import PLANNED, ScheduleOrigin, ScheduleState
 from django_dsched.exceptions import BulkValidationError
 from django_dsched.exceptions import ValidationError as DschedValidationError
 from django_dsched.models import Schedule
@@ -58,7 +58,6 @@ from django_dsched.rest.serializers.schedule_input import (
 from django_dsched.rest.serializers.schedule_output import existing_only
 
 JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
-LIVE = (ScheduleState.ACTIVE, ScheduleState.PAUSED)
 WHY = {
     409: (
         "A concurrent change won a race the validation could not see: read and retry; or "
@@ -284,7 +283,7 @@ _time = AwareDateTimeField()
 
 def summary(schedule: Schedule, outcome: str) -> dict[str, Any]:
     """``schedule`` as :class:`~.serializers.BulkCreatedSerializer` describes it."""
-    live = schedule.state in LIVE
+    planned = schedule.state in PLANNED
     return {
         "outcome": outcome,
         "id": str(schedule.schedule_id),
@@ -293,7 +292,7 @@ def summary(schedule: Schedule, outcome: str) -> dict[str, Any]:
         "key": schedule.idempotency_key,
         "kind": schedule.schedule_kind,
         "state": schedule.state,
-        "next_run": _time.to_representation(schedule.next_run_ts) if live else None,
+        "next_run": _time.to_representation(schedule.next_run_ts) if planned else None,
         "version": schedule.aggregate_version,
     }
 
@@ -338,15 +337,11 @@ class BulkCancelView(BulkView):
         # order (the call is refused, and undone, unless there is exactly one per item).
         results = [
             {
-                "outcome": "cancelled" if row.state in lifecycle.CANCELLABLE else "skipped",
+                "outcome": "cancelled" if row.cancelled else "skipped",
                 "id": str(row.schedule_id),
                 "name": row.schedule_name,
                 "key": row.idempotency_key,
-                "state": (
-                    ScheduleState.CANCELLED.value
-                    if row.state in lifecycle.CANCELLABLE
-                    else row.state
-                ),
+                "state": ScheduleState.CANCELLED.value if row.cancelled else row.state,
             }
             for row in rows
         ]

@@ -1,14 +1,13 @@
 """``schedules/``: list, create, read, replace, change and cancel schedules; their actions
 (pause, resume, trigger, backfill), their next fires and their history.
 
-Every change goes through :mod:`django_dsched.changes.lifecycle`, as from the admin and the Python
+Every change goes through :mod:`django_dsched.changes`, as from the admin and the Python
 API: the same rules, the same audit events (with the requesting user as actor).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -24,9 +23,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from django_dsched import api
-from django_dsched.changes import creates, lifecycle, unchanged
+from django_dsched.changes import cancels, creates, edits, on_demand, pauses, unchanged
 from django_dsched.changes import permissions as rules
-from django_dsched.changes.permissions import Capability
 from django_dsched.counts import ChangeCount
 from django_dsched.enums import ScheduleOrigin, ScheduleState
 from django_dsched.exceptions import ConflictError
@@ -88,13 +86,11 @@ from django_dsched.rest.serializers.schedule_output import (
     existing_only,
     schedule_detail,
 )
-from django_dsched.runtime.clock import database_now
 
 T = TypeVar("T")
 
 # Next fire times shown with one schedule.
 NEXT_FIRES = 5
-LIVE = (ScheduleState.ACTIVE, ScheduleState.PAUSED)
 
 
 def detail(schedule: Schedule) -> dict[str, Any]:
@@ -103,32 +99,6 @@ def detail(schedule: Schedule) -> dict[str, Any]:
 
 def with_etag(schedule: Schedule, code: int = status.HTTP_200_OK) -> Response:
     return Response(detail(schedule), status=code, headers={"ETag": etag(schedule)})
-
-
-@dataclass(frozen=True)
-class Before:
-    """What a schedule was before an edit, for the edit's permission check."""
-
-    state: str
-    next_run_ts: datetime
-    fires_again: bool
-
-    @classmethod
-    def of(cls, schedule: Schedule) -> Before:
-        live = schedule.state in LIVE
-        return cls(schedule.state, schedule.next_run_ts, live and bool(schedule.upcoming(1)))
-
-
-def permissions_an_edit_needs(before: Before, after: Schedule, now: datetime) -> list[Capability]:
-    """An edit that leaves a live schedule with no fire ahead ends it (a cancel); one that
-    makes it due at once fires it (a run now)."""
-    needed = []
-    if before.fires_again and (after.state not in LIVE or not after.upcoming(1)):
-        needed.append(rules.CANCEL)
-    was_due = before.state == ScheduleState.ACTIVE and before.next_run_ts <= now
-    if after.state == ScheduleState.ACTIVE and after.next_run_ts <= now and not was_due:
-        needed.append(rules.FIRE)
-    return needed
 
 
 class ScheduleViewSet(TenantViewSet[Schedule]):
@@ -304,7 +274,7 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
     def destroy(self, request: Request, **kwargs: Any) -> Response:
         return self._transition(
             request,
-            lambda selected: lifecycle.cancel(selected, actor=request.user),
+            lambda selected: cancels.cancel(selected, actor=request.user),
             required=True,
             change="cancel",
         )
@@ -329,35 +299,24 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
         changes = model_values(values)
         if not partial:
             changes = {**definition_defaults(), **changes}
-        before = Before.of(schedule)
         for name, value in changes.items():
             setattr(schedule, name, value)
 
         def save() -> None:
-            # What the edit does is judged below, on the row as saved (a 403 naming the
-            # permissions missing), so the service is told the user may.
-            lifecycle.save_schedule(
-                schedule,
-                list(changes),
-                actor=request.user,
-                expected_version=version,
-                may_complete=True,
-                may_fire=True,
-            )
-            after = Schedule.objects.get(pk=schedule.pk)
-            missing = [
-                needed.permission
-                for needed in permissions_an_edit_needs(before, after, database_now())
-                if not rules.allows(request.user, needed)
-            ]
-            if missing:
+            # The service decides what the edit needs (the user's permissions to cancel and
+            # to run now, as at every door); its refusal is a 403 naming the permission.
+            try:
+                edits.save_schedule(
+                    schedule, list(changes), actor=request.user, expected_version=version
+                )
+            except edits.EditNeeds as refused:
                 raise PermissionDenied(
                     _(
                         "This edit would end the schedule or fire it at once, which also "
                         "needs the permission %(permissions)s."
                     )
-                    % {"permissions": ", ".join(missing)}
-                )
+                    % {"permissions": refused.capability.permission}
+                ) from None
 
         self._save(save, api_names(schedule.schedule_kind))
         return with_etag(Schedule.objects.get(pk=schedule.pk))
@@ -407,7 +366,7 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
         options = body(PauseInput, request)
         return self._transition(
             request,
-            lambda selected: lifecycle.pause(
+            lambda selected: pauses.pause(
                 selected, actor=request.user, reason=options["reason"], until=options["until"]
             ),
             required=False,
@@ -431,7 +390,7 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
             rules.require(request.user, rules.FIRE, rules.CATCH_UP_WHY)
         return self._transition(
             request,
-            lambda selected: lifecycle.resume(
+            lambda selected: pauses.resume(
                 selected, actor=request.user, catch_up=options["catch_up"]
             ),
             required=False,
@@ -452,7 +411,7 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
     def trigger(self, request: Request, **kwargs: Any) -> Response:
         body(NoOptions, request)
         return self._fire(
-            request, lambda schedule: {"fired": lifecycle.trigger(schedule, actor=request.user)}
+            request, lambda schedule: {"fired": on_demand.trigger(schedule, actor=request.user)}
         )
 
     @described(
@@ -471,7 +430,7 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
 
         def fire(schedule: Schedule) -> dict[str, Any]:
             start, end = bounds["start"], bounds["end"]
-            fired, already = lifecycle.backfill(schedule, start, end, actor=request.user)
+            fired, already = on_demand.backfill(schedule, start, end, actor=request.user)
             note = unchanged.no_slot(schedule, start, end) if fired + already == 0 else None
             return {"fired": fired, "already_fired": already, "note": note}
 
@@ -505,7 +464,7 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
         fires: list[datetime] = []
         if schedule.state == ScheduleState.ACTIVE:
             begin = max(bounds["start"], schedule.next_slot_ts)
-            fires = lifecycle.slots_between(schedule, begin, bounds["end"], limit=bounds["limit"])
+            fires = on_demand.slots_between(schedule, begin, bounds["end"], limit=bounds["limit"])
         return Response(FiresSerializer({"fires": fires}).data)
 
     # -- history --------------------------------------------------------------------------

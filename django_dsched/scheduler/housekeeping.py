@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from django.db import DatabaseError
 
-from django_dsched.changes.lifecycle import resume_expired_pauses
+from django_dsched.changes.pauses import resume_expired_pauses
 from django_dsched.cluster.lease import BucketLeases, LeaseHolder
 from django_dsched.runtime.logs import get_logger
 from django_dsched.runtime.loops import DatabaseLoop

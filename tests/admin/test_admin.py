@@ -228,9 +228,9 @@ def test_a_form_saved_over_a_newer_version_is_refused(superuser_client):
 
 
 def test_edits_leave_an_audit_event_with_who_and_what(superuser_client):
-    from django_dsched.changes import lifecycle
+    from django_dsched.changes import edits
 
-    schedule = lifecycle.save_schedule(
+    schedule = edits.save_schedule(
         Schedule(
             schedule_name="audited",
             frequency_unit="MINUTES",

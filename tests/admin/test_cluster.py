@@ -10,7 +10,7 @@ from django.contrib.auth.models import Permission, User
 from django.db import connection
 from django.urls import reverse
 
-from django_dsched.changes import lifecycle
+from django_dsched.changes import on_demand, pauses
 from django_dsched.cluster.lease import LeaseHolder
 from django_dsched.enums import DeliveryStatus
 from django_dsched.models import Lease, OutboxMessage, SchedulerInstance
@@ -59,8 +59,8 @@ def test_the_page_shows_leader_instances_backlog_rates_and_outbox(admin_client):
     due = ScheduleFactory(start_ts=database_now() - timedelta(minutes=5))
     ScheduleFactory.create_batch(2, start_ts=database_now() - timedelta(seconds=30))
     ScheduleFactory(start_ts=database_now() + timedelta(hours=1))  # not due
-    lifecycle.trigger(due)
-    lifecycle.trigger(due)
+    on_demand.trigger(due)
+    on_demand.trigger(due)
     OutboxMessage.objects.filter(aggregate_version=3).update(status=DeliveryStatus.DELIVERY_FAILED)
 
     response = admin_client.get(reverse(CLUSTER))
@@ -85,8 +85,8 @@ def test_the_page_shows_leader_instances_backlog_rates_and_outbox(admin_client):
 
 def test_fires_older_than_an_hour_and_changes_do_not_count(admin_client):
     schedule = ScheduleFactory()
-    lifecycle.trigger(schedule)
-    lifecycle.pause(type(schedule).objects.all())  # a change, not a fire
+    on_demand.trigger(schedule)
+    pauses.pause(type(schedule).objects.all())  # a change, not a fire
     from django_dsched.models import Event
 
     Event.objects.filter(scheduled_ts__isnull=False).update(

@@ -12,7 +12,7 @@ from django.contrib.auth.models import User
 from django.urls import reverse
 
 from django_dsched import api
-from django_dsched.changes import lifecycle
+from django_dsched.changes import cancels, edits, on_demand, pauses
 from django_dsched.enums import DeliveryStatus, ScheduleState
 from django_dsched.models import Event, OutboxMessage, Schedule
 from django_dsched.runtime.clock import database_now
@@ -64,15 +64,15 @@ def test_a_form_opened_before_a_newer_state_does_not_overwrite_it(admin_client, 
     schedule = ScheduleFactory(schedule_name="old", frequency_time=5)
     opened(admin_client, schedule)
     if meanwhile == "fired":
-        lifecycle.trigger(schedule, actor="scheduler")
+        on_demand.trigger(schedule, actor="scheduler")
     elif meanwhile == "edited":
         other = Schedule.objects.get(pk=schedule.pk)
         other.frequency_time = 7
-        lifecycle.save_schedule(other, ["frequency_time"], actor="bob")
+        edits.save_schedule(other, ["frequency_time"], actor="bob")
     elif meanwhile == "paused":
-        lifecycle.pause(Schedule.objects.filter(pk=schedule.pk), actor="bob")
+        pauses.pause(Schedule.objects.filter(pk=schedule.pk), actor="bob")
     else:
-        lifecycle.cancel(Schedule.objects.filter(pk=schedule.pk), actor="bob")
+        cancels.cancel(Schedule.objects.filter(pk=schedule.pk), actor="bob")
     newer = Schedule.objects.get(pk=schedule.pk)
 
     response = admin_client.post(change_url(schedule), edit_data(schedule, schedule_name="mine"))
@@ -156,7 +156,7 @@ def test_a_paused_schedule_previews_from_now_and_a_cancelled_one_has_none(admin_
 def test_recent_events_and_deliveries_page_back_by_version(admin_client):
     schedule = ScheduleFactory()
     for _ in range(24):
-        lifecycle.trigger(schedule)
+        on_demand.trigger(schedule)
     OutboxMessage.objects.filter(aggregate_id=schedule.pk, aggregate_version=3).update(
         status=DeliveryStatus.DELIVERY_FAILED, last_error="<i>boom</i>"
     )
@@ -191,8 +191,8 @@ def test_a_schedule_declared_in_code_warns_that_sync_puts_it_back(admin_client):
 # -- the change list --------------------------------------------------------------------
 def test_the_list_shows_state_times_frequency_and_failures(admin_client):
     failing = ScheduleFactory(schedule_name="failing", frequency_time=15)
-    lifecycle.trigger(failing)
-    lifecycle.trigger(failing)
+    on_demand.trigger(failing)
+    on_demand.trigger(failing)
     OutboxMessage.objects.update(status=DeliveryStatus.DELIVERY_FAILED)
     ScheduleFactory(schedule_name="idle", paused=True, paused_reason="quarter close")
     response = admin_client.get(reverse("admin:dsched_schedule_changelist"))
@@ -216,7 +216,7 @@ def test_the_list_shows_retrying_deliveries_one_click_from_their_errors(admin_cl
     letters, each a link to those messages, whose list shows their last error."""
     flaky = ScheduleFactory(schedule_name="flaky")
     for _ in range(3):
-        lifecycle.trigger(flaky)
+        on_demand.trigger(flaky)
     OutboxMessage.objects.update(attempts=2, last_error="Timeout after 10 s")
     OutboxMessage.objects.filter(aggregate_version=4).update(
         status=DeliveryStatus.DELIVERY_FAILED, last_error="HTTP 503"
@@ -261,7 +261,7 @@ def test_every_page_writes_times_one_way(admin_client, page):
     from django_dsched.models import Lease
 
     schedule = ScheduleFactory(schedule_name="ticking")
-    lifecycle.trigger(schedule)
+    on_demand.trigger(schedule)
     Lease.objects.create(lease_id=1, instance_id="node-1", last_heartbeat=database_now())
     message = OutboxMessage.objects.get()
     urls = [reverse(f"admin:dsched_{page}_changelist")]
@@ -306,7 +306,7 @@ def test_stored_markup_is_shown_as_text_everywhere(admin_client):
     schedule = ScheduleFactory(
         schedule_name=evil, event_data={"x": evil}, paused=True, paused_reason=evil
     )
-    lifecycle.trigger(schedule)
+    on_demand.trigger(schedule)
     pages = [
         reverse("admin:dsched_schedule_changelist"),
         change_url(schedule),
@@ -331,9 +331,9 @@ def test_stored_markup_is_shown_as_text_everywhere(admin_client):
 )
 def test_the_event_list_filters_fires_and_changes(admin_client, kind, expected):
     schedule = ScheduleFactory()
-    lifecycle.trigger(schedule)
-    lifecycle.trigger(schedule)
-    lifecycle.pause(Schedule.objects.all())  # another change
+    on_demand.trigger(schedule)
+    on_demand.trigger(schedule)
+    pauses.pause(Schedule.objects.all())  # another change
     params = {"kind": kind} if kind else {}
     response = admin_client.get(reverse("admin:dsched_event_changelist"), params)
     assert response.context["cl"].result_count == expected
@@ -342,7 +342,7 @@ def test_the_event_list_filters_fires_and_changes(admin_client, kind, expected):
 
 def test_an_event_page_links_to_its_schedule_and_shows_payload_and_metadata(admin_client):
     schedule = ScheduleFactory(event_data={"format": "pdf"})
-    lifecycle.trigger(schedule, actor="alice")
+    on_demand.trigger(schedule, actor="alice")
     event = Event.objects.get(scheduled_ts__isnull=False)
     content = admin_client.get(reverse("admin:dsched_event_change", args=[event.pk])).content
     content = content.decode()

@@ -10,7 +10,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from django_dsched.changes import lifecycle
+from django_dsched.changes import on_demand
 from django_dsched.enums import DeliveryStatus
 from django_dsched.models import OutboxMessage, Schedule, SchedulerInstance
 from django_dsched.runtime.clock import database_now
@@ -41,8 +41,8 @@ def add_schedules(count: int) -> None:
     for n in range(count):
         schedule = ScheduleFactory(state=["ACTIVE", "PAUSED", "CANCELLED", "COMPLETED"][n % 4])
         if schedule.state in ("ACTIVE", "PAUSED"):
-            lifecycle.trigger(schedule)
-            lifecycle.trigger(schedule)
+            on_demand.trigger(schedule)
+            on_demand.trigger(schedule)
     OutboxMessage.objects.filter(aggregate_version=2).update(status=DeliveryStatus.DELIVERY_FAILED)
 
 
@@ -67,11 +67,11 @@ def test_lists_cost_the_same_for_5_and_50_schedules(admin_client, url):
 def test_a_schedules_page_costs_the_same_with_5_and_50_events(admin_client):
     schedule = ScheduleFactory()
     for _ in range(5):
-        lifecycle.trigger(schedule)
+        on_demand.trigger(schedule)
     url = reverse("admin:dsched_schedule_change", args=[schedule.pk])
     few = queries(admin_client, url)
     for _ in range(45):
-        lifecycle.trigger(schedule)
+        on_demand.trigger(schedule)
     many = queries(admin_client, url)
     assert many == few
     assert many <= MAX_QUERIES

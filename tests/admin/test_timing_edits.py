@@ -20,7 +20,7 @@ from django.test import Client, override_settings
 from django.urls import reverse
 
 from django_dsched import api
-from django_dsched.changes import lifecycle
+from django_dsched.changes import edits
 from django_dsched.enums import ScheduleKind, ScheduleState
 from django_dsched.exceptions import EditNotPermitted
 from django_dsched.models import Event, Schedule
@@ -221,10 +221,10 @@ def test_services_refuse_for_callers_without_the_permission_and_code_is_trusted(
     schedule = minutely(db_now)
     schedule.end_ts = schedule.start_ts + timedelta(seconds=1)
     with pytest.raises(EditNotPermitted) as refused:
-        lifecycle.save_schedule(schedule, ["end_ts"], may_complete=False)
+        edits.save_schedule(schedule, ["end_ts"], may_complete=False)
     assert "end_ts" in refused.value.message_dict
     assert Schedule.objects.get(pk=schedule.pk).end_ts is None
-    lifecycle.save_schedule(schedule, ["end_ts"], actor="code")
+    edits.save_schedule(schedule, ["end_ts"], actor="code")
     assert Schedule.objects.get(pk=schedule.pk).state == ScheduleState.COMPLETED
 
 
@@ -240,7 +240,7 @@ def test_an_edit_that_skips_a_due_slot_records_a_misfire(db_now):
     schedule.refresh_from_db()
     due_slot = schedule.next_slot_ts
     schedule.frequency_time = 2
-    lifecycle.save_schedule(schedule, ["frequency_time"], actor="alice")
+    edits.save_schedule(schedule, ["frequency_time"], actor="alice")
     schedule.refresh_from_db()
     assert schedule.misfire_count == 1
     assert schedule.next_run_ts >= db_now() - timedelta(seconds=5)
@@ -268,7 +268,7 @@ def test_an_edit_keeps_a_slot_whose_jittered_run_is_still_ahead(db_now):
     schedule.refresh_from_db()
     # Hours are durations in any zone: the grid stays, and so does the pending slot.
     schedule.time_zone = "Europe/Paris"
-    lifecycle.save_schedule(schedule, ["time_zone"])
+    edits.save_schedule(schedule, ["time_zone"])
     schedule.refresh_from_db()
     assert (schedule.next_slot_ts, schedule.next_run_ts) == (slot, run)
     assert schedule.misfire_count == 0

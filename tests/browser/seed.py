@@ -7,7 +7,7 @@ from datetime import timedelta
 from django.db import connection, transaction
 
 from django_dsched import api
-from django_dsched.changes import lifecycle
+from django_dsched.changes import on_demand
 from django_dsched.cluster.lease import LeaseHolder
 from django_dsched.enums import DeliveryStatus
 from django_dsched.firing.batch import fire_batch
@@ -80,7 +80,7 @@ def seed_cluster() -> dict[str, Schedule]:
     assert lease.try_acquire()
     with transaction.atomic(), connection.cursor() as cursor:
         fire_batch(cursor, Fence(1, "scheduler-1", lease.epoch, 30), 100)
-    lifecycle.trigger(made["cleanup"], actor="alice")
+    on_demand.trigger(made["cleanup"], actor="alice")
     OutboxMessage.objects.filter(aggregate_id=made["heartbeat"].pk).update(
         status=DeliveryStatus.DELIVERY_FAILED,
         attempts=10,

@@ -293,7 +293,7 @@ def test_bulk_cancel_by_ref_and_key_all_or_nothing():
     cancelled = Event.objects.filter(event_type="dsched.schedule.cancelled")
     assert cancelled.count() == 6
     assert {e.payload["actor"] for e in cancelled} == {"ops", "system"}
-    for event in cancelled:  # the shape lifecycle.cancel gives (audit.event_for)
+    for event in cancelled:  # the shape cancels.cancel gives (audit.event_for)
         stored = Schedule.objects.get(pk=event.aggregate_id)
         assert event.payload["changes"] == {"state": ["ACTIVE", "CANCELLED"]}
         assert datetime.fromisoformat(event.payload["at"]) == event.event_ts == stored.updated_ts

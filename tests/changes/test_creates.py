@@ -110,10 +110,10 @@ def test_a_state_change_of_a_missing_schedule_raises_does_not_exist():
 
 def test_a_state_change_read_before_a_fire_is_decided_again_after_it(db_now):
     """Compare-and-set: a row that moved between the read and the write is read again."""
-    from django_dsched.changes import lifecycle
+    from django_dsched.changes import pauses
 
     schedule = api.create_interval("moving", every=1, **COMMON)
-    original_write = lifecycle._write
+    original_write = pauses._write
     calls = []
 
     def write_after_a_concurrent_change(updates, events, now):
@@ -124,11 +124,11 @@ def test_a_state_change_read_before_a_fire_is_decided_again_after_it(db_now):
         calls.append(1)
         return original_write(updates, events, now)
 
-    lifecycle._write = write_after_a_concurrent_change
+    pauses._write = write_after_a_concurrent_change
     try:
         assert api.pause("moving", reason="r") is True
     finally:
-        lifecycle._write = original_write
+        pauses._write = original_write
     assert len(calls) == 2
     schedule.refresh_from_db()
     assert schedule.state == ScheduleState.PAUSED

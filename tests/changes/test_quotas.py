@@ -15,7 +15,7 @@ from django.db import connections, transaction
 
 from django_dsched import api, declared
 from django_dsched.changes import quotas
-from django_dsched.enums import ScheduleState
+from django_dsched.enums import LIVE, ScheduleState
 from django_dsched.exceptions import QuotaExceeded, ValidationError
 from django_dsched.models import Event, Schedule, TenantQuota
 from tests.helpers import lock_waiter, sql
@@ -36,7 +36,7 @@ def spec(name: str, host: uuid.UUID = HOST, **fields: object) -> api.Interval:
 
 
 def live(host: uuid.UUID = HOST) -> int:
-    return Schedule.objects.filter(host_id=host, state__in=quotas.LIVE).count()
+    return Schedule.objects.filter(host_id=host, state__in=LIVE).count()
 
 
 def test_a_create_past_the_quota_is_refused_naming_the_host_and_the_limit():

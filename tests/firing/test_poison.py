@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from django_dsched import api
-from django_dsched.changes import lifecycle
+from django_dsched.changes import edits
 from django_dsched.enums import ScheduleKind, ScheduleState
 from django_dsched.models import Event, OutboxMessage, Schedule
 from django_dsched.scheduler import Scheduler
@@ -130,7 +130,7 @@ def test_saving_a_valid_definition_takes_a_set_aside_schedule_back(fence, db_now
     fire(fence)
     schedule = Schedule.objects.get(pk=broken.pk)
     schedule.time_zone = "Europe/Paris"
-    lifecycle.save_schedule(schedule, ["time_zone"], actor="ops")
+    edits.save_schedule(schedule, ["time_zone"], actor="ops")
     schedule.refresh_from_db()
     assert (schedule.state, schedule.active, schedule.set_aside_reason) == (
         ScheduleState.ACTIVE,

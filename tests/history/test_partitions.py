@@ -20,7 +20,7 @@ from django.db import IntegrityError, transaction
 from django.urls import reverse
 
 from django_dsched import api
-from django_dsched.changes import lifecycle
+from django_dsched.changes import edits
 from django_dsched.checks.partitions import check_history_partitions
 from django_dsched.enums import DeliveryStatus
 from django_dsched.history import partitions
@@ -243,7 +243,7 @@ def test_audit_events_are_stored_in_the_day_of_their_change_by_the_database_cloc
     api.resume("one")
     one = Schedule.objects.get(schedule_name="one")
     one.event_topic = "other"
-    lifecycle.save_schedule(one, ["event_topic"], actor="test")
+    edits.save_schedule(one, ["event_topic"], actor="test")
     api.cancel("bulk-0")
     changes = list(Event.objects.filter(scheduled_ts__isnull=True))
     verbs = {event.event_type.rsplit(".", 1)[1] for event in changes}

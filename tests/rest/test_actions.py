@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from django_dsched import api
-from django_dsched.changes import lifecycle
+from django_dsched.changes import on_demand
 from django_dsched.enums import ScheduleState
 from django_dsched.models import Event, OutboxMessage, Schedule
 from django_dsched.runtime.clock import database_now
@@ -156,7 +156,7 @@ def test_preview_and_dry_run_are_computed_by_the_firing_code(root, schedule):
     path = f"schedules/{schedule.pk}/dry-run/"
     response = root.get(path, {"start": iso(start), "end": iso(end), "limit": 3})
     assert response.status_code == 200
-    expected = lifecycle.slots_between(schedule, start, end, limit=3)
+    expected = on_demand.slots_between(schedule, start, end, limit=3)
     assert response.body["fires"] == [iso(t) for t in expected] and len(expected) == 3
     assert response.body["fires"] == [
         iso(t) for name, t in api.dry_run(start, end, limit_per_schedule=3)

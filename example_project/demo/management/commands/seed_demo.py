@@ -7,7 +7,7 @@ from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand
 from rest_framework.authtoken.models import Token
 
-from django_dsched.changes import lifecycle
+from django_dsched.changes import edits
 from django_dsched.enums import FrequencyUnit
 from django_dsched.models import Schedule
 from django_dsched.runtime.clock import database_now
@@ -32,7 +32,7 @@ class Command(BaseCommand):
             if Schedule.objects.filter(schedule_name=name).exists():
                 continue
             start = now - timedelta(days=40) if unit == FrequencyUnit.MONTHS else now
-            lifecycle.save_schedule(
+            edits.save_schedule(
                 Schedule(
                     schedule_name=name,
                     frequency_unit=unit,

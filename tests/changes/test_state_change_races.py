@@ -1,4 +1,4 @@
-"""State changes racing the fire path: the compare-and-set of ``lifecycle._transition``, and
+"""State changes racing the fire path: the compare-and-set of ``pauses._transition``, and
 the row lock of the one-statement cancel."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.db import connection, connections, transaction
 
-from django_dsched.changes import lifecycle
+from django_dsched.changes import cancels, pauses
 from django_dsched.cluster.lease import LeaseHolder, agree_bucket_count
 from django_dsched.counts import ChangeCount
 from django_dsched.enums import ScheduleState
@@ -37,15 +37,15 @@ def _fence() -> Fence:
 def fire_between_read_and_write(monkeypatch):
     """Make the next state change's write run right after a real fire batch commits."""
     fence = _fence()
-    write = lifecycle._write
+    write = pauses._write
 
     def fire_then_write(*args, **kwargs):
         with transaction.atomic(), connection.cursor() as cursor:
             fire_batch(cursor, fence, 10)
-        monkeypatch.setattr(lifecycle, "_write", write)  # once
+        monkeypatch.setattr(pauses, "_write", write)  # once
         return write(*args, **kwargs)
 
-    monkeypatch.setattr(lifecycle, "_write", fire_then_write)
+    monkeypatch.setattr(pauses, "_write", fire_then_write)
 
 
 def _completed_by_its_next_fire() -> Schedule:
@@ -65,7 +65,7 @@ def test_a_pause_never_overwrites_a_completion_the_fire_path_made_meanwhile(
 ):
     schedule = _completed_by_its_next_fire()
 
-    result = lifecycle.pause(Schedule.objects.filter(pk=schedule.pk))
+    result = pauses.pause(Schedule.objects.filter(pk=schedule.pk))
 
     _assert_completed_and_skipped(schedule, result)
 
@@ -102,7 +102,7 @@ def test_a_cancel_waits_for_a_fire_in_flight_and_decides_on_the_row_it_left():
     committer = threading.Thread(target=commit_once_the_cancel_waits)
     committer.start()
     try:
-        result = lifecycle.cancel(Schedule.objects.filter(pk=schedule.pk))
+        result = cancels.cancel(Schedule.objects.filter(pk=schedule.pk))
     finally:
         commit.set()
         committer.join(30)
