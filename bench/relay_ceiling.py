@@ -5,7 +5,7 @@ claim composes it), a no-op, one UPDATE marking the batch delivered. Import afte
 
 from __future__ import annotations
 
-from django_dsched.outbox import envelope
+from django_dsched.models import envelope
 
 CEILING_CLAIM = f"""
 UPDATE outbox_message_t m

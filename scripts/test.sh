@@ -49,6 +49,11 @@ echo "== django-upgrade"
 git ls-files -z '*.py' | xargs -0 .venv/bin/django-upgrade --target-version 5.2
 echo "== mypy (strict)"
 .venv/bin/mypy
+echo "== layers"
+# pyproject.toml's [tool.importlinter]: no module imports one of a layer above it, and no
+# import of the package hides in a function unless listed with its reason.
+.venv/bin/lint-imports --no-cache
+.venv/bin/python scripts/deferred_imports.py
 echo "== docs site"
 # mkdocs.yml makes every broken link or anchor, link out of the site and page left out of
 # the nav a warning, and --strict makes a warning fail the build.

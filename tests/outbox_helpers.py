@@ -15,7 +15,7 @@ DEFAULT_HOST = uuid.UUID(int=0)
 # Each message with its event (same id), which holds its data and topic, as a fire writes
 # them: the id is the fire's (event_ids: a function of the schedule and the slot, which the
 # partitioned event table checks), and the envelope is composed from the event when
-# delivered (outbox/envelope.py). Each message is the fire of a schedule of its own.
+# delivered (models/envelope.py). Each message is the fire of a schedule of its own.
 INSERT = f"""
 WITH g AS (
     SELECT sid, n, ts, (extract(epoch FROM ts) * 1000000)::bigint AS slot_us
@@ -81,7 +81,7 @@ def statuses() -> dict[str, int]:
 def envelope_text(event_id: Any) -> str:
     """The envelope of event ``event_id`` as the database composes it: the text a transport
     sends, byte for byte."""
-    from django_dsched.outbox import envelope
+    from django_dsched.models import envelope
 
     with connection.cursor() as cursor:
         cursor.execute(

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from croniter import croniter
 from django.apps import apps
 from django.core import exceptions as django_exceptions
 from django.db import router, transaction
@@ -47,6 +48,9 @@ from django_dsched.exceptions import ConfigurationError, NotImportable, Validati
 from django_dsched.models import Schedule
 from django_dsched.models.schedule import resolve_host
 from django_dsched.models.validators import NAME_MAX_LENGTH, identifier_validator
+from django_dsched.outbox.transports import Transports
+from django_dsched.outbox.transports.celery import CeleryTransport, broker_kind, broker_url
+from django_dsched.outbox.transports.registry import backend_class
 from django_dsched.runtime.clock import database_now
 
 ORIGIN = ScheduleOrigin.CELERY_BEAT
@@ -174,7 +178,6 @@ def cron_expression(crontab: Any) -> str:
     the same way, else the field is written out as numbers.
     """
     from celery.schedules import crontab as celery_crontab
-    from croniter import croniter
 
     texts = {name: "".join(str(getattr(crontab, name) or "*").split()) for name, _ in CRON_FIELDS}
     try:
@@ -211,8 +214,6 @@ def priority_sign(topic: str) -> int:
 
     Read from the Celery transport configured for ``topic``; RabbitMQ's when unknown.
     """
-    from django_dsched.outbox.transports import Transports
-    from django_dsched.outbox.transports.celery import broker_kind, broker_url
 
     try:
         transports = Transports()
@@ -475,9 +476,6 @@ class Importer:
 
 
 def _notes(report: ImportReport, topic: str, disable_source: bool) -> list[str]:
-    from django_dsched.outbox.transports import Transports
-    from django_dsched.outbox.transports.celery import CeleryTransport
-    from django_dsched.outbox.transports.registry import backend_class
 
     notes = []
     try:

@@ -17,6 +17,9 @@ from django.db import DatabaseError, connections
 from django_dsched.conf import app_settings
 from django_dsched.exceptions import ConfigurationError
 from django_dsched.management._arguments import port
+from django_dsched.metrics import require
+from django_dsched.metrics.database import DatabaseCollector
+from django_dsched.metrics.registry import serve
 from django_dsched.outbox.relay import Relay
 from django_dsched.runtime.connections import apply_connection_options, describe_failure
 from django_dsched.runtime.health import Checked, HealthServer
@@ -120,7 +123,6 @@ def require_metrics(metrics_port: int, database_metrics: bool) -> bool:
         raise CommandError("--database-metrics needs --metrics-port.")
     if not metrics_port:
         return False
-    from django_dsched.metrics import require
 
     try:
         require()
@@ -138,12 +140,8 @@ def endpoints(
     address = app_settings.HTTP_BIND
     logger = logging.getLogger("django_dsched")
     if metrics_port:
-        from django_dsched.metrics.registry import serve
-
         if database_metrics:
             from prometheus_client import REGISTRY
-
-            from django_dsched.metrics.database import DatabaseCollector
 
             REGISTRY.register(DatabaseCollector(close_connection=True))
         try:

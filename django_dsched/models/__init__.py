@@ -1,3 +1,13 @@
+"""The tables: schedules, their events and outbox messages, the leases, instances, quotas.
+
+- :mod:`.schedule`, :mod:`.event`, :mod:`.outbox`, :mod:`.lease`, :mod:`.instance`,
+  :mod:`.quota`: the models, one a module.
+- :mod:`.envelope`: the CloudEvents envelope of a fire, composed from its event's columns.
+- :mod:`.records`: the columns events and outbox messages share.
+- :mod:`.validators`, :mod:`.fields`, :mod:`.conditions`: what a value must be, in Python
+  and as CHECK constraints; :mod:`.ids`: time-ordered ids for new schedules.
+"""
+
 from __future__ import annotations
 
 from django_dsched.models.event import Event

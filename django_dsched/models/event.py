@@ -10,7 +10,7 @@ class Event(EventRecord):
     """One row per fire and per change of a schedule; never updated. A fire's payload is its
     data (the schedule's ``event_data`` when it fired) and its metadata holds its topic; its
     outbox message (same id) delivers the CloudEvents envelope composed from this row
-    (:mod:`django_dsched.outbox.envelope`). A change's payload is the change."""
+    (:mod:`django_dsched.models.envelope`). A change's payload is the change."""
 
     payload = models.JSONField(_("payload"))
     metadata = models.JSONField(_("metadata"), default=dict)

@@ -7,6 +7,7 @@ from django.db.models.functions import Greatest
 from django.utils.translation import gettext_lazy as _
 
 from django_dsched.enums import DeliveryStatus, max_length_of
+from django_dsched.models import envelope
 from django_dsched.models.conditions import OneOf
 from django_dsched.models.records import EventRecord
 
@@ -175,8 +176,7 @@ class OutboxMessage(EventRecord):
     @property
     def delivered_payload(self) -> Any:
         """The payload the relay delivers: its event's CloudEvents envelope
-        (:mod:`django_dsched.outbox.envelope`, one query); None only if that event was
+        (:mod:`django_dsched.models.envelope`, one query); None only if that event was
         deleted (the relay dead-letters such a message at its claim)."""
-        from django_dsched.outbox import envelope
 
         return envelope.of_event(self.pk, using=self._state.db or DEFAULT_DB_ALIAS)

@@ -15,7 +15,6 @@ and records the outcomes (:mod:`.outcomes`: one the database refuses cannot lose
 - :mod:`.tally`: the metrics' outcome labels, transport label and slot (the latency's start).
 - :mod:`.heartbeat`: renewing the claims of the batch in hand from a thread of its own.
 - :mod:`.phases`: a delivery's phases and the worker-side hooks that report them.
-- :mod:`.envelope`: the CloudEvents envelope, composed from the event when read.
 - :mod:`.handlers`: in-process handlers registered for a topic or an event type.
 - :mod:`.transports`: where messages go (one module per transport), routed per topic.
 - :mod:`.coverage`: the topics and event types of schedules nobody would deliver.

@@ -42,8 +42,8 @@ from datetime import datetime
 from typing import Any
 
 from django_dsched.enums import DeliveryStatus
+from django_dsched.models import envelope
 from django_dsched.models.validators import make_storable_text
-from django_dsched.outbox import envelope
 
 # Longest error text stored per message.
 ERROR_MAX_CHARS = 2000
@@ -70,7 +70,7 @@ RECURSIVE levels(priority) AS (
 TOPICS = "(%(topics)s::text[] IS NULL OR o.topic = ANY(%(topics)s::text[]))"
 
 # The payload a claimed message delivers (``c``: the locked row): its event's envelope,
-# composed from the event's columns (outbox/envelope.py), one primary-key probe by the shared
+# composed from the event's columns (models/envelope.py), one primary-key probe by the shared
 # id. NULL only if the event was deleted by hand (retention keeps it while the message
 # exists): such a message is dead-lettered at claim.
 PAYLOAD = f"(SELECT {envelope.sql('e')} FROM event_store_t e WHERE e.id = c.id)"

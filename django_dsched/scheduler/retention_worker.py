@@ -20,6 +20,8 @@ from collections.abc import Callable
 from django.db import DatabaseError, connections
 
 from django_dsched.conf import app_settings
+from django_dsched.history.partitions import make_ahead
+from django_dsched.outbox.retention import Purged, purge_expired
 from django_dsched.runtime.logs import get_logger
 from django_dsched.runtime.loops import first_line
 
@@ -85,8 +87,6 @@ class RetentionWorker:
 
     def _purge(self) -> float:
         """One pass; returns the seconds until the next."""
-        from django_dsched.history.partitions import make_ahead
-        from django_dsched.outbox.retention import Purged, purge_expired
 
         try:
             made = make_ahead(using=self.using)

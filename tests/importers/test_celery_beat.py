@@ -26,8 +26,7 @@ from django_dsched.importers.celery_beat import (
     import_celery_beat,
     schedule_name,
 )
-from django_dsched.models import Event, Schedule
-from django_dsched.outbox import envelope
+from django_dsched.models import Event, Schedule, envelope
 from django_dsched.outbox.claims import Message
 from django_dsched.outbox.transports.celery import task_message
 

@@ -20,8 +20,7 @@ from django.db import connection, transaction
 from django_dsched.checks.delivery import check_delivery_settings
 from django_dsched.enums import DeliveryStatus
 from django_dsched.handlers import registry
-from django_dsched.models import OutboxMessage
-from django_dsched.outbox import envelope
+from django_dsched.models import OutboxMessage, envelope
 from django_dsched.outbox.claims import (
     CLAIM,
     NEXT_CLAIMABLE,

@@ -1,6 +1,6 @@
 """The delivered envelope, byte for byte, against a literal.
 
-The envelope is composed in SQL when read (outbox/envelope.py): the relay's claim sends the
+The envelope is composed in SQL when read (models/envelope.py): the relay's claim sends the
 text PostgreSQL renders, and ``OutboxMessage.delivered_payload`` reads the same. Other tests
 compare what was delivered with ``envelope.of_event`` (tests/outbox/test_event_payload.py);
 this one pins what both are: every member, its name, its order and its format, the times in

@@ -1,6 +1,6 @@
 """What a fire delivers is stored once, in its event: its data (``payload``) and its topic
 (``metadata``), and the CloudEvents envelope is composed from the event's columns when read
-(outbox/envelope.py). A message written by a fire (or a manual trigger, or a backfill) has no
+(models/envelope.py). A message written by a fire (or a manual trigger, or a backfill) has no
 columns for them and every reader takes the event's by the shared id; retention never
 deletes an event while its message exists."""
 
@@ -20,8 +20,7 @@ from django_dsched.enums import DeliveryStatus
 from django_dsched.firing.batch import fire_batch
 from django_dsched.firing.fence import Fence
 from django_dsched.history import partitions
-from django_dsched.models import Event, OutboxMessage
-from django_dsched.outbox import envelope
+from django_dsched.models import Event, OutboxMessage, envelope
 from django_dsched.outbox.claims import claim
 from django_dsched.outbox.relay import Relay
 from django_dsched.outbox.retention import count_expired, purge_expired

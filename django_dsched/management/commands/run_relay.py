@@ -16,6 +16,7 @@ from django_dsched.management._process import (
     require_metrics,
     stop_on_signals,
 )
+from django_dsched.metrics.relay import relay_metrics
 from django_dsched.outbox.coverage import warn_unserved
 from django_dsched.outbox.relay import Relay
 
@@ -98,8 +99,6 @@ class Command(BaseCommand):
         connection_options()
         metrics = None
         if metrics_on:
-            from django_dsched.metrics.relay import relay_metrics
-
             metrics = relay_metrics()
         warn_unserved()
         relay = Relay(

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
@@ -20,25 +20,11 @@ from django_dsched.management._process import (
     require_metrics,
     stop_on_signals,
 )
+from django_dsched.metrics.relay import relay_metrics
+from django_dsched.metrics.scheduler import scheduler_metrics
 from django_dsched.outbox.relay import Relay
 from django_dsched.runtime.loops import first_line
 from django_dsched.scheduler import Scheduler
-
-if TYPE_CHECKING:
-    from django_dsched.metrics.relay import RelayMetrics
-    from django_dsched.metrics.scheduler import SchedulerMetrics
-
-
-def scheduler_metrics() -> SchedulerMetrics:
-    from django_dsched.metrics.scheduler import scheduler_metrics
-
-    return scheduler_metrics()
-
-
-def relay_metrics() -> RelayMetrics:
-    from django_dsched.metrics.relay import relay_metrics
-
-    return relay_metrics()
 
 
 class Command(BaseCommand):
