@@ -59,8 +59,10 @@ def main() -> int:
     allowed = set(config["tool"]["dsched"]["deferred-imports"])
     found = deferred_imports()
     for pair in sorted(found - allowed):
-        print(f"{pair}: an import inside a function; move it to the top of the module, or list "
-              "it with its reason in [tool.dsched.deferred-imports]")
+        print(
+            f"{pair}: an import inside a function; move it to the top of the module, or list "
+            "it with its reason in [tool.dsched.deferred-imports]"
+        )
     for pair in sorted(allowed - found):
         print(f"{pair}: listed in [tool.dsched.deferred-imports] but no longer made; remove it")
     if found != allowed:
