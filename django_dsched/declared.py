@@ -40,7 +40,7 @@ from django_dsched.changes import edits, pauses
 from django_dsched.changes.constraints import validate_new
 from django_dsched.changes.specs import grid_step, in_callers_words
 from django_dsched.conf import app_settings
-from django_dsched.enums import ScheduleKind, ScheduleOrigin, ScheduleState
+from django_dsched.enums import LIVE, ScheduleKind, ScheduleOrigin, ScheduleState
 from django_dsched.exceptions import ConfigurationError, ValidationError
 from django_dsched.models import Schedule
 from django_dsched.models.schedule import resolve_host
@@ -199,9 +199,7 @@ def sync(specs: Mapping[str, Mapping[str, Any]] | None = None) -> SyncReport:
                 said = "; ".join(in_callers_words(exc, spec).messages)
                 message = f"declared schedule {name!r}: {said}"
                 raise ValidationError(message) from None
-        for schedule in Schedule.objects.filter(origin=ScheduleOrigin.CODE).exclude(
-            state__in=(ScheduleState.CANCELLED, ScheduleState.COMPLETED)
-        ):
+        for schedule in Schedule.objects.filter(origin=ScheduleOrigin.CODE).filter(state__in=LIVE):
             if (schedule.host_id, schedule.schedule_name) in declared_keys:
                 continue
             if schedule.state == ScheduleState.ACTIVE:

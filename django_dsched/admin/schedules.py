@@ -25,7 +25,7 @@ from django_dsched.admin.schedule_actions import ScheduleActionsMixin
 from django_dsched.admin.schedule_form import ScheduleForm
 from django_dsched.changes import edits
 from django_dsched.changes.describe import describe
-from django_dsched.enums import DeliveryStatus, ScheduleOrigin, ScheduleState
+from django_dsched.enums import PLANNED, DeliveryStatus, ScheduleOrigin, ScheduleState
 from django_dsched.models import OutboxMessage, Schedule, SchedulerInstance
 from django_dsched.runtime.clock import database_now
 
@@ -213,7 +213,7 @@ class ScheduleAdmin(ShownTimes, ScheduleActionsMixin):
 
     @admin.display(description=_("next run"), ordering="next_run_ts")
     def next_run(self, obj: Schedule) -> str:
-        if obj.state not in (ScheduleState.ACTIVE, ScheduleState.PAUSED):
+        if obj.state not in PLANNED:
             return EMPTY
         return moment(
             obj.next_run_ts, getattr(obj, "db_now", None), quiet=obj.state != ScheduleState.ACTIVE

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from django.db import DatabaseError, connections
 
 from django_dsched.conf import app_settings
+from django_dsched.enums import LIVE
 from django_dsched.exceptions import ConfigurationError
 from django_dsched.outbox.handlers import HandlerRegistry, autodiscover, registry
 from django_dsched.outbox.transports.in_process import HandlerTransport
@@ -26,7 +27,7 @@ logger = get_logger(__name__)
 LIMIT = 1000
 USED = """
 SELECT DISTINCT host_id::text, event_topic, event_type FROM schedule_t
-WHERE state IN ('ACTIVE', 'PAUSED', 'SET_ASIDE')
+WHERE state = ANY(%s)
 ORDER BY 2, 3, 1
 LIMIT %s
 """
@@ -53,7 +54,7 @@ def unserved(
         autodiscover()
         handlers = registry
     with connections[app_settings.DATABASE].cursor() as cursor:
-        cursor.execute(USED, [LIMIT])
+        cursor.execute(USED, [list(LIVE), LIMIT])
         used = cursor.fetchall()
     found = []
     for host_id, topic, event_type in used:

@@ -13,6 +13,7 @@ from rest_framework import serializers
 
 from django_dsched.changes.describe import describe
 from django_dsched.enums import (
+    PLANNED,
     DeliveryStatus,
     FrequencyUnit,
     MisfirePolicy,
@@ -94,7 +95,7 @@ class ScheduleSerializer(serializers.Serializer[Schedule]):
 
     @extend_schema_field({"type": "string", "format": "date-time", "nullable": True})
     def get_next_run(self, schedule: Schedule) -> str | None:
-        if schedule.state not in (ScheduleState.ACTIVE, ScheduleState.PAUSED):
+        if schedule.state not in PLANNED:
             return None
         value: str | None = AwareDateTimeField().to_representation(schedule.next_run_ts)
         return value
