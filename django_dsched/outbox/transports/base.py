@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from importlib import import_module
 from typing import Any, ClassVar
 
 from django_dsched.outbox.claims import Message
@@ -29,6 +30,8 @@ class Transport:
     hands_off: ClassVar[bool] = False
     # Option names this transport accepts (upper case, as written in settings).
     options: ClassVar[frozenset[str]] = frozenset()
+    # The library it needs, if any: (module, its name in words, the extra that installs it).
+    requires: ClassVar[tuple[str, str, str] | None] = None
 
     def __init__(self, **options: Any) -> None:
         self.settings = options
@@ -40,6 +43,18 @@ class Transport:
         if unknown:
             allowed = ", ".join(sorted(cls.options)) or "none"
             return [f"unknown option(s) {', '.join(unknown)} (allowed: {allowed})"]
+        return []
+
+    @classmethod
+    def missing_library(cls) -> list[str]:
+        """What to install, when the library this transport needs (``requires``) is missing."""
+        if cls.requires is None:
+            return []
+        module, name, extra = cls.requires
+        try:
+            import_module(module)
+        except ImportError:
+            return [f"needs {name}: pip install 'django-dsched[{extra}]'"]
         return []
 
     def send(self, message: Message) -> None:

@@ -201,6 +201,7 @@ def _expiry(value: Any, fired_at: Any) -> datetime:
 
 class CeleryTransport(Transport):
     alias = "celery"
+    requires = ("celery", "Celery", "celery")
     hands_off = True
     options = frozenset(
         {
@@ -248,10 +249,8 @@ class CeleryTransport(Transport):
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> list[str]:
         problems = super().check_options(options)
-        try:
-            import celery  # noqa: F401
-        except ImportError:
-            return [*problems, "needs Celery: pip install 'django-dsched[celery]'"]
+        if missing := cls.missing_library():
+            return [*problems, *missing]
         if options.get("APP"):
             if "BROKER_URL" in options:
                 problems.append("give APP or BROKER_URL, not both")

@@ -26,6 +26,7 @@ CONTENT_TYPE = "application/cloudevents+json"
 
 class RabbitMQTransport(Transport):
     alias = "rabbitmq"
+    requires = ("pika", "pika", "rabbitmq")
     options = frozenset({"URL", "EXCHANGE", "ROUTING_KEY", "MANDATORY", "TIMEOUT"})
 
     def __init__(self, **options: Any) -> None:
@@ -47,10 +48,10 @@ class RabbitMQTransport(Transport):
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> list[str]:
         problems = super().check_options(options)
-        try:
-            import pika
-        except ImportError:
-            return [*problems, "needs pika: pip install 'django-dsched[rabbitmq]'"]
+        if missing := cls.missing_library():
+            return [*problems, *missing]
+        import pika
+
         try:
             pika.URLParameters(options.get("URL", DEFAULT_URL))
         except Exception as exc:

@@ -21,6 +21,7 @@ DEFAULT_URL = "redis://localhost:6379/0"
 
 class RedisStreamsTransport(Transport):
     alias = "redis"
+    requires = ("redis", "redis-py", "redis")
     batch_size = 200
     options = frozenset({"URL", "STREAM", "MAXLEN", "SOCKET_TIMEOUT"})
 
@@ -41,10 +42,7 @@ class RedisStreamsTransport(Transport):
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> list[str]:
         problems = super().check_options(options)
-        try:
-            import redis  # noqa: F401
-        except ImportError:
-            problems.append("needs redis-py: pip install 'django-dsched[redis]'")
+        problems += cls.missing_library()
         maxlen = options.get("MAXLEN")
         if maxlen is not None and not (isinstance(maxlen, int) and maxlen > 0):
             problems.append("MAXLEN must be a positive whole number or None")

@@ -185,6 +185,7 @@ def entry_failure(failed: Mapping[str, Any], queue_url: str) -> DeliveryError:
 
 class SQSTransport(Transport):
     alias = "sqs"
+    requires = ("boto3", "boto3", "sqs")
     batch_size = MAX_BATCH
     options = frozenset(
         {
@@ -232,10 +233,10 @@ class SQSTransport(Transport):
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> list[str]:
         problems = super().check_options(options)
-        try:
-            import boto3
-        except ImportError:
-            return [*problems, "needs boto3: pip install 'django-dsched[sqs]'"]
+        if missing := cls.missing_library():
+            return [*problems, *missing]
+        import boto3
+
         url = options.get("QUEUE_URL")
         url_problems = ["QUEUE_URL (a string) is required"]
         if isinstance(url, str) and url:

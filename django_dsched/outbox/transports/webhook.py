@@ -253,6 +253,7 @@ def configured_resolver() -> Resolver:
 
 class WebhookTransport(Transport):
     alias = "webhook"
+    requires = ("httpcore", "httpcore", "webhooks")
     options = frozenset(
         {"URL", "TIMEOUT", "HEADERS", "SECRET", "MAX_REDIRECTS", "MAX_RESPONSE_BYTES"}
     )
@@ -287,10 +288,7 @@ class WebhookTransport(Transport):
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> list[str]:
         problems = super().check_options(options)
-        try:
-            import httpcore  # noqa: F401
-        except ImportError:
-            problems.append("needs httpcore: pip install 'django-dsched[webhooks]'")
+        problems += cls.missing_library()
         url = options.get("URL")
         try:
             template = UrlTemplate(url if isinstance(url, str) else "")
