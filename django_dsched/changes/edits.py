@@ -17,6 +17,7 @@ from django.db import transaction
 from django.utils.translation import gettext as _
 
 from django_dsched.changes import audit, creates, permissions
+from django_dsched.changes.routes import check_routed
 from django_dsched.conf import app_settings
 from django_dsched.enums import PLANNED, ScheduleState
 from django_dsched.exceptions import ConflictError, EditNotPermitted, ValidationError
@@ -186,6 +187,8 @@ def save_schedule(
         }
         if not changes:
             return schedule
+        if "event_topic" in changes:
+            check_routed(schedule)
         _write_edit(
             current, schedule, changes, actor=actor, may_complete=may_complete, may_fire=may_fire
         )
