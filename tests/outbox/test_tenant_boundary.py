@@ -199,10 +199,10 @@ def test_a_celery_route_shared_with_tenants_takes_neither_task_nor_queue_from_th
 
     deliver()
 
+    assert celery_tasks_waiting(redis_url, elsewhere) == []
     (sent,) = celery_tasks_waiting(redis_url, queue)
     assert (sent["task"], sent["id"]) == ("reports.build", str(message_of(benign).id))
     assert sent["dsched_host_id"] == str(HOST_B)  # the tenant, from the event, for the task
-    assert celery_tasks_waiting(redis_url, elsewhere) == []
     dead_letter(hostile, "this route does not take the task from the data (TASK_FROM_DATA")
 
 
