@@ -223,9 +223,12 @@ class EndpointServer:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
-                if exc.errno in _OUT_OF_DESCRIPTORS and self._drop_oldest():
+                if exc.errno not in _OUT_OF_DESCRIPTORS:
+                    return  # aborted by the client: the next one, next round
+                if self._drop_oldest():
                     continue
-                return  # aborted by the client, or nothing to free: the next round
+                time.sleep(0.05)  # the process is out of descriptors: do not spin on it
+                return
             sock.setblocking(False)
             if len(self._open) >= self.max_connections:
                 self._drop_oldest()

@@ -6,8 +6,11 @@ against a real HealthServer; every wait is for a state, bounded."""
 
 from __future__ import annotations
 
+import os
 import resource
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -170,6 +173,49 @@ def test_clients_reconnecting_past_the_cap_never_fail_a_probe(server):
         holder.join(5)
         for client in sockets:
             client.close()
+
+
+# A client process: holds 60 idle connections, then probes /livez 5 times.
+HOLD_THEN_PROBE = """
+import socket, sys, urllib.request
+port = int(sys.argv[1])
+sys.stdin.readline()
+held = [socket.create_connection(("127.0.0.1", port), 5) for _ in range(60)]
+for _ in range(5):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/livez", timeout=5) as answer:
+        print(answer.status, flush=True)
+"""
+
+
+def test_out_of_file_descriptors_an_idle_connection_makes_room_for_a_probe():
+    """With no cap to speak of, the process's descriptor limit is the bound: an accept that
+    finds none free closes the oldest idle connection and tries again."""
+    health = HealthServer(
+        [Ticking()], 0, "127.0.0.1", 30.0, read_timeout=30, max_connections=10_000
+    ).start()
+    client = subprocess.Popen(
+        [sys.executable, "-c", HOLD_THEN_PROBE, str(health.port)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    taken, limit, free = {int(fd) for fd in os.listdir("/proc/self/fd")}, 0, 0
+    while free < 16:  # descriptors are numbered from the lowest free one, below the limit
+        free += limit not in taken
+        limit += 1
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+        assert client.stdin is not None
+        client.stdin.write("go\n")
+        client.stdin.flush()
+        output, _ = client.communicate(timeout=60)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        client.kill()
+        health.stop()
+    assert output.split() == ["200"] * 5, output
+    assert health.server.dropped > 0
 
 
 def test_past_the_cap_the_oldest_idle_connection_is_dropped_not_the_new_one(server):
