@@ -49,6 +49,8 @@ F = TypeVar("F", bound=Handler)
 # Names of the modules relays import from every installed app: handlers, and declared
 # schedules (``@periodic`` registers the function it decorates as their handler).
 MODULE_NAMES = ("dsched_handlers", "dsched_schedules")
+# Most (topic, event type) answers the registry keeps (both are the schedules' to choose).
+FOUND_KEPT = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +142,8 @@ class HandlerRegistry:
         if found is None:
             with self._lock:
                 found = [*self._by_type.get(event_type, ()), *self._by_topic.get(topic, ())]
+                if len(self._found) >= FOUND_KEPT:
+                    self._found = {}
                 self._found[topic, event_type] = found
         return found
 

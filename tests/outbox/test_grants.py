@@ -19,6 +19,7 @@ from django_dsched.exceptions import (
 from django_dsched.handlers import HandlerRegistry, host_of
 from django_dsched.outbox.claims import Message
 from django_dsched.outbox.coverage import unserved
+from django_dsched.outbox.transports import registry as registry_module
 from django_dsched.outbox.transports.base import chosen_by_schedule, render
 from django_dsched.outbox.transports.in_process import HandlerTransport
 from django_dsched.outbox.transports.registry import NotGranted, Route, Transports
@@ -93,6 +94,16 @@ def test_a_shared_route_a_topic_could_steer_serves_the_operator_alone():
         transports.route_for("audit", HOST_A)
     with pytest.raises(NotGranted, match="DSCHED_TRANSPORTS_BY_HOST cannot serve it"):
         transports.route_for("own", HOST_B)  # a tenant's own table, as careless
+
+
+def test_the_routes_a_router_remembers_are_bounded(monkeypatch):
+    """Topics are the tenants' to choose: a million of them cannot grow a relay or a web
+    process without bound."""
+    monkeypatch.setattr(registry_module, "ROUTES_KEPT", 3)
+    transports = Transports({"*": {"BACKEND": "handlers", "HOSTS": "*"}}, by_host={})
+    for n in range(10):
+        assert transports.route_for(f"t{n}", HOST_A) == Route(None, "*")
+        assert len(transports._routes) <= 3
 
 
 # -- destinations -------------------------------------------------------------------------------

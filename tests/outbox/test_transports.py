@@ -169,7 +169,7 @@ def test_each_tenant_gets_its_own_webhook_url_secret_and_headers(settings, sink)
             "reports": {
                 "BACKEND": "webhook",
                 "OPTIONS": {
-                    "URL": sink + "/ok/a/{topic}",
+                    "URL": sink + "/ok/a/reports",  # fixed: tenant A's table is A's to reach
                     "SECRET": "secret-a",
                     "HEADERS": {"X-Tenant": "a"},
                 },

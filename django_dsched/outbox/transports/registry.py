@@ -54,6 +54,9 @@ ALIASES = {
 }
 # The keys of a route entry.
 ENTRY_KEYS = frozenset({"BACKEND", "OPTIONS", "HOSTS"})
+# Most (host, topic) answers a router keeps: topics are the schedules' (any number, chosen by
+# tenants), so the memo starts over past this many rather than grow without bound.
+ROUTES_KEPT = 10_000
 
 
 class NotGranted(PermanentDeliveryError):
@@ -230,6 +233,8 @@ class Transports:
         route = self._routes.get((host, topic))
         if route is None:
             route = self._find(topic, host)
+            if len(self._routes) >= ROUTES_KEPT:
+                self._routes.clear()
             self._routes[(host, topic)] = route
         if not isinstance(route, Route):
             retryable, why = route
