@@ -123,7 +123,9 @@ def check_edit(
 ) -> EditEffect:
     """What saving ``schedule`` (edited in ``changed_fields``) would do, without saving; raise
     :class:`EditNotPermitted` if it would end or fire the schedule at once and the caller
-    may not. ``schedule`` itself is not changed. Locks the row inside a transaction."""
+    may not, :class:`ValidationError` if its new topic is not granted to its host
+    (:mod:`.routes`). ``schedule`` itself is not changed. Locks the row inside a
+    transaction."""
     rows = Schedule.objects.filter(pk=schedule.pk)
     if transaction.get_connection(app_settings.DATABASE).in_atomic_block:
         rows = rows.select_for_update()
@@ -134,6 +136,8 @@ def check_edit(
     for name in RUNTIME_FIELDS:
         setattr(candidate, name, getattr(current, name))
     fields = [name for name in changed_fields if getattr(current, name) != getattr(schedule, name)]
+    if "event_topic" in fields:
+        check_routed(candidate)
     effect = apply_edit(current, candidate, fields, database_now())
     _check_permitted(effect, may_complete=may_complete, may_fire=may_fire)
     return effect

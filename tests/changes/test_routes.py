@@ -8,9 +8,12 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
+from django.urls import reverse
 
 from django_dsched import api
 from django_dsched.changes import Once, save_schedule
+from django_dsched.changes.edits import check_edit
 from django_dsched.declared import problem
 from django_dsched.exceptions import BulkValidationError, ValidationError
 from django_dsched.models import Event, Schedule
@@ -87,6 +90,34 @@ def test_an_edit_to_a_topic_not_granted_is_refused_and_other_edits_go_on(setting
     stored.priority = 5
     save_schedule(stored, ["priority"])
     assert Schedule.objects.get(pk=schedule.pk).priority == 5
+
+
+def test_the_admin_shows_it_on_the_topic_field_when_adding_and_editing(client):
+    client.force_login(User.objects.create_superuser("root", "root@example.com", "pw"))
+    form = {
+        "schedule_name": "x",
+        "host_id": str(HOST_B),
+        "schedule_kind": "INTERVAL",
+        "frequency_time": "60",
+        "frequency_unit": "SECONDS",
+        "time_zone": "UTC",
+        "jitter_seconds": "0",
+        "priority": "0",
+        "misfire_policy": "COALESCE",
+        "catch_up_limit": "100",
+        "event_topic": "celery",
+        "event_type": "e",
+        "event_data": "{}",
+    }
+    response = client.post(reverse("admin:dsched_schedule_add"), form)
+    assert response.status_code == 200
+    assert response.context["adminform"].form.errors["event_topic"][0].startswith(WHY)
+    assert nothing_written()
+    # An edit says the same before anything is saved (what the admin's form asks).
+    schedule = api.create_interval("n", every=60, topic="notes", event_type="e", host_id=HOST_B)
+    schedule.event_topic = "celery"
+    with pytest.raises(ValidationError, match="not granted to host"):
+        check_edit(schedule, ["event_topic"], may_complete=True, may_fire=True)
 
 
 def test_a_declaration_for_a_host_its_route_does_not_serve_is_reported():
