@@ -297,6 +297,15 @@ class AppSettings:
         "in bytes; a larger one is a 413. 10,000 one-shot reminders take about 2 MB.",
     )
 
+    # -- the admin (docs/admin.md) ------------------------------------------------------------
+    ADMIN_HOST_RESOLVER: Setting[str | None] = Setting(
+        None,
+        "Dotted path of a callable(request) returning the host_ids (tenants) a staff user "
+        "may see and change in the admin, or None for every host; every list, filter, page, "
+        "action and form of the dsched admin is limited to them (docs/admin.md, Staff "
+        "limited to tenants). None (the default): every staff user sees every host.",
+    )
+
     # -- observability (docs/observability.md) ------------------------------------------------
     HTTP_BIND = Setting(
         "127.0.0.1",
