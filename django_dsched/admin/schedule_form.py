@@ -144,7 +144,7 @@ class ScheduleForm(ScheduleModelForm):
         if self.errors:
             return
         new = construct_instance(self, copy.copy(self.instance), fields=self._meta.fields)
-        refused = quotas.room(new.host_id, 1)
+        refused = quotas.room(new.host_id, 1, record=False)  # the save writes a new row
         if refused is not None:
             raise forms.ValidationError(refused.message, code=refused.code)
         if self.may_fire:
