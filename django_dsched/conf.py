@@ -333,6 +333,19 @@ class AppSettings:
         60.0,
         "/livez answers 503 once a loop has not gone round for this many seconds.",
     )
+    HEALTH_DETAIL = Setting(
+        False,
+        "/readyz shows each reason in full: the hosts of the database URL and the database's "
+        'error. False: only what is wrong ("not connected to the database"); the logs '
+        "have the full reason either way.",
+    )
+    METRICS_LABEL_VALUES = Setting(
+        100,
+        "Distinct values of a label that data decides (a topic, a transport) one process "
+        "gives a series of their own: the first ones seen; any other counts under '_other'. "
+        "Bounds the series and the scrape whatever tenants name their topics (0: no topic "
+        "names at all).",
+    )
     METRICS_CACHE_SECONDS = Setting(
         5.0,
         "Seconds the database-wide gauges (backlogs, dead letters) are kept between two "
@@ -340,8 +353,11 @@ class AppSettings:
     )
     METRICS_TOKEN: Setting[str | None] = Setting(
         None,
-        "Bearer token that opens the metrics view (django_dsched.metrics.urls) to a scraper; "
-        "None: only logged-in users who may view the cluster (view_schedulerinstance).",
+        "Bearer token a scraper sends (Authorization: Bearer ...). When set, the --metrics-port "
+        "/metrics of run_scheduler and run_relay answers it alone (else 401), and it opens "
+        "the metrics view (django_dsched.metrics.urls). None: /metrics is open to whoever "
+        "reaches the port, the view only to logged-in users who may view the cluster "
+        "(view_schedulerinstance).",
     )
 
     @classmethod
