@@ -80,7 +80,7 @@ def _row(host_id: uuid.UUID) -> tuple[bool, int | None]:
 def gets_a_row(host_id: uuid.UUID) -> bool:
     """Whether ``host_id``, without a row, is given one at its next create (a tenant: not
     DSCHED_DEFAULT_HOST_ID, and a tenant limit is set)."""
-    return host_id != resolve_host(None) and (
+    return resolve_host(host_id) != resolve_host(None) and (
         app_settings.TENANT_MAX_ACTIVE_SCHEDULES is not None
         or app_settings.TENANT_MAX_FIRES_PER_SECOND is not None
     )
