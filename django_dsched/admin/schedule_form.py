@@ -15,6 +15,7 @@ from django.utils.translation import gettext_lazy as _
 from django_dsched.admin.tenancy import allowed_host
 from django_dsched.changes import edits, permissions, quotas
 from django_dsched.changes.creates import Preparer
+from django_dsched.changes.routes import check_routed
 from django_dsched.conf import app_settings
 from django_dsched.enums import ScheduleState
 from django_dsched.exceptions import EditNotPermitted, TimetableError
@@ -147,6 +148,7 @@ class ScheduleForm(ScheduleModelForm):
         refused = quotas.room(new.host_id, 1, record=False)  # the save writes a new row
         if refused is not None:
             raise forms.ValidationError(refused.message, code=refused.code)
+        check_routed(new)  # a topic no route grants to the host: on the topic field
         if self.may_fire:
             return
         try:
