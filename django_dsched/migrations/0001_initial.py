@@ -1015,6 +1015,37 @@ class Migration(migrations.Migration):
                 ],
             },
         ),
+        migrations.CreateModel(
+            name="HistoryHorizon",
+            fields=[
+                ("id", models.SmallIntegerField(default=1, primary_key=True, serialize=False)),
+                (
+                    "complete_since",
+                    models.DateTimeField(
+                        help_text="Every fire of a slot at or after this time is still recorded.",
+                        null=True,
+                        verbose_name="history complete since",
+                    ),
+                ),
+                (
+                    "advanced_ts",
+                    models.DateTimeField(
+                        db_default=django.db.models.functions.datetime.Now(),
+                        verbose_name="advanced",
+                    ),
+                ),
+            ],
+            options={
+                "verbose_name": "history horizon",
+                "verbose_name_plural": "history horizon",
+                "db_table": "history_horizon_t",
+                "default_permissions": (),
+            },
+        ),
+        # Its one row (django_dsched/history/horizon.py): nothing purged yet.
+        migrations.RunSQL(
+            "INSERT INTO history_horizon_t (id) VALUES (1)", migrations.RunSQL.noop
+        ),
         migrations.RunSQL(SCHEDULE_CHANGED, DROP_SCHEDULE_CHANGED),
         # The history tables by day (django_dsched/history/partitions.py): the exactly-once
         # rule (no unique constraint on the parent without the partition key: a CHECK that
