@@ -27,7 +27,7 @@ from django_dsched.exceptions import ConflictError, ValidationError
 from django_dsched.firing.plan import reason
 from django_dsched.history import horizon
 from django_dsched.models import Event, Schedule
-from django_dsched.models.validators import validate_plain_text
+from django_dsched.models.validators import validate_aware, validate_plain_text
 from django_dsched.runtime.clock import database_now
 
 
@@ -210,8 +210,7 @@ def pause(
     until: datetime | None = None,
 ) -> ChangeCount:
     """Stop active schedules from firing; with ``until`` they resume by themselves then."""
-    if until is not None and until.tzinfo is None:
-        raise ValidationError(_("Give a timezone-aware time (with an offset or a zone)."))
+    validate_aware(until)  # aware, and a time a row may hold (models/times.py)
     if len(reason) > 255:
         raise ValidationError(_("The reason is limited to 255 characters."))
     validate_plain_text(reason)

@@ -59,14 +59,19 @@ def delivered_day(day: date) -> Schedule:
     )
     start = midnight(day)
     assert api.backfill(schedule, start, start + timedelta(hours=23)) == (24, 0)
-    # As if the leader had fired each slot on time and the relay delivered it at once.
+    fired_on_time_and_delivered()
+    return schedule
+
+
+def fired_on_time_and_delivered() -> None:
+    """Every fire as if the leader had fired its slot on time and the relay delivered it at
+    once."""
     sql("UPDATE event_store_t SET event_ts = scheduled_ts WHERE scheduled_ts IS NOT NULL")
     sql(
         "UPDATE outbox_message_t SET event_ts = e.event_ts, status = 'DELIVERED',"
         " delivered_ts = e.event_ts + interval '1 second'"
         " FROM event_store_t e WHERE e.id = outbox_message_t.id"
     )
-    return schedule
 
 
 def fires_of(schedule: Schedule) -> int:
@@ -234,11 +239,7 @@ def test_a_resume_with_catch_up_never_reaches_before_the_horizon(settings, made_
     )
     start = midnight(day)
     assert api.backfill(schedule, start, start + timedelta(hours=5)) == (6, 0)
-    sql("UPDATE event_store_t SET event_ts = scheduled_ts WHERE scheduled_ts IS NOT NULL")
-    sql(
-        "UPDATE outbox_message_t SET status = 'DELIVERED', event_ts = event_ts - interval '3 days',"
-        " delivered_ts = statement_timestamp() - interval '3 days'"
-    )
+    fired_on_time_and_delivered()
     purge(1)
     assert fires_of(schedule) == 0
     since = horizon.complete_since()

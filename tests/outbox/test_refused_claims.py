@@ -20,7 +20,7 @@ import pytest
 
 from django_dsched.enums import DeliveryStatus
 from django_dsched.models import OutboxMessage
-from django_dsched.outbox.claims import claim_batch
+from django_dsched.outbox.claims import Claimed, claim_batch
 from django_dsched.outbox.relay import Relay
 from django_dsched.runtime import binding
 from tests.helpers import sql
@@ -141,19 +141,24 @@ def test_the_largest_attempts_is_dead_lettered_at_claim(relay_settings, delivere
 # -- a row the database refuses to claim -------------------------------------------------
 
 
+def poisoned_round(refuse, rule: str) -> tuple[uuid.UUID, Relay]:
+    """Twenty messages of four tenants and one of another tenant, which the operator's
+    ``rule`` (added by ``refuse``) refuses: one relay, run until idle, delivers the twenty."""
+    healthy = others()
+    [bad] = make_messages(1, topic="poison", host_id=uuid.uuid4(), age=8)
+    refuse(rule)
+    relay = Relay(instance_id="r1")
+    assert relay.run_until_idle() == 20
+    assert relay.stats.db_errors == 0
+    assert status_of(healthy) == {DeliveryStatus.DELIVERED: 20}
+    return bad, relay
+
+
 def test_a_message_whose_claim_is_refused_is_dead_lettered_with_the_error(
     relay_settings, delivered, trigger
 ):
-    healthy = others()
-    [bad] = make_messages(1, topic="poison", host_id=uuid.uuid4(), age=8)
     # The operator's rule refuses claims of that topic, not other updates.
-    trigger("NEW.topic = 'poison' AND NEW.claimed_by <> ''")
-
-    relay = Relay(instance_id="r1")
-    assert relay.run_until_idle() == 20
-
-    assert relay.stats.db_errors == 0
-    assert status_of(healthy) == {DeliveryStatus.DELIVERED: 20}
+    bad, _relay = poisoned_round(trigger, "NEW.topic = 'poison' AND NEW.claimed_by <> ''")
     row = OutboxMessage.objects.get(id=bad)
     assert (row.status, row.attempts, row.claimed_by) == (DeliveryStatus.DELIVERY_FAILED, 0, "")
     assert "RaiseException (P0001): refused by the operator's rule" in row.last_error
@@ -163,15 +168,7 @@ def test_a_message_whose_claim_is_refused_is_dead_lettered_with_the_error(
 def test_a_message_the_database_will_not_even_dead_letter_is_passed_over(
     relay_settings, delivered, constraint
 ):
-    healthy = others()
-    [bad] = make_messages(1, topic="poison", host_id=uuid.uuid4(), age=8)
-    constraint("topic <> 'poison'")  # refuses every update of the row
-
-    relay = Relay(instance_id="r1")
-    assert relay.run_until_idle() == 20
-
-    assert relay.stats.db_errors == 0
-    assert status_of(healthy) == {DeliveryStatus.DELIVERED: 20}
+    bad, relay = poisoned_round(constraint, "topic <> 'poison'")  # refuses every update
     row = OutboxMessage.objects.get(id=bad)
     assert (row.status, row.attempts, row.claimed_by) == (DeliveryStatus.PENDING, 0, "")
     assert list(relay.quarantine.until) == [bad]
@@ -213,48 +210,41 @@ def test_the_claim_ahead_thread_runs_the_same_claim(relay_settings, delivered, t
     assert status_of([bad]) == {DeliveryStatus.DELIVERY_FAILED: 1}
 
 
-def test_a_refused_extend_loses_only_that_claim(relay_settings, trigger):
+@pytest.fixture
+def claimed_batch() -> Iterator[tuple[list[uuid.UUID], uuid.UUID, Relay, Claimed]]:
+    """Eight healthy messages and a poison one, claimed by a relay (stopped afterwards)."""
+    from django.db import connections
+
     healthy = others(8)
     [bad] = make_messages(1, topic="poison", age=8)
     relay = Relay(instance_id="r1")
-    try:
-        with binding.cursor(relay_connection(relay)) as cursor:
-            claimed = claim_batch(cursor, relay.claimer, 100)
-        assert len(claimed.live) == 9
-        before = dict(sql("SELECT id, claimed_until FROM outbox_message_t"))
-        # Renewals of that topic are refused (a claim and a settle are not).
-        trigger("NEW.topic = 'poison' AND OLD.claimed_by <> '' AND NEW.claimed_by = OLD.claimed_by")
-        relay.heartbeat.hold(claimed.live)
-        relay.heartbeat.beat()
-        after = dict(sql("SELECT id, claimed_until FROM outbox_message_t"))
-        assert all(after[i] > before[i] for i in healthy)
-        assert after[bad] == before[bad]
-        assert relay.heartbeat.lost() == {bad}
-        held = relay._renew(claimed.live)
-        assert held == set(healthy)
-    finally:
-        relay.shutdown()
+    relay._ensure_session()
+    with binding.cursor(connections[relay.using]) as cursor:
+        claimed = claim_batch(cursor, relay.claimer, 100)
+    assert len(claimed.live) == 9
+    yield healthy, bad, relay, claimed
+    relay.shutdown()
 
 
-def test_a_refused_release_keeps_the_others_released(relay_settings, trigger):
-    healthy = others(8)
-    [bad] = make_messages(1, topic="poison", age=8)
-    relay = Relay(instance_id="r1")
-    try:
-        with binding.cursor(relay_connection(relay)) as cursor:
-            claimed = claim_batch(cursor, relay.claimer, 100)
-        trigger("NEW.topic = 'poison' AND NEW.claimed_by = '' AND NEW.attempts < OLD.attempts")
-        relay._release(claimed.live)
-        assert relay.stats.released == 8
-    finally:
-        relay.shutdown()
+def test_a_refused_extend_loses_only_that_claim(relay_settings, trigger, claimed_batch):
+    healthy, bad, relay, claimed = claimed_batch
+    before = dict(sql("SELECT id, claimed_until FROM outbox_message_t"))
+    # Renewals of that topic are refused (a claim and a settle are not).
+    trigger("NEW.topic = 'poison' AND OLD.claimed_by <> '' AND NEW.claimed_by = OLD.claimed_by")
+    relay.heartbeat.hold(claimed.live)
+    relay.heartbeat.beat()
+    after = dict(sql("SELECT id, claimed_until FROM outbox_message_t"))
+    assert all(after[i] > before[i] for i in healthy)
+    assert after[bad] == before[bad]
+    assert relay.heartbeat.lost() == {bad}
+    assert relay._renew(claimed.live) == set(healthy)
+
+
+def test_a_refused_release_keeps_the_others_released(relay_settings, trigger, claimed_batch):
+    healthy, bad, relay, claimed = claimed_batch
+    trigger("NEW.topic = 'poison' AND NEW.claimed_by = '' AND NEW.attempts < OLD.attempts")
+    relay._release(claimed.live)
+    assert relay.stats.released == 8
     rows = dict(sql("SELECT id, claimed_by FROM outbox_message_t"))
     assert {rows[i] for i in healthy} == {""}
     assert rows[bad] == "r1"  # its claim expires after the visibility timeout
-
-
-def relay_connection(relay: Relay):
-    from django.db import connections
-
-    relay._ensure_session()
-    return connections[relay.using]
