@@ -143,3 +143,37 @@ def test_the_largest_integers_are_set_aside_or_passed_over_never_more(db_now, co
     if "aggregate_version" in columns:
         assert scheduler.stats.quarantined == 1
         assert edge.schedule_id not in fired_ids()
+
+
+@pytest.mark.parametrize("column", ["paused_until", "created_ts"])
+def test_a_time_the_claim_does_not_read_is_found_by_the_write_and_set_aside(
+    db_now, unchecked, column
+):
+    """The CHECK refuses the fire of a row still holding such a time (written before it):
+    the batch narrows down to it, and it is set aside with its times made storable."""
+    healthy = due(db_now, 3)
+    [bad] = due(db_now, 1)
+    with unchecked("schedule_t"):
+        write(bad, **{column: "infinity"})
+
+    scheduler = one_round()
+
+    assert fired_ids() == {s.schedule_id for s in healthy}
+    assert (scheduler.stats.refused, scheduler.stats.leaderships) == (1, 1)
+    state, reason = sql(
+        "SELECT state, set_aside_reason FROM schedule_t WHERE schedule_id = %s",
+        [bad.schedule_id],
+    )[0]
+    assert state == ScheduleState.SET_ASIDE
+    assert 'violates check constraint "dsched_schedule_times_in_range"' in reason
+    assert f"({column} held infinity)" in reason
+
+
+def test_a_last_fire_time_out_of_range_is_written_over_by_the_next_fire(db_now, unchecked):
+    [row] = due(db_now, 1)
+    with unchecked("schedule_t"):
+        write(row, last_fired_ts="infinity")
+    assert one_round().stats.refused == 0
+    assert fired_ids() == {row.schedule_id}
+    row.refresh_from_db(fields=["last_fired_ts", "state"])
+    assert row.state == ScheduleState.ACTIVE and row.last_fired_ts.year == db_now().year
