@@ -79,6 +79,11 @@ def _relay_size_errors() -> list[Error]:
     return errors
 
 
+# The longest relay timing accepted: a claim's expiry and a retry's time are timestamps the
+# database keeps in range (0001 to 9999), so a timing of centuries would refuse every claim.
+LONGEST_RELAY_TIMING = 365 * 24 * 3600
+
+
 def _relay_timing_errors() -> list[Error]:
     """The relay's intervals, timeouts and retry delays (dsched.E010)."""
     timings = {
@@ -90,9 +95,17 @@ def _relay_timing_errors() -> list[Error]:
             "RELAY_RETRY_MAX",
         )
     }
-    bad = [name for name, value in timings.items() if not (is_number(value) and value > 0)]
+    bad = [
+        name
+        for name, value in timings.items()
+        if not (is_number(value) and 0 < value <= LONGEST_RELAY_TIMING)
+    ]
     errors = [
-        Error(f"DSCHED_{name} must be a positive number of seconds.", id="dsched.E010")
+        Error(
+            f"DSCHED_{name} must be a positive number of seconds, at most a year "
+            f"({LONGEST_RELAY_TIMING:,}): a claim or a retry is a time the database stores.",
+            id="dsched.E010",
+        )
         for name in bad
     ]
     heartbeat = app_settings.RELAY_HEARTBEAT_INTERVAL
