@@ -26,7 +26,9 @@ from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from zoneinfo import ZoneInfo
 
-from django_dsched.exceptions import RecurrenceError
+from django.utils.translation import gettext_lazy as _
+
+from django_dsched.exceptions import RecurrenceError, ValidationError
 from django_dsched.timetables.expand import (
     HORIZON,
     MONTHLY,
@@ -287,4 +289,16 @@ def check_recurrence(text: str, time_zone: str = "UTC", start: datetime | None =
         )
 
 
-__all__ = ["RRuleTimetable", "check_recurrence", "compile_plan"]
+def validate_recurrence(value: str) -> None:
+    """A model field validator (like ``validate_cron_expression``): the recurrence alone,
+    in UTC, from its DTSTART (or from 2000-01-01 when it has none). A schedule's own zone
+    and start are checked by :func:`check_recurrence` where both are known."""
+    try:
+        check_recurrence(value)
+    except RecurrenceError as exc:
+        raise ValidationError(
+            _("Invalid recurrence rule: %(error)s."), code="invalid_rrule", params={"error": exc}
+        ) from None
+
+
+__all__ = ["RRuleTimetable", "check_recurrence", "compile_plan", "validate_recurrence"]
