@@ -12,8 +12,10 @@ instant by the rule cron and day-to-year intervals use (:func:`.zones.instant`):
 
 So ``FREQ=HOURLY`` steps the wall clock as cron's ``0 * * * *`` does (23 fires on the day
 clocks spring forward, 24 on the day they fall back); for durations on the UTC timeline use
-an interval schedule. RDATE and EXDATE values are instants (a wall time by the same rule,
-or a UTC time): an EXDATE drops the slot at that instant, whichever wall time led to it.
+an interval schedule. An RDATE adds a slot (a wall time by the same rule, or a UTC time).
+An EXDATE drops the wall time it names, as RFC 5545 compares values (an EXDATE of 02:00 on
+the spring-forward day leaves a real 03:00 slot, which lands on the same instant, in
+place); one written in UTC drops the slot at that instant.
 COUNT counts the rule's wall times, before EXDATE and before two wall times merge into one
 slot, as RFC 5545 counts occurrences.
 """
@@ -30,7 +32,10 @@ from django.utils.translation import gettext_lazy as _
 
 from django_dsched.exceptions import RecurrenceError, ValidationError
 from django_dsched.timetables.expand import (
+    FREQUENCIES,
     HORIZON,
+    HOURLY,
+    MINUTELY,
     MONTHLY,
     SECONDLY,
     UNITS,
@@ -55,7 +60,8 @@ class Plan:
     zone: ZoneInfo
     until: datetime | None  # UNTIL as an instant, when written in UTC
     rdates: tuple[datetime, ...]  # sorted instants, EXDATEs taken out
-    exdates: frozenset[datetime]
+    exdates: frozenset[datetime]  # the EXDATEs written in UTC
+    exdate_walls: frozenset[datetime]  # the others: wall times
 
 
 def _instant(when: When, tz: ZoneInfo) -> datetime:
@@ -108,6 +114,23 @@ def _normalize(recurrence: Recurrence, dtstart: datetime) -> Rule:
     )
 
 
+def _check_positions(rule: Rule) -> None:
+    """Refuse a sub-daily rule whose BYSETPOS picks nothing: each of its periods holds the
+    same number of times, so no period ever has the position asked for."""
+    if rule.bysetpos is None or rule.freq not in UNITS:
+        return
+    size = 1
+    if rule.freq == HOURLY:
+        size = len(rule.byminute or ()) * len(rule.bysecond or ())
+    elif rule.freq == MINUTELY:
+        size = len(rule.bysecond or ())
+    if all(abs(position) > size for position in rule.bysetpos):
+        raise RecurrenceError(
+            f"the rule never fires: each {FREQUENCIES[rule.freq]} period holds {size} "
+            f"time(s), and BYSETPOS asks for position(s) {', '.join(map(str, rule.bysetpos))}"
+        )
+
+
 def _last_of_count(rule: Rule, count: int) -> datetime | None:
     """The ``count``-th wall time of the rule (None: it has none)."""
     last = None
@@ -137,6 +160,7 @@ def compile_plan(text: str, time_zone: str, start: datetime | None = None) -> Pl
     else:
         raise RecurrenceError("the recurrence has no DTSTART and no start was given")
     rule = _normalize(recurrence, dtstart)
+    _check_positions(rule)
     until = None
     last: datetime | None = None
     if recurrence.until is not None and recurrence.until.utc:
@@ -148,9 +172,15 @@ def compile_plan(text: str, time_zone: str, start: datetime | None = None) -> Pl
     rule = _replace_last(rule, last)
     if recurrence.count is not None:
         rule = _replace_last(rule, _last_of_count(rule, recurrence.count) or datetime.min)
-    exdates = frozenset(_instant(when, tz) for when in recurrence.exdates)
-    rdates = sorted({_instant(when, tz) for when in recurrence.rdates} - exdates)
-    return Plan(rule, tz, until, tuple(rdates), exdates)
+    exdates = frozenset(_instant(when, tz) for when in recurrence.exdates if when.utc)
+    walls = frozenset(when.at for when in recurrence.exdates if not when.utc)
+    rdates = {
+        moment
+        for when in recurrence.rdates
+        if (moment := _instant(when, tz)) not in exdates
+        and (when.at if not when.utc else wall(moment, tz)) not in walls
+    }
+    return Plan(rule, tz, until, tuple(sorted(rdates)), exdates, walls)
 
 
 def _replace_last(rule: Rule, last: datetime | None) -> Rule:
@@ -179,6 +209,8 @@ class RRuleTimetable:
 
     def _resolve(self, naive: datetime) -> datetime | None:
         """The slot a wall time of the rule gives, or None (an EXDATE, after UNTIL)."""
+        if naive in self.plan.exdate_walls:
+            return None
         moment = instant(naive, self.zone)
         if moment in self.plan.exdates:
             return None
@@ -248,7 +280,7 @@ class RRuleTimetable:
         # Only a fold holds later wall times that land before ``when``.
         end = wall(when, tz) + max(timedelta(0), high - offset(when, tz)) + MICROSECOND
         if rule.last is not None:
-            end = min(end, rule.last)
+            end = min(end, rule.last + MICROSECOND)
         bottom = rule.dtstart
         if floor is not None:
             bottom = max(bottom, wall(floor, tz) - timedelta(days=1))
