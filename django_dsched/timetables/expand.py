@@ -271,15 +271,20 @@ def _aligned(first_offset: int, interval: int, values: Sequence[int] | None, top
     return [v for v in values if (first_offset + v) % interval == 0]
 
 
+def _origin(rule: Rule) -> datetime:
+    """The start of DTSTART's period (a sub-daily rule's periods count from it)."""
+    if rule.freq == HOURLY:
+        return rule.dtstart.replace(minute=0, second=0)
+    if rule.freq == MINUTELY:
+        return rule.dtstart.replace(second=0)
+    return rule.dtstart
+
+
 def _day_times(rule: Rule, day: date, after: time) -> Iterator[time]:
     """The times of ``day`` at or after ``after`` for an HOURLY, MINUTELY or SECONDLY rule,
     each period cut by BYSETPOS."""
     unit = UNITS[rule.freq]
-    origin = rule.dtstart
-    if rule.freq == HOURLY:
-        origin = origin.replace(minute=0, second=0)
-    elif rule.freq == MINUTELY:
-        origin = origin.replace(second=0)
+    origin = _origin(rule)
     midnight = datetime.combine(day, time())
     units_per_hour = 3600 // (unit // timedelta(seconds=1))
     hour_offset = (midnight - origin) // unit
@@ -325,11 +330,7 @@ def _next_aligned_day(rule: Rule, day: date) -> date:
     """The first day from ``day`` that holds a period at a multiple of INTERVAL from
     DTSTART's (a sub-daily rule with a long INTERVAL skips days)."""
     unit = UNITS[rule.freq]
-    origin = rule.dtstart
-    if rule.freq == HOURLY:
-        origin = origin.replace(minute=0, second=0)
-    elif rule.freq == MINUTELY:
-        origin = origin.replace(second=0)
+    origin = _origin(rule)
     elapsed = (datetime.combine(day, time()) - origin) // unit
     ahead = -elapsed % rule.interval
     return (datetime.combine(day, time()) + unit * ahead).date()
