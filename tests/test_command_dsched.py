@@ -107,7 +107,7 @@ def test_a_backfill_without_a_slot_says_why(nightly, db_now):
 
 
 def test_preview(nightly):
-    lines = run("preview", "nightly", "-n", "3").split()
+    lines = run("preview", "nightly", "-n", "3").splitlines()
     assert len(lines) == 3
 
 

@@ -25,7 +25,7 @@ from django_dsched.admin.schedule_actions import ScheduleActionsMixin
 from django_dsched.admin.schedule_form import ScheduleForm
 from django_dsched.admin.tenancy import TenantScoped
 from django_dsched.changes import edits
-from django_dsched.changes.describe import describe
+from django_dsched.changes.describe import both_times, describe, is_utc, zone_of
 from django_dsched.enums import PLANNED, DeliveryStatus, ScheduleOrigin, ScheduleState
 from django_dsched.models import OutboxMessage, Schedule, SchedulerInstance
 from django_dsched.models.schedule import resolve_host
@@ -174,10 +174,11 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
         "updated",
     ]
     # Times as every dsched page writes them (not Django's "Nov. 27, 2026, 3:14 a.m.").
+    # The schedule's own times on its zone's wall clock, and in UTC.
     set_aside_at = time_display(Schedule, "set_aside_ts")
-    paused_until_display = time_display(Schedule, "paused_until")
-    next_run_display = time_display(Schedule, "next_run_ts")
-    last_fired = time_display(Schedule, "last_fired_ts")
+    paused_until_display = time_display(Schedule, "paused_until", in_zone=True)
+    next_run_display = time_display(Schedule, "next_run_ts", in_zone=True)
+    last_fired = time_display(Schedule, "last_fired_ts", in_zone=True)
     created = time_display(Schedule, "created_ts")
     updated = time_display(Schedule, "updated_ts")
 
@@ -221,12 +222,15 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
         if obj.state not in PLANNED:
             return EMPTY
         return moment(
-            obj.next_run_ts, getattr(obj, "db_now", None), quiet=obj.state != ScheduleState.ACTIVE
+            obj.next_run_ts,
+            getattr(obj, "db_now", None),
+            quiet=obj.state != ScheduleState.ACTIVE,
+            zone=zone_of(obj),
         )
 
     @admin.display(description=_("last fire"), ordering="last_fired_ts")
     def last_fire(self, obj: Schedule) -> str:
-        return moment(obj.last_fired_ts, getattr(obj, "db_now", None))
+        return moment(obj.last_fired_ts, getattr(obj, "db_now", None), zone=zone_of(obj))
 
     @admin.display(description=_("state"), ordering="state")
     def state_badge(self, obj: Schedule) -> str:
@@ -234,7 +238,7 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
         if obj.state == ScheduleState.PAUSED:
             title = obj.paused_reason
             if obj.paused_until:
-                title = f"{title} (→ {obj.paused_until:%Y-%m-%d %H:%M %Z})".strip()
+                title = f"{title} (→ {both_times(obj.paused_until, zone_of(obj))})".strip()
         elif obj.state == ScheduleState.SET_ASIDE:
             # The scheduler could not plan it: the error is the point, so it is shown.
             return format_html(
@@ -354,11 +358,14 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
             context.update(
                 dsched_now=now,
                 dsched_buttons=self.buttons(request, saved),
-                dsched_preview=[moment(t, now) for t in schedule_panels.preview(saved, now)],
+                dsched_preview=[
+                    moment(t, now, zone=zone_of(saved)) for t in schedule_panels.preview(saved, now)
+                ],
                 dsched_events=schedule_panels.events(request, saved, now),
                 dsched_deliveries=schedule_panels.deliveries(request, saved, now),
                 dsched_from_code=saved.origin == ScheduleOrigin.CODE,
                 dsched_frequency=describe(saved),
+                dsched_zone_is_utc=is_utc(zone_of(saved)),
             )
         return super().render_change_form(request, context, add, change, form_url, obj)
 

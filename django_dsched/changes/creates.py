@@ -34,7 +34,15 @@ from django_dsched.changes.constraints import (
     validate_new,
 )
 from django_dsched.changes.single_insert import insert_one
-from django_dsched.changes.specs import Builder, Cron, Interval, Once, Spec, in_callers_words
+from django_dsched.changes.specs import (
+    Builder,
+    Cron,
+    Interval,
+    Once,
+    Spec,
+    default_name,
+    in_callers_words,
+)
 from django_dsched.conf import app_settings
 from django_dsched.enums import ScheduleKind, ScheduleState
 from django_dsched.exceptions import QuotaExceeded, ValidationError
@@ -103,6 +111,8 @@ class Preparer:
         """An unsaved ``Schedule`` built by a caller (admin, REST, declared schedules): no
         start means now, as ``Schedule.save()`` has it."""
         values = schedule.__dict__  # start_ts and next_run_ts are unset until saved
+        if not schedule.schedule_name:
+            schedule.schedule_name = default_name(schedule)  # as the Python API names it
         if values.get("start_ts") is None:
             schedule.start_ts = self.clock.now()
         data_text = self._validated(schedule)

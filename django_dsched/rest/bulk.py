@@ -249,7 +249,7 @@ class BulkCreateView(BulkView):
                 found[index] = {"host_id": [_("You may not use this host.")]}
                 continue
             schedules[index] = blanks.make(
-                host_id=host, origin=ScheduleOrigin.API, **model_values(values, clock.now)
+                host_id=host, origin=ScheduleOrigin.REST, **model_values(values, clock.now)
             )
         return schedules, found
 

@@ -11,7 +11,7 @@ from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from django_dsched.changes.describe import describe
+from django_dsched.changes.describe import describe, zone_of
 from django_dsched.enums import (
     PLANNED,
     DeliveryStatus,
@@ -26,6 +26,17 @@ from django_dsched.models import Schedule
 from django_dsched.rest.serializers.audience import ForAudience
 from django_dsched.rest.serializers.fields import AwareDateTimeField, ObjectField
 from django_dsched.rest.serializers.schedule_input import BLANK_AS_NULL
+
+# The times ``local`` gives, each an ISO 8601 time on the schedule zone's wall clock.
+LOCAL_TIMES = ("start", "at", "end", "next_run", "last_fired", "paused_until")
+LOCAL_SCHEMA = {
+    "type": "object",
+    "properties": {
+        name: {"type": "string", "format": "date-time", "nullable": True} for name in LOCAL_TIMES
+    },
+    "required": list(LOCAL_TIMES),
+    "additionalProperties": False,
+}
 
 
 class ScheduleSerializer(serializers.Serializer[Schedule]):
@@ -77,6 +88,12 @@ class ScheduleSerializer(serializers.Serializer[Schedule]):
         help_text=_("When the next fire is due (null unless active or paused).")
     )
     description = serializers.SerializerMethodField(help_text=_("The timing in words."))
+    local = serializers.SerializerMethodField(
+        help_text=_(
+            "The schedule's times on the wall clock of its time_zone (ISO 8601 with that "
+            "zone's offset then): the same instants as the UTC fields of the same names."
+        )
+    )
     created = AwareDateTimeField(source="created_ts", read_only=True)
     updated = AwareDateTimeField(source="updated_ts", read_only=True)
 
@@ -104,6 +121,22 @@ class ScheduleSerializer(serializers.Serializer[Schedule]):
     def get_description(self, schedule: Schedule) -> str:
         return describe(schedule)
 
+    @extend_schema_field(LOCAL_SCHEMA)
+    def get_local(self, schedule: Schedule) -> dict[str, str | None]:
+        zone = zone_of(schedule)
+        once = schedule.schedule_kind == ScheduleKind.ONCE
+        times = {
+            "start": None if once else schedule.start_ts,
+            "at": schedule.start_ts if once else None,
+            "end": schedule.end_ts,
+            "next_run": schedule.next_run_ts if schedule.state in PLANNED else None,
+            "last_fired": schedule.last_fired_ts,
+            "paused_until": schedule.paused_until,
+        }
+        return {
+            name: None if t is None else t.astimezone(zone).isoformat() for name, t in times.items()
+        }
+
     def to_representation(self, instance: Schedule) -> dict[str, Any]:
         data: dict[str, Any] = super().to_representation(instance)
         for name in BLANK_AS_NULL:
@@ -118,6 +151,14 @@ class ScheduleDetailSerializer(ScheduleSerializer):
         read_only=True,
         help_text=_("The next fire times, computed by the code that fires the schedule."),
     )
+    next_fires_local = serializers.SerializerMethodField(
+        help_text=_("next_fires on the wall clock of the schedule's time_zone.")
+    )
+
+    @extend_schema_field({"type": "array", "items": {"type": "string", "format": "date-time"}})
+    def get_next_fires_local(self, schedule: Schedule) -> list[str]:
+        zone = zone_of(schedule)
+        return [t.astimezone(zone).isoformat() for t in getattr(schedule, "next_fires", [])]
 
 
 def schedule_detail(schedule: Schedule, next_fires: list[datetime]) -> dict[str, Any]:
