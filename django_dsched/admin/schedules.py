@@ -407,3 +407,7 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
             # The form checked the version with the row locked; only a change by code
             # running in this same transaction could get here.
             self.message_user(request, "; ".join(exc.messages), messages.ERROR)
+            return
+        late = getattr(obj, "late", None)
+        if late is not None:  # a one-shot whose time had passed: it fires late, or not
+            self.message_user(request, late.describe(obj.schedule_name), messages.WARNING)

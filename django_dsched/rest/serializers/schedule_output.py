@@ -11,6 +11,7 @@ from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from django_dsched.changes.creates import LATE_FIRES_NOW, LATE_SKIPPED, Late
 from django_dsched.changes.describe import describe, zone_of
 from django_dsched.enums import (
     PLANNED,
@@ -37,6 +38,26 @@ LOCAL_SCHEMA = {
     "required": list(LOCAL_TIMES),
     "additionalProperties": False,
 }
+
+
+LATE_SCHEMA = {
+    "type": "object",
+    "nullable": True,
+    "properties": {
+        "by_seconds": {"type": "number"},
+        "outcome": {"type": "string", "enum": [LATE_FIRES_NOW, LATE_SKIPPED]},
+    },
+    "required": ["by_seconds", "outcome"],
+    "additionalProperties": False,
+}
+
+
+def late_answer(schedule: Schedule) -> dict[str, Any] | None:
+    """A created one-shot's lateness (:func:`.creates.lateness`) as answers give it."""
+    late: Late | None = getattr(schedule, "late", None)
+    if late is None:
+        return None
+    return {"by_seconds": round(late.by.total_seconds(), 3), "outcome": late.outcome}
 
 
 class ScheduleSerializer(serializers.Serializer[Schedule]):
@@ -151,9 +172,21 @@ class ScheduleDetailSerializer(ScheduleSerializer):
         read_only=True,
         help_text=_("The next fire times, computed by the code that fires the schedule."),
     )
+    late = serializers.SerializerMethodField(
+        help_text=_(
+            "Only in the answer to the create of a one-shot whose time had passed (else "
+            "null): by how many seconds, and what the scheduler does with it: FIRES_NOW "
+            "(late), or SKIPPED (later than its misfire grace: it completes without firing; "
+            "misfire_policy SKIP drops late one-shots)."
+        )
+    )
     next_fires_local = serializers.SerializerMethodField(
         help_text=_("next_fires on the wall clock of the schedule's time_zone.")
     )
+
+    @extend_schema_field(LATE_SCHEMA)
+    def get_late(self, schedule: Schedule) -> dict[str, Any] | None:
+        return late_answer(schedule)
 
     @extend_schema_field({"type": "array", "items": {"type": "string", "format": "date-time"}})
     def get_next_fires_local(self, schedule: Schedule) -> list[str]:
