@@ -5,6 +5,7 @@ Everything here escapes what it shows (``format_html``); data is never marked sa
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
@@ -13,8 +14,8 @@ from django.contrib import admin
 from django.db.models import Model
 from django.utils import timezone
 from django.utils.formats import date_format
-from django.utils.html import format_html
-from django.utils.safestring import SafeString
+from django.utils.html import escape, format_html
+from django.utils.safestring import SafeString, mark_safe
 from django.utils.timesince import timesince, timeuntil
 from django.utils.translation import gettext as _
 
@@ -47,6 +48,21 @@ TONES = {
     "standby": "quiet",
     "stale": "bad",
 }
+
+
+# Where a long name, zone or event type may break: after these characters, and inside a
+# run of more than LONG_RUN characters without them (so "Australia/Sydney" breaks only at
+# the slash, never inside "Sydney").
+_BREAK_AFTER = re.compile(r"([/._:\-])")
+_LONG_RUN = re.compile(r"([^/._:\-\s]{24})(?=[^/._:\-\s])")
+
+
+def breakable(text: str) -> SafeString:
+    """``text`` (escaped) with line-break opportunities at its separators (``<wbr>``): a
+    list's narrow column wraps it between words and parts, never mid-word."""
+    escaped = str(escape(text))
+    with_runs = _LONG_RUN.sub(lambda m: m.group(1) + "\0", escaped)
+    return mark_safe(_BREAK_AFTER.sub(r"\1\0", with_runs).replace("\0", "<wbr>"))
 
 
 def badge(value: str, label: str, *, title: str = "") -> SafeString:

@@ -7,7 +7,17 @@ from typing import Any
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import ValidationError
-from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
+from django.db.models import (
+    Case,
+    Count,
+    F,
+    IntegerField,
+    OuterRef,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+)
 from django.db.models.functions import Coalesce, Now
 from django.http import HttpRequest
 from django.urls import URLPattern, path, reverse
@@ -18,7 +28,7 @@ from django.utils.translation import gettext_lazy as _
 
 from django_dsched.admin import schedule_panels, tenancy
 from django_dsched.admin.base import ASSETS, ShownTimes, unstorable_query
-from django_dsched.admin.display import EMPTY, badge, moment, time_display
+from django_dsched.admin.display import EMPTY, badge, breakable, moment, time_display
 from django_dsched.admin.filters import HostFilter, ScheduleValuesFilter, index_distinct
 from django_dsched.admin.outbox import RETRYING
 from django_dsched.admin.schedule_actions import ScheduleActionsMixin
@@ -190,6 +200,25 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return ScheduleChangeList
 
+    def get_ordering(self, request: HttpRequest) -> Any:
+        """Schedules that will fire first, soonest first; then those that ended (completed,
+        cancelled, set aside), most recently fired first: a completed one-shot's old next
+        run no longer sorts it to the top."""
+        return [
+            Case(When(state__in=PLANNED, then=Value(0)), default=Value(1)).asc(),
+            Case(When(state__in=PLANNED, then=F("next_run_ts"))).asc(),
+            F("last_fired_ts").desc(nulls_last=True),
+        ]
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        fieldsets = self._fieldsets(request, obj)
+        if tenancy.hosts(request) is None and not many_hosts(request):
+            # One tenant: its host id is not something to read or edit (the default).
+            first_name, first = fieldsets[0]
+            fields = [f for f in first["fields"] if f != "host_id"]
+            fieldsets = [(first_name, {**first, "fields": fields}), *fieldsets[1:]]
+        return fieldsets
+
     def get_list_display(self, request: HttpRequest) -> Any:
         if not many_hosts(request):
             return self.list_display
@@ -200,14 +229,14 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
 
     @admin.display(description=_("name"), ordering="schedule_name")
     def name(self, obj: Schedule) -> str:
-        return obj.schedule_name
+        return breakable(obj.schedule_name)
 
     @admin.display(description=_("name"), ordering="schedule_name")
     def name_and_host(self, obj: Schedule) -> str:
         full = str(obj.host_id)
         return format_html(
             '{}<br><small class="dsched-muted">{} <code title="{}">{}</code></small>',
-            obj.schedule_name,
+            breakable(obj.schedule_name),
             _("host"),
             full,
             full[:8],
@@ -215,7 +244,7 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
 
     @admin.display(description=_("frequency"))
     def frequency(self, obj: Schedule) -> str:
-        return describe(obj)
+        return breakable(describe(obj))
 
     @admin.display(description=_("next run"), ordering="next_run_ts")
     def next_run(self, obj: Schedule) -> str:
@@ -302,7 +331,7 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
         return super().changelist_view(request, extra_context)
 
     # -- the page of one schedule ---------------------------------------------------------
-    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+    def _fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         fieldsets = super().get_fieldsets(request, obj)
         if obj is None:
             # A new schedule has no status yet (its times are the database's to fill).
