@@ -213,10 +213,25 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         fieldsets = self._fieldsets(request, obj)
         if tenancy.hosts(request) is None and not many_hosts(request):
-            # One tenant: its host id is not something to read or edit (the default).
+            # One tenant: its host id is nothing to read or edit at a glance; it stays in a
+            # folded section at the foot (to add a schedule for a first other tenant).
             first_name, first = fieldsets[0]
             fields = [f for f in first["fields"] if f != "host_id"]
-            fieldsets = [(first_name, {**first, "fields": fields}), *fieldsets[1:]]
+            fieldsets = [
+                (first_name, {**first, "fields": fields}),
+                *fieldsets[1:],
+                (
+                    _("Tenant"),
+                    {
+                        "classes": ["collapse"],
+                        "fields": ["host_id"],
+                        "description": _(
+                            "All schedules belong to one tenant (host): leave it as it is "
+                            "unless you serve several."
+                        ),
+                    },
+                ),
+            ]
         return fieldsets
 
     def get_list_display(self, request: HttpRequest) -> Any:

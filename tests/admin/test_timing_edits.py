@@ -139,10 +139,9 @@ def test_a_schedule_in_sydneys_zone_fires_at_nine_there_all_year(client, db_now)
     run = run_fire_path(schedule, polls=400)
     assert {slot.astimezone(sydney).time() for slot in run.fired_slots} == {anchor.time()}
     assert run.fired_at == schedule.upcoming(400)
-    assert (
-        "every day (Australia/Sydney)"
-        in client.get(reverse("admin:dsched_schedule_changelist")).content.decode()
-    )
+    assert "every day (Australia/Sydney)" in client.get(
+        reverse("admin:dsched_schedule_changelist")
+    ).content.decode().replace("<wbr>", "")
 
 
 # -- item 10: permissions ---------------------------------------------------------------------
