@@ -6,8 +6,8 @@ from io import StringIO
 
 import pytest
 from django.core.management import call_command
-from django.db.models import F
 from django.core.management.base import CommandError
+from django.db.models import F
 
 from django_dsched import api
 from django_dsched.enums import DeliveryStatus, ScheduleState
