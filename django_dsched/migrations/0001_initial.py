@@ -714,6 +714,7 @@ class Migration(migrations.Migration):
                         choices=[
                             ("ADMIN", "admin"),
                             ("API", "Python API"),
+                            ("REST", "REST API"),
                             ("CODE", "declared in code"),
                             ("CELERY_BEAT", "imported from django-celery-beat"),
                         ],
@@ -878,7 +879,7 @@ class Migration(migrations.Migration):
                     ),
                     models.CheckConstraint(
                         condition=django_dsched.models.conditions.OneOf(
-                            "origin", ["ADMIN", "API", "CODE", "CELERY_BEAT"]
+                            "origin", ["ADMIN", "API", "REST", "CODE", "CELERY_BEAT"]
                         ),
                         name="dsched_schedule_origin_valid",
                     ),
