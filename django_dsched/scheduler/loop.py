@@ -30,7 +30,7 @@ from django_dsched.runtime.logs import get_logger
 from django_dsched.runtime.loops import DatabaseLoop
 from django_dsched.runtime.refusals import refusal, refused
 from django_dsched.scheduler.batch_log import log_batch
-from django_dsched.scheduler.housekeeping import does_chores, housekeeping
+from django_dsched.scheduler.housekeeping import Housekeeping, does_chores
 from django_dsched.scheduler.quarantine import QUARANTINE_LEASES, Quarantine
 from django_dsched.scheduler.rebalance import rebalance
 from django_dsched.scheduler.retention_worker import RetentionWorker, worker_for
@@ -106,6 +106,7 @@ class Scheduler(DatabaseLoop):
             )
         self.plan_budget = self.lease.lease_seconds * PLAN_BUDGET_OF_LEASE
         self.stats = Stats()
+        self.chores = Housekeeping(self, self.stats, self.lease.lease_seconds)
         self._next_heartbeat = 0.0
         self._standing_by = False
         self._next_presence = 0.0
@@ -252,7 +253,7 @@ class Scheduler(DatabaseLoop):
             self._next_heartbeat = now + self.heartbeat_seconds
             if self.metrics is not None:
                 self.metrics.heartbeat()
-            housekeeping(self)
+            self.chores.run()
         wait = self._fire_due()
         if wait <= 0:
             return 0.0  # more may be due, or a heartbeat is due: go round at once
@@ -293,7 +294,7 @@ class Scheduler(DatabaseLoop):
                         self.instance_id,
                     )
                 if does_chores(self.lease):
-                    housekeeping(self)
+                    self.chores.run()
             self._next_heartbeat = now + self.heartbeat_seconds
         if now >= self._next_look:
             if rebalance(lease, self.instance_id, self.stats, self.metrics):
