@@ -41,6 +41,7 @@ from django.db import connections
 
 from django_dsched.cluster.buckets import LOCK_STRIDE, bucket_of_lock, lock_id, rankings
 from django_dsched.exceptions import BucketCountMismatch
+from django_dsched.runtime.loops import bound_transaction, hold_bounds
 
 # Takers never wait on a lease row: a row locked by its holder's fire in flight (taken FOR
 # SHARE by the fence) or by another taker is passed over (SKIP LOCKED) and looked at again
@@ -309,7 +310,7 @@ def agree_bucket_count(using: Any, *, base: int, count: int, lease_seconds: floa
             with connection.cursor() as cursor:
                 cursor.execute(CREATE_ROWS, params)
         return
-    with _transaction(connection) as cursor:
+    with _transaction(connection, lease_seconds) as cursor:
         cursor.execute("LOCK TABLE scheduler_lock_t IN EXCLUSIVE MODE")
         cursor.execute(STORED_COUNT, params)
         row = cursor.fetchone()
@@ -332,14 +333,17 @@ def agree_bucket_count(using: Any, *, base: int, count: int, lease_seconds: floa
 
 
 @contextmanager
-def _transaction(connection: Any) -> Iterator[Any]:
-    """A transaction on ``connection`` (a Django connection, maybe not the thread's own)."""
+def _transaction(connection: Any, lease_seconds: float | None = None) -> Iterator[Any]:
+    """A transaction on ``connection`` (a Django connection, maybe not the thread's own),
+    with the bounds of a transaction that takes locks others wait on (``hold_bounds``: its
+    process frozen, every renewal waits on it half a lease at most)."""
     with connection.cursor() as cursor:
         if connection.in_atomic_block:
             yield cursor
             return
         cursor.execute("BEGIN")
         try:
+            bound_transaction(cursor, hold_bounds(lease_seconds))
             yield cursor
         except BaseException:
             cursor.execute("ROLLBACK")

@@ -27,7 +27,7 @@ from django_dsched.firing.next_due import NextDue, next_due
 from django_dsched.firing.plan import REASON_MAX
 from django_dsched.firing.throttle import Throttle, read_rates
 from django_dsched.runtime.logs import get_logger
-from django_dsched.runtime.loops import DatabaseLoop
+from django_dsched.runtime.loops import DatabaseLoop, hold_bounds
 from django_dsched.runtime.refusals import refusal, refused
 from django_dsched.scheduler.batch_log import log_batch
 from django_dsched.scheduler.housekeeping import Housekeeping, does_chores
@@ -50,10 +50,6 @@ LOCKED_RETRY_MAX = 0.5
 # Planning a batch may take this fraction of the lease at most; rows left over go to the
 # next batch (see firing.plan.plan()).
 PLAN_BUDGET_OF_LEASE = 0.25
-
-# The longest a statement of the loop waits on a lock held elsewhere (seconds; at most a
-# quarter of the lease).
-LOCK_WAIT_MAX = 1.0
 
 # A write to schedule_t that makes a schedule due within this many seconds NOTIFYs the leader
 # (the trigger in migrations/0001_initial.py spells the same interval); one due later is found
@@ -518,20 +514,14 @@ class Scheduler(DatabaseLoop):
         return f"dsched:{self.instance_id}"[:63]
 
     def transaction_settings(self) -> dict[str, str]:
-        # Per transaction, not per session: behind a pooler a session setting would stay on
-        # the backend for the next client.
-        # A leader frozen mid-transaction (SIGSTOP, VM pause) loses its session and row locks
-        # after half a lease idle: before its lease expires, so a taker finds the lease rows
-        # free of its fence's FOR SHARE by then. (A batch's transaction is idle for at most
-        # its planning budget, a quarter of the lease.)
-        idle_timeout_ms = int(self.lease.lease_seconds * 500)
-        # No statement of the loop waits longer than this on a lock held elsewhere (an admin
-        # or API transaction, a frozen peer's): it gives up, the loop goes round again.
-        lock_timeout_ms = int(min(LOCK_WAIT_MAX, self.lease.lease_seconds / 4) * 1000)
-        return {
-            "idle_in_transaction_session_timeout": str(idle_timeout_ms),
-            "lock_timeout": str(lock_timeout_ms),
-        }
+        # Per transaction, not per session (runtime.loops.hold_bounds): a leader frozen
+        # mid-transaction (SIGSTOP, VM pause) loses its session and row locks after half a
+        # lease idle, before its lease expires, so a taker finds the lease rows free of its
+        # fence's FOR SHARE by then (a batch's transaction is idle for at most its planning
+        # budget, a quarter of the lease); and no statement of the loop waits longer than a
+        # quarter of the lease (at most 1 s) on a lock held elsewhere (an admin or API
+        # transaction, a frozen peer's): it gives up, the loop goes round again.
+        return hold_bounds(self.lease.lease_seconds)
 
     def split_brain(self) -> str | None:
         """Two different servers of the URL accept writes now (what they are), else None."""
