@@ -15,7 +15,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from django.db.backends.utils import CursorWrapper
 
 from django_dsched.conf import app_settings
-from django_dsched.exceptions import NotPrimary
+from django_dsched.exceptions import DschedError, NotPrimary
 from django_dsched.runtime.connections import behind_pooler, describe_failure, server_of
 from django_dsched.runtime.logs import get_logger
 from django_dsched.runtime.tables import MissingTables, ours_missing, require_tables
@@ -234,6 +234,17 @@ class DatabaseLoop:
             delay = self._backoff.next()
             logger.exception(
                 "database error; retrying in %.1fs %s=%s", delay, self.kind, self.instance_id
+            )
+            return delay
+        except DschedError:
+            raise  # deliberate: a configuration the loop must not run with
+        except Exception:
+            # Not the database's: code tripping on something (a row's value no check
+            # foresaw). The round's transaction rolled back; the loop goes on after a
+            # backoff, so one row cannot stop the process and every other row with it.
+            delay = self._backoff.next()
+            logger.exception(
+                "round failed; retrying in %.1fs %s=%s", delay, self.kind, self.instance_id
             )
             return delay
         self._backoff.reset()

@@ -18,13 +18,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from django.db import connections
+from django.db import DataError, IntegrityError, connections, transaction
 
 from tests.helpers import other_session, sql, wait_for
 
@@ -37,76 +37,93 @@ REFUSALS = ("check", "trigger")
 
 
 @contextmanager
-def refusing(table: str, condition: str, how: str) -> Iterator[None]:
+def refusing(table: str, condition: str, how: str, name: str = "dsched_fault") -> Iterator[None]:
     """``table`` refuses every write that leaves a row meeting ``condition`` (an SQL
     condition on the row's columns, written with ``{r}.`` before each column), as a rule
     added by hand would: ``how`` is ``"check"`` (a CHECK ... NOT VALID: rows already there
     need not meet it until they are written) or ``"trigger"`` (a BEFORE row trigger that
-    RAISEs, on inserts, updates and, for the row as it was, deletes)."""
+    RAISEs, on inserts, updates and, for the row as it was, deletes). ``name`` names the
+    rule (several at once need several names)."""
     if how == "check":
         sql(
-            f"ALTER TABLE {table} ADD CONSTRAINT dsched_fault"
-            f" CHECK (NOT ({condition.format(r=table)})) NOT VALID"
+            f"ALTER TABLE {table} ADD CONSTRAINT {name}"
+            f" CHECK (NOT ({condition.replace('{r}.', '')})) NOT VALID"
         )
         try:
             yield
         finally:
-            sql(f"ALTER TABLE {table} DROP CONSTRAINT IF EXISTS dsched_fault")
+            sql(f"ALTER TABLE {table} DROP CONSTRAINT IF EXISTS {name}")
         return
     assert how == "trigger", how
     sql(
-        "CREATE FUNCTION dsched_fault_refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+        f"CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
         f" IF TG_OP = 'DELETE' THEN IF {condition.format(r='OLD')} THEN"
         f"   RAISE EXCEPTION '{REFUSED}'; END IF; RETURN OLD; END IF;"
         f" IF {condition.format(r='NEW')} THEN RAISE EXCEPTION '{REFUSED}'; END IF;"
         " RETURN NEW; END $$"
     )
     sql(
-        f"CREATE TRIGGER dsched_fault_refuse BEFORE INSERT OR UPDATE OR DELETE ON {table}"
-        " FOR EACH ROW EXECUTE FUNCTION dsched_fault_refuse()"
+        f"CREATE TRIGGER {name} BEFORE INSERT OR UPDATE OR DELETE ON {table}"
+        f" FOR EACH ROW EXECUTE FUNCTION {name}()"
     )
     try:
         yield
     finally:
-        sql(f"DROP TRIGGER IF EXISTS dsched_fault_refuse ON {table}")
-        sql("DROP FUNCTION IF EXISTS dsched_fault_refuse()")
-
-
-def write_by_hand(table: str, key: str, value: Any, **columns: str) -> None:
-    """Set ``columns`` (SQL expressions: ``"'infinity'"``, ``"9223372036854775807"``) on the
-    row of ``table`` whose ``key`` is ``value``, past every door's validation."""
-    sets = ", ".join(f"{name} = {expression}" for name, expression in columns.items())
-    sql(f"UPDATE {table} SET {sets} WHERE {key} = %s", [value])
-
-
-def deep_json(depth: int) -> str:
-    """A JSON text nested ``depth`` arrays deep (past every door's depth limit)."""
-    return "[" * depth + "]" * depth
+        sql(f"DROP TRIGGER IF EXISTS {name} ON {table}")
+        sql(f"DROP FUNCTION IF EXISTS {name}()")
 
 
 @contextmanager
-def terminated_at(pattern: str, using: str = "default", times: int = 1) -> Iterator[list[str]]:
-    """The database goes away for this thread's session on ``using`` at the first ``times``
-    statements matching ``pattern`` (a regular expression): the session's backend is
-    terminated from another session (``pg_terminate_backend``) just before the statement is
-    sent, so it fails as it would on a server restart or a network cut, mid-transaction if
-    one is open. Yields the statements it was aimed at."""
+def refusing_all(rules: list[tuple[str, str, str]]) -> Iterator[None]:
+    """Several rules at once: (table, condition, how) each (see :func:`refusing`)."""
+    with ExitStack() as stack:
+        for n, (table, condition, how) in enumerate(rules):
+            stack.enter_context(refusing(table, condition, how, name=f"dsched_fault_{n}"))
+        yield
+
+
+def write_by_hand(table: str, key: str, value: Any, **columns: str) -> bool:
+    """Set ``columns`` (SQL expressions: ``"'infinity'"``, ``"9223372036854775807"``) on the
+    row of ``table`` whose ``key`` is ``value``, past every door's validation. False when the
+    database itself refuses the values (a CHECK on the range of a column, a column's
+    type): then no such row can exist, and the cell holds at the door."""
+    sets = ", ".join(f"{name} = {expression}" for name, expression in columns.items())
+    try:
+        with transaction.atomic():
+            sql(f"UPDATE {table} SET {sets} WHERE {key} = %s", [value])
+    except (IntegrityError, DataError):
+        return False
+    return True
+
+
+def deep_json(depth: int) -> str:
+    """A JSON object holding arrays nested ``depth`` deep (past every door's depth limit)."""
+    return '{"x": ' + "[" * depth + "]" * depth + "}"
+
+
+@contextmanager
+def terminated_at(*patterns: str, using: str = "default") -> Iterator[list[str]]:
+    """The database goes away for this thread's session on ``using`` at the first statement
+    matching each of ``patterns`` (regular expressions; each once, in whatever order they
+    come): the session's backend is terminated from another session
+    (``pg_terminate_backend``) just before the statement is sent, so it fails as on a server
+    restart or a network cut, mid-transaction if one is open. Yields the patterns met."""
     connection = connections[using]
-    aimed: list[str] = []
-    wanted = re.compile(pattern, re.IGNORECASE | re.DOTALL)
+    met: list[str] = []
+    wanted = [(p, re.compile(p, re.IGNORECASE | re.DOTALL)) for p in patterns]
 
     def cut(execute: Callable[..., Any], query: str, params: Any, many: bool, context: Any) -> Any:
-        if len(aimed) < times and wanted.search(query):
-            aimed.append(query)
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_backend_pid()")
-                (pid,) = cursor.fetchone()
-            with other_session(using) as killer:
-                sql("SELECT pg_terminate_backend(%s, 5000)", [pid], using=killer)
+        for pattern, regex in wanted:
+            if pattern not in met and regex.search(query):
+                met.append(pattern)
+                pid = connection.connection.info.backend_pid
+                with other_session(using) as killer:
+                    sql("SELECT pg_terminate_backend(%s, 5000)", [pid], using=killer)
+                break
         return execute(query, params, many, context)
 
     with connection.execute_wrapper(cut):
-        yield aimed
+        yield met
 
 
 def elections() -> int:
@@ -247,3 +264,47 @@ def frozen_peer(
         yield peer
     finally:
         peer.finish()
+
+
+BIGINT_MAX = 9223372036854775807
+INTEGER_MAX = 2147483647
+SMALLINT_MAX = 32767
+# The last second PostgreSQL's timestamptz holds (past Python's datetime, year 9999).
+LAST_TIMESTAMP = "'294276-12-31 23:59:59+00'"
+
+# What a cell needs that the other engineer's branch (faults-named) brings: strict, so the
+# lead sees them pass on merge and removes the mark.
+NEEDS_FAULTS_NAMED = "needs faults-named"
+
+
+def every_second(start: datetime, count: int, **fields: Any) -> list[Any]:
+    """``count`` healthy schedules firing every second from ``start``."""
+    from django_dsched.enums import FrequencyUnit
+    from tests.factories import ScheduleFactory
+
+    return list(
+        ScheduleFactory.create_batch(
+            count, frequency_unit=FrequencyUnit.SECONDS, frequency_time=1, start_ts=start, **fields
+        )
+    )
+
+
+def leader(name: str = "survivor", **options: Any) -> Any:
+    """An in-process Scheduler without its history thread (the cells drive upkeep
+    themselves)."""
+    from django_dsched.scheduler import Scheduler
+
+    scheduler = Scheduler(instance_id=name, **options)
+    scheduler._retention_wanted = False
+    return scheduler
+
+
+def shown(name: str) -> str:
+    """What ``dsched show NAME`` prints."""
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    out = StringIO()
+    call_command("dsched", "show", name, stdout=out)
+    return out.getvalue()
