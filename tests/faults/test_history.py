@@ -101,8 +101,9 @@ def test_rows_at_the_edges_in_the_default_partitions():
     old = delivered_fires(year_ago, 3)
     odd = delivered_fires(year_ago, 4)
     sql(
-        "UPDATE event_store_t SET event_ts = v.ts FROM (VALUES (%s::uuid, '-infinity'::timestamptz),"
-        f" (%s::uuid, 'infinity'), (%s::uuid, {LAST_TIMESTAMP})) AS v(id, ts)"
+        "UPDATE event_store_t SET event_ts = v.ts FROM (VALUES"
+        " (%s::uuid, '-infinity'::timestamptz), (%s::uuid, 'infinity'),"
+        f" (%s::uuid, {LAST_TIMESTAMP})) AS v(id, ts)"
         " WHERE event_store_t.id = v.id",
         odd[:3],
     )
