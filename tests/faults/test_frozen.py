@@ -9,10 +9,13 @@ a process (tests/faults/peer.py stops itself right after the chosen statement).
 
 from __future__ import annotations
 
+import time
+import uuid
 from datetime import timedelta
 
 import pytest
 
+from django_dsched import api
 from django_dsched.enums import FrequencyUnit
 from django_dsched.history import event_ids, partitions
 from django_dsched.models import Event
@@ -173,5 +176,66 @@ def test_a_peer_frozen_while_it_agrees_on_the_bucket_count_holds_no_lease_past_t
         scheduler.shutdown()
     assert (gone_at - frozen_at).total_seconds() <= bound(), output
     assert max(longest_gaps(healthy, frozen_at, until).values()) <= 1 + bound(), output
+    assert (elections(), scheduler.stats.leaderships) == (before, 1), output
+    check_every_slot_fired_once_in_both_tables()
+
+
+# A peer frozen inside a transaction of the write side: a create holding its host's quota
+# lock, an edit holding its schedule's row lock (a view's or a form's transaction).
+WRITE_SIDE = {
+    "a create holding its host's quota lock": (r"pg_advisory_xact_lock", "create_for_the_host"),
+    "an edit holding its row": (r"FOR UPDATE", "edit_in_a_transaction"),
+}
+
+
+@pytest.mark.parametrize("kind", WRITE_SIDE)
+def test_a_peer_frozen_in_the_write_side_holds_only_what_it_writes(db_now, tmp_path, kind):
+    """The others fire on at their cadence and other hosts create at once; the frozen
+    holder's own row (or its host's creates) wait for its transaction, the caller's: bound
+    it with the role's idle_in_transaction_session_timeout (docs/design.md)."""
+    stop_after, call = WRITE_SIDE[kind]
+    host = uuid.uuid4()
+    sql("INSERT INTO tenant_quota_t (host_id, max_active_schedules) VALUES (%s, 10)", [host])
+    healthy = ScheduleFactory.create_batch(
+        4, frequency_unit=FrequencyUnit.SECONDS, frequency_time=1, start_ts=db_now()
+    )
+    [held] = ScheduleFactory.create_batch(
+        1,
+        schedule_name="held",
+        frequency_unit=FrequencyUnit.SECONDS,
+        frequency_time=1,
+        start_ts=db_now(),
+    )
+    scheduler = Scheduler(instance_id="survivor")
+    scheduler._retention_wanted = False
+    try:
+        drive_all([scheduler], 10, until=lambda: scheduler.stats.fired >= 5)
+        before = elections()
+        with frozen_peer(
+            tmp_path / "peer.log",
+            stop_after,
+            "call",
+            f"tests.faults.peer_calls.{call}",
+            env={"DSCHED_FAULT_HOST": str(host)},
+        ) as peer:
+            peer.wait_frozen()
+            frozen_at = database_now()
+            started = time.monotonic()
+            api.create_interval(
+                every=1,
+                unit="MINUTES",
+                topic="reports",
+                event_type="report.build",
+                host_id=uuid.uuid4(),
+            )
+            assert time.monotonic() - started < 1.0
+            drive_all([scheduler], 2.5)
+            until = database_now()
+        output = peer.output()
+    finally:
+        scheduler.shutdown()
+    assert max(longest_gaps(healthy, frozen_at, until).values()) <= 1.5, output
+    if kind == "an edit holding its row":
+        assert longest_gaps([held], frozen_at, until)[held.pk] >= 2  # it waited, alone
     assert (elections(), scheduler.stats.leaderships) == (before, 1), output
     check_every_slot_fired_once_in_both_tables()
