@@ -172,14 +172,31 @@ class AppSettings:
     DEFAULT_MAX_ACTIVE_SCHEDULES: Setting[int | None] = Setting(
         None,
         "Most schedules a host (tenant) may have that can still fire (active, paused or set "
-        "aside), for hosts without a row in tenant_quota_t (the admin's tenant quotas); a "
-        "create past it is refused. None: no limit.",
+        "aside), for hosts without a row in tenant_quota_t (the admin's tenant quotas): "
+        "DSCHED_DEFAULT_HOST_ID, and others until their first create gives them one "
+        "(DSCHED_TENANT_MAX_ACTIVE_SCHEDULES); a create past it is refused. None: no limit.",
     )
     DEFAULT_MAX_FIRES_PER_SECOND: Setting[float | None] = Setting(
         None,
-        "Most fires per second the scheduler gives a host without a row in tenant_quota_t, "
-        "over every instance (each takes the share of its buckets); fires over it wait for a "
-        "later batch, none is dropped. None: no limit.",
+        "Most fires per second the scheduler gives a host without a row in tenant_quota_t "
+        "(DSCHED_DEFAULT_HOST_ID, or a host whose schedules were not made through "
+        "django-dsched's creates), over every instance (each takes the share of its buckets); "
+        "fires over it wait for a later batch, none is dropped. None: no limit.",
+    )
+    TENANT_MAX_ACTIVE_SCHEDULES: Setting[int | None] = Setting(
+        10_000,
+        "Most live schedules of a new tenant: a host other than DSCHED_DEFAULT_HOST_ID that "
+        "has no row in tenant_quota_t is given one, with this limit and "
+        "DSCHED_TENANT_MAX_FIRES_PER_SECOND, by the create that makes its first schedule "
+        "(in that create's transaction). Change a tenant's limits on its row (the admin's "
+        "tenant quotas); DSCHED_DEFAULT_HOST_ID, the operator's own host, is never given one. "
+        "None, with DSCHED_TENANT_MAX_FIRES_PER_SECOND None too: no row is written.",
+    )
+    TENANT_MAX_FIRES_PER_SECOND: Setting[float | None] = Setting(
+        100.0,
+        "Most fires per second of a new tenant, written in its row with "
+        "DSCHED_TENANT_MAX_ACTIVE_SCHEDULES (which see): over it, the tenant's fires wait, "
+        "none is dropped. None: the row says no limit.",
     )
     QUOTA_CACHE_SECONDS = Setting(
         5.0,
@@ -199,16 +216,18 @@ class AppSettings:
     # -- delivery (the outbox relay, docs/delivery.md) ---------------------------------------
     TRANSPORTS: Setting[Mapping[str, Mapping[str, Any]]] = Setting(
         {"*": {"BACKEND": "handlers"}},
-        'Where each topic\'s messages go: {topic or glob: {"BACKEND": ..., "OPTIONS": {...}}}. '
-        'BACKEND is an alias ("handlers", "tasks", "redis", "rabbitmq", "webhook", "celery", '
-        '"sqs") or '
-        'the dotted path of a Transport subclass; "*" catches the topics no other key matches.',
+        'Where each topic\'s messages go: {topic or glob: {"BACKEND": ..., "OPTIONS": {...}, '
+        '"HOSTS": [...]}}. BACKEND is an alias ("handlers", "tasks", "redis", "rabbitmq", '
+        '"webhook", "celery", "sqs") or the dotted path of a Transport subclass; "*" catches the '
+        'topics no other key matches. HOSTS: the hosts (tenants) an entry serves, host ids or "*" '
+        "(every host); without it, DSCHED_DEFAULT_HOST_ID alone. A host's message whose entry "
+        "does not serve it is refused (docs/delivery.md, Tenants).",
     )
     TRANSPORTS_BY_HOST: Setting[Mapping[str, Mapping[str, Mapping[str, Any]]]] = Setting(
         {},
         "Routes of particular hosts (tenants): {host_id: {topic or glob: entry}}, each table "
-        "shaped like DSCHED_TRANSPORTS. A message's host table is searched first (exact topic, "
-        'longest pattern, "*"), then DSCHED_TRANSPORTS.',
+        "shaped like DSCHED_TRANSPORTS (no HOSTS: it serves its host). A message's host table is "
+        'searched first (exact topic, longest pattern, "*"), then DSCHED_TRANSPORTS.',
     )
     HANDLER_MODULES: Setting[Sequence[str]] = Setting(
         [],
@@ -297,6 +316,15 @@ class AppSettings:
         "in bytes; a larger one is a 413. 10,000 one-shot reminders take about 2 MB.",
     )
 
+    # -- the admin (docs/admin.md) ------------------------------------------------------------
+    ADMIN_HOST_RESOLVER: Setting[str | None] = Setting(
+        None,
+        "Dotted path of a callable(request) returning the host_ids (tenants) a staff user "
+        "may see and change in the admin, or None for every host; every list, filter, page, "
+        "action and form of the dsched admin is limited to them (docs/admin.md, Staff "
+        "limited to tenants). None (the default): every staff user sees every host.",
+    )
+
     # -- observability (docs/observability.md) ------------------------------------------------
     HTTP_BIND = Setting(
         "127.0.0.1",
@@ -307,6 +335,19 @@ class AppSettings:
         60.0,
         "/livez answers 503 once a loop has not gone round for this many seconds.",
     )
+    HEALTH_DETAIL = Setting(
+        False,
+        "/readyz shows each reason in full: the hosts of the database URL and the database's "
+        'error. False: only what is wrong ("not connected to the database"); the logs '
+        "have the full reason either way.",
+    )
+    METRICS_LABEL_VALUES = Setting(
+        100,
+        "Distinct values of a label that data decides (a topic, a transport) one process "
+        "gives a series of their own: the first ones seen; any other counts under '_other'. "
+        "Bounds the series and the scrape whatever tenants name their topics (0: no topic "
+        "names at all).",
+    )
     METRICS_CACHE_SECONDS = Setting(
         5.0,
         "Seconds the database-wide gauges (backlogs, dead letters) are kept between two "
@@ -314,8 +355,11 @@ class AppSettings:
     )
     METRICS_TOKEN: Setting[str | None] = Setting(
         None,
-        "Bearer token that opens the metrics view (django_dsched.metrics.urls) to a scraper; "
-        "None: only logged-in users who may view the cluster (view_schedulerinstance).",
+        "Bearer token a scraper sends (Authorization: Bearer ...). When set, the --metrics-port "
+        "/metrics of run_scheduler and run_relay answers it alone (else 401), and it opens "
+        "the metrics view (django_dsched.metrics.urls). None: /metrics is open to whoever "
+        "reaches the port, the view only to logged-in users who may view the cluster "
+        "(view_schedulerinstance).",
     )
 
     @classmethod

@@ -24,10 +24,13 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def get(port: int, path: str, timeout: float = 5.0) -> tuple[int, str]:
+def get(
+    port: int, path: str, timeout: float = 5.0, headers: dict[str, str] | None = None
+) -> tuple[int, str]:
     """(status, body) of ``GET http://127.0.0.1:port/path``; (0, error) if nothing answers."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers=headers or {})
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as answer:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
             return answer.status, answer.read().decode()
     except urllib.error.HTTPError as error:
         return error.code, error.read().decode()
@@ -110,15 +113,31 @@ def prometheus_binary() -> str:
 
 
 class Prometheus:
-    """A real Prometheus server scraping ``targets`` (host:port) every second."""
+    """A real Prometheus server scraping ``targets`` (host:port) every second, and
+    ``token_targets`` with ``Authorization: Bearer <token>``."""
 
-    def __init__(self, workdir: Path, targets: list[str]) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        targets: list[str],
+        *,
+        token_targets: list[str] | None = None,
+        token: str = "",
+    ) -> None:
         self.port = free_port()
         config = workdir / "prometheus.yml"
+        jobs = (
+            f"  - job_name: dsched\n    static_configs:\n      - targets: {json.dumps(targets)}\n"
+        )
+        if token_targets:
+            jobs += (
+                "  - job_name: dsched-token\n"
+                f"    authorization: {{credentials: {json.dumps(token)}}}\n"
+                "    static_configs:\n"
+                f"      - targets: {json.dumps(token_targets)}\n"
+            )
         config.write_text(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-            "scrape_configs:\n  - job_name: dsched\n    static_configs:\n"
-            f"      - targets: {json.dumps(targets)}\n"
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n" + jobs
         )
         self.log_path = workdir / "prometheus.log"
         self.process = subprocess.Popen(

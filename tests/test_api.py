@@ -229,11 +229,17 @@ def test_hosts_are_separate():
         api.get("shared-name", host_id=uuid.uuid4())
 
 
-def test_backfill_cannot_reach_past_the_retention(settings, db_now):
+def test_backfill_reaches_back_as_far_as_the_history_is_complete(settings, db_now):
+    """Not the retention setting: what the purges left (tests/history/test_horizon.py)."""
+    from django_dsched.outbox.retention import purge_expired
+
     settings.DSCHED_RETENTION_DAYS = 2
     now = db_now()
     api.create_interval("b", every=1, unit="HOURS", start=now - timedelta(days=5), **COMMON)
-    with pytest.raises(ValidationError, match="retention"):
+    fired, _ = api.backfill("b", now - timedelta(days=4), now - timedelta(days=3))
+    assert fired == 25  # nothing was purged: the history still holds every fire
+    purge_expired()  # the leader's pass keeps two days
+    with pytest.raises(ValidationError, match="purged"):
         api.backfill("b", now - timedelta(days=3), now - timedelta(days=1))
 
 

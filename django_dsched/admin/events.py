@@ -13,6 +13,7 @@ from django.utils.translation import gettext_lazy as _
 
 from django_dsched.admin.base import ReadOnlyAdmin, pretty_json
 from django_dsched.admin.display import EMPTY, time_display
+from django_dsched.admin.tenancy import TenantScoped
 from django_dsched.changes.audit import PREFIX
 from django_dsched.models import Event
 
@@ -62,7 +63,7 @@ EVENT_FIELDS = (
 
 
 @admin.register(Event)
-class EventAdmin(ReadOnlyAdmin):
+class EventAdmin(TenantScoped, ReadOnlyAdmin):
     list_display = ["event_type", "schedule_link", "version", "slot", "written", "actor"]
     list_filter = [EventKindFilter]
     search_fields = ["=aggregate_id", "=id", "event_type"]

@@ -6,10 +6,13 @@ These filters keep its URL parameters (``?event_topic=...``, ``?topic=...``) and
 behaviour, but read their choices from a bounded source, at most :data:`CHOICES_LIMIT` of
 them: an index (a loose index scan), or at most :data:`SCAN_LIMIT` rows of ``schedule_t``.
 A value that is not listed can still be filtered on (by URL, or found with search).
+For a staff user limited to some tenants (:mod:`.tenancy`), the values are read from their
+hosts' rows only: no other tenant's topic, event type or host is offered.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +22,7 @@ from django.db import connections, models, router
 from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
+from django_dsched.admin import tenancy
 from django_dsched.models import Schedule
 
 # Values listed per filter; more would not be read anyway: search finds the rest.
@@ -51,23 +55,28 @@ def index_distinct(model: type[models.Model], column: str, limit: int) -> list[A
         return [row[0] for row in cursor.fetchall()]
 
 
-def scanned_distinct(model: type[models.Model], column: str, limit: int) -> tuple[list[Any], bool]:
-    """Up to ``limit`` distinct values of ``column`` among the first :data:`SCAN_LIMIT` rows.
+def scanned_distinct(
+    model: type[models.Model], column: str, limit: int, hosts: list[uuid.UUID] | None = None
+) -> tuple[list[Any], bool]:
+    """Up to ``limit`` distinct values of ``column`` among the first :data:`SCAN_LIMIT` rows
+    (of ``hosts`` only, if given: through the index led by ``host_id``).
 
     Returns the values and whether every row was read (False: there may be more values).
     """
     connection = connections[router.db_for_read(model)]
     table = connection.ops.quote_name(model._meta.db_table)
     name = connection.ops.quote_name(column)
+    where = "" if hosts is None else "WHERE host_id = ANY(%(hosts)s::uuid[])"
     query = f"""
-        WITH scanned AS MATERIALIZED (SELECT {name} AS value FROM {table} LIMIT %(scan)s)
+        WITH scanned AS MATERIALIZED (SELECT {name} AS value FROM {table} {where}
+                                      LIMIT %(scan)s)
         SELECT value, (SELECT count(*) FROM scanned) < %(scan)s
         FROM (SELECT DISTINCT value FROM scanned) AS found
         ORDER BY value
         LIMIT %(limit)s
     """
     with connection.cursor() as cursor:
-        cursor.execute(query, {"scan": SCAN_LIMIT, "limit": limit})
+        cursor.execute(query, {"scan": SCAN_LIMIT, "limit": limit, "hosts": hosts})
         rows = cursor.fetchall()
     return [value for value, _ in rows], all(complete for _, complete in rows)
 
@@ -86,6 +95,7 @@ class BoundedValuesFilter(admin.AllValuesFieldListFilter):
     ) -> None:
         # The parent only builds a lazy DISTINCT queryset; it is replaced before it runs.
         super().__init__(field, request, params, model, model_admin, field_path)
+        self.hosts = tenancy.hosts(request)  # None: every host
         self.complete = True  # values() says when it could not read every row
         values = [str(v) for v in self.values(CHOICES_LIMIT + 1) if v is not None]
         self.more = len(values) > CHOICES_LIMIT or not self.complete
@@ -113,14 +123,17 @@ class ScheduleValuesFilter(BoundedValuesFilter):
     def values(self, limit: int) -> list[Any]:
         column = self.field.column
         assert column is not None  # a concrete field
-        values, self.complete = scanned_distinct(Schedule, column, limit)
+        values, self.complete = scanned_distinct(Schedule, column, limit, self.hosts)
         return values
 
 
 class HostFilter(BoundedValuesFilter):
-    """The tenants, read from the index on ``schedule_t (host_id, schedule_name)``."""
+    """The tenants, read from the index on ``schedule_t (host_id, schedule_name)``; for a
+    user limited to some, those."""
 
     def values(self, limit: int) -> list[Any]:
+        if self.hosts is not None:
+            return sorted(self.hosts)[:limit]
         return index_distinct(Schedule, "host_id", limit)
 
 
@@ -132,5 +145,5 @@ class OutboxTopicFilter(BoundedValuesFilter):
     """
 
     def values(self, limit: int) -> list[Any]:
-        values, self.complete = scanned_distinct(Schedule, "event_topic", limit)
+        values, self.complete = scanned_distinct(Schedule, "event_topic", limit, self.hosts)
         return values

@@ -20,6 +20,7 @@ from django_dsched.admin.display import (
     time_display,
 )
 from django_dsched.admin.filters import OutboxTopicFilter
+from django_dsched.admin.tenancy import TenantScoped
 from django_dsched.counts import ChangeCount
 from django_dsched.enums import DeliveryStatus
 from django_dsched.models import OutboxMessage
@@ -83,7 +84,7 @@ class RetryingFilter(admin.SimpleListFilter):
 
 
 @admin.register(OutboxMessage)
-class OutboxMessageAdmin(ReadOnlyAdmin):
+class OutboxMessageAdmin(TenantScoped, ReadOnlyAdmin):
     # Fits a laptop's screen beside the filters: the run's badge says the status, the
     # topic sits under the event type, the attempts say when the next one is due, and the
     # last error is in the list (the schedule list links here for it).

@@ -2,22 +2,48 @@
 
 from __future__ import annotations
 
-from typing import Any
+import uuid
+from typing import TYPE_CHECKING, Any
 
+from django import forms
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
 
+from django_dsched.admin import tenancy
 from django_dsched.admin.base import ASSETS, ShownTimes, unstorable_query
 from django_dsched.admin.display import time_display
+from django_dsched.admin.tenancy import TenantScoped
 from django_dsched.changes import permissions as rules
 from django_dsched.models import TenantQuota
 
+# ModelForm is generic for the type checker only (django-stubs).
+if TYPE_CHECKING:
+    QuotaModelForm = forms.ModelForm[TenantQuota]
+else:
+    QuotaModelForm = forms.ModelForm
+
+
+class QuotaForm(QuotaModelForm):
+    """A quota's form: a new row's host is one the user may see (admin/tenancy.py)."""
+
+    hosts: list[uuid.UUID] | None = None  # set per request; None: every host
+
+    class Meta:
+        model = TenantQuota
+        fields = ["host_id", "max_active_schedules", "max_fires_per_second"]
+
+    def clean_host_id(self) -> Any:
+        return tenancy.allowed_host(self.hosts, self.cleaned_data.get("host_id"))
+
 
 @admin.register(TenantQuota)
-class TenantQuotaAdmin(ShownTimes):
+class TenantQuotaAdmin(TenantScoped, ShownTimes):
     """Add, change and delete need the model's permissions (the capabilities of
     :mod:`django_dsched.changes.permissions`). A change applies to the next create of the
-    host, and to the scheduler's fires at its next heartbeat."""
+    host, and to the scheduler's fires at its next heartbeat. A user limited to some
+    tenants sees, adds and changes their rows only."""
+
+    form = QuotaForm
 
     list_display = ["host_id", "max_active_schedules", "max_fires_per_second", "updated"]
     search_fields = ["host_id"]
@@ -31,6 +57,12 @@ class TenantQuotaAdmin(ShownTimes):
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         # The host is the row's key: another host is another row.
         return ["host_id"] if obj is not None else []
+
+    def get_form(
+        self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        form = super().get_form(request, obj, change=change, **kwargs)
+        return type(form.__name__, (form,), {"hosts": tenancy.hosts(request)})
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         refused = unstorable_query(request)

@@ -27,6 +27,7 @@ from django.utils.functional import Promise
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
+from django_dsched.admin import tenancy
 from django_dsched.admin.action_forms import NoOptions, PauseOptions
 from django_dsched.admin.schedule_form import ScheduleForm
 from django_dsched.changes import cancels, edits, on_demand, pauses, unchanged
@@ -290,6 +291,11 @@ class ScheduleActionsMixin(ScheduleModelAdmin):
         return TemplateResponse(request, "admin/dsched/schedule/action_confirmation.html", context)
 
     # -- doing it ---------------------------------------------------------------------------
+    def chosen(self, request: HttpRequest, ids: list[Any]) -> QuerySet[Schedule]:
+        """The schedules ``ids`` names among those the user may see (admin/tenancy.py):
+        the selection already is, and an id of another tenant's schedule acts on nothing."""
+        return tenancy.scoped(request, Schedule.objects.filter(pk__in=ids))
+
     def _perform(
         self, request: HttpRequest, action: Action, ids: list[Any], options: dict[str, Any]
     ) -> Result:
@@ -312,7 +318,8 @@ class ScheduleActionsMixin(ScheduleModelAdmin):
         tell exactly which schedules this action changed.
         """
         with _atomic():
-            locked = list(Schedule.objects.filter(pk__in=ids).select_for_update().order_by("pk"))
+            chosen = self.chosen(request, ids)
+            locked = list(chosen.select_for_update().order_by("pk"))
             before = {s.pk: s.aggregate_version for s in locked}
             service(Schedule.objects.filter(pk__in=before), actor=request.user, **options)
             after = dict(
@@ -342,7 +349,7 @@ class ScheduleActionsMixin(ScheduleModelAdmin):
 
     def _do_run_now(self, request: HttpRequest, ids: list[Any]) -> Result:
         result = Result()
-        for schedule in Schedule.objects.filter(pk__in=ids).order_by("schedule_name"):
+        for schedule in self.chosen(request, ids).order_by("schedule_name"):
             try:
                 fired = on_demand.trigger(schedule, actor=request.user)
             except ValidationError:
@@ -358,7 +365,7 @@ class ScheduleActionsMixin(ScheduleModelAdmin):
 
     def _do_duplicate(self, request: HttpRequest, ids: list[Any]) -> Result:
         result = Result()
-        for source in Schedule.objects.filter(pk__in=ids).order_by("schedule_name"):
+        for source in self.chosen(request, ids).order_by("schedule_name"):
             try:
                 result.created.append(self._duplicate(request, source))
             except ValidationError as exc:

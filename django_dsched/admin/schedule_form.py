@@ -4,6 +4,7 @@ permission check of edits that would end or fire a schedule at once."""
 from __future__ import annotations
 
 import copy
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from django import forms
@@ -11,8 +12,10 @@ from django.db import transaction
 from django.forms.models import construct_instance
 from django.utils.translation import gettext_lazy as _
 
+from django_dsched.admin.tenancy import allowed_host
 from django_dsched.changes import edits, permissions, quotas
 from django_dsched.changes.creates import Preparer
+from django_dsched.changes.routes import check_routed
 from django_dsched.conf import app_settings
 from django_dsched.enums import ScheduleState
 from django_dsched.exceptions import EditNotPermitted, TimetableError
@@ -47,6 +50,9 @@ class ScheduleForm(ScheduleModelForm):
     # that would do either is refused without it. The admin sets both per request.
     may_complete = False
     may_fire = False
+    # The hosts the user may see (admin/tenancy.py), or None: every host. The admin sets it
+    # per request; a schedule is created in, or moved to, one of them only.
+    hosts: list[uuid.UUID] | None = None
 
     class Meta:
         model = Schedule
@@ -87,6 +93,14 @@ class ScheduleForm(ScheduleModelForm):
         if self.instance.pk:
             # Shown in the page; when bound, only tells that the field did not change.
             self.fields["seen_version"].initial = self.instance.aggregate_version
+        if self.hosts is not None and "host_id" in self.fields:
+            # Offer the user's hosts only (a value posted by hand is checked all the same).
+            self.fields["host_id"].widget = forms.Select(
+                choices=[(str(host), str(host)) for host in self.hosts]
+            )
+
+    def clean_host_id(self) -> Any:
+        return allowed_host(self.hosts, self.cleaned_data.get("host_id"))
 
     def clean(self) -> dict[str, Any] | None:
         cleaned = super().clean()
@@ -131,9 +145,10 @@ class ScheduleForm(ScheduleModelForm):
         if self.errors:
             return
         new = construct_instance(self, copy.copy(self.instance), fields=self._meta.fields)
-        refused = quotas.room(new.host_id, 1)
+        refused = quotas.room(new.host_id, 1, record=False)  # the save writes a new row
         if refused is not None:
             raise forms.ValidationError(refused.message, code=refused.code)
+        check_routed(new)  # a topic no route grants to the host: on the topic field
         if self.may_fire:
             return
         try:

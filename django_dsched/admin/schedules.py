@@ -16,17 +16,19 @@ from django.utils.http import urlencode
 from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_lazy as _
 
-from django_dsched.admin import schedule_panels
+from django_dsched.admin import schedule_panels, tenancy
 from django_dsched.admin.base import ASSETS, ShownTimes, unstorable_query
 from django_dsched.admin.display import EMPTY, badge, moment, time_display
 from django_dsched.admin.filters import HostFilter, ScheduleValuesFilter, index_distinct
 from django_dsched.admin.outbox import RETRYING
 from django_dsched.admin.schedule_actions import ScheduleActionsMixin
 from django_dsched.admin.schedule_form import ScheduleForm
+from django_dsched.admin.tenancy import TenantScoped
 from django_dsched.changes import edits
 from django_dsched.changes.describe import describe
 from django_dsched.enums import PLANNED, DeliveryStatus, ScheduleOrigin, ScheduleState
 from django_dsched.models import OutboxMessage, Schedule, SchedulerInstance
+from django_dsched.models.schedule import resolve_host
 from django_dsched.runtime.clock import database_now
 
 
@@ -81,13 +83,16 @@ def many_hosts(request: HttpRequest) -> bool:
     index on (host_id, schedule_name): two probes)."""
     found: bool | None = getattr(request, "_dsched_many_hosts", None)
     if found is None:
-        found = len(index_distinct(Schedule, "host_id", 2)) > 1
+        allowed = tenancy.hosts(request)
+        found = (
+            len(index_distinct(Schedule, "host_id", 2)) > 1 if allowed is None else len(allowed) > 1
+        )
         request._dsched_many_hosts = found  # type: ignore[attr-defined]
     return found
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(ShownTimes, ScheduleActionsMixin):
+class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
     form = ScheduleForm
     change_form_template = "admin/dsched/schedule/change_form.html"
     change_list_template = "admin/dsched/schedule/change_list.html"
@@ -361,15 +366,24 @@ class ScheduleAdmin(ShownTimes, ScheduleActionsMixin):
         self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any
     ) -> type[ScheduleForm]:
         form = super().get_form(request, obj, change=change, **kwargs)
-        # An edit that ends the schedule or fires it at once needs cancel / run now.
+        # An edit that ends the schedule or fires it at once needs cancel / run now; a
+        # schedule goes only to the hosts the user may see.
         return type(
             form.__name__,
             (form,),
             {
                 "may_complete": self.has_cancel_permission(request),
                 "may_fire": self.has_trigger_permission(request),
+                "hosts": tenancy.hosts(request),
             },
         )
+
+    def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, Any]:
+        initial = super().get_changeform_initial_data(request)
+        allowed = tenancy.hosts(request)
+        if allowed and "host_id" not in initial and resolve_host(None) not in allowed:
+            initial["host_id"] = str(allowed[0])  # the default host is not one of theirs
+        return initial
 
     def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
         changed = [f for f in form.changed_data if f != "seen_version"] if change else None

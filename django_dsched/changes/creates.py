@@ -33,6 +33,7 @@ from django_dsched.changes.constraints import (
     unique_name_error,
     validate_new,
 )
+from django_dsched.changes.routes import check_routed
 from django_dsched.changes.single_insert import insert_one
 from django_dsched.changes.specs import Builder, Cron, Interval, Once, Spec, in_callers_words
 from django_dsched.conf import app_settings
@@ -116,6 +117,7 @@ class Preparer:
         the process-wide cache keeps nothing of the caller's."""
         try:
             validate_new(schedule, self.cache)
+            check_routed(schedule)
         finally:
             data_text = self.cache.take_text(schedule.event_data)
         schedule.active = schedule.state == ScheduleState.ACTIVE

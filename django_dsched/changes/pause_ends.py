@@ -25,6 +25,7 @@ from django_dsched.conf import app_settings
 from django_dsched.enums import ScheduleState
 from django_dsched.exceptions import ConflictError
 from django_dsched.firing.plan import REASON_MAX, reason
+from django_dsched.firing.write import HELD, KEPT_TIMES
 from django_dsched.history.event_ids import change_sql
 from django_dsched.models import Schedule
 from django_dsched.runtime.clock import database_now
@@ -34,22 +35,28 @@ from django_dsched.runtime.refusals import refusal, refused, sqlstate
 NOT_RESUMED = "could not resume at the end of its pause: "
 
 # One paused row out of the poll with its error, and its audit event, without reading the
-# row into Python (it may hold a value Python cannot read).
+# row into Python (it may hold a value Python cannot read). Its times are made storable as
+# the fire path's set-aside makes them (a row written before the range CHECK could not be
+# written at all otherwise), and the reason names what it held.
 SET_ASIDE = f"""
 WITH aside AS (
     UPDATE schedule_t s
-    SET state = %(set_aside)s, active = false, set_aside_reason = %(reason)s,
+    SET state = %(set_aside)s, active = false,
+        set_aside_reason = left(%(reason)s || COALESCE(' (' || NULLIF({HELD}, '') || ')', ''),
+                                {REASON_MAX}),
         set_aside_ts = statement_timestamp(), aggregate_version = s.aggregate_version + 1,
-        updated_ts = statement_timestamp()
+        updated_ts = statement_timestamp(),
+        {KEPT_TIMES}
     WHERE s.schedule_id = %(id)s AND s.state = %(paused)s
-    RETURNING s.schedule_id, s.host_id, s.schedule_name, s.origin, s.aggregate_version
+    RETURNING s.schedule_id, s.host_id, s.schedule_name, s.origin, s.aggregate_version,
+              s.set_aside_reason AS reason
 )
 INSERT INTO event_store_t (id, host_id, aggregate_id, aggregate_type, aggregate_version,
                            event_type, event_ts, payload, metadata)
 SELECT {change_sql("statement_timestamp()")}, host_id, schedule_id, 'Schedule',
        aggregate_version, 'dsched.schedule.set_aside', statement_timestamp(),
        jsonb_build_object(
-           'actor', 'scheduler', 'at', statement_timestamp(), 'error', %(reason)s::text,
+           'actor', 'scheduler', 'at', statement_timestamp(), 'error', reason,
            'changes', jsonb_build_object(
                'state', jsonb_build_array(%(paused)s::text, %(set_aside)s::text))),
        jsonb_build_object('actor', 'scheduler', 'schedule_name', schedule_name,

@@ -15,7 +15,8 @@ that is not a user (code, ``"manage.py"``, the scheduler) is trusted, as code is
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -24,8 +25,9 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from django_dsched.enums import MisfirePolicy, ScheduleKind, ScheduleState
-from django_dsched.exceptions import NotPermitted
+from django_dsched.exceptions import ConfigurationError, NotPermitted
 from django_dsched.models import Schedule
+from django_dsched.models.schedule import resolve_host
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,26 @@ def allows(user: Any, capability: Capability) -> bool:
 def may(actor: Any, capability: Capability) -> bool:
     """Whether ``actor`` may: a user by its permissions; code always."""
     return not is_user(actor) or allows(actor, capability)
+
+
+def sees_operations(user: Any) -> bool:
+    """Whether ``user`` may see the operator's side of what it reads: the scheduler
+    instances and relays (``instance_id``, ``claimed_by``), staff members' names in the
+    history, and error texts from the operator's code, endpoints and database. That is the
+    cluster's permission (:data:`VIEW_CLUSTER`): anyone else (a tenant) reads their own
+    schedules with those left out or said in general words (docs/threat-model.md)."""
+    return allows(user, VIEW_CLUSTER)
+
+
+def reachable_hosts(values: Iterable[uuid.UUID | str], setting: str) -> list[uuid.UUID]:
+    """The host ids a tenancy resolver (``setting``, its name) returned, each once and in
+    order; anything that is not a host id is a :class:`ConfigurationError` naming it."""
+    try:
+        return list(dict.fromkeys(resolve_host(value) for value in values))
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(
+            f"{setting} returned something that is not a host id: {exc}"
+        ) from None
 
 
 def refusal(capability: Capability, why: object = "") -> NotPermitted:

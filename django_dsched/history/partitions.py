@@ -11,8 +11,9 @@ id). So a fire never fails for a missing partition.
   own and attached (``ATTACH PARTITION`` takes only a ``SHARE UPDATE EXCLUSIVE`` lock on the
   parent, which fires and relays do not wait on); rows the default partition already holds
   for that day are moved into it in the same transaction.
-* :func:`drop_expired` drops a day's two partitions once the whole day is older than the
-  retention and nothing in it is still needed: no message ``PENDING`` or ``DELIVERY_FAILED``
+* :func:`drop_expired` moves the history's horizon to the retention's cutoff
+  (:mod:`.horizon`), then drops a day's two partitions once the whole day is older than the
+  cutoff and nothing in it is still needed: no message ``PENDING`` or ``DELIVERY_FAILED``
   (such a day is *held* until they settle: delivered, retried and delivered, or discarded), no
   message delivered within the retention (a late fire's: a fire's message is in its slot's
   day, and is pending until it is delivered).
@@ -39,6 +40,8 @@ from django.db.backends.utils import CursorWrapper
 
 from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus
+from django_dsched.history import horizon
+from django_dsched.models.times import storable
 from django_dsched.runtime.logs import get_logger
 from django_dsched.runtime.loops import bound_transaction, first_line, hold_bounds
 
@@ -416,10 +419,13 @@ def ensure_one_per_slot(
 # Why a day past the retention is still kept: each part is read through a partial index
 # (pending: the relay's ready index; dead: the dead letters' index) or the end of an index
 # (the latest delivery), so asking costs a few pages however big the day.
-HOLDS = """
-SELECT (SELECT count(*) FROM {outbox} WHERE status = %(pending)s),
-       (SELECT count(*) FROM {outbox} WHERE status = %(dead)s),
-       (SELECT max(delivered_ts) FROM {outbox} WHERE status = %(delivered)s)
+HOLDS = f"""
+SELECT (SELECT count(*) FROM {{outbox}} WHERE status = %(pending)s),
+       (SELECT count(*) FROM {{outbox}} WHERE status = %(dead)s),
+       -- (A time Python reads whatever the row holds: models/times.py.)
+       (SELECT {storable("latest", nullable=False)}
+        FROM (SELECT max(delivered_ts) AS latest FROM {{outbox}}
+              WHERE status = %(delivered)s) d)
 """
 
 
@@ -439,18 +445,23 @@ def _holds(cursor: CursorWrapper, day: date, outbox: str, cutoff: datetime) -> H
     return None
 
 
-def _expired_days(
-    cursor: CursorWrapper, days_kept: float, using: str | None
-) -> tuple[datetime, list[tuple[date, str, str]]]:
-    """The retention's cutoff (database clock) and the days wholly before it that have both
-    partitions (day, outbox partition, event partition)."""
-    cursor.execute(
-        "SELECT statement_timestamp() - make_interval(secs => %s)", [float(days_kept) * 86400]
-    )
-    (cutoff,) = cursor.fetchone()
+def cutoff_of(days_kept: float, using: str | None = None) -> datetime:
+    """The cutoff of a retention keeping ``days_kept`` days, now (database clock)."""
+    with _connection(using).cursor() as cursor:
+        cursor.execute(
+            "SELECT statement_timestamp() - make_interval(secs => %s)", [float(days_kept) * 86400]
+        )
+        (cutoff,) = cursor.fetchone()
+    assert isinstance(cutoff, datetime)
+    return cutoff
+
+
+def _expired_days(cutoff: datetime, using: str | None) -> list[tuple[date, str, str]]:
+    """The days wholly before ``cutoff`` that have both partitions (day, outbox partition,
+    event partition)."""
     last = cutoff.astimezone(UTC).date()
     outbox, events = day_partitions(OUTBOX, using), day_partitions(EVENTS, using)
-    return cutoff, [
+    return [
         (day, outbox[day], events[day])
         for day in sorted(set(outbox) & set(events))
         if day + timedelta(days=1) <= last
@@ -459,12 +470,16 @@ def _expired_days(
 
 def drop_expired(*, days_kept: float, using: str | None = None, dry_run: bool = False) -> Dropped:
     """Drop the days older than ``days_kept`` that nothing holds (oldest first), each in its
-    own short transaction; with ``dry_run`` count what would go instead."""
+    own short transaction; with ``dry_run`` count what would go instead.
+
+    The history's horizon is moved to the cutoff first, in a transaction of its own
+    (:func:`.horizon.advance`): no backfill reaches before it once a day before it may be
+    gone."""
     connection = _connection(using)
     dropped, held, skipped = [], [], []
     events = outbox = 0
-    with connection.cursor() as cursor:
-        cutoff, candidates = _expired_days(cursor, days_kept, using)
+    cutoff = cutoff_of(days_kept, using) if dry_run else horizon.advance(days_kept, using)
+    candidates = _expired_days(cutoff, using)
     if not dry_run:
         drop_detached(using)  # what a pass that died half way left
     for day, outbox_name, events_name in candidates:
@@ -567,9 +582,9 @@ def held_days(*, days_kept: float | None = None, using: str | None = None) -> Hi
     found = days(using)
     held: list[Held] = []
     if kept is not None and found:
+        cutoff = cutoff_of(kept, using)
         with _connection(using).cursor() as cursor:
-            cutoff, candidates = _expired_days(cursor, kept, using)
-            for day, outbox, _events in candidates:
+            for day, outbox, _events in _expired_days(cutoff, using):
                 hold = _holds(cursor, day, outbox, cutoff)
                 if hold is not None:
                     held.append(hold)

@@ -23,6 +23,7 @@ from django_dsched.metrics.registry import serve
 from django_dsched.outbox.relay import Relay
 from django_dsched.runtime.connections import apply_connection_options, describe_failure
 from django_dsched.runtime.health import Checked, HealthServer
+from django_dsched.runtime.http import EndpointServer
 from django_dsched.runtime.loops import DatabaseLoop, wait_for_database
 from django_dsched.runtime.tables import MissingTables, require_tables
 
@@ -139,33 +140,38 @@ def endpoints(
     block runs. The loops' metrics objects must exist already (they register the series)."""
     address = app_settings.HTTP_BIND
     logger = logging.getLogger("django_dsched")
-    if metrics_port:
-        if database_metrics:
-            from prometheus_client import REGISTRY
-
-            REGISTRY.register(DatabaseCollector(close_connection=True))
-        try:
-            serve(metrics_port, address)
-        except OSError as exc:
-            where = f"{address}:{metrics_port}"
-            raise CommandError(f"--metrics-port: cannot listen on {where}: {exc}") from exc
-        logger.info("serving metrics on http://%s:%d/metrics", address, metrics_port)
-    health = None
-    if health_port:
-        try:
-            server = HealthServer(
-                loops, health_port, address, float(app_settings.HEALTH_STALL_SECONDS)
-            )
-        except OSError as exc:
-            where = f"{address}:{health_port}"
-            raise CommandError(f"--health-port: cannot listen on {where}: {exc}") from exc
-        health = server.start()
-        logger.info("serving /livez and /readyz on http://%s:%d", address, health_port)
+    servers: list[EndpointServer | HealthServer] = []
     try:
+        if metrics_port:
+            if database_metrics:
+                from prometheus_client import REGISTRY
+
+                REGISTRY.register(DatabaseCollector(close_connection=True))
+            try:
+                servers.append(serve(metrics_port, address))
+            except OSError as exc:
+                where = f"{address}:{metrics_port}"
+                raise CommandError(f"--metrics-port: cannot listen on {where}: {exc}") from exc
+            logger.info(
+                "serving metrics on http://%s:%d/metrics (%s)",
+                address,
+                metrics_port,
+                "bearer token required" if app_settings.METRICS_TOKEN else "no authentication",
+            )
+        if health_port:
+            try:
+                server = HealthServer(
+                    loops, health_port, address, float(app_settings.HEALTH_STALL_SECONDS)
+                )
+            except OSError as exc:
+                where = f"{address}:{health_port}"
+                raise CommandError(f"--health-port: cannot listen on {where}: {exc}") from exc
+            servers.append(server.start())
+            logger.info("serving /livez and /readyz on http://%s:%d", address, health_port)
         yield
     finally:
-        if health is not None:
-            health.stop()
+        for started in servers:
+            started.stop()
 
 
 def connection_options() -> None:

@@ -106,7 +106,8 @@ def read_gauges(using: str | None = None) -> Gauges:
 class DatabaseCollector:
     """A prometheus_client collector of :class:`Gauges`, cached for
     ``DSCHED_METRICS_CACHE_SECONDS``. ``close_connection``: close this thread's database
-    connection after each read (for prometheus_client's server, a new thread per scrape)."""
+    connection after each read (the ``--metrics-port`` server's thread: it holds no session
+    between scrapes, and a read after an outage starts afresh)."""
 
     def __init__(self, using: str | None = None, *, close_connection: bool = False) -> None:
         self.using = using

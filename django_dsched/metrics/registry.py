@@ -8,10 +8,15 @@ them all in one call (``bisect`` per value, one lock per batch) and exposes the 
 
 from __future__ import annotations
 
+import gzip
 import threading
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
+
+from django_dsched.conf import app_settings
+from django_dsched.metrics.tokens import bearer_matches
+from django_dsched.runtime.http import EndpointServer, Request, Response, text
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -82,9 +87,27 @@ class BatchHistogram:
         yield HistogramMetricFamily(self.name, self.documentation)
 
 
-def serve(port: int, address: str, registry: CollectorRegistry | None = None) -> None:
-    """Serve ``registry`` (default: prometheus_client's) on ``address:port`` at ``/metrics``,
-    from a daemon thread (prometheus_client's own server)."""
-    from prometheus_client import REGISTRY, start_http_server
+def exposition(registry: CollectorRegistry, request: Request) -> Response:
+    """``/metrics``: the registry in the format the scraper asks for (OpenMetrics or the
+    text format), to a scraper with the bearer token when ``DSCHED_METRICS_TOKEN`` is set."""
+    from prometheus_client.exposition import choose_encoder
 
-    start_http_server(port, addr=address, registry=registry or REGISTRY)
+    if app_settings.METRICS_TOKEN and not bearer_matches(request.headers.get("authorization", "")):
+        challenge = ("WWW-Authenticate", 'Bearer realm="dsched-metrics"')
+        return text(401, "metrics need the bearer token (DSCHED_METRICS_TOKEN)", challenge)
+    encoder, content_type = choose_encoder(request.headers.get("accept", ""))
+    body = encoder(registry)
+    if "gzip" in request.headers.get("accept-encoding", ""):
+        return Response(200, gzip.compress(body), content_type, (("Content-Encoding", "gzip"),))
+    return Response(200, body, content_type)
+
+
+def serve(port: int, address: str, registry: CollectorRegistry | None = None) -> EndpointServer:
+    """Serve ``registry`` (default: prometheus_client's) on ``address:port`` at ``/metrics``,
+    from a daemon thread (:class:`~django_dsched.runtime.http.EndpointServer`: bounded
+    connections, one thread), until the returned server's ``stop()``."""
+    from prometheus_client import REGISTRY
+
+    chosen = REGISTRY if registry is None else registry
+    routes = {"/metrics": lambda request: exposition(chosen, request)}
+    return EndpointServer(address, port, routes, name="dsched-metrics").start()

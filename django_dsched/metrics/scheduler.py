@@ -2,18 +2,23 @@
 
 One :class:`SchedulerMetrics` per process (:func:`scheduler_metrics`), fed once per batch
 by the loop (:meth:`SchedulerMetrics.batch`), never per fire. The fire lag is the database
-time of the write statement minus each fired slot, both from the database's clock.
+time of the write statement minus each fired slot, both from the database's clock. The
+``topic`` label is a tenant's to name: bounded (:mod:`django_dsched.metrics.labels`).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from functools import partial
 from typing import TYPE_CHECKING
 
+from django_dsched.metrics.labels import OTHER, BoundedLabel
 from django_dsched.metrics.registry import DURATION_BUCKETS, LAG_BUCKETS, BatchHistogram
 
 if TYPE_CHECKING:
+    from prometheus_client.registry import CollectorRegistry
+
     from django_dsched.firing.batch import BatchResult
 
 _lock = threading.Lock()
@@ -21,15 +26,20 @@ _instance: SchedulerMetrics | None = None
 
 
 class SchedulerMetrics:
-    """The ``dsched_*`` series of ``run_scheduler`` (on prometheus_client's registry)."""
+    """The ``dsched_*`` series of ``run_scheduler`` (on ``registry``, by default
+    prometheus_client's)."""
 
-    def __init__(self) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
         from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 
-        self.fires = Counter(
+        registry = REGISTRY if registry is None else registry
+        counter, gauge = partial(Counter, registry=registry), partial(Gauge, registry=registry)
+        self.topics = BoundedLabel()
+        self.fires = counter(
             "dsched_fires",
             "Slots fired by this process's committed batches (a slot refused as already fired "
-            "also counts in dsched_duplicate_slots_total).",
+            "also counts in dsched_duplicate_slots_total), by topic: the first "
+            f"DSCHED_METRICS_LABEL_VALUES topics seen, the others under {OTHER}.",
             ["topic"],
         )
         self.fire_lag = BatchHistogram(
@@ -38,31 +48,31 @@ class SchedulerMetrics:
             "its fire (database clock).",
             LAG_BUCKETS,
         )
-        REGISTRY.register(self.fire_lag)
-        self.misfires = Counter(
+        registry.register(self.fire_lag)
+        self.misfires = counter(
             "dsched_misfires",
             "Schedules whose fire skipped or coalesced missed slots (misfire_count increments).",
         )
-        self.duplicates = Counter(
+        self.duplicates = counter(
             "dsched_duplicate_slots",
             "Slots the database refused because they had already fired.",
         )
-        self.set_aside = Counter(
+        self.set_aside = counter(
             "dsched_set_aside",
             "Schedules this process set aside: they could not be planned, or the database "
             "refused their fire.",
         )
-        self.deferred = Counter(
+        self.deferred = counter(
             "dsched_deferred_schedules",
             "Claimed schedules left for the next batch because planning ran out of time.",
         )
-        self.quota_delayed = Counter(
+        self.quota_delayed = counter(
             "dsched_quota_delayed_schedules",
             "Claimed schedules a batch left unplanned because their host was over its fire "
             "rate (max_fires_per_second): released, and claimed again once the host has "
             "tokens; none is dropped. One left in several batches counts in each.",
         )
-        self.quota_held_back = Gauge(
+        self.quota_held_back = gauge(
             "dsched_quota_held_back_hosts",
             "Hosts over their fire rate whose rows the last claim passed over.",
         )
@@ -70,22 +80,23 @@ class SchedulerMetrics:
             "dsched_batch_duration_seconds",
             "Seconds one fire batch took, claim to commit (process monotonic clock).",
             buckets=DURATION_BUCKETS,
+            registry=registry,
         )
-        self.leadership_changes = Counter(
+        self.leadership_changes = counter(
             "dsched_leadership_changes",
             "Times this process took or lost the lease.",
             ["change"],
         )
-        self.renew_failures = Counter(
+        self.renew_failures = counter(
             "dsched_lease_renew_failures",
             "Lease renewals that found the lease held by another instance.",
         )
-        self.fenced = Counter(
+        self.fenced = counter(
             "dsched_fenced_batches",
             "Batches refused by the fence (the lease was no longer ours); nothing was written.",
         )
-        self.leader = Gauge("dsched_leader", "1 while this process holds the lease, else 0.")
-        self.heartbeat_age = Gauge(
+        self.leader = gauge("dsched_leader", "1 while this process holds the lease, else 0.")
+        self.heartbeat_age = gauge(
             "dsched_heartbeat_age_seconds",
             "Seconds since this process last wrote its lease (leader) or presence (standby) "
             "heartbeat.",
@@ -98,7 +109,7 @@ class SchedulerMetrics:
         """Record one committed batch (``seconds``: its duration, claim to commit)."""
         self.batch_duration.observe(seconds)
         if result.topics:
-            for topic, count in result.topics.items():
+            for topic, count in self.topics.fold(result.topics.items()).items():
                 self.fires.labels(topic).inc(count)
         written = result.written_us
         if written is not None and result.slots:

@@ -4,6 +4,7 @@ from django.db import models
 from django.utils.translation import gettext_lazy as _
 
 from django_dsched.models.records import EventRecord
+from django_dsched.models.times import EVENT_TIMES, in_range
 
 
 class Event(EventRecord):
@@ -36,6 +37,13 @@ class Event(EventRecord):
             # A schedule's history, in version order (admin, REST).
             models.Index(
                 fields=["aggregate_id", "aggregate_version"], name="dsched_event_version_idx"
+            ),
+        ]
+        # Every time an event holds is one Python can read (models/times.py).
+        constraints = [
+            models.CheckConstraint(
+                condition=in_range(*EVENT_TIMES),
+                name="dsched_event_times_in_range",
             ),
         ]
 

@@ -29,6 +29,7 @@ from django_dsched.exceptions import CronError, ValidationError
 from django_dsched.models.conditions import OneOf, differs
 from django_dsched.models.fields import EventDataField
 from django_dsched.models.ids import uuid7
+from django_dsched.models.times import SCHEDULE_TIMES, in_range
 from django_dsched.models.validators import (
     KEY_MAX_LENGTH,
     NAME_MAX_LENGTH,
@@ -412,6 +413,13 @@ class Schedule(models.Model):
                     Value("object"),
                 ),
                 name="dsched_schedule_event_data_object",
+            ),
+            models.CheckConstraint(
+                condition=in_range(*SCHEDULE_TIMES),
+                name="dsched_schedule_times_in_range",
+                violation_error_message=_(
+                    "Every time of a schedule must fall in the years 1 to 9999."
+                ),
             ),
         ]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -85,21 +85,17 @@ class Reports:
         labels, self._labels = self._labels, {}
         return labels
 
-    def dead_at_claim(self, dead: list[Message]) -> None:
-        """Log and count the messages a claim dead-lettered."""
+    def dead_at_claim(self, dead: list[Message], why: Mapping[uuid.UUID, str]) -> None:
+        """Log and count the messages a claim dead-lettered (``why``: each one's error, as
+        the claim stored it)."""
         for message in dead:
             self.stats.dead_lettered += 1
             logger.error(
-                "dead-lettered id=%s topic=%s type=%s %s",
+                "dead-lettered at its claim id=%s topic=%s type=%s: %s",
                 message.id,
                 message.topic,
                 message.event_type,
-                # A claimed payload is never empty text: size 0 is a message whose event
-                # (holding its payload, stored once) is gone.
-                "with no payload to deliver: its event was deleted from event_store_t"
-                if message.size == 0
-                else f"after {message.attempt} attempts with no recorded outcome (relays "
-                "died or hung while delivering it)",
+                why.get(message.id, ""),
                 extra=log_context(self.relay_id, message),
             )
         if dead and self.metrics is not None:

@@ -1,7 +1,9 @@
 """Retention: drop whole days of history, and delete the default partition's expired rows.
 
 ``DSCHED_RETENTION_DAYS`` (default 45): a DELIVERED message goes once it was delivered that
-long ago; an event goes once it fired that long ago and its outbox message is gone. A message
+long ago; an event goes once it fired that long ago and its outbox message is gone. Each pass
+first moves the history's horizon to its cutoff (:mod:`django_dsched.history.horizon`), in
+a transaction of its own: no backfill reaches before what a purge may have deleted. A message
 reads its payload from its event (stored once, there), so the event stays as long as the
 message does, whatever its status (dead letters and their events stay until an operator
 handles them).
@@ -20,25 +22,26 @@ leader (:func:`purge_expired`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, datetime
 
 from django.db import connections, transaction
 
 from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus
-from django_dsched.history import event_ids
-from django_dsched.history.partitions import Held, drop_expired
+from django_dsched.history import event_ids, horizon
+from django_dsched.history.partitions import Held, cutoff_of, drop_expired
 from django_dsched.runtime.logs import get_logger
 from django_dsched.runtime.loops import bound_transaction
 
 logger = get_logger(__name__)
 
+# ``%(cutoff)s``: the purge's cutoff, to which the history's horizon was moved first
+# (history/horizon.py): nothing at or after it is deleted.
 PURGE_OUTBOX = """
 DELETE FROM outbox_message_t_default
 WHERE id IN (
     SELECT id FROM outbox_message_t_default
-    WHERE status = %(delivered)s
-      AND delivered_ts < statement_timestamp() - make_interval(secs => %(seconds)s)
+    WHERE status = %(delivered)s AND delivered_ts < %(cutoff)s
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
@@ -63,10 +66,8 @@ KEEPS_EVENT = """
 # of the whole default partition (there is no index on event_ts).
 EXPIRED_IDS = (
     "e.id < "
-    + event_ids.floor_sql(
-        "statement_timestamp() - make_interval(secs => %(seconds)s) + interval '1 millisecond'"
-    )
-    + "\n      AND e.event_ts < statement_timestamp() - make_interval(secs => %(seconds)s)"
+    + event_ids.floor_sql("%(cutoff)s::timestamptz + interval '1 millisecond'")
+    + "\n      AND e.event_ts < %(cutoff)s"
 )
 
 PURGE_EVENTS = f"""
@@ -83,16 +84,13 @@ WHERE id IN (
 
 COUNT_OUTBOX = """
 SELECT count(*) FROM outbox_message_t_default
-WHERE status = %(delivered)s
-  AND delivered_ts < statement_timestamp() - make_interval(secs => %(seconds)s)
+WHERE status = %(delivered)s AND delivered_ts < %(cutoff)s
 """
 
 # Counted before anything is deleted: a message the outbox purge deletes first (delivered
 # before the cutoff) does not keep its event, as in the real pass.
 NOT_PURGED_FIRST = """
-            AND (o.status = %(delivered)s
-                 AND o.delivered_ts < statement_timestamp() - make_interval(secs => %(seconds)s)
-                ) IS NOT TRUE"""
+            AND (o.status = %(delivered)s AND o.delivered_ts < %(cutoff)s) IS NOT TRUE"""
 COUNT_EVENTS = f"""
 SELECT count(*) FROM event_store_t_default e
 WHERE {EXPIRED_IDS}
@@ -118,19 +116,16 @@ class Purged:
     day_events: int = 0
 
 
-def _params(days: float, limit: int = 0) -> dict[str, float | int | str]:
-    return {
-        "delivered": DeliveryStatus.DELIVERED.value,
-        "seconds": float(days) * 86400,
-        "limit": limit,
-    }
+def _params(cutoff: datetime, limit: int = 0) -> dict[str, datetime | int | str]:
+    return {"delivered": DeliveryStatus.DELIVERED.value, "cutoff": cutoff, "limit": limit}
 
 
 def _purge(
-    sql: str, params: dict[str, float | int | str], using: str, max_batches: int | None
+    sql: str, params: dict[str, datetime | int | str], using: str, max_batches: int | None
 ) -> tuple[int, bool]:
     total, batches = 0, 0
-    limit = int(params["limit"])
+    limit = params["limit"]
+    assert isinstance(limit, int)
     while max_batches is None or batches < max_batches:
         with transaction.atomic(using=using), connections[using].cursor() as cursor:
             bound_transaction(cursor)  # a frozen pass holds its row locks half a lease at most
@@ -162,7 +157,9 @@ def purge_expired(
         return Purged()
     using = using or app_settings.DATABASE
     dropped = drop_expired(days_kept=days, using=using)
-    params = _params(days, batch_size or app_settings.RETENTION_BATCH_SIZE)
+    # The horizon first (in its own transaction), then nothing older than its cutoff.
+    cutoff = horizon.advance(days, using)
+    params = _params(cutoff, batch_size or app_settings.RETENTION_BATCH_SIZE)
     outbox, more_outbox = _purge(PURGE_OUTBOX, params, using, max_batches)
     events, more_events = _purge(PURGE_EVENTS, params, using, max_batches)
     purged = Purged(
@@ -192,7 +189,7 @@ def count_expired(*, days: float | None = None, using: str | None = None) -> Pur
         return Purged()
     using = using or app_settings.DATABASE
     dropped = drop_expired(days_kept=days, using=using, dry_run=True)
-    params = _params(days)
+    params = _params(cutoff_of(days, using))
     with connections[using].cursor() as cursor:
         cursor.execute(COUNT_OUTBOX, params)
         (outbox,) = cursor.fetchone()

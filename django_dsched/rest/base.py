@@ -29,6 +29,7 @@ from django_dsched.rest.pagination import KeysetPagination, without_page_paramet
 from django_dsched.rest.parsers import JSONBodyParser, body_limit, check_content_length
 from django_dsched.rest.permissions import ActionPermission
 from django_dsched.rest.serializers.actions import NoOptions
+from django_dsched.rest.serializers.audience import Audience
 
 if TYPE_CHECKING:
     from rest_framework.permissions import _PermissionClass
@@ -62,6 +63,18 @@ class APIMixin(APIView):
     # unknown filter): a typo is never silently ignored.
     query_actions: frozenset[str] = frozenset()
     refuses_unknown_query: bool = True
+
+    def audience(self) -> Audience:
+        """Who this request's answer is for (what of the operator's side it shows), once
+        per request."""
+        found: Audience | None = getattr(self.request, "_dsched_audience", None)
+        if found is None:
+            found = Audience.of_user(self.request.user)
+            self.request._dsched_audience = found  # type: ignore[attr-defined]
+        return found
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        return {"request": self.request, "view": self, "audience": self.audience()}
 
     def get_authenticators(self) -> list[BaseAuthentication]:
         return auth.authenticators()
@@ -151,4 +164,5 @@ class TenantViewSet(APIMixin, viewsets.GenericViewSet[M], Generic[M]):
         self.ordering = ordering or type(self).ordering
         paginator = KeysetPagination()
         rows = paginator.paginate_queryset(queryset, self.request, self)
-        return paginator.get_paginated_response(serializer(rows, many=True).data)
+        context = {"audience": self.audience()}
+        return paginator.get_paginated_response(serializer(rows, many=True, context=context).data)

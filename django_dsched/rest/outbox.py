@@ -58,7 +58,7 @@ class OutboxViewSet(TenantViewSet[OutboxMessage]):
         responses={200: MessageDetailSerializer, **errors(*READ_ONE)},
     )
     def retrieve(self, request: Request, **kwargs: Any) -> Response:
-        return Response(MessageDetailSerializer(self.selected().get()).data)
+        return Response(self.shown(self.selected().get()))
 
     @described(
         summary="Retry a dead letter",
@@ -71,7 +71,7 @@ class OutboxViewSet(TenantViewSet[OutboxMessage]):
         message = self._dead_letter(request, dead_letters.retry).first()
         if message is None:  # discarded meanwhile
             raise NotFound()
-        return Response(MessageDetailSerializer(message).data)
+        return Response(self.shown(message))
 
     @described(
         summary="Discard a dead letter",
@@ -86,6 +86,10 @@ class OutboxViewSet(TenantViewSet[OutboxMessage]):
     def discard(self, request: Request, **kwargs: Any) -> Response:
         self._dead_letter(request, dead_letters.discard)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+    def shown(self, message: OutboxMessage) -> Any:
+        """``message`` with its payload, as this caller may see it."""
+        return MessageDetailSerializer(message, context=self.get_serializer_context()).data
 
     def _dead_letter(
         self, request: Request, handle: Callable[[QuerySet[OutboxMessage]], ChangeCount]

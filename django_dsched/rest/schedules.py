@@ -226,7 +226,8 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
             found = api.status(key=values["key"], host_id=host)
         except Schedule.DoesNotExist:
             raise NotFound() from None
-        return Response(ScheduleStatusSerializer(found).data)
+        context = self.get_serializer_context()
+        return Response(ScheduleStatusSerializer(found, context=context).data)
 
     # -- one schedule ---------------------------------------------------------------------
     @described(
@@ -351,6 +352,8 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
             required=required,
         )
         if not count.changed:  # nothing was written
+            # A set-aside schedule's error, in the words this caller may read.
+            schedule.set_aside_reason = self.audience().error(schedule.set_aside_reason)
             raise StateConflict(unchanged.why_not(change, schedule))
         return with_etag(schedule)
 

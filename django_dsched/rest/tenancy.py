@@ -14,8 +14,8 @@ from collections.abc import Iterable
 from django.utils.module_loading import import_string
 from rest_framework.request import Request
 
+from django_dsched.changes.permissions import reachable_hosts
 from django_dsched.conf import app_settings
-from django_dsched.exceptions import ConfigurationError
 from django_dsched.models.schedule import resolve_host
 
 
@@ -31,11 +31,6 @@ def hosts(request: Request) -> list[uuid.UUID]:
         return cached
     resolver = import_string(app_settings.API_HOST_RESOLVER)
     values: Iterable[uuid.UUID | str] = resolver(request)
-    try:
-        found = list(dict.fromkeys(resolve_host(value) for value in values))
-    except (TypeError, ValueError) as exc:
-        raise ConfigurationError(
-            f"DSCHED_API_HOST_RESOLVER returned something that is not a host id: {exc}"
-        ) from None
+    found = reachable_hosts(values, "DSCHED_API_HOST_RESOLVER")
     request._dsched_hosts = found  # type: ignore[attr-defined]
     return found

@@ -2,8 +2,9 @@
 
 - :mod:`.loops`: ``DatabaseLoop``, a loop's session set-up, LISTEN, backoff and stop.
 - :mod:`.wakeup`: ``Waker``, the self-pipe and database socket a loop sleeps on.
-- :mod:`.health`: ``HealthServer``, ``/livez`` and ``/readyz`` of a process's loops (each
-  connection bounded in time, their number capped).
+- :mod:`.health`: ``HealthServer``, ``/livez`` and ``/readyz`` of a process's loops.
+- :mod:`.http`: ``EndpointServer``, the endpoints' one-thread HTTP server (each connection
+  bounded in time, their number capped, the oldest idle dropped past the cap).
 - :mod:`.clock`: ``database_now()``, the only "now" outside SQL.
 - :mod:`.refusals`: ``refused(exc)``, a database error that is one row's fault, and
   ``refusal(exc)``, that error in words.

@@ -86,3 +86,30 @@ def test_quotas_are_added_changed_and_deleted_with_the_models_permissions(client
     staff(client, "view_tenantquota", "delete_tenantquota")
     assert client.post(delete, {"post": "yes"}).status_code == 302
     assert not TenantQuota.objects.exists()
+
+
+def test_a_new_tenants_first_schedule_gives_it_the_default_quota_once_saved(admin_client, settings):
+    settings.DSCHED_TENANT_MAX_ACTIVE_SCHEDULES = 0
+    tenant = "aaaaaaaa-0000-0000-0000-000000000000"
+    form = add_form(database_now() + timedelta(hours=1), misfire_policy="COALESCE")
+    refused = admin_client.post(reverse("admin:dsched_schedule_add"), {**form, "host_id": tenant})
+    errors = refused.context["adminform"].form.non_field_errors()
+    assert any("at most 0 live schedules" in e for e in errors), errors
+    assert not TenantQuota.objects.exists()  # the form checked; only a save writes the row
+    settings.DSCHED_TENANT_MAX_ACTIVE_SCHEDULES = 1
+    saved = admin_client.post(reverse("admin:dsched_schedule_add"), {**form, "host_id": tenant})
+    assert saved.status_code == 302
+    row = TenantQuota.objects.get()
+    assert (str(row.host_id), row.max_active_schedules, row.max_fires_per_second) == (
+        tenant,
+        1,
+        100.0,
+    )
+    again = admin_client.post(
+        reverse("admin:dsched_schedule_add"), {**form, "host_id": tenant, "schedule_name": "x"}
+    )
+    errors = again.context["adminform"].form.non_field_errors()
+    assert any("at most 1 live schedules" in e for e in errors), errors
+    admin_client.post(reverse("admin:dsched_schedule_add"), {**form, "schedule_name": "mine"})
+    assert TenantQuota.objects.count() == 1  # the operator's host gets none
+    assert Schedule.objects.count() == 2

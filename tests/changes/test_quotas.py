@@ -27,6 +27,14 @@ OTHER = uuid.UUID(int=12)
 COMMON = {"topic": "mail", "event_type": "reminder.send"}
 
 
+@pytest.fixture(autouse=True)
+def _no_new_tenant_rows(settings):
+    """These tests give their hosts rows themselves: no row for a new tenant
+    (DSCHED_TENANT_MAX_*, tested in tests/rest/test_quotas.py and tests/admin/test_quotas.py)."""
+    settings.DSCHED_TENANT_MAX_ACTIVE_SCHEDULES = None
+    settings.DSCHED_TENANT_MAX_FIRES_PER_SECOND = None
+
+
 def create(name: str, host: uuid.UUID = HOST, **fields: object) -> Schedule:
     return api.create_interval(name=name, every=1, unit="MINUTES", host_id=host, **COMMON, **fields)
 

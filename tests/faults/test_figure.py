@@ -54,12 +54,13 @@ def p99(values: list[float]) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[98]
 
 
-def bad_rows(db_now) -> tuple[list[tuple[str, str, str]], str]:
+def bad_rows(db_now, unchecked) -> tuple[list[tuple[str, str, str]], str]:
     """One bad row, or more, in each loop; the rules that refuse them, and the message whose
     outcome is refused (sent at each attempt: at least once, by design)."""
     start = db_now() - timedelta(seconds=2)
     refused_fire, odd_next, odd_count = every_second(start, 3)
-    write_by_hand("schedule_t", "schedule_id", odd_next.pk, next_slot_ts="'infinity'")
+    with unchecked("schedule_t"):  # as written before the range CHECK
+        write_by_hand("schedule_t", "schedule_id", odd_next.pk, next_slot_ts="'infinity'")
     write_by_hand("schedule_t", "schedule_id", odd_count.pk, fire_count=str(BIGINT_MAX))
     refused_resume, odd_pause = ScheduleFactory.create_batch(
         2,
@@ -67,7 +68,8 @@ def bad_rows(db_now) -> tuple[list[tuple[str, str, str]], str]:
         start_ts=start,
         paused_until=db_now() - timedelta(seconds=1),
     )
-    write_by_hand("schedule_t", "schedule_id", odd_pause.pk, paused_until="'-infinity'")
+    with unchecked("schedule_t"):
+        write_by_hand("schedule_t", "schedule_id", odd_pause.pk, paused_until="'-infinity'")
     refused_settle, deep = make_messages(2)
     write_by_hand("event_store_t", "id", deep, payload=f"'{deep_json(10_000)}'::jsonb")
     day, _ = missing_days(5, 6)
@@ -95,7 +97,7 @@ def bad_rows(db_now) -> tuple[list[tuple[str, str, str]], str]:
 
 
 def test_bad_rows_in_every_loop_cost_the_healthy_schedules_no_lag_and_no_election(
-    db_now, delivered
+    db_now, delivered, unchecked
 ):
     healthy = every_second(db_now(), 20)
     scheduler, relay = leader(), Relay(instance_id="relay")
@@ -107,7 +109,7 @@ def test_bad_rows_in_every_loop_cost_the_healthy_schedules_no_lag_and_no_electio
         drive_all(loops, RUN)
         clean_until = db_now()
         before = elections()
-        rules, resent = bad_rows(db_now)
+        rules, resent = bad_rows(db_now, unchecked)
         with refusing_all(rules):
             upkeep._purge()
             bad_from = db_now()

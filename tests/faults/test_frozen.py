@@ -90,6 +90,12 @@ MAINTENANCE = {
         missing_day,
         ("command", "run_scheduler", "--once"),
     ),
+    # purge_history moving the history's horizon first (its row: backfills wait on it).
+    "move the horizon": (
+        r"INSERT INTO history_horizon_t",
+        expired_day,
+        ("command", "purge_history"),
+    ),
     # The retention pass deleting the default partitions' expired rows (its row locks).
     "delete expired rows": (
         r"^\s*DELETE FROM outbox_message_t_default",

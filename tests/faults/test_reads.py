@@ -23,7 +23,6 @@ from django_dsched.models import Schedule
 from tests.faults.harness import (
     INTEGER_MAX,
     LAST_TIMESTAMP,
-    NEEDS_FAULTS_NAMED,
     deep_json,
     drive,
     elections,
@@ -114,13 +113,16 @@ def test_the_database_gone_while_rates_and_quotas_are_read(db_now):
     api.create_interval(name="cut", every=1, unit="MINUTES", host_id=host, **COMMON)
 
 
-def test_database_gauges_with_rows_at_the_edges_of_their_types(db_now):
+def test_database_gauges_with_rows_at_the_edges_of_their_types(db_now, unchecked):
+    """Written before the range CHECKs (which refuse such times now)."""
     every_second(db_now() - timedelta(seconds=2), 2)
     [odd] = every_second(db_now(), 1)
-    assert write_by_hand("schedule_t", "schedule_id", odd.pk, next_run_ts="'-infinity'")
+    with unchecked("schedule_t"):
+        assert write_by_hand("schedule_t", "schedule_id", odd.pk, next_run_ts="'-infinity'")
     make_messages(2, age=5)
     [message] = make_messages(1)
-    assert write_by_hand("outbox_message_t", "id", message, event_ts="'-infinity'")
+    with unchecked("outbox_message_t"):
+        assert write_by_hand("outbox_message_t", "id", message, event_ts="'-infinity'")
     gauges = read_gauges()
     assert (gauges.due, gauges.outbox_ready) == (3, 3)
     assert 1 <= gauges.oldest_due_age < 60 and 4 <= gauges.oldest_ready_age < 60
@@ -181,11 +183,11 @@ def odd_rows(db_now, rows) -> int:
     return written
 
 
-@pytest.mark.xfail(strict=True, reason=NEEDS_FAULTS_NAMED)
 def test_list_pages_with_times_python_cannot_hold(db_now):
-    """Either the database refuses such a time (a range CHECK: no such row can exist) or
-    every list page answers, the others listed."""
-    odd_rows(db_now, UNREADABLE_TIMES)
+    """The database refuses such a time (the range CHECKs): no such row can be written, and
+    every list page answers. (A row written before the CHECKs is mended by the loop that
+    meets it: the fire path's set-aside, the relay's claim, the leader's resumes.)"""
+    assert odd_rows(db_now, UNREADABLE_TIMES) == 0
     assert pages() == EVERY_PAGE
 
 

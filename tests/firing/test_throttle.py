@@ -24,6 +24,13 @@ A, B = str(HOST_A), str(HOST_B)
 COMMON = {"topic": "t", "event_type": "t.fire"}
 
 
+@pytest.fixture(autouse=True)
+def _no_new_tenant_rows(settings):
+    """The rates here are the tests' own: no row for a new tenant (DSCHED_TENANT_MAX_*)."""
+    settings.DSCHED_TENANT_MAX_ACTIVE_SCHEDULES = None
+    settings.DSCHED_TENANT_MAX_FIRES_PER_SECOND = None
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = 1000.0

@@ -1,7 +1,7 @@
 """run_scheduler and run_relay started while the database is away wait for it (one line per
-reason, /readyz 503 naming every host, /livez 200), say which host they reached, and say so
-again when it goes away and comes back. The database is reached through a TCP proxy on a
-localhost port that the test opens and closes."""
+reason naming every host, /readyz 503 without them, /livez 200), say which host they
+reached, and say so again when it goes away and comes back. The database is reached through
+a TCP proxy on a localhost port that the test opens and closes."""
 
 from __future__ import annotations
 
@@ -51,8 +51,8 @@ def test_the_commands_wait_for_the_database_and_follow_it_away_and_back(cluster)
         wait_for(lambda i=instance: "database unavailable" in i.log(), timeout=30, what="a wait")
         assert f"database unavailable: {both}; retrying in" in instance.log()
     status, body = wait_for(lambda: probe(health, "/readyz"), timeout=10, what="/readyz")
-    assert (status, body.strip()) == (503, f"scheduler: not ready: not connected to the "
-                                      f"database: {both}")  # fmt: skip
+    # The hosts and their errors are in the log (above), not on the unauthenticated port.
+    assert (status, body.strip()) == (503, "scheduler: not ready: not connected to the database")
     assert probe(health, "/livez")[0] == 200
     try:
         proxy.start()

@@ -22,6 +22,8 @@ from tests.integration.conftest import database_url
 pytestmark = pytest.mark.integration
 
 RELAY_SETTINGS = "--settings=tests.integration.relay_settings"
+TOKEN_SETTINGS = "--settings=tests.integration.token_settings"
+TOKEN = "scrape-token-for-tests"  # token_settings.DSCHED_METRICS_TOKEN
 
 
 def finite_values(result: list[dict]) -> list[float]:
@@ -41,16 +43,27 @@ def test_prometheus_scrapes_a_scheduler_and_a_relay_and_answers_the_lag_quantile
         frequency_time=1,
     )
     scheduler_port, relay_port = free_port(), free_port()
-    cluster.start("leader", f"--metrics-port={scheduler_port}", "--database-metrics")
+    # The scheduler's /metrics needs the token (DSCHED_METRICS_TOKEN); the relay's is open.
+    cluster.start(
+        "leader", TOKEN_SETTINGS, f"--metrics-port={scheduler_port}", "--database-metrics"
+    )
     cluster.start("relay", RELAY_SETTINGS, f"--metrics-port={relay_port}", command="run_relay")
-    prometheus = Prometheus(tmp_path, [f"127.0.0.1:{scheduler_port}", f"127.0.0.1:{relay_port}"])
+    prometheus = Prometheus(
+        tmp_path,
+        [f"127.0.0.1:{relay_port}"],
+        token_targets=[f"127.0.0.1:{scheduler_port}"],
+        token=TOKEN,
+    )
     try:
         wait_for(
             lambda: OutboxMessage.objects.filter(status=DeliveryStatus.DELIVERED).count() >= 6,
             timeout=30,
             what="fires delivered",
         )
-        assert get(scheduler_port, "/metrics")[0] == 200
+        assert get(scheduler_port, "/metrics")[0] == 401
+        bearer = {"Authorization": f"Bearer {TOKEN}"}
+        assert get(scheduler_port, "/metrics", headers=bearer)[0] == 200
+        assert get(relay_port, "/metrics")[0] == 200
         wait_for(lambda: prometheus.targets_up() == 2, timeout=30, what="both targets up")
         lag = wait_for(
             lambda: finite_values(

@@ -1,13 +1,14 @@
 from __future__ import annotations
 
 import argparse
-from datetime import date
+from datetime import UTC, date
 from typing import Any
 
 from django.core.management.base import BaseCommand
 from django.db import DatabaseError
 
 from django_dsched.conf import app_settings
+from django_dsched.history import horizon
 from django_dsched.history.partitions import make_ahead
 from django_dsched.management._arguments import positive_days, positive_int
 from django_dsched.outbox.retention import Purged, count_expired, purge_expired
@@ -19,7 +20,9 @@ class Command(BaseCommand):
         "Drop the days of history older than the retention (DSCHED_RETENTION_DAYS) that no "
         "pending message or dead letter holds, delete the default partition's expired rows in "
         "small batches, and make the next days' partitions (and the exactly-once index of a "
-        "day partition that lacks it). Dead letters and pending messages stay."
+        "day partition that lacks it). Dead letters and pending messages stay. The history's "
+        "horizon moves to the cutoff first: no backfill reaches before it afterwards, whatever "
+        "the retention setting says."
     )
     requires_migrations_checks = True
 
@@ -74,6 +77,12 @@ class Command(BaseCommand):
         if purged.skipped:
             self.stdout.write(f"Could not drop {_days(purged.skipped)} yet (a lock); run again.")
         self._held(purged)
+        since = horizon.complete_since()
+        if verbosity and since is not None:
+            self.stdout.write(
+                f"History is complete since {since.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC: "
+                "no backfill reaches before it."
+            )
 
     def _make_days(self, verbosity: int) -> None:
         """Make the days ahead. Not having made them (a lock, a row the database refuses to

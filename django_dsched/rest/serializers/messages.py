@@ -11,10 +11,11 @@ from rest_framework import serializers
 from django_dsched.enums import DeliveryStatus, RunStatus
 from django_dsched.models import OutboxMessage
 from django_dsched.outbox import phases
+from django_dsched.rest.serializers.audience import ForAudience
 from django_dsched.rest.serializers.fields import AwareDateTimeField, ObjectField
 
 
-class MessageSerializer(serializers.Serializer[OutboxMessage]):
+class MessageSerializer(ForAudience[OutboxMessage]):
     id = serializers.UUIDField(read_only=True, help_text=_("= the event id; the idempotency key."))
     schedule_id = serializers.UUIDField(source="aggregate_id", read_only=True)
     version = serializers.IntegerField(source="aggregate_version", read_only=True)
@@ -26,8 +27,22 @@ class MessageSerializer(serializers.Serializer[OutboxMessage]):
     attempts = serializers.IntegerField(read_only=True)
     next_attempt = AwareDateTimeField(source="next_attempt_ts", read_only=True, allow_null=True)
     delivered = AwareDateTimeField(source="delivered_ts", read_only=True, allow_null=True)
-    last_error = serializers.CharField(read_only=True)
-    claimed_by = serializers.CharField(read_only=True)
+    last_error = serializers.CharField(
+        read_only=True,
+        help_text=_(
+            "The latest failed attempt's error. Whole to a caller with the cluster's "
+            "permission; to anyone else its class and a general sentence (the text may name "
+            "the operator's machines, addresses or code)."
+        ),
+    )
+    claimed_by = serializers.CharField(
+        read_only=True,
+        allow_null=True,
+        help_text=_(
+            "The relay holding its claim (empty when none); null unless the caller may view "
+            "the cluster."
+        ),
+    )
     claimed_until = AwareDateTimeField(read_only=True, allow_null=True)
     at = AwareDateTimeField(source="event_ts", read_only=True)
     # The latest attempt's run (docs/delivery.md "Runs and their phases"; database times).
@@ -44,6 +59,9 @@ class MessageSerializer(serializers.Serializer[OutboxMessage]):
     run_seconds = serializers.SerializerMethodField(
         help_text=_("From the run's start to its end, completed or failed (null until both).")
     )
+
+    hidden_fields = ("claimed_by",)
+    error_fields = ("last_error",)
 
     @extend_schema_field(serializers.ChoiceField(RunStatus.choices))
     def get_run_status(self, message: OutboxMessage) -> str:

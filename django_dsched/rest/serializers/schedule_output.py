@@ -23,6 +23,7 @@ from django_dsched.enums import (
     ScheduleState,
 )
 from django_dsched.models import Schedule
+from django_dsched.rest.serializers.audience import ForAudience
 from django_dsched.rest.serializers.fields import AwareDateTimeField, ObjectField
 from django_dsched.rest.serializers.schedule_input import BLANK_AS_NULL
 
@@ -154,8 +155,10 @@ MESSAGE_STATUSES = [
 ]
 
 
-class ScheduleStatusSerializer(serializers.Serializer[Any]):
+class ScheduleStatusSerializer(ForAudience[Any]):
     """Where a schedule stands, read with its newest message (as api.status gives it)."""
+
+    error_fields = ("last_error", "set_aside_reason")
 
     id = serializers.UUIDField(source="schedule_id")
     name = serializers.CharField()
@@ -185,10 +188,22 @@ class ScheduleStatusSerializer(serializers.Serializer[Any]):
         allow_null=True,
         help_text=_("Where the newest message's run stands (null: no message yet)."),
     )
-    last_error = serializers.CharField(allow_blank=True)
+    last_error = serializers.CharField(
+        allow_blank=True,
+        help_text=_(
+            "The newest message's latest error. Whole to a caller with the cluster's "
+            "permission; to anyone else its class and a general sentence."
+        ),
+    )
     fire_count = serializers.IntegerField()
     misfire_count = serializers.IntegerField()
     paused_reason = serializers.CharField(allow_blank=True)
     paused_until = AwareDateTimeField(allow_null=True)
-    set_aside_reason = serializers.CharField(allow_blank=True)
+    set_aside_reason = serializers.CharField(
+        allow_blank=True,
+        help_text=_(
+            "Why the scheduler set it aside (empty unless it did): as last_error, whole to a "
+            "caller with the cluster's permission, else its class and a general sentence."
+        ),
+    )
     version = serializers.IntegerField(help_text=_("+1 per fire and per change."))
