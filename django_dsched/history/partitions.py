@@ -43,7 +43,7 @@ from django_dsched.enums import DeliveryStatus
 from django_dsched.history import horizon
 from django_dsched.models.times import storable
 from django_dsched.runtime.logs import get_logger
-from django_dsched.runtime.loops import first_line
+from django_dsched.runtime.loops import bound_transaction, first_line, hold_bounds
 
 logger = get_logger(__name__)
 
@@ -239,7 +239,7 @@ def _today(cursor: CursorWrapper) -> date:
 
 def _lock_timeout(cursor: CursorWrapper) -> None:
     """Bound this transaction's lock waits, and take the days' advisory lock (within it)."""
-    cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{LOCK_TIMEOUT_MS}ms"])
+    bound_transaction(cursor, {**hold_bounds(), "lock_timeout": f"{LOCK_TIMEOUT_MS}ms"})
     cursor.execute("SELECT pg_advisory_xact_lock(%s)", [ADVISORY_LOCK])
 
 

@@ -31,6 +31,7 @@ from django_dsched.enums import DeliveryStatus
 from django_dsched.history import event_ids, horizon
 from django_dsched.history.partitions import Held, cutoff_of, drop_expired
 from django_dsched.runtime.logs import get_logger
+from django_dsched.runtime.loops import bound_transaction
 
 logger = get_logger(__name__)
 
@@ -127,6 +128,7 @@ def _purge(
     assert isinstance(limit, int)
     while max_batches is None or batches < max_batches:
         with transaction.atomic(using=using), connections[using].cursor() as cursor:
+            bound_transaction(cursor)  # a frozen pass holds its row locks half a lease at most
             cursor.execute(sql, params)
             deleted = cursor.rowcount
         total += deleted
