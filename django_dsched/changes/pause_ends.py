@@ -29,6 +29,7 @@ from django_dsched.firing.write import HELD, KEPT_TIMES
 from django_dsched.history.event_ids import change_sql
 from django_dsched.models import Schedule
 from django_dsched.runtime.clock import database_now
+from django_dsched.runtime.narrowing import halves
 from django_dsched.runtime.refusals import refusal, refused, sqlstate
 
 # What a set-aside pause's error starts with.
@@ -108,22 +109,12 @@ def resume_expired_pauses(limit: int = 100, *, skip: Sequence[str] = ()) -> Paus
 def _resume_narrowing(ids: list[str], using: str) -> tuple[int, list[tuple[str, str]]]:
     """Resume ``ids`` from their pause's end, under savepoints, in halves while a part
     fails for one row's sake; the rows resumed and the rows that failed alone (with why)."""
-    resumed, faulty = 0, []
-    pending = [ids]
-    while pending:
-        part = pending.pop()
-        try:
-            with transaction.atomic(using=using):
-                resumed += resume_at_pause_end(Schedule.objects.filter(pk__in=part)).changed
-        except Exception as exc:
-            if not _one_rows_fault(exc):
-                raise
-            if len(part) == 1:
-                faulty.append((part[0], _why(exc)))
-            else:
-                half = len(part) // 2
-                pending += [part[half:], part[:half]]  # the first half goes next
-    return resumed, faulty
+
+    def resume(part: list[str]) -> list[int]:
+        return [resume_at_pause_end(Schedule.objects.filter(pk__in=part)).changed]
+
+    resumed, faulty = halves(using, resume, ids, fault=_one_rows_fault, describe=_why)
+    return sum(resumed), faulty
 
 
 def _one_rows_fault(exc: BaseException) -> bool:

@@ -160,8 +160,11 @@ class Migration(migrations.Migration):
                 ("aggregate_version", models.BigIntegerField(verbose_name="aggregate version")),
                 ("event_type", models.CharField(max_length=126, verbose_name="event type")),
                 ("event_ts", models.DateTimeField(verbose_name="event time")),
-                ("payload", models.JSONField(verbose_name="payload")),
-                ("metadata", models.JSONField(default=dict, verbose_name="metadata")),
+                ("payload", django_dsched.models.fields.ReadableJSONField(verbose_name="payload")),
+                (
+                    "metadata",
+                    django_dsched.models.fields.ReadableJSONField(default=dict, verbose_name="metadata"),
+                ),
                 (
                     "scheduled_ts",
                     models.DateTimeField(

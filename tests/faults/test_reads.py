@@ -191,7 +191,6 @@ def test_list_pages_with_times_python_cannot_hold(db_now):
     assert pages() == EVERY_PAGE
 
 
-@pytest.mark.xfail(strict=True, reason="Reading event data nested past Python's recursion limit")
 def test_list_pages_with_data_nested_past_pythons_limit(db_now):
     deep = f"'{deep_json(10_000)}'::jsonb"
     odd_rows(

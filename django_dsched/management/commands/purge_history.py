@@ -99,6 +99,11 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"Could not make the partitions of {_days(made.skipped)} yet (a lock)."
             )
+        for day, error in made.refused:
+            self.stderr.write(
+                f"Could not make the partitions of {day:%Y-%m-%d}: the database refused to move "
+                f"a row of that day out of the default partition ({error})."
+            )
         for name in made.indexed:
             self.stdout.write(f"Made the unique (aggregate_id, scheduled_ts) index of {name}.")
         if made.index_skipped:
