@@ -161,7 +161,9 @@ class Preparer:
 
 
 def existing_by_key(items: Sequence[Prepared]) -> dict[tuple[uuid.UUID, str], Schedule]:
-    """The stored schedules with the keys of ``items`` (one query per host)."""
+    """The stored schedules with the keys of ``items`` (one query per host). Their
+    ``late`` is None, as any create's answer has it: the call created nothing, so nothing
+    was late (the first create said so)."""
     keys: dict[uuid.UUID, set[str]] = defaultdict(set)
     for item in items:
         if item.schedule.idempotency_key is not None:
@@ -170,6 +172,7 @@ def existing_by_key(items: Sequence[Prepared]) -> dict[tuple[uuid.UUID, str], Sc
     for host_id, host_keys in keys.items():
         for schedule in Schedule.objects.filter(host_id=host_id, idempotency_key__in=host_keys):
             assert schedule.idempotency_key is not None
+            schedule.late = None  # type: ignore[attr-defined]
             found[(host_id, schedule.idempotency_key)] = schedule
     return found
 

@@ -121,3 +121,21 @@ def test_the_admin_warns_when_a_one_shot_is_added_late(client, db_now):
     )
     shown = [str(m) for m in response.context["messages"]]
     assert any("it will be skipped" in m for m in shown), shown
+
+
+def test_a_create_whose_key_exists_has_late_too(db_now):
+    """python-api.md's example reads ``late`` after a keyed create: the retry of that create
+    (its key exists) answered a schedule without it (AttributeError)."""
+    at = db_now() - FOUR_WEEKS
+    first = api.create_once(at=at, key="invoice-7:reminder", **REMINDER)
+    assert first.late is not None
+    again = api.create_once(at=at, key="invoice-7:reminder", **REMINDER)
+    assert again.pk == first.pk and again.late is None
+    made = api.bulk_create(
+        [
+            api.Once(at=at, key="invoice-7:reminder", **REMINDER),
+            api.Once(at=at, key="invoice-8:reminder", **REMINDER),
+        ]
+    )
+    assert made[0].pk == first.pk and made[0].late is None
+    assert made[1].late is not None
