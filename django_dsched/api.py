@@ -193,6 +193,7 @@ def create_once(
     topic: str,
     event_type: str,
     data: dict[str, Any] | None = None,
+    time_zone: str | None = None,
     key: str | None = None,
     host_id: uuid.UUID | str | None = None,
     actor: Any = None,
@@ -201,11 +202,14 @@ def create_once(
     """Fire once, at ``at`` or after ``delay`` (database clock); then it is completed.
 
     A delayed message needs no name: it defaults to ``key``, else to the schedule's id.
+    ``time_zone`` (default UTC) is the zone people read its time in: the admin, ``dsched``
+    and REST's ``local`` show it on that zone's wall clock, UTC beside it.
     """
     spec = Once(
         name=name,
         at=at,
         delay=delay,
+        time_zone=time_zone,
         topic=topic,
         event_type=event_type,
         data=data,

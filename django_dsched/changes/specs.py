@@ -50,15 +50,21 @@ class _Spec:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Once(_Spec):
-    """Fire once, at ``at`` or after ``delay`` (database clock); then it is completed."""
+    """Fire once, at ``at`` or after ``delay`` (database clock); then it is completed.
+    ``time_zone`` is the zone its time is shown in (the admin, ``dsched``, REST's
+    ``local``), as REST and declarations take it; the instant is ``at``'s."""
 
     at: datetime | None = None
     delay: timedelta | None = None
+    time_zone: str | None = None
 
     kind = ScheduleKind.ONCE
 
     def fields(self) -> dict[str, Any]:
-        return {"start_ts": self.at}
+        fields: dict[str, Any] = {"start_ts": self.at}
+        if self.time_zone is not None:
+            fields["time_zone"] = self.time_zone
+        return fields
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

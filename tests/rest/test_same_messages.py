@@ -4,6 +4,7 @@ without a name is named by its key, else its id, at both doors (issue 41)."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -116,3 +117,30 @@ def test_rest_made_schedules_say_so(root):
     made = root.post("schedules/", {**INTERVAL, "kind": "INTERVAL", "name": "r"})
     assert made.body["origin"] == ScheduleOrigin.REST == "REST"
     assert Schedule.objects.get().get_origin_display() == "REST API"
+
+
+def test_a_one_shot_takes_its_zone_at_both_doors(root):
+    """A "09:00 tomorrow in Sydney" one-shot: REST took ``time_zone`` on a ONCE and showed
+    it on Sydney's clock; the Python API refused it ("Unknown options: time_zone"), so a
+    one-shot made from code was shown in UTC only. Both doors take it, with one message."""
+    sydney = "2031-01-02T09:00:00+11:00"
+    rest = root.post(
+        "schedules/", {**BASE, "kind": "ONCE", "at": sydney, "time_zone": "Australia/Sydney"}
+    )
+    assert rest.status_code == 201, rest.body
+    made = api.create_once(
+        at=datetime.fromisoformat(sydney), time_zone="Australia/Sydney", key="k", **BASE
+    )
+    assert made.time_zone == "Australia/Sydney"
+    later = api.bulk_create(
+        [api.Once(delay=timedelta(hours=1), time_zone="Asia/Kolkata", key="b", **BASE)]
+    )
+    assert later[0].time_zone == "Asia/Kolkata"
+    shown = root.get(f"schedules/{made.pk}/").body
+    assert shown["local"]["at"] == rest.body["local"]["at"] == sydney
+    with pytest.raises(ValidationError) as refused:
+        api.create_once(delay=timedelta(hours=1), time_zone="Mars/Olympus", **BASE)
+    answered = root.post(
+        "schedules/", {**BASE, "kind": "ONCE", "delay": 3600, "time_zone": "Mars/Olympus"}
+    )
+    assert answered.body["errors"]["time_zone"] == refused.value.message_dict["time_zone"]
