@@ -153,6 +153,8 @@ class ScheduleForm(ScheduleModelForm):
                 widget=ZonedSplitDateTime(),
             )
             zoned.zone = zoned.widget.zone = zone
+            # The zone of the boxes' "Today" and "Now" (schedule_form.js).
+            zoned.widget.attrs["data-dsched-zone"] = str(zone)
             helps = [str(field.help_text), str(ZONED_HELP % {"zone": zone})]
             saved = getattr(self.instance, field_name, None)
             if self.instance.pk and isinstance(saved, datetime):

@@ -69,6 +69,27 @@ def unbroken(driver, word: str) -> bool:
     )
 
 
+def preview_fits(driver) -> bool:
+    """Whether each next fire's time fits its item, and items side by side leave room for
+    the next one's number (drawn outside it, as the list's own padding leaves 24 px)."""
+    return driver.execute_script(
+        """
+        const items = Array.from(document.querySelectorAll('#dsched-preview li'));
+        for (let i = 0; i < items.length; i++) {
+            const box = items[i].getBoundingClientRect();
+            const moment = items[i].querySelector('.dsched-moment').getBoundingClientRect();
+            if (moment.right > box.right + 1) { return false; }
+            if (i > 0) {
+                const before = items[i - 1].getBoundingClientRect();
+                const row = Math.round(before.top) === Math.round(box.top);
+                if (row && box.left - before.right < 24) { return false; }
+            }
+        }
+        return items.length > 0;
+        """
+    )
+
+
 @pytest.mark.parametrize("size", [LAPTOP, NARROW], ids=["1400px", "390px"])
 def test_a_first_day_in_the_admin(logged_in, wait, live_server, screenshots, size):
     from selenium.webdriver.common.by import By
@@ -112,9 +133,53 @@ def test_a_first_day_in_the_admin(logged_in, wait, live_server, screenshots, siz
     preview = browser.find_element(By.ID, "dsched-preview").text
     for day in ("2026-12-31", "2027-01-31", "2027-02-28", "2027-03-31"):
         assert f"{day} 09:00:00 AE" in preview, (label, day)
+    # Sydney's time and UTC's: no time ran into the next one's number ("UTC2. 2027-...").
+    assert preview_fits(browser), label
     assert browser.find_element(By.NAME, "start_ts_0").get_attribute("value") == "2026-12-31"
     assert browser.find_element(By.NAME, "start_ts_1").get_attribute("value") == "09:00:00"
     assert "Australia/Sydney" in browser.find_element(By.CSS_SELECTOR, ".field-start_ts").text
     # One tenant: no host box in sight (it is in a folded section at the foot).
     assert not browser.find_element(By.NAME, "host_id").is_displayed()
     assert "REST API" not in browser.find_element(By.ID, "content").text  # made in Python
+
+
+def shortcut(browser, row: str, text: str) -> None:
+    """Click the admin's "Today" or "Now" of the form row ``row``."""
+    from selenium.webdriver.common.by import By
+
+    for link in browser.find_elements(By.CSS_SELECTOR, f"{row} .datetimeshortcuts a"):
+        if link.text.strip() == text:
+            link.click()
+            return
+    raise AssertionError(f"no {text!r} in {row}")
+
+
+def test_today_and_now_are_on_the_schedules_clock(logged_in, wait, live_server):
+    """Start and end are read on the schedule zone's wall clock; the admin's "Today" and
+    "Now" gave the server's (UTC) date and time, so "Now" on a Kolkata schedule meant
+    5.5 hours ago (a one-shot made so fired at once, late), "Today" on a Sydney one could be
+    yesterday there; and a note compared the browser's clock with the server's."""
+    from selenium.webdriver.common.by import By
+
+    browser = logged_in
+    invoices = seed()
+    browser.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": "Europe/Berlin"})
+    browser.get(f"{live_server.url}/admin/dsched/schedule/{invoices.pk}/change/")
+    wait(lambda d: d.find_elements(By.CSS_SELECTOR, ".field-start_ts .datetimeshortcuts"), "box")
+
+    def entered() -> datetime:
+        day = browser.find_element(By.NAME, "start_ts_0").get_attribute("value")
+        time = browser.find_element(By.NAME, "start_ts_1").get_attribute("value")
+        return datetime.fromisoformat(f"{day}T{time}")
+
+    for zone in ("Australia/Sydney", "Asia/Kolkata"):
+        if zone != "Australia/Sydney":  # the zone typed in the form, before it is saved
+            field = browser.find_element(By.NAME, "time_zone")
+            field.clear()
+            field.send_keys(zone)
+        shortcut(browser, ".field-start_ts", "Today")
+        shortcut(browser, ".field-start_ts", "Now")
+        there = database_now().astimezone(ZoneInfo(zone)).replace(tzinfo=None)
+        assert abs(entered() - there) < timedelta(minutes=2), (zone, entered(), there)
+    warnings = browser.find_elements(By.CSS_SELECTOR, ".field-start_ts .timezonewarning")
+    assert not [w for w in warnings if w.is_displayed()]
