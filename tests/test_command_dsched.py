@@ -229,3 +229,27 @@ def test_show_has_no_last_error_once_a_retry_delivered(nightly):
     assert "delivery   DELIVERED" in shown
     assert "last error -" in shown
     assert api.status("nightly").last_error == ""
+
+
+TENANT = "11111111-1111-1111-1111-111111111111"
+
+
+def test_host_and_user_are_taken_after_the_action_too(nightly):
+    """README: "Add --user NAME to act as a user"; `dsched show NAME --user ops` was an
+    argparse error (the options were the command's, before the action only), as was
+    --host after the action; a host that is not a UUID said "badly formed hexadecimal UUID
+    string", and a name missing on the default host did not say which host it looked on."""
+    api.create_cron("acme-nightly", cron="0 3 * * *", topic="t", event_type="x", host_id=TENANT)
+    assert "acme-nightly" in run("show", "acme-nightly", "--host", TENANT)
+    assert "acme-nightly" in run("--host", TENANT, "show", "acme-nightly")  # as before
+    assert "acme-nightly" in run("list", "--host", TENANT)
+    user("viewer", "view_schedule")
+    assert "nightly" in run("show", "nightly", "--user", "viewer")
+    with pytest.raises(CommandError, match="permission to pause"):
+        run("pause", "nightly", "--user", "viewer")
+    with pytest.raises(CommandError) as missing:
+        run("show", "acme-nightly")
+    assert "on host 00000000-0000-0000-0000-000000000000" in str(missing.value)
+    assert "--host" in str(missing.value)
+    with pytest.raises(CommandError, match="'acme' is not a host id"):
+        run("show", "acme-nightly", "--host", "acme")

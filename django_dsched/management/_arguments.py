@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import uuid
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -64,3 +65,13 @@ def port(value: str) -> int:
     if not 0 <= number <= 65535:
         raise argparse.ArgumentTypeError("must be from 0 (off) to 65535")
     return number
+
+
+def host_id(value: str) -> str:
+    """A host (tenant) id: a UUID."""
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a host id (a UUID, such as {uuid.UUID(int=0)})"
+        ) from None

@@ -21,6 +21,7 @@ from django_dsched.exceptions import ConfigurationError, NotPermitted
 from django_dsched.importers.celery_beat import import_celery_beat
 from django_dsched.management import _arguments
 from django_dsched.models import Schedule
+from django_dsched.models.schedule import resolve_host
 from django_dsched.runtime.tables import ours_missing
 from django_dsched.runtime.text import escape_control_characters as shown
 
@@ -73,6 +74,24 @@ def iso_times(moment: datetime, zone: tzinfo) -> str:
     return utc if is_utc(zone) else f"{moment.astimezone(zone).isoformat()}  {utc}"
 
 
+def _who(parser: argparse.ArgumentParser) -> None:
+    """``--host`` and ``--user``, on the command and on each action (unset unless given,
+    so that one given before the action is not unset by the action's parser)."""
+    parser.add_argument(
+        "--host",
+        type=_arguments.host_id,
+        default=argparse.SUPPRESS,
+        help="Tenant (host_id); default DSCHED_DEFAULT_HOST_ID.",
+    )
+    parser.add_argument(
+        "--user",
+        default=argparse.SUPPRESS,
+        help="Act as this user (username): each action needs the user's permission, as "
+        "in the admin and the REST API, and the user is the audit actor. Default: the "
+        "operator, who may do everything (actor manage.py).",
+    )
+
+
 class Command(BaseCommand):
     help = (
         "Operate schedules: list, show, preview, pause, resume, cancel, trigger, backfill, "
@@ -80,15 +99,14 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--host", help="Tenant (host_id); default DSCHED_DEFAULT_HOST_ID.")
-        parser.add_argument(
-            "--user",
-            help="Act as this user (username): each action needs the user's permission, as "
-            "in the admin and the REST API, and the user is the audit actor. Default: the "
-            "operator, who may do everything (actor manage.py).",
-        )
+        _who(parser)
+        # Taken after the action too (`dsched show NAME --host ...`); before it, as ever.
+        common = argparse.ArgumentParser(add_help=False)
+        _who(common)
         actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-        listing = actions.add_parser("list", help="Schedules with their next fire times.")
+        listing = actions.add_parser(
+            "list", help="Schedules with their next fire times.", parents=[common]
+        )
         listing.add_argument("--state", choices=ScheduleState.values)
         for name, text in (
             ("show", "One schedule's definition and status."),
@@ -99,7 +117,7 @@ class Command(BaseCommand):
             ("pause", "Pause a schedule."),
             ("backfill", "Fire the past slots of a range once each."),
         ):
-            sub = actions.add_parser(name, help=text)
+            sub = actions.add_parser(name, help=text, parents=[common])
             sub.add_argument("schedule", help="Name or id.")
             if name == "pause":
                 sub.add_argument("--reason", default="")
@@ -115,14 +133,18 @@ class Command(BaseCommand):
             elif name == "backfill":
                 sub.add_argument("--start", type=aware_datetime, required=True)
                 sub.add_argument("--end", type=aware_datetime, required=True)
-        actions.add_parser("sync", help="Sync schedules declared in code to the database.")
+        actions.add_parser(
+            "sync", help="Sync schedules declared in code to the database.", parents=[common]
+        )
         actions.add_parser(
             "cluster",
             help="The instances, the leader or each bucket's holder, owner and standbys.",
+            parents=[common],
         )
         importer = actions.add_parser(
             "import-celery-beat",
             help="Create schedules from django-celery-beat's periodic tasks (Celery transport).",
+            parents=[common],
         )
         importer.add_argument(
             "--dry-run", action="store_true", help="Report what would be done; write nothing."
@@ -140,7 +162,9 @@ class Command(BaseCommand):
             "(default %(default)r).",
         )
 
-    def handle(self, *, action: str, host: str | None, user: str | None, **options: Any) -> None:
+    def handle(
+        self, *, action: str, host: str | None = None, user: str | None = None, **options: Any
+    ) -> None:
         if action in OPERATOR_ONLY and user is not None:
             raise CommandError(
                 f"{action} acts for the whole deployment, not for a user: run it without --user."
@@ -154,7 +178,10 @@ class Command(BaseCommand):
         except NotPermitted as exc:
             raise CommandError(str(exc)) from None
         except Schedule.DoesNotExist:
-            raise CommandError(f"No schedule {options.get('schedule')!r} on this host.") from None
+            raise CommandError(
+                f"No schedule {options.get('schedule')!r} on host {resolve_host(host)} "
+                "(another host: --host HOST_ID)."
+            ) from None
         except ValidationError as exc:
             raise CommandError("; ".join(exc.messages)) from None
         except (ValueError, ConfigurationError) as exc:
