@@ -64,7 +64,7 @@ def test_a_schedule_created_in_a_rolled_back_transaction_never_exists():
         (api.create_interval, {"every": 1, "data": ["not", "an", "object"]}, "JSON object"),
         (api.create_interval, {"every": 1, "jitter_seconds": -1}, "greater than or equal to 0"),
         (api.create_once, {"at": datetime(2026, 1, 1)}, "timezone-aware"),
-        (api.create_once, {}, "either at= or delay="),
+        (api.create_once, {}, "needs its time"),
         (api.create_once, {"delay": timedelta(seconds=-1)}, "must not be negative"),
     ],
 )

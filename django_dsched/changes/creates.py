@@ -57,6 +57,11 @@ log = get_logger(__name__)
 # The longest delay= of a one-shot (its time is computed by the database, so the bound is
 # checked here: it keeps the time far inside the supported range).
 MAX_DELAY = timedelta(days=36_525)
+# A one-shot's time, as every door says it (REST's serializer takes these words too).
+AT_AND_DELAY = _("Give at or delay, not both.")
+NO_TIME = _("A one-shot (ONCE) needs its time: at (a time), or delay (how long from now).")
+NEGATIVE_DELAY = _("The delay must not be negative.")
+DELAY_TOO_LONG = _("The delay must be at most 100 years (36,525 days: 3,155,760,000 seconds).")
 
 
 class Clock:
@@ -140,19 +145,22 @@ class Preparer:
         return data_text
 
     def _once_time(self, schedule: Schedule, spec: Once) -> timedelta | None:
-        if (spec.at is None) == (spec.delay is None):
-            raise ValidationError(_("Give either at= or delay=."), code="at_or_delay")
+        # Keyed by the caller's names (at, delay), as REST keys the same mistakes.
+        if spec.at is None and spec.delay is None:
+            raise ValidationError({"at": NO_TIME}, code="no_time")
+        if spec.at is not None and spec.delay is not None:
+            raise ValidationError({"delay": AT_AND_DELAY}, code="at_and_delay")
         delay = spec.delay
         if delay is None:
             return None
         if not isinstance(delay, timedelta):
             raise ValidationError(
-                {"start_ts": _("Give the delay as a timedelta.")}, code="invalid_delay"
+                {"delay": _("Give the delay as a timedelta.")}, code="invalid_delay"
             )
         if delay < timedelta(0):
-            raise ValidationError(_("The delay must not be negative."), code="negative_delay")
+            raise ValidationError({"delay": NEGATIVE_DELAY}, code="negative_delay")
         if delay > MAX_DELAY:
-            raise ValidationError(_("The delay must be at most 100 years."), code="delay_too_long")
+            raise ValidationError({"delay": DELAY_TOO_LONG}, code="delay_too_long")
         if schedule.jitter_seconds or schedule.end_ts is not None:
             # Jitter and an end need the time in Python: read the clock (once per call).
             schedule.start_ts = self.clock.now() + delay
@@ -295,9 +303,13 @@ def _insert(item: Prepared, actor: Any) -> bool:
 
 
 __all__ = [
+    "AT_AND_DELAY",
+    "DELAY_TOO_LONG",
     "LATE_FIRES_NOW",
     "LATE_SKIPPED",
     "MAX_DELAY",
+    "NEGATIVE_DELAY",
+    "NO_TIME",
     "Clock",
     "Late",
     "Prepared",

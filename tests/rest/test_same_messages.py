@@ -144,3 +144,30 @@ def test_a_one_shot_takes_its_zone_at_both_doors(root):
         "schedules/", {**BASE, "kind": "ONCE", "delay": 3600, "time_zone": "Mars/Olympus"}
     )
     assert answered.body["errors"]["time_zone"] == refused.value.message_dict["time_zone"]
+
+
+@pytest.mark.parametrize(
+    ("python", "rest", "field"),
+    [
+        ({}, {}, "at"),
+        (
+            {"at": datetime.fromisoformat(FUTURE), "delay": timedelta(minutes=1)},
+            {"at": FUTURE, "delay": 60},
+            "delay",
+        ),
+        ({"delay": timedelta(seconds=-1)}, {"delay": -1}, "delay"),
+        ({"delay": timedelta(days=36_526)}, {"delay": 36_526 * 86_400}, "delay"),
+    ],
+    ids=["no-time", "at-and-delay", "negative", "too-long"],
+)
+def test_a_one_shots_time_gets_the_same_message_at_both_doors(root, python, rest, field):
+    """A one-shot's time: the Python API said "Give either at= or delay=." (both missing
+    and both given) and "The delay must not be negative." keyed by no field (its
+    ``message_dict`` raised), REST said other words on ``at`` or ``delay``."""
+    with pytest.raises(ValidationError) as refused:
+        api.create_once(**BASE, **python)
+    said = refused.value.message_dict
+    answered = root.post("schedules/", {**BASE, "kind": "ONCE", **rest})
+    assert answered.status_code == 400, answered.body
+    assert answered.body["errors"] == said == {field: said[field]}
+    assert not Schedule.objects.exists()

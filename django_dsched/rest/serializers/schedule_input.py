@@ -14,7 +14,13 @@ from typing import Any
 from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
-from django_dsched.changes.creates import MAX_DELAY
+from django_dsched.changes.creates import (
+    AT_AND_DELAY,
+    DELAY_TOO_LONG,
+    MAX_DELAY,
+    NEGATIVE_DELAY,
+    NO_TIME,
+)
 from django_dsched.changes.specs import OPTIONS
 from django_dsched.enums import FrequencyUnit, MisfirePolicy, ScheduleKind
 from django_dsched.models import Schedule
@@ -67,8 +73,6 @@ START_OF_ONCE = _(
 ONLY_ONCE = _(
     "%(field)s is for one-shot (ONCE) schedules; an interval or cron schedule starts at start."
 )
-AT_AND_DELAY = _("Give at or delay, not both.")
-NO_TIME = _("A one-shot (ONCE) needs its time: at (a time), or delay (seconds from now).")
 # Stored as "" when unset; null in the API.
 BLANK_AS_NULL = ("unit", "cron")
 INT32 = 2**31 - 1
@@ -130,6 +134,7 @@ class ScheduleInputSerializer(StrictSerializer):
         required=False,
         min_value=0,
         max_value=MAX_DELAY_SECONDS,
+        error_messages={"min_value": NEGATIVE_DELAY, "max_value": DELAY_TOO_LONG},
         help_text=_(
             "One-shot (ONCE) schedules: fire this many seconds from now (the database's "
             "clock), instead of at a time (`at`)."
