@@ -45,6 +45,7 @@ from django_dsched.counts import ChangeCount
 from django_dsched.enums import LIVE, PLANNED, DeliveryStatus
 from django_dsched.exceptions import BulkValidationError, ValidationError
 from django_dsched.models import OutboxMessage, Schedule
+from django_dsched.models.order import next_fire_order
 from django_dsched.models.schedule import resolve_host
 from django_dsched.models.validators import storable_text
 from django_dsched.outbox import phases
@@ -456,8 +457,9 @@ def dry_run(
 def schedules(
     *, host_id: uuid.UUID | str | None = None, state: str | None = None
 ) -> QuerySet[Schedule]:
-    """The host's schedules (all states, or one), in next-run order."""
-    queryset = Schedule.objects.for_host(resolve_host(host_id)).order_by("next_run_ts")
+    """The host's schedules (all states, or one): those that will fire, soonest first,
+    then those that ended, most recently fired first (the admin's order)."""
+    queryset = Schedule.objects.for_host(resolve_host(host_id)).order_by(*next_fire_order())
     return queryset if state is None else queryset.filter(state=state)
 
 

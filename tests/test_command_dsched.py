@@ -253,3 +253,13 @@ def test_host_and_user_are_taken_after_the_action_too(nightly):
     assert "--host" in str(missing.value)
     with pytest.raises(CommandError, match="'acme' is not a host id"):
         run("show", "acme-nightly", "--host", "acme")
+
+
+def test_list_puts_ended_schedules_after_those_that_will_fire(nightly, db_now):
+    """`dsched list` (and api.schedules) sorted by next run alone: a one-shot completed an
+    hour ago came first, above what will fire. The admin's order: what will fire, soonest
+    first, then what ended."""
+    completed_one_shot(db_now)
+    names = [line.split()[0] for line in run("list").splitlines()]
+    assert names == ["nightly", "reminder"]
+    assert [s.schedule_name for s in api.schedules()] == names

@@ -8,15 +8,11 @@ from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import ValidationError
 from django.db.models import (
-    Case,
     Count,
-    F,
     IntegerField,
     OuterRef,
     QuerySet,
     Subquery,
-    Value,
-    When,
 )
 from django.db.models.functions import Coalesce, Now
 from django.http import HttpRequest
@@ -38,6 +34,7 @@ from django_dsched.changes import edits
 from django_dsched.changes.describe import both_times, describe, is_utc, zone_of
 from django_dsched.enums import PLANNED, DeliveryStatus, ScheduleOrigin, ScheduleState
 from django_dsched.models import OutboxMessage, Schedule, SchedulerInstance
+from django_dsched.models.order import next_fire_order
 from django_dsched.models.schedule import resolve_host
 from django_dsched.runtime.clock import database_now
 
@@ -201,14 +198,8 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
         return ScheduleChangeList
 
     def get_ordering(self, request: HttpRequest) -> Any:
-        """Schedules that will fire first, soonest first; then those that ended (completed,
-        cancelled, set aside), most recently fired first: a completed one-shot's old next
-        run no longer sorts it to the top."""
-        return [
-            Case(When(state__in=PLANNED, then=Value(0)), default=Value(1)).asc(),
-            Case(When(state__in=PLANNED, then=F("next_run_ts"))).asc(),
-            F("last_fired_ts").desc(nulls_last=True),
-        ]
+        """Schedules that will fire first, soonest first; then those that ended."""
+        return next_fire_order()
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         fieldsets = self._fieldsets(request, obj)
