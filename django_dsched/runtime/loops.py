@@ -102,6 +102,14 @@ def lock_wait_timed_out(exc: BaseException) -> bool:
     return getattr(cause, "sqlstate", None) == "55P03"
 
 
+def ended_idle(exc: BaseException) -> bool:
+    """Whether ``exc`` is the database ending this session because it sat in a transaction
+    longer than ``idle_in_transaction_session_timeout`` (SQLSTATE 25P03; the process was
+    frozen: a SIGSTOP, a VM pause): the bound that frees its locks (:func:`hold_bounds`)."""
+    cause = exc.__cause__ if exc.__cause__ is not None else exc
+    return getattr(cause, "sqlstate", None) == "25P03"
+
+
 class LoopStats(Protocol):
     db_errors: int
 
@@ -225,6 +233,8 @@ class DatabaseLoop:
         except InterfaceError as exc:
             return self._reconnect_after(exc)
         except DatabaseError as exc:
+            if ended_idle(exc):
+                return self._frozen(exc)
             missing = ours_missing(exc, connections[self.using])
             if missing is not None:  # migrate has not run (yet), or the tables went
                 return self._reconnect_after(missing)
@@ -260,6 +270,27 @@ class DatabaseLoop:
             )
             self._outage_over()
         return wait
+
+    def _frozen(self, exc: BaseException) -> float:
+        """The process stood still in a transaction past the bound, and the database ended
+        its session (rolling back what it had not committed): the bound at work, said in one
+        line (no traceback); the next round starts a session."""
+        self.stats.db_errors += 1
+        self.connected = False
+        self._lost_connection()
+        logger.warning(
+            "the database ended this session: it stood still in a transaction for longer "
+            "than %s ms (frozen? a SIGSTOP, a VM pause, a debugger), so its locks went and "
+            "nothing of that transaction was written (%s); reconnecting %s=%s",
+            self.transaction_settings().get(
+                "idle_in_transaction_session_timeout",
+                hold_bounds()["idle_in_transaction_session_timeout"],
+            ),
+            first_line(exc),
+            self.kind,
+            self.instance_id,
+        )
+        return 0.0
 
     def _reconnect_after(self, exc: BaseException) -> float:
         """The database went away: drop the session and back off."""

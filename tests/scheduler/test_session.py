@@ -132,3 +132,40 @@ def test_listen_can_be_forced_through_a_session_mode_pooler(pooled_settings, set
         assert own("SELECT pg_listening_channels()") == [("dsched_outbox",)]
     finally:
         relay.shutdown()
+
+
+def test_a_leader_frozen_past_the_bound_says_so_in_one_line_and_goes_on(db_now, caplog):
+    """A frozen leader resumed (SIGCONT) after the database ended its session logged
+    "ERROR database error" with two tracebacks, for the bound doing its work; now one
+    warning saying what happened, and the next round reconnects and fires."""
+    ScheduleFactory(start_ts=db_now() - timedelta(seconds=5))
+    scheduler = Scheduler(instance_id="frozen")
+    scheduler.lease.lease_seconds = 1.0  # the timeout is half the lease: 500 ms
+    pid = own("SELECT pg_backend_pid()")[0][0]
+
+    def frozen_round() -> float:
+        with scheduler.transaction() as cursor:
+            cursor.execute("SELECT schedule_id FROM schedule_t FOR UPDATE")
+            with other_session() as observer:  # frozen here (SIGSTOP)
+                wait_for(
+                    lambda: (
+                        not sql("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [pid], observer)
+                    ),
+                    timeout=10,
+                    what="the session to be ended",
+                )
+            cursor.execute("SELECT 1")  # SIGCONT
+        return 0.0
+
+    try:
+        with caplog.at_level(logging.WARNING, logger="django_dsched"):
+            scheduler._guarded(frozen_round)
+        records = [r for r in caplog.records if "ended this session" in r.getMessage()]
+        assert len(records) == 1 and records[0].levelno == logging.WARNING
+        assert not any(r.levelno >= logging.ERROR or r.exc_info for r in caplog.records)
+        assert "stood still in a transaction for longer than 500 ms" in records[0].getMessage()
+        assert not scheduler.connected
+        scheduler._guarded(scheduler.step)  # a new session; it leads and fires
+        assert scheduler.connected and Event.objects.count() == 1
+    finally:
+        scheduler.shutdown()
