@@ -28,6 +28,7 @@ from django_dsched.enums import (
 from django_dsched.exceptions import CronError, ValidationError
 from django_dsched.models.conditions import OneOf, differs
 from django_dsched.models.fields import EventDataField
+from django_dsched.models.health import HEALTH_BOUNDS, MONITORED_INDEX, HealthOptions
 from django_dsched.models.ids import uuid7
 from django_dsched.models.validators import (
     KEY_MAX_LENGTH,
@@ -96,7 +97,7 @@ class BucketKey(Func):
     output_field = models.SmallIntegerField()
 
 
-class Schedule(models.Model):
+class Schedule(HealthOptions, models.Model):
     # Time-ordered (UUIDv7): see django_dsched/ids.py. Rows made before keep their ids.
     schedule_id = models.UUIDField(_("schedule id"), primary_key=True, default=uuid7)
     host_id = models.UUIDField(
@@ -314,10 +315,10 @@ class Schedule(models.Model):
                 condition=models.Q(active=True),
                 name="dsched_schedule_due_idx",
             ),
-            # Serves the auto-resume of schedules paused until a time.
+            # Serves the auto-resume of schedules paused until a time, and the health counts.
             models.Index(
                 fields=["paused_until"],
-                condition=models.Q(state=ScheduleState.PAUSED, paused_until__isnull=False),
+                condition=models.Q(state=ScheduleState.PAUSED),
                 name="dsched_schedule_paused_idx",
             ),
             # The set-aside count of the metrics (django_dsched.metrics.database): few rows,
@@ -327,6 +328,7 @@ class Schedule(models.Model):
                 condition=models.Q(state=ScheduleState.SET_ASIDE),
                 name="dsched_schedule_set_aside_idx",
             ),
+            MONITORED_INDEX,
         ]
         constraints = [
             models.UniqueConstraint(
@@ -413,6 +415,7 @@ class Schedule(models.Model):
                 ),
                 name="dsched_schedule_event_data_object",
             ),
+            HEALTH_BOUNDS,
         ]
 
     def __str__(self) -> str:
