@@ -112,13 +112,19 @@ def _health_row(column: str) -> str:
     )
 
 
+def with_state(queryset: QuerySet[Schedule]) -> QuerySet[Schedule]:
+    """``queryset`` with each schedule's health state (``dsched_health``)."""
+    return queryset.annotate(**{STATE: RawSQL(state_sql(), [], output_field=CharField())})
+
+
 def with_health(queryset: QuerySet[Schedule]) -> QuerySet[Schedule]:
     """``queryset`` with each schedule's health state and the facts :func:`verdict` explains
     it with, in the same query (for a page of rows: a few index probes each)."""
     a = "schedule_t"
+    if STATE not in queryset.query.annotations:
+        queryset = with_state(queryset)
     return queryset.annotate(
         **{
-            STATE: RawSQL(state_sql(a), [], output_field=CharField()),
             STUCK_SINCE: RawSQL(
                 f"CASE WHEN {a}.schedule_id IN ({RUNS_UNDER_WAY}) THEN {stuck_since(a)} END",
                 [],
@@ -155,7 +161,7 @@ def filter_health(queryset: QuerySet[Schedule], *states: str) -> QuerySet[Schedu
     candidates = Q()
     for state in wanted:
         candidates |= _CANDIDATES[state]
-    annotated = queryset if STATE in queryset.query.annotations else with_health(queryset)
+    annotated = queryset if STATE in queryset.query.annotations else with_state(queryset)
     return annotated.filter(candidates, **{f"{STATE}__in": wanted})
 
 

@@ -230,3 +230,36 @@ def test_monitored_schedules_record_every_success(relay_settings, handle):
     assert shown[0].last_success == row.last_success_ts
     assert shown[0].state == Health.OK and shown[0].interval_seconds == 3600
     assert not ScheduleHealth.objects.filter(pk=other.pk).exists()
+
+
+def test_api_status_and_dsched_list_unhealthy_and_show(db, capsys):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    now = db_now()
+    late = ScheduleFactory(
+        schedule_name="late-one", start_ts=now - timedelta(minutes=5), frequency_unit="HOURS"
+    )
+    ScheduleFactory(schedule_name="new-one", start_ts=now + timedelta(hours=1))
+    ScheduleFactory(schedule_name="paused-one", start_ts=now, paused=True)
+
+    status = api.status(late)
+    assert status.health == Health.LATE
+    assert status.health_since == late.next_run_ts + timedelta(seconds=60)
+    assert "has not fired" in status.health_reason
+    assert api.status("new-one").health == Health.NEW
+    assert [s.schedule_name for s in api.schedules(health=api.UNHEALTHY)] == ["late-one"]
+    assert [s.schedule_name for s in api.schedules(health="PAUSED")] == ["paused-one"]
+
+    def run(*args: str) -> str:
+        out = StringIO()
+        call_command("dsched", *args, stdout=out)
+        return out.getvalue()
+
+    listed = run("list", "--unhealthy").splitlines()
+    assert len(listed) == 1 and listed[0].startswith("late-one")
+    assert "health: LATE since " in listed[0] and "has not fired" in listed[0]
+    assert "paused-one" in run("list", "--health", "PAUSED")
+    assert "health: " not in run("list")  # the plain list is as it was
+    assert "health     NEW" in run("show", "new-one")
