@@ -135,8 +135,10 @@ def create_interval(
     at ``start``; or every ``every=timedelta(...)`` (a duration, no ``unit``).
 
     ``options``: ``end``, ``max_fires``, ``misfire_policy``, ``misfire_grace_seconds``,
-    ``catch_up_limit``, ``jitter_seconds``, ``priority``. With ``key``, a schedule of this
-    host with that key is returned as it is instead of creating a second one.
+    ``catch_up_limit``, ``jitter_seconds``, ``priority``, and the health thresholds
+    ``health_grace_seconds``, ``failure_tolerance``, ``max_runtime_seconds``, ``monitored``.
+    With ``key``, a schedule of this host with that key is returned as it is instead of
+    creating a second one.
     """
     spec = Interval(
         name=name,
@@ -334,11 +336,13 @@ class Status:
     # else the schedule's state (CANCELLED, COMPLETED).
     message_status: str = DeliveryStatus.PENDING
     # Its health (django_dsched.health): OK, NEW, LATE, STUCK, FAILING, PAUSED, SET_ASIDE or
-    # ENDED; since when (None for OK) and why; its last run that succeeded, when recorded
-    # (schedules that failed or are monitored).
+    # ENDED; since when (None for OK), why, and the error behind it (a failing run's, the
+    # set-aside reason); its last run that succeeded, when recorded (schedules that failed
+    # or are monitored).
     health: str = Health.OK
     health_since: datetime | None = None
     health_reason: str = ""
+    health_error: str = ""
     last_success: datetime | None = None
 
 
@@ -407,6 +411,7 @@ def status(
         health=verdict.state,
         health_since=verdict.since,
         health_reason=verdict.reason,
+        health_error=verdict.error,
         last_success=getattr(schedule, judge.LAST_SUCCESS),
         **_run_fields(latest),
     )

@@ -380,8 +380,9 @@ class AppSettings:
     HEALTH_MONITORED_MAX = Setting(
         100,
         "Most schedules marked monitored that the metrics give series of their own (last "
-        "success, next due, health): the first ones by name; the others are counted in "
-        "dsched_monitored_schedules only. Bounds the series whatever tenants mark.",
+        "success, next due, health): the first ones by id (time-ordered: the oldest first); "
+        "the others are counted in dsched_monitored_schedules only. Bounds the series "
+        "whatever tenants mark.",
     )
 
     @classmethod

@@ -172,15 +172,23 @@ def unhealthy(queryset: QuerySet[Schedule]) -> QuerySet[Schedule]:
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """A schedule's health: its state, since when (None: not known, as for OK) and why."""
+    """A schedule's health: its state, since when (None: not known, as for OK), why, and
+    the error behind it (a failing run's, the set-aside reason; empty if none): an error
+    text can tell of the operator's side, so the REST API shows a tenant its class only."""
 
     state: str
     since: datetime | None
     reason: str
+    error: str = ""
 
     @property
     def label(self) -> str:
         return str(Health(self.state).label)
+
+    @property
+    def text(self) -> str:
+        """The reason and the error on one line."""
+        return f"{self.reason}: {self.error}" if self.error else self.reason
 
 
 def _at(moment: datetime | None) -> str:
@@ -226,12 +234,9 @@ def verdict(schedule: Schedule) -> Verdict:
         return Verdict(
             state,
             getattr(schedule, FAILING_SINCE),
-            _("%(count)d failed runs in a row (%(tolerated)d tolerated); last error: %(error)s")
-            % {
-                "count": getattr(schedule, FAILURES) or 0,
-                "tolerated": int(tolerance),
-                "error": getattr(schedule, LAST_ERROR) or "-",
-            },
+            _("%(count)d failed runs in a row (%(tolerated)d tolerated); the last one")
+            % {"count": getattr(schedule, FAILURES) or 0, "tolerated": int(tolerance)},
+            getattr(schedule, LAST_ERROR) or "",
         )
     return _settled_verdict(schedule, state)
 
@@ -239,7 +244,12 @@ def verdict(schedule: Schedule) -> Verdict:
 def _settled_verdict(schedule: Schedule, state: str) -> Verdict:
     """The states read from the schedule's own columns."""
     if state == Health.SET_ASIDE:
-        return Verdict(state, schedule.set_aside_ts, schedule.set_aside_reason)
+        return Verdict(
+            state,
+            schedule.set_aside_ts,
+            _("the scheduler could not plan it"),
+            schedule.set_aside_reason,
+        )
     if state == Health.PAUSED:
         until = (
             _("until %(at)s") % {"at": _at(schedule.paused_until)}

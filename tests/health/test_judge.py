@@ -102,7 +102,7 @@ def test_new_ok_late_paused_set_aside_ended(relay_settings, handle):
     assert verdict.since == late.next_run_ts + timedelta(seconds=60)
     assert "has not fired" in verdict.reason
     assert health_of(resume_missed).since == resume_missed.paused_until + timedelta(seconds=60)
-    assert health_of(aside).reason == "bad zone"
+    assert health_of(aside).error == "bad zone"
     assert not ScheduleHealth.objects.exists()  # successes of unmonitored schedules: no row
 
 
@@ -124,7 +124,7 @@ def test_a_handler_that_always_fails_makes_its_schedule_failing_until_a_success(
     verdict = health_of(failing)
     assert verdict.state == Health.FAILING
     assert "1 failed runs in a row" in verdict.reason
-    assert "the report server is down" in verdict.reason
+    assert verdict.error == "RuntimeError: the report server is down"
     row = ScheduleHealth.objects.get(pk=failing.pk)
     assert row.failures == 1 and verdict.since == row.failing_since_ts == row.last_failure_ts
     assert health_of(tolerant).state == Health.OK  # 1 failure of 5 tolerated
@@ -263,3 +263,22 @@ def test_api_status_and_dsched_list_unhealthy_and_show(db, capsys):
     assert "paused-one" in run("list", "--health", "PAUSED")
     assert "health: " not in run("list")  # the plain list is as it was
     assert "health     NEW" in run("show", "new-one")
+
+
+def test_every_door_of_the_python_api_takes_the_thresholds(db):
+    one = api.create_interval(
+        "one", every=1, topic="t", event_type="x", monitored=True, failure_tolerance=3
+    )
+    [two] = api.bulk_create(
+        [api.Interval(name="two", every=1, topic="t", event_type="x", max_runtime_seconds=9)]
+    )
+    one.refresh_from_db()
+    two = Schedule.objects.get(schedule_name="two")
+    assert (one.monitored, one.failure_tolerance, two.max_runtime_seconds) == (True, 3, 9)
+    with pytest.raises(api.ValidationError) as refused:
+        api.create_interval("bad", every=1, topic="t", event_type="x", health_grace_seconds=-1)
+    assert "health_grace_seconds" in refused.value.message_dict
+    with pytest.raises(api.BulkValidationError):
+        api.bulk_create(
+            [api.Interval(name="bad", every=1, topic="t", event_type="x", failure_tolerance=-1)]
+        )

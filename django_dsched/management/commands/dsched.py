@@ -70,7 +70,7 @@ def when(schedule: Schedule) -> str:
 def _health(verdict: judge.Verdict) -> str:
     """A health verdict on one line: ``LATE since 2026-11-27 05:28:37 UTC: why``."""
     since = f" since {_at(verdict.since)}" if verdict.since is not None else ""
-    return f"{verdict.state}{since}: {shown(verdict.reason)}" if verdict.reason else verdict.state
+    return f"{verdict.state}{since}: {shown(verdict.text)}" if verdict.text else verdict.state
 
 
 class Command(BaseCommand):
@@ -222,10 +222,10 @@ class Command(BaseCommand):
             ("version", status.version),
         ):
             self.stdout.write(f"  {label:<10} {'-' if value is None else value}")
-        self.stdout.write(
-            f"  {'health':<10} "
-            f"{_health(judge.Verdict(status.health, status.health_since, status.health_reason))}"
+        verdict = judge.Verdict(
+            status.health, status.health_since, status.health_reason, status.health_error
         )
+        self.stdout.write(f"  {'health':<10} {_health(verdict)}")
         # The newest delivery's error: why a fire did not reach its handler ("-": none).
         self.stdout.write(f"  {'last error':<10} {shown(status.last_error) or '-'}")
         if status.paused_reason or status.paused_until:
