@@ -16,7 +16,7 @@ from django.utils.http import urlencode
 from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_lazy as _
 
-from django_dsched.admin import schedule_panels, tenancy
+from django_dsched.admin import health, schedule_panels, tenancy
 from django_dsched.admin.base import ASSETS, ShownTimes, unstorable_query
 from django_dsched.admin.display import EMPTY, badge, moment, time_display
 from django_dsched.admin.filters import HostFilter, ScheduleValuesFilter, index_distinct
@@ -27,6 +27,7 @@ from django_dsched.admin.tenancy import TenantScoped
 from django_dsched.changes import edits
 from django_dsched.changes.describe import describe
 from django_dsched.enums import PLANNED, DeliveryStatus, ScheduleOrigin, ScheduleState
+from django_dsched.health import judge
 from django_dsched.models import OutboxMessage, Schedule, SchedulerInstance
 from django_dsched.models.schedule import resolve_host
 from django_dsched.runtime.clock import database_now
@@ -34,8 +35,8 @@ from django_dsched.runtime.clock import database_now
 
 def with_list_columns(queryset: QuerySet[Schedule]) -> QuerySet[Schedule]:
     """The change list's computed columns, in the list's one query (no per-row queries):
-    each schedule's dead letters (a partial index serves the count) and the database's
-    clock."""
+    each schedule's health (worked out for the page's rows only: django_dsched.health), its
+    dead letters (a partial index serves the count) and the database's clock."""
     dead = (
         OutboxMessage.objects.filter(
             aggregate_id=OuterRef("pk"), status=DeliveryStatus.DELIVERY_FAILED
@@ -45,7 +46,7 @@ def with_list_columns(queryset: QuerySet[Schedule]) -> QuerySet[Schedule]:
         .annotate(n=Count("pk"))
         .values("n")
     )
-    return queryset.annotate(
+    return judge.with_health(queryset).annotate(
         dead_letters=Coalesce(Subquery(dead, output_field=IntegerField()), 0),
         db_now=Now(),
     )
@@ -101,6 +102,7 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
     list_display = [
         "name",
         "state_badge",
+        "health_state",
         "next_run",
         "frequency",
         "last_fire",
@@ -109,6 +111,7 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
     list_display_links = ["name"]
     list_filter = [
         "state",
+        health.HealthFilter,
         ("event_topic", ScheduleValuesFilter),
         ("event_type", ScheduleValuesFilter),
         "schedule_kind",
@@ -244,6 +247,10 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
             )
         return badge(obj.state, obj.get_state_display(), title=title)
 
+    @admin.display(description=_("health"))
+    def health_state(self, obj: Schedule) -> str:
+        return health.cell(obj, getattr(obj, "db_now", None))
+
     @admin.display(description=_("deliveries"), ordering="dead_letters")
     def deliveries(self, obj: Schedule) -> str:
         """What to worry about: messages being retried and dead letters, each a link to
@@ -359,6 +366,7 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
                 dsched_deliveries=schedule_panels.deliveries(request, saved, now),
                 dsched_from_code=saved.origin == ScheduleOrigin.CODE,
                 dsched_frequency=describe(saved),
+                dsched_health=health.panel(saved, now),
             )
         return super().render_change_form(request, context, add, change, form_url, obj)
 

@@ -76,6 +76,8 @@ def _expected(schedule: Schedule, now: datetime, count: int) -> list[tuple[datet
     if schedule.state == ScheduleState.COMPLETED and schedule.last_fired_ts is not None:
         upper = min(upper, schedule.last_fired_ts)
     floor = max(schedule.start_ts, schedule.created_ts - backlog_window())
+    if schedule.state in (ScheduleState.ACTIVE, ScheduleState.PAUSED):
+        floor = min(floor, schedule.next_slot_ts)  # made with a start in the past: still due
     found: list[tuple[datetime, datetime]] = []
     try:
         table, rules = schedule.timetable(), schedule.rules()
