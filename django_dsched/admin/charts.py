@@ -44,6 +44,16 @@ def _svg(width: int, height: int, label: str, css: str, body: SafeString) -> Saf
     )
 
 
+def _baseline(width: int) -> SafeString:
+    return format_html(
+        '<line class="dsched-baseline" x1="0" y1="{}" x2="{}" y2="{}" '
+        'vector-effect="non-scaling-stroke"></line>',
+        CHART_HEIGHT,
+        width,
+        CHART_HEIGHT,
+    )
+
+
 def _rect(css: str, x: float, y: float, w: float, h: float, title: str) -> SafeString:
     return format_html(
         '<rect class="{}" x="{}" y="{}" width="{}" height="{}"><title>{}</title></rect>',
@@ -118,6 +128,7 @@ def lag_chart(slots: Sequence[Slot], grace: float, when: Callable[[Slot], str]) 
             _rect(slot_class(slot.outcome), x, CHART_HEIGHT - h, BAR, h, describe_slot(slot, when))
         )
     width = max(1, len(slots) * (BAR + GAP) - GAP)
+    marks.append(_baseline(width))
     if grace <= top:
         y = CHART_HEIGHT - grace / top * CHART_HEIGHT
         marks.append(
@@ -149,6 +160,7 @@ def bars(values: Sequence[int], css: str, label: str, titles: Sequence[str]) -> 
             h = max(h, 1.0)
         marks.append(_rect(css, i * (BAR + GAP), CHART_HEIGHT - h, BAR, h, title))
     width = len(values) * (BAR + GAP) - GAP
+    marks.append(_baseline(width))
     body = format_html_join("", "{}", ((m,) for m in marks))
     return Chart(_svg(width, CHART_HEIGHT, label, "dsched-bars", body), str(top), [])
 

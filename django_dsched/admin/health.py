@@ -4,14 +4,14 @@ ones), and the cluster page's last hour. Judged by :mod:`django_dsched.health`."
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
-from django.utils.safestring import SafeString
+from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
@@ -66,12 +66,19 @@ def badge(verdict: judge.Verdict) -> SafeString:
     )
 
 
-def cell(obj: Schedule, now: datetime | None) -> SafeString:
-    """The list's health cell: the badge; for a state that wants attention, since when
-    (relative to the database's clock) and why, under it."""
+# The health states a schedule's state already says (paused, set aside, ended).
+SAID_BY_STATE = (Health.PAUSED.value, Health.SET_ASIDE.value, Health.ENDED.value)
+
+
+def cell(obj: Schedule, now: datetime | None, *, implied: bool = False) -> SafeString:
+    """The list's health: the badge; for a state that wants attention, since when (relative
+    to the database's clock) and why, under it. ``implied``: nothing for a health the
+    schedule's state says already (shown beside the state's badge)."""
     if not hasattr(obj, judge.STATE):
         return format_html("{}", "-")
     verdict = judge.verdict(obj)
+    if implied and verdict.state in SAID_BY_STATE:
+        return mark_safe("")
     if verdict.state not in UNHEALTHY:
         return badge(verdict)
     since = relative(verdict.since, now) if verdict.since and now else ""
@@ -85,7 +92,7 @@ def cell(obj: Schedule, now: datetime | None) -> SafeString:
 
 def _when(now: datetime) -> Any:
     def shown(slot: Any) -> str:
-        return f"{(slot.due or slot.slot):%Y-%m-%d %H:%M:%S %Z}"
+        return f"{(slot.due or slot.slot).astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
 
     return shown
 
@@ -143,7 +150,7 @@ def panel(schedule: Schedule, now: datetime) -> dict[str, Any]:
 def cluster_charts(now: datetime) -> dict[str, Any]:
     """The cluster page's last hour: fires and deliveries per minute, the backlog."""
     hour = activity.last_hour(now)
-    labels = [f"{m:%H:%M}" for m in hour.minutes]
+    labels = [f"{m.astimezone(UTC):%H:%M} UTC" for m in hour.minutes]
     fires = charts.bars(
         hour.fires,
         "dsched-fires",
@@ -184,4 +191,6 @@ def cluster_charts(now: datetime) -> dict[str, Any]:
         ],
         "start": absolute(hour.minutes[0]),
         "end": absolute(hour.minutes[-1] + timedelta(minutes=1)),
+        "first": absolute(hour.minutes[0]),
+        "last": _("now"),
     }

@@ -98,11 +98,11 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
     change_form_template = "admin/dsched/schedule/change_form.html"
     change_list_template = "admin/dsched/schedule/change_list.html"
     # Most telling first; six columns, which fit a laptop's screen beside the navigation and
-    # the filters. With more than one host, each name shows its host under it.
+    # the filters (a schedule's health under its state). With more than one host, each name
+    # shows its host under it.
     list_display = [
         "name",
-        "state_badge",
-        "health_state",
+        "state_and_health",
         "next_run",
         "frequency",
         "last_fire",
@@ -143,6 +143,16 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
             {"fields": ["misfire_policy", ("misfire_grace_seconds", "catch_up_limit")]},
         ),
         (_("Event"), {"fields": ["event_topic", "event_type", "event_data"]}),
+        (
+            _("Health"),
+            {
+                "classes": ["collapse"],
+                "fields": [
+                    ("health_grace_seconds", "failure_tolerance"),
+                    ("max_runtime_seconds", "monitored"),
+                ],
+            },
+        ),
         (
             _("Status"),
             {
@@ -247,9 +257,16 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
             )
         return badge(obj.state, obj.get_state_display(), title=title)
 
-    @admin.display(description=_("health"))
-    def health_state(self, obj: Schedule) -> str:
-        return health.cell(obj, getattr(obj, "db_now", None))
+    @admin.display(description=_("state · health"), ordering="state")
+    def state_and_health(self, obj: Schedule) -> str:
+        """The state's badge and, under it, the health's (when the state does not say it
+        already), since when and why for a health that wants attention."""
+        shown = health.cell(obj, getattr(obj, "db_now", None), implied=True)
+        return (
+            format_html("{}<br>{}", self.state_badge(obj), shown)
+            if shown
+            else self.state_badge(obj)
+        )
 
     @admin.display(description=_("deliveries"), ordering="dead_letters")
     def deliveries(self, obj: Schedule) -> str:
