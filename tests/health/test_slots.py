@@ -52,7 +52,7 @@ def minutely_with_a_past():
 
 
 def test_each_slot_is_on_time_late_failed_missed_or_skipped():
-    schedule, t0, now = minutely_with_a_past()
+    schedule, t0, _now = minutely_with_a_past()
     slots = recent_slots(schedule, db_now(), 60)
     assert slots[0].slot == t0
     assert [s.slot for s in slots] == sorted(s.slot for s in slots)
@@ -97,7 +97,7 @@ def test_a_slot_not_handled_yet_is_due_within_its_grace_then_missed():
 
 
 def test_the_last_hour_minute_by_minute():
-    schedule, t0, now = minutely_with_a_past()
+    schedule, t0, _now = minutely_with_a_past()
     first_five = Event.objects.filter(
         aggregate_id=schedule.pk, scheduled_ts__lt=t0 + timedelta(minutes=5)
     ).values("id")
