@@ -14,6 +14,7 @@ from tests.health.test_slots import minutely_with_a_past
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+
 def console_errors(driver) -> list[str]:
     return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
 
