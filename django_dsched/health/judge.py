@@ -157,10 +157,14 @@ _CANDIDATES: dict[str, Q] = {
 
 def filter_health(queryset: QuerySet[Schedule], *states: str) -> QuerySet[Schedule]:
     """The schedules of ``queryset`` in one of ``states`` (values of :class:`Health`)."""
-    wanted = [Health(state).value for state in states]
-    candidates = Q()
-    for state in wanted:
-        candidates |= _CANDIDATES[state]
+    wanted = [Health(state).value for state in dict.fromkeys(states)]
+    if len(wanted) == 1:
+        candidates = _CANDIDATES[wanted[0]]
+    else:
+        # Several states: the union of each one's candidates (an OR of them would be read
+        # as a filter over the whole table; each part of a union reads its own index).
+        parts = [Schedule.objects.filter(_CANDIDATES[s]).values("pk") for s in wanted]
+        candidates = Q(pk__in=parts[0].union(*parts[1:], all=True))
     annotated = queryset if STATE in queryset.query.annotations else with_state(queryset)
     return annotated.filter(candidates, **{f"{STATE}__in": wanted})
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from django_dsched.enums import DeliveryStatus, Health
+from django_dsched.enums import UNHEALTHY, DeliveryStatus, Health
 from django_dsched.health import counts, judge
 from django_dsched.models import Schedule
 from tests.helpers import sql
@@ -136,7 +136,7 @@ def test_the_counts_and_a_page_of_the_list_read_indexes_only():
     assert_index_scans_only(explain(statement, params), 150, besides="schedule_t")
 
     # A filtered list reads the candidates only.
-    for state in (Health.LATE, Health.FAILING, Health.STUCK, Health.SET_ASIDE):
-        query = judge.filter_health(Schedule.objects.order_by("next_run_ts"), state)[:100]
+    for states in ([Health.LATE], [Health.FAILING], [Health.STUCK], [Health.SET_ASIDE], UNHEALTHY):
+        query = judge.filter_health(Schedule.objects.order_by("next_run_ts"), *states)[:100]
         statement, params = query.query.sql_with_params()
         assert_index_scans_only(explain(statement, params), 25)
