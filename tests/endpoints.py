@@ -101,11 +101,12 @@ class DatabaseProxy:
         self.listener.close()
 
 
-def prometheus_binary() -> str:
-    """Debian's ``prometheus``; skips without it, except under CI=true where it fails."""
-    found = shutil.which("prometheus")
+def prometheus_binary(name: str = "prometheus") -> str:
+    """Debian's ``prometheus`` (or ``promtool``, from the same package); skips without it,
+    except under CI=true where it fails."""
+    found = shutil.which(name)
     if found is None:
-        message = "prometheus is not installed (apt-get install prometheus; scripts/test.sh does)"
+        message = f"{name} is not installed (apt-get install prometheus; scripts/test.sh does)"
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)

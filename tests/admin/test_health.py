@@ -5,17 +5,15 @@ inline SVG that escape what they show."""
 from __future__ import annotations
 
 import re
-from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import User
 from django.urls import reverse
 
-from django_dsched import api
 from django_dsched.admin import charts
 from django_dsched.health.slots import Outcome, Slot
+from tests.health.make import db_now, late_and_new
 from tests.health.test_slots import minutely_with_a_past
-from tests.helpers import sql
 
 pytestmark = pytest.mark.django_db
 
@@ -26,37 +24,17 @@ def admin_client(client):
     return client
 
 
-def db_now():
-    return sql("SELECT clock_timestamp()")[0][0]
-
-
 def test_the_list_shows_and_filters_health(admin_client):
-    now = db_now()
-    api.create_interval(
-        "late-one",
-        every=1,
-        unit="HOURS",
-        start=now - timedelta(minutes=5),
-        topic="t",
-        event_type="x",
-    )
-    api.create_interval(
-        "new-one",
-        every=1,
-        unit="HOURS",
-        start=now + timedelta(hours=1),
-        topic="t",
-        event_type="x",
-    )
+    late_and_new(prefix="one-")
     url = reverse("admin:dsched_schedule_changelist")
     page = admin_client.get(url).content.decode()
     assert 'class="dsched-badge dsched-bad dsched-health-late"' in page
     assert "has not fired (grace 60 s)" in page
     assert 'dsched-health-new"' in page
     for value, shown, hidden in (
-        ("LATE", "late-one", "new-one"),
-        ("UNHEALTHY", "late-one", "new-one"),
-        ("NEW", "new-one", "late-one"),
+        ("LATE", "one-late", "one-new"),
+        ("UNHEALTHY", "one-late", "one-new"),
+        ("NEW", "one-new", "one-late"),
     ):
         filtered = admin_client.get(url, {"health": value}).content.decode()
         assert f">{shown}</a>" in filtered and f">{hidden}</a>" not in filtered, value

@@ -5,9 +5,7 @@ and not before), and every series the rules and the dashboard read is one the co
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -19,6 +17,7 @@ import django_dsched
 from django_dsched.metrics.database import DatabaseCollector
 from django_dsched.metrics.relay import RelayMetrics
 from django_dsched.metrics.scheduler import SchedulerMetrics
+from tests.endpoints import prometheus_binary
 
 MONITORING = Path(django_dsched.__file__).parent / "monitoring"
 RULES = MONITORING / "prometheus-alerts.yml"
@@ -29,13 +28,7 @@ SERIES = re.compile(r"\bdsched_[a-z0-9_]+\b")
 
 
 def promtool() -> str:
-    found = shutil.which("promtool")
-    if found is None:
-        message = "promtool is not installed (apt-get install prometheus; scripts/test.sh does)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return found
+    return prometheus_binary("promtool")
 
 
 def test_the_rules_pass_promtool_and_their_unit_tests():

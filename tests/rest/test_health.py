@@ -8,34 +8,12 @@ from datetime import timedelta
 
 import pytest
 
-from django_dsched import api
 from django_dsched.enums import Health
 from django_dsched.models import ScheduleHealth
-from tests.helpers import sql
+from tests.health.make import db_now, late_and_new
 from tests.rest.conftest import INTERVAL
 
 pytestmark = pytest.mark.django_db
-
-
-def db_now():
-    return sql("SELECT clock_timestamp()")[0][0]
-
-
-def late_and_new():
-    now = db_now()
-    late = api.create_interval(
-        "late",
-        every=1,
-        unit="HOURS",
-        start=now - timedelta(minutes=5),
-        topic="t",
-        event_type="x",
-        key="late-key",
-    )
-    new = api.create_interval(
-        "new", every=1, unit="HOURS", start=now + timedelta(hours=1), topic="t", event_type="x"
-    )
-    return late, new
 
 
 def test_a_schedule_and_the_list_show_health_and_filter_on_it(root):
