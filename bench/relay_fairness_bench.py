@@ -189,7 +189,7 @@ def one_run(backlog: int, rate: float, batch_size: int) -> dict[str, float]:
     relay = Relay(
         instance_id="bench",
         batch_size=batch_size,
-        transports=Transports({"*": {"BACKEND": "handlers"}}),
+        transports=Transports({"*": {"BACKEND": "handlers", "HOSTS": "*"}}),  # both tenants
     )
     relay_thread = threading.Thread(target=relay.run)
     stop = threading.Event()
@@ -238,8 +238,8 @@ def one_run(backlog: int, rate: float, batch_size: int) -> dict[str, float]:
 
 
 def drain(backlog: int, rate: float, batch_size: int, runs: int, compare: bool) -> None:
-    registry.register(noop, topic="a")
-    registry.register(noop, topic="b")
+    registry.register(noop, topic="a", hosts=[TENANT_A])
+    registry.register(noop, topic="b", hosts=[TENANT_B])
     results: dict[str, list[dict[str, float]]] = {}
     for run in range(runs):
         for code in codes_for(compare, run):

@@ -216,16 +216,18 @@ class AppSettings:
     # -- delivery (the outbox relay, docs/delivery.md) ---------------------------------------
     TRANSPORTS: Setting[Mapping[str, Mapping[str, Any]]] = Setting(
         {"*": {"BACKEND": "handlers"}},
-        'Where each topic\'s messages go: {topic or glob: {"BACKEND": ..., "OPTIONS": {...}}}. '
-        'BACKEND is an alias ("handlers", "tasks", "redis", "rabbitmq", "webhook", "celery", '
-        '"sqs") or '
-        'the dotted path of a Transport subclass; "*" catches the topics no other key matches.',
+        'Where each topic\'s messages go: {topic or glob: {"BACKEND": ..., "OPTIONS": {...}, '
+        '"HOSTS": [...]}}. BACKEND is an alias ("handlers", "tasks", "redis", "rabbitmq", '
+        '"webhook", "celery", "sqs") or the dotted path of a Transport subclass; "*" catches the '
+        'topics no other key matches. HOSTS: the hosts (tenants) an entry serves, host ids or "*" '
+        "(every host); without it, DSCHED_DEFAULT_HOST_ID alone. A host's message whose entry "
+        "does not serve it is refused (docs/delivery.md, Tenants).",
     )
     TRANSPORTS_BY_HOST: Setting[Mapping[str, Mapping[str, Mapping[str, Any]]]] = Setting(
         {},
         "Routes of particular hosts (tenants): {host_id: {topic or glob: entry}}, each table "
-        "shaped like DSCHED_TRANSPORTS. A message's host table is searched first (exact topic, "
-        'longest pattern, "*"), then DSCHED_TRANSPORTS.',
+        "shaped like DSCHED_TRANSPORTS (no HOSTS: it serves its host). A message's host table is "
+        'searched first (exact topic, longest pattern, "*"), then DSCHED_TRANSPORTS.',
     )
     HANDLER_MODULES: Setting[Sequence[str]] = Setting(
         [],

@@ -16,6 +16,10 @@ sync) or any module imported at start-up::
     @periodic("nightly-report", cron="0 2 * * *", topic="reports")
     def build_report(event): ...   # also registered as the in-process handler
 
+The function runs only for the messages of the schedule declared for it (its host, its name,
+declared in code): another schedule naming its event type, of any host, is dead-lettered
+with the reason, and the function is not called.
+
 ``manage.py dsched sync`` (and, unless ``DSCHED_SYNC_ON_MIGRATE = False``, every
 ``migrate``) makes the database match: declared schedules that are new are created;
 changed ones are updated without losing their place (the next run moves only when the
@@ -38,6 +42,7 @@ from django.utils.module_loading import autodiscover_modules
 
 from django_dsched.changes import edits, pauses
 from django_dsched.changes.constraints import validate_new
+from django_dsched.changes.routes import check_routed
 from django_dsched.changes.specs import grid_step, in_callers_words
 from django_dsched.conf import app_settings
 from django_dsched.enums import LIVE, ScheduleKind, ScheduleOrigin, ScheduleState
@@ -45,7 +50,8 @@ from django_dsched.exceptions import ConfigurationError, ValidationError
 from django_dsched.models import Schedule
 from django_dsched.models.schedule import resolve_host
 from django_dsched.models.validators import validate_plain_text
-from django_dsched.outbox.handlers import handler
+from django_dsched.outbox.claims import Message
+from django_dsched.outbox.handlers import registry
 from django_dsched.runtime.logs import get_logger
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -107,10 +113,53 @@ def periodic(
 
         kind = event_type or f"{func.__module__}.{func.__qualname__}"
         declare(name, topic=topic, event_type=kind, **spec)
-        handler(event_type=kind)(func)
+        host = spec.get("host_id")
+        registry.register(
+            func,
+            event_type=kind,
+            hosts=None if host is None else [host],
+            check=DeclaredOnly(name, kind, host),
+        )
         return func
 
     return decorator
+
+
+class DeclaredOnly:
+    """A ``@periodic`` function's check: a message is its declared schedule's (the
+    envelope's ``subject``, which the database writes from the event's schedule, is the
+    schedule of that host and name declared in code), or it is refused, saying why."""
+
+    def __init__(self, name: str, event_type: str, host: Any) -> None:
+        self.name = name
+        self.event_type = event_type
+        self.host = host
+        self._known: set[str] = set()  # schedule ids found to be the declared one
+
+    def __call__(self, message: Message) -> str | None:
+        subject = message.payload.get("subject")
+        if isinstance(subject, str):
+            if subject in self._known:
+                return None
+            if self._found(subject) == (resolve_host(self.host), self.name, ScheduleOrigin.CODE):
+                self._known.add(subject)
+                return None
+        return (
+            f"event type {self.event_type!r} is the @periodic job {self.name!r}'s: its "
+            f"function runs only for the schedule declared for it, not for schedule {subject}"
+        )
+
+    @staticmethod
+    def _found(schedule_id: str) -> tuple[Any, ...] | None:
+        """The host, name and origin of the schedule ``schedule_id``; None if there is none."""
+        try:
+            return (
+                Schedule.objects.filter(pk=schedule_id)
+                .values_list("host_id", "schedule_name", "origin")
+                .first()
+            )
+        except django_exceptions.ValidationError:  # not a schedule id
+            return None
 
 
 def declarations() -> dict[str, Mapping[str, Any]]:
@@ -149,6 +198,7 @@ def problem(name: Any, spec: Any) -> str | None:
         )
         schedule.clean_fields(exclude=["schedule_id"])
         validate_new(schedule)
+        check_routed(schedule)
     except django_exceptions.ValidationError as exc:
         return "; ".join(in_callers_words(exc, spec).messages)
     except (ConfigurationError, TypeError, ValueError) as exc:

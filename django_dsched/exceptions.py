@@ -91,6 +91,16 @@ class CronError(TimetableError):
     """An expression or zone that cannot drive a schedule."""
 
 
+class RecurrenceError(TimetableError):
+    """A recurrence rule (RFC 5545 RRULE, EXDATE, RDATE, DTSTART) that cannot drive a schedule:
+    a part that is unknown or out of range, a combination RFC 5545 forbids, or a rule that
+    never fires."""
+
+
+class CalendarError(TimetableError):
+    """A calendar (excluded dates, weekend, blackout windows) that cannot filter a schedule."""
+
+
 class ScheduleDataError(DschedError, ValueError):
     """A stored schedule holds a value the scheduler cannot plan with (written behind the
     validators' back, say with SQL): the scheduler sets it aside."""

@@ -53,3 +53,39 @@ def fence():
     assert lease.try_acquire()
     assert lease.epoch is not None
     return Fence(1, "test", lease.epoch, 30.0)
+
+
+@pytest.fixture
+def unchecked():
+    """``with unchecked(table):`` writes values ``table``'s range CHECK
+    (``dsched_*_times_in_range``) refuses, as rows written before the CHECK was added (NOT
+    VALID) hold them: the CHECK is dropped for the block and added again NOT VALID, so it
+    refuses every new write of such a value but the rows written meanwhile stay. At the end
+    of the test those rows are deleted and the CHECK validated again."""
+    from contextlib import contextmanager
+
+    from tests.helpers import sql
+
+    dropped: dict[tuple[str, str], str] = {}
+
+    @contextmanager
+    def written_unchecked(table: str):
+        found = sql(
+            "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint"
+            " WHERE conrelid = to_regclass(%s) AND conname LIKE 'dsched\\_%%times\\_in\\_range'",
+            [table],
+        )
+        for name, definition in found:
+            dropped[table, name] = definition.removesuffix(" NOT VALID")
+            sql(f"ALTER TABLE {table} DROP CONSTRAINT {name}")
+        try:
+            yield
+        finally:
+            for name, _definition in found:
+                sql(f"ALTER TABLE {table} ADD CONSTRAINT {name} {dropped[table, name]} NOT VALID")
+
+    yield written_unchecked
+    for (table, name), definition in dropped.items():
+        condition = definition.removeprefix("CHECK ")
+        sql(f"DELETE FROM {table} WHERE NOT {condition}")
+        sql(f"ALTER TABLE {table} VALIDATE CONSTRAINT {name}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -113,3 +114,32 @@ SELECT {event_ids.change_sql("t.ts")}, '00000000-0000-0000-0000-000000000000',
        CASE WHEN n %% 10 = 0 THEN statement_timestamp() + interval '1 minute' END
 FROM t
 """
+
+
+def celery_route(
+    broker_url: str, queue: str, tasks: list[str], option_keys: list[str]
+) -> dict[str, Any]:
+    """The Celery route docs/migrating-from-celery-beat.md gives (the operator's host alone):
+    the data names the task, among ``tasks``, and sets the options ``option_keys``."""
+    return {
+        "BACKEND": "celery",
+        "OPTIONS": {
+            "BROKER_URL": broker_url,
+            "QUEUE": queue,
+            "TASK_FROM_DATA": True,
+            "ALLOWED_TASKS": tasks,
+            "OPTIONS_FROM_DATA": option_keys,
+        },
+    }
+
+
+def celery_tasks_waiting(redis_url: str, queue: str) -> list[dict[str, Any]]:
+    """The headers of the task messages waiting in a queue of a Redis broker (a list there),
+    oldest first, as a Celery worker would take them."""
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    try:
+        return [json.loads(raw)["headers"] for raw in reversed(client.lrange(queue, 0, -1))]
+    finally:
+        client.close()

@@ -78,3 +78,7 @@ LOGGING = {
 
 # A second alias only for the system check that refuses non-PostgreSQL databases.
 DATABASES["sqlite"] = {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}
+
+# The suite's schedules belong to many hosts (tenants): its default route serves them all.
+# A project's default serves the operator's host alone (docs/delivery.md, "Tenants").
+DSCHED_TRANSPORTS = {"*": {"BACKEND": "handlers", "HOSTS": "*"}}

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from django_dsched.checks.database import check_database
@@ -119,3 +122,14 @@ def test_a_misspelt_setting_is_warned_about_with_the_name_meant(settings):
     assert {warning.id for warning in warnings.values()} == {"dsched.W005"}
     assert warnings["DSCHED_TRANSPORT"].hint == "Did you mean DSCHED_TRANSPORTS?"
     assert "docs/reference.md" in warnings["DSCHED_SOMETHING_ELSE_ENTIRELY"].hint
+
+
+def test_every_check_id_is_in_the_reference():
+    """docs/reference.md's table of system checks lists every id the checks can give, and
+    no other."""
+    root = Path(__file__).resolve().parent.parent
+    code = "\n".join(p.read_text() for p in (root / "django_dsched" / "checks").glob("*.py"))
+    given = set(re.findall(r'"(dsched\.[EW]\d{3})"', code))
+    table = (root / "docs" / "reference.md").read_text()
+    documented = set(re.findall(r"^\| `(dsched\.[EW]\d{3})` \|", table, re.MULTILINE))
+    assert given and given == documented

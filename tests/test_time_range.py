@@ -68,3 +68,20 @@ def test_the_admin_form_refuses_them_too():
     )
     assert not form.is_valid()
     assert "Give a time from 1900-01-01 to before 9000-01-01." in form.errors["start_ts"]
+
+
+@pytest.mark.parametrize("until", [*EXTREMES[:2], datetime(9000, 1, 1, tzinfo=UTC)], ids=str)
+def test_a_pause_until_the_end_of_time_is_refused_the_same_way(until):
+    """Every time a row holds is one every reader can read (models/times.py): a pause's end
+    too, at every door (the admin's pause form and REST go through the same call)."""
+    api.create_interval("x", every=1, **COMMON)
+    with pytest.raises(ValidationError) as refused:
+        api.pause("x", until=until)
+    assert "Give a time from 1900-01-01 to before 9000-01-01." in refused.value.messages
+    assert Schedule.objects.get().state == "ACTIVE"
+
+
+def test_a_naive_pause_end_is_refused_as_before():
+    api.create_interval("x", every=1, **COMMON)
+    with pytest.raises(ValidationError, match="timezone-aware"):
+        api.pause("x", until=datetime(2999, 1, 1))

@@ -17,6 +17,7 @@ from django.utils.translation import gettext_lazy
 
 from django_dsched.admin import charts
 from django_dsched.admin.display import absolute, moment, relative
+from django_dsched.changes.describe import both_times, zone_of
 from django_dsched.conf import app_settings
 from django_dsched.enums import UNHEALTHY, Health
 from django_dsched.health import activity, judge
@@ -90,9 +91,12 @@ def cell(obj: Schedule, now: datetime | None, *, implied: bool = False) -> SafeS
     )
 
 
-def _when(now: datetime) -> Any:
+def _when(schedule: Schedule) -> Any:
+    """A slot's time in its tooltip: on the schedule's zone's wall clock, then in UTC."""
+    zone = zone_of(schedule)
+
     def shown(slot: Any) -> str:
-        return f"{(slot.due or slot.slot).astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+        return both_times(slot.due or slot.slot, zone)
 
     return shown
 
@@ -107,8 +111,8 @@ def panel(schedule: Schedule, now: datetime) -> dict[str, Any]:
         if schedule.health_grace_seconds is None
         else schedule.health_grace_seconds
     )
-    line = charts.timeline(slots, _when(now))
-    lag = charts.lag_chart(slots, grace, _when(now))
+    line = charts.timeline(slots, _when(schedule))
+    lag = charts.lag_chart(slots, grace, _when(schedule))
     counted: dict[str, int] = {}
     for slot in slots:
         counted[slot.outcome] = counted.get(slot.outcome, 0) + 1

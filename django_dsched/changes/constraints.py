@@ -21,6 +21,7 @@ import json
 import re
 import uuid
 from collections.abc import Callable, Hashable
+from datetime import datetime
 from typing import Any
 
 from django.core import exceptions as django_exceptions
@@ -40,6 +41,7 @@ from django_dsched.enums import (
 from django_dsched.exceptions import ValidationError
 from django_dsched.models import Schedule
 from django_dsched.models.health import MAX_SECONDS
+from django_dsched.models.times import EARLIEST, LATEST, SCHEDULE_TIMES
 
 _IDENTIFIER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]*")
 
@@ -51,6 +53,17 @@ def _identifier(value: Any) -> bool:
 def _maybe(value: Any, test: Callable[[Any], bool]) -> bool:
     """SQL's rule for a CHECK: NULL passes."""
     return value is None or test(value)
+
+
+def _in_range(value: Any) -> bool:
+    """A time a row may hold (models/times.py); what is not an aware time yet (a database
+    default, a naive time refused by the field's own validator) is left to the rest."""
+    if not isinstance(value, datetime) or value.utcoffset() is None:
+        return True
+    try:
+        return EARLIEST <= value < LATEST
+    except OverflowError:  # at the very ends of the calendar, with an offset
+        return False
 
 
 _UNITS = frozenset([*FrequencyUnit.values, ""])
@@ -142,6 +155,10 @@ TWINS: dict[str, tuple[tuple[str, ...], Callable[[Schedule], bool]]] = {
             and _maybe(s.failure_tolerance, lambda v: 0 <= v <= 1_000_000)
             and _maybe(s.max_runtime_seconds, lambda v: 1 <= v <= MAX_SECONDS)
         ),
+    ),
+    "dsched_schedule_times_in_range": (
+        SCHEDULE_TIMES,
+        lambda s: all(_in_range(getattr(s, name)) for name in SCHEDULE_TIMES),
     ),
 }
 

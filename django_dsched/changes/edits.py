@@ -17,6 +17,7 @@ from django.db import transaction
 from django.utils.translation import gettext as _
 
 from django_dsched.changes import audit, creates, permissions
+from django_dsched.changes.routes import check_routed
 from django_dsched.conf import app_settings
 from django_dsched.enums import PLANNED, ScheduleState
 from django_dsched.exceptions import ConflictError, EditNotPermitted, ValidationError
@@ -122,7 +123,9 @@ def check_edit(
 ) -> EditEffect:
     """What saving ``schedule`` (edited in ``changed_fields``) would do, without saving; raise
     :class:`EditNotPermitted` if it would end or fire the schedule at once and the caller
-    may not. ``schedule`` itself is not changed. Locks the row inside a transaction."""
+    may not, :class:`ValidationError` if its new topic is not granted to its host
+    (:mod:`.routes`). ``schedule`` itself is not changed. Locks the row inside a
+    transaction."""
     rows = Schedule.objects.filter(pk=schedule.pk)
     if transaction.get_connection(app_settings.DATABASE).in_atomic_block:
         rows = rows.select_for_update()
@@ -133,6 +136,8 @@ def check_edit(
     for name in RUNTIME_FIELDS:
         setattr(candidate, name, getattr(current, name))
     fields = [name for name in changed_fields if getattr(current, name) != getattr(schedule, name)]
+    if "event_topic" in fields:
+        check_routed(candidate)
     effect = apply_edit(current, candidate, fields, database_now())
     _check_permitted(effect, may_complete=may_complete, may_fire=may_fire)
     return effect
@@ -186,6 +191,8 @@ def save_schedule(
         }
         if not changes:
             return schedule
+        if "event_topic" in changes:
+            check_routed(schedule)
         _write_edit(
             current, schedule, changes, actor=actor, may_complete=may_complete, may_fire=may_fire
         )

@@ -4,7 +4,7 @@ the exactly-once path of the fire path; and the slots of a range (:func:`slots_b
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connections
@@ -15,6 +15,7 @@ from django_dsched.conf import app_settings
 from django_dsched.enums import PLANNED, ScheduleState
 from django_dsched.exceptions import ValidationError
 from django_dsched.firing.on_demand import fire_on_demand
+from django_dsched.history import horizon
 from django_dsched.models import Schedule
 from django_dsched.runtime.clock import database_now
 
@@ -32,23 +33,40 @@ def _fire(schedule: Schedule, slots: list[datetime], *, trigger: str, actor: Any
     One statement (the row's lock, the events, their outbox messages and the new version),
     whole or absent by itself: no transaction or savepoint of its own, whose BEGIN and
     COMMIT (or SAVEPOINT and RELEASE) would be two more round trips. In a caller's
-    transaction the row stays locked until it ends, as it did after the savepoint."""
-    states = list(PLANNED if trigger == "manual" else BACKFILLABLE)
+    transaction the row stays locked until it ends, as it did after the savepoint. A
+    backfill's statement checks the history's horizon again, under its lock."""
+    backfill = trigger == "backfill"
     with connections[app_settings.DATABASE].cursor() as cursor:
-        fired = fire_on_demand(
+        done = fire_on_demand(
             cursor,
             schedule.schedule_id,
             slots,
-            states=states,
+            states=list(BACKFILLABLE if backfill else PLANNED),
             trigger=trigger,
             actor=audit.actor_name(actor),
+            guard=backfill,
         )
-    if fired is None:
+    if not done.found:
         raise ValidationError(
             _("This schedule is gone or was cancelled or completed meanwhile; nothing fired."),
             code="state_changed",
         )
-    return fired
+    if done.before_horizon:  # a purge moved the horizon since it was read
+        raise _purged(horizon.complete_since())
+    return done.fired
+
+
+def _purged(since: datetime | None) -> ValidationError:
+    """The refusal of a backfill reaching before the history's horizon ``since``."""
+    return ValidationError(
+        _(
+            "The history before %(since)s was purged (purge_history, or the retention of "
+            "DSCHED_RETENTION_DAYS), so the database can no longer tell which slots before it "
+            "fired: a backfill cannot reach before it. Backfill from %(since)s on."
+        )
+        % {"since": "?" if since is None else f"{since.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"},
+        code="history_purged",
+    )
 
 
 def trigger(schedule: Schedule, *, actor: Any = None) -> int:
@@ -69,7 +87,9 @@ def backfill(
 ) -> tuple[int, int]:
     """Fire each slot of ``schedule`` in ``[start, end]`` once, now.
 
-    Slots that already fired are not fired again (the database refuses them). Returns
+    Slots that already fired are not fired again (the database refuses them). A range with a
+    slot before the history's horizon is refused (a purge may have deleted the record of
+    its fire: :mod:`django_dsched.history.horizon`), whatever the retention says. Returns
     ``(fired, already_fired)``. A user ``actor`` needs the permission to fire
     (:class:`.NotPermitted` otherwise).
     """
@@ -83,14 +103,6 @@ def backfill(
     now = database_now()
     if end > now:
         raise ValidationError(_("A backfill covers the past only; the end is in the future."))
-    days = app_settings.RETENTION_DAYS
-    if days is not None and start < now - timedelta(days=days):
-        # Events older than the retention are deleted, so the database could no longer
-        # refuse a slot that already fired: refuse the range instead.
-        raise ValidationError(
-            _("A backfill cannot reach back past the history retention (%(days)s days).")
-            % {"days": days}
-        )
     slots = slots_between(schedule, start, end, limit=MAX_BACKFILL + 1)
     if len(slots) > MAX_BACKFILL:
         raise ValidationError(
@@ -99,6 +111,11 @@ def backfill(
         )
     if not slots:
         return 0, 0
+    # Events a purge deleted can no longer refuse a slot that already fired: a range with
+    # a slot before the history's horizon is refused (whatever the retention says now).
+    since = horizon.complete_since()
+    if since is not None and slots[0] < since:
+        raise _purged(since)
     fired = _fire(schedule, slots, trigger="backfill", actor=actor)
     return fired, len(slots) - fired
 

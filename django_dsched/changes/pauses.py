@@ -25,8 +25,9 @@ from django_dsched.counts import ChangeCount
 from django_dsched.enums import ScheduleState
 from django_dsched.exceptions import ConflictError, ValidationError
 from django_dsched.firing.plan import reason
+from django_dsched.history import horizon
 from django_dsched.models import Event, Schedule
-from django_dsched.models.validators import validate_plain_text
+from django_dsched.models.validators import validate_aware, validate_plain_text
 from django_dsched.runtime.clock import database_now
 
 
@@ -209,8 +210,7 @@ def pause(
     until: datetime | None = None,
 ) -> ChangeCount:
     """Stop active schedules from firing; with ``until`` they resume by themselves then."""
-    if until is not None and until.tzinfo is None:
-        raise ValidationError(_("Give a timezone-aware time (with an offset or a zone)."))
+    validate_aware(until)  # aware, and a time a row may hold (models/times.py)
     if len(reason) > 255:
         raise ValidationError(_("The reason is limited to 255 characters."))
     validate_plain_text(reason)
@@ -258,14 +258,19 @@ def _resume(
     schedules: QuerySet[Schedule], *, actor: Any, catch_up: bool, at_pause_end: bool
 ) -> ChangeCount:
     """Resume from now, or (``at_pause_end``) from the end of each schedule's pause: the
-    slot at that time and any after it are left to the misfire policy."""
+    slot at that time and any after it are left to the misfire policy. Never from before
+    the history's horizon: a purge may have deleted the record of a slot fired before it
+    (a backfill while paused), and nothing would refuse it again (history/horizon.py)."""
+    floor = horizon.complete_since() if catch_up or at_pause_end else None  # now is after it
 
     def replace(schedule: Schedule, now: datetime) -> list[str]:
         since = schedule.resumes_at(now) if at_pause_end else now
+        since = schedule.next_slot_ts if catch_up else since
+        since = since if floor is None else max(since, floor)
         schedule.paused_reason, schedule.paused_until = "", None
         schedule.set_aside_reason, schedule.set_aside_ts = "", None
         fields = ["paused_reason", "paused_until", "set_aside_reason", "set_aside_ts"]
-        if not catch_up and schedule.next_slot_ts < since and planning_error(schedule, now) is None:
+        if schedule.next_slot_ts < since and planning_error(schedule, now) is None:
             schedule.place(since)
             fields += ["next_run_ts", "next_slot_ts", "state", "active"]
         return fields
@@ -295,22 +300,8 @@ def planning_error(schedule: Schedule, now: datetime | None = None) -> str | Non
     return None
 
 
-def resume_expired_pauses(limit: int = 100) -> int:
-    """Resume schedules whose pause ended (the leader calls this every heartbeat).
-
-    Each goes on from the end of its pause, not from now: the slot at that time fires
-    (late by at most a heartbeat, within the misfire policy), as do later ones per policy.
-    """
-    with _atomic():
-        due = Schedule.objects.filter(
-            state=ScheduleState.PAUSED, paused_until__lte=database_now()
-        ).select_for_update(skip_locked=True)[:limit]
-        ids = list(due.values_list("pk", flat=True))
-        if not ids:
-            return 0
-        return _resume(
-            Schedule.objects.filter(pk__in=ids),
-            actor="scheduler",
-            catch_up=False,
-            at_pause_end=True,
-        ).changed
+def resume_at_pause_end(schedules: QuerySet[Schedule]) -> ChangeCount:
+    """Resume paused schedules whose pause ended from the end of their pause (the slot at
+    that time fires, later ones per the misfire policy), as the scheduler does
+    (:mod:`.pause_ends`)."""
+    return _resume(schedules, actor="scheduler", catch_up=False, at_pause_end=True)

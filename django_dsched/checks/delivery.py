@@ -1,5 +1,6 @@
-"""The relay's, retention's and transports' settings (dsched.E007 to E013) and, with
-``--database``, topics no transport or handler would deliver (dsched.W003)."""
+"""The relay's, retention's and transports' settings (dsched.E007 to E013), the routes'
+grants to hosts (dsched.E050 to E052) and, with ``--database``, topics no transport or
+handler would deliver (dsched.W003)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,25 @@ from django_dsched.checks.settings import is_number
 from django_dsched.conf import app_settings
 from django_dsched.exceptions import ConfigurationError
 from django_dsched.outbox.coverage import unserved
-from django_dsched.outbox.transports.registry import routing_problems
+from django_dsched.outbox.transports.addresses import refusal, resolve
+from django_dsched.outbox.transports.registry import routing_problems, tenancy_problems
 from django_dsched.outbox.transports.webhook import allowed_networks, configured_resolver
+
+# What to do about each tenancy problem (docs/delivery.md, "Tenants").
+HINTS = {
+    "dsched.E050": 'HOSTS is "*" or a list of host ids, on entries of DSCHED_TRANSPORTS only.',
+    "dsched.E051": (
+        "A route that serves tenants must keep them apart: a schedule of one host must not "
+        "reach another's queue, stream or URL (docs/delivery.md, Tenants)."
+    ),
+    "dsched.E052": (
+        'For example "ALLOWED_TASKS": ["reports.tasks.*"]; `dsched import-celery-beat` '
+        "lists the tasks it imported."
+    ),
+}
+
+# How long the check waits for this machine's resolver to name localhost's addresses.
+LOCAL_LOOKUP_SECONDS = 1.0
 
 
 @register(Tags.compatibility)
@@ -23,6 +41,12 @@ def check_delivery_settings(**kwargs: Any) -> list[Error]:
         Error(f"{problem}.", id="dsched.E007")
         for problem in routing_problems(app_settings.TRANSPORTS, app_settings.TRANSPORTS_BY_HOST)
     ]
+    errors.extend(
+        Error(f"{problem}.", hint=HINTS[code], id=code)
+        for code, problem in tenancy_problems(
+            app_settings.TRANSPORTS, app_settings.TRANSPORTS_BY_HOST
+        )
+    )
     errors.extend(_relay_size_errors())
     errors.extend(_relay_timing_errors())
     errors.extend(_retention_errors())
@@ -59,6 +83,11 @@ def _relay_size_errors() -> list[Error]:
     return errors
 
 
+# The longest relay timing accepted: a claim's expiry and a retry's time are timestamps the
+# database keeps in range (0001 to 9999), so a timing of centuries would refuse every claim.
+LONGEST_RELAY_TIMING = 365 * 24 * 3600
+
+
 def _relay_timing_errors() -> list[Error]:
     """The relay's intervals, timeouts and retry delays (dsched.E010)."""
     timings = {
@@ -70,9 +99,17 @@ def _relay_timing_errors() -> list[Error]:
             "RELAY_RETRY_MAX",
         )
     }
-    bad = [name for name, value in timings.items() if not (is_number(value) and value > 0)]
+    bad = [
+        name
+        for name, value in timings.items()
+        if not (is_number(value) and 0 < value <= LONGEST_RELAY_TIMING)
+    ]
     errors = [
-        Error(f"DSCHED_{name} must be a positive number of seconds.", id="dsched.E010")
+        Error(
+            f"DSCHED_{name} must be a positive number of seconds, at most a year "
+            f"({LONGEST_RELAY_TIMING:,}): a claim or a retry is a time the database stores.",
+            id="dsched.E010",
+        )
         for name in bad
     ]
     heartbeat = app_settings.RELAY_HEARTBEAT_INTERVAL
@@ -171,6 +208,41 @@ def _webhook_errors() -> list[Error]:
             )
         )
     return errors
+
+
+@register(Tags.compatibility)
+def check_local_webhook_hosts(**kwargs: Any) -> list[CheckMessage]:
+    """An allowlisted ``localhost`` name that resolves to addresses some of which
+    DSCHED_WEBHOOK_ALLOWED_NETWORKS refuses (dsched.W041): a name with one refused address
+    is refused, so every webhook to it would be a dead letter. Only names of this machine
+    (``localhost``, ``*.localhost``) are resolved here: no lookup leaves the host."""
+    try:
+        networks, resolver = allowed_networks(), configured_resolver()
+    except (TypeError, ValueError, ImportError, ConfigurationError):
+        return []  # dsched.E012 says why
+    found: list[CheckMessage] = []
+    for entry in app_settings.WEBHOOK_ALLOWED_HOSTS:
+        host = entry.split(":")[0].lower().rstrip(".") if isinstance(entry, str) else ""
+        if host != "localhost" and not host.endswith(".localhost"):
+            continue
+        try:
+            resolved = resolve(host, 80, resolver, LOCAL_LOOKUP_SECONDS)
+        except OSError:  # TimeoutError too: nothing to say about what cannot be resolved
+            continue
+        refused = [why for why in (refusal(a, networks) for a in resolved) if why is not None]
+        if refused and len(refused) < len(resolved):
+            found.append(
+                Warning(
+                    f"{host} resolves to {', '.join(map(str, resolved))} and "
+                    f"{'; '.join(refused)}: every webhook to {host} would be refused "
+                    "(a name with one refused address is refused).",
+                    hint="Open every address it resolves to in "
+                    'DSCHED_WEBHOOK_ALLOWED_NETWORKS (e.g. ["127.0.0.1/32"] opens both '
+                    "loopbacks), or use the address in the URL.",
+                    id="dsched.W041",
+                )
+            )
+    return found
 
 
 @register(Tags.database)

@@ -9,13 +9,24 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
+from django_dsched.models.times import readable
 from django_dsched.timetables import backlog_window
+
+# A time the claim cannot turn into microseconds Python can compute with: outside the years
+# 1 to 9999 (models/times.py), +/-infinity included. Never a microsecond of such a year, so
+# a path that missed it would still fail on this row alone (planning sets it aside).
+UNREADABLE = -(2**63)
 
 
 def microseconds(column: str) -> str:
-    """SQL: a timestamptz column as microseconds since the epoch; NULL for +/-infinity, so a
-    row holding one can never make the claim itself fail (planning sets it aside)."""
-    return f"CASE WHEN isfinite({column}) THEN (extract(epoch FROM {column}) * 1000000)::bigint END"
+    """SQL: a timestamptz column as microseconds since the epoch (NULL when NULL), and
+    :data:`UNREADABLE` for a time outside the years 1 to 9999, so that no value PostgreSQL
+    accepts can make the claim fail (the year 294270's microseconds overflow a bigint):
+    planning sets such a row aside."""
+    return (
+        f"CASE WHEN {readable(column)} THEN (extract(epoch FROM {column}) * 1000000)::bigint"
+        f" WHEN {column} IS NOT NULL THEN {UNREADABLE} END"
+    )
 
 
 # Times travel as microseconds since the epoch: parsing and formatting thousands of

@@ -14,6 +14,8 @@ from typing import Any
 
 from django_dsched.enums import MisfirePolicy, ScheduleKind, ScheduleState
 from django_dsched.exceptions import ScheduleDataError
+from django_dsched.firing.claim import UNREADABLE
+from django_dsched.models.times import OUT_OF_RANGE
 from django_dsched.timetables import Rules, backlog_window, decide, timetable_for
 from django_dsched.timetables.grid import (
     MICROSECOND,
@@ -24,9 +26,22 @@ from django_dsched.timetables.grid import (
 
 # Longest error text kept on a set-aside schedule.
 REASON_MAX = 2000
-# Why a row whose start or next slot is +/-infinity is set aside (the claim reads them
-# as NULL).
-NOT_FINITE = f"{ScheduleDataError.__name__}: start_ts or next_slot_ts is not a finite time"
+
+
+def unreadable(start: int | None, next_slot: int | None, end: int | None) -> str:
+    """Why a claimed row whose times the claim could not read is set aside (the claim
+    returns :data:`~.claim.UNREADABLE` for a time outside the years 1 to 9999)."""
+    columns = [
+        name
+        for name, value in (("start_ts", start), ("next_slot_ts", next_slot), ("end_ts", end))
+        if value == UNREADABLE or (value is None and name != "end_ts")
+    ]
+    return (
+        f"{ScheduleDataError.__name__}: {' and '.join(columns)} "
+        f"{'holds a time' if len(columns) == 1 else 'hold times'} {OUT_OF_RANGE} (infinite, "
+        "or too far in the past or the future to compute with); the database refuses such a "
+        "time now (dsched_schedule_times_in_range): save the schedule with one in that range"
+    )
 
 
 @dataclass(slots=True)
@@ -91,8 +106,8 @@ def plan(rows: list[tuple[Any, ...]], deadline: float | None = None) -> Plan:
     for row in rows:
         (schedule_id, kind, unit, every, start, next_slot, now, _cron, _zone, policy, grace,
          _limit, end, max_fires, _fires, jitter_s) = row  # fmt: skip
-        if start is None or next_slot is None:
-            result.aside.append((schedule_id, NOT_FINITE))
+        if start is None or next_slot is None or UNREADABLE in (start, next_slot, end):
+            result.aside.append((schedule_id, unreadable(start, next_slot, end)))
             continue
         if (
             kind == INTERVAL

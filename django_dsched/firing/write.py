@@ -20,7 +20,11 @@ from django_dsched.firing.arrays import array_literal
 from django_dsched.firing.fence import FENCE, with_buckets
 from django_dsched.firing.plan import REASON_MAX, Plan
 from django_dsched.history import event_ids
+from django_dsched.models import times
 from django_dsched.runtime.refusals import refusal, refused
+
+# The times of schedule_t that may be NULL.
+NULLABLE_TIMES = ("end_ts", "paused_until", "last_fired_ts", "set_aside_ts")
 
 OUTBOX_COLUMNS = """(id, host_id, aggregate_id, aggregate_type, aggregate_version,
                                   event_type, event_ts, topic, status, priority)"""
@@ -134,6 +138,17 @@ SELECT (SELECT count(*) FROM batch), (SELECT count(*) FROM events),
        END
 """
 
+# A set-aside row's times, made storable (models/times.py): a row holding a time outside the
+# years 1 to 9999 (written before the CHECK dsched_schedule_times_in_range) could not be
+# written at all otherwise, not even to set it aside. Rows within the range keep theirs; the
+# reason names what such a row held.
+KEPT_TIMES = ", ".join(
+    f"{column} = {times.storable(f's.{column}', nullable=column in NULLABLE_TIMES)}"
+    for column in times.SCHEDULE_TIMES
+    if column not in ("set_aside_ts", "updated_ts")  # written below
+)
+HELD = times.held("s", times.SCHEDULE_TIMES)
+
 # Rows the planner could not plan leave the poll (state SET_ASIDE, active false) with their
 # error, and each gets an audit event on its version sequence, under the same fence.
 SET_ASIDE = f"""
@@ -141,12 +156,15 @@ WITH {FENCE},
 aside AS (
     UPDATE schedule_t s
     SET state = %(set_aside)s, active = false,
-        set_aside_reason = u.reason, set_aside_ts = statement_timestamp(),
-        aggregate_version = s.aggregate_version + 1, updated_ts = statement_timestamp()
+        set_aside_reason = left(u.reason || COALESCE(' (' || NULLIF({HELD}, '') || ')', ''),
+                                {REASON_MAX}),
+        set_aside_ts = statement_timestamp(),
+        aggregate_version = s.aggregate_version + 1, updated_ts = statement_timestamp(),
+        {KEPT_TIMES}
     FROM unnest(%(ids)s::uuid[], %(reasons)s::text[]) AS u(schedule_id, reason)
     WHERE s.schedule_id = u.schedule_id AND s.active AND EXISTS (SELECT FROM fence)
     RETURNING s.schedule_id, s.host_id, s.schedule_name, s.origin, s.aggregate_version,
-              u.reason, s.bucket_key
+              s.set_aside_reason AS reason, s.bucket_key
 ),
 audit AS (
     INSERT INTO event_store_t (id, host_id, aggregate_id, aggregate_type, aggregate_version,

@@ -25,7 +25,7 @@ facts :func:`with_health` reads with it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db.models import CharField, DateTimeField, IntegerField, Q, QuerySet, TextField
@@ -33,6 +33,7 @@ from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 from django.utils.translation import gettext as _
 
+from django_dsched.changes.describe import both_times, zone_of
 from django_dsched.conf import app_settings
 from django_dsched.enums import UNHEALTHY, Health, ScheduleState
 from django_dsched.models import Schedule
@@ -195,8 +196,9 @@ class Verdict:
         return f"{self.reason}: {self.error}" if self.error else self.reason
 
 
-def _at(moment: datetime | None) -> str:
-    return "-" if moment is None else f"{moment.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+def _at(moment: datetime | None, schedule: Schedule) -> str:
+    """A time of ``schedule`` on its zone's wall clock, then in UTC (as every door says it)."""
+    return "-" if moment is None else both_times(moment, zone_of(schedule))
 
 
 def _grace_of(schedule: Schedule) -> int:
@@ -214,13 +216,13 @@ def verdict(schedule: Schedule) -> Verdict:
                 state,
                 schedule.paused_until + timedelta(seconds=grace_s),
                 _("its pause ended at %(at)s and it has not resumed (grace %(grace)d s)")
-                % {"at": _at(schedule.paused_until), "grace": grace_s},
+                % {"at": _at(schedule.paused_until, schedule), "grace": grace_s},
             )
         return Verdict(
             state,
             schedule.next_run_ts + timedelta(seconds=grace_s),
             _("the run due at %(at)s has not fired (grace %(grace)d s)")
-            % {"at": _at(schedule.next_run_ts), "grace": grace_s},
+            % {"at": _at(schedule.next_run_ts, schedule), "grace": grace_s},
         )
     if state == Health.STUCK:
         started = getattr(schedule, STUCK_SINCE)
@@ -229,7 +231,7 @@ def verdict(schedule: Schedule) -> Verdict:
             state,
             None if started is None else started + timedelta(seconds=int(runtime)),
             _("a run started at %(at)s has not finished (longest run %(runtime)d s)")
-            % {"at": _at(started), "runtime": int(runtime)},
+            % {"at": _at(started, schedule), "runtime": int(runtime)},
         )
     if state == Health.FAILING:
         tolerance = schedule.failure_tolerance
@@ -256,7 +258,7 @@ def _settled_verdict(schedule: Schedule, state: str) -> Verdict:
         )
     if state == Health.PAUSED:
         until = (
-            _("until %(at)s") % {"at": _at(schedule.paused_until)}
+            _("until %(at)s") % {"at": _at(schedule.paused_until, schedule)}
             if schedule.paused_until
             else _("until resumed")
         )
@@ -272,13 +274,17 @@ def _settled_verdict(schedule: Schedule, state: str) -> Verdict:
         return Verdict(
             state,
             schedule.created_ts,
-            _("has not fired yet; first run due at %(at)s") % {"at": _at(schedule.next_run_ts)},
+            _("has not fired yet; first run due at %(at)s")
+            % {"at": _at(schedule.next_run_ts, schedule)},
         )
     return Verdict(
         state,
         None,
         _("last fired at %(at)s; next run due at %(next)s")
-        % {"at": _at(schedule.last_fired_ts), "next": _at(schedule.next_run_ts)},
+        % {
+            "at": _at(schedule.last_fired_ts, schedule),
+            "next": _at(schedule.next_run_ts, schedule),
+        },
     )
 
 

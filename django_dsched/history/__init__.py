@@ -7,5 +7,7 @@ of the slot. Audit events get ids with the database's time of the change in the 
 
 * :mod:`.partitions`: the days (names, bounds), making them ahead, which are held, dropping
   the expired ones;
+* :mod:`.horizon`: since when the history is complete (every purge moves it first; no
+  backfill reaches before it);
 * :mod:`.operations`: the migration operation creating a table partitioned by id.
 """

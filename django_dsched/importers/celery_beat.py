@@ -19,6 +19,11 @@ docs/migrating-from-celery-beat.md; in short:
   the event data the Celery transport reads (``task``, ``args``, ``kwargs``, ``options``); the
   description and the source's name in ``data["celery_beat"]``.
 
+The Celery transport takes a task name and options from the data only where its route opts
+in (``TASK_FROM_DATA``, ``ALLOWED_TASKS``, ``OPTIONS_FROM_DATA``): the report's notes give the
+route the imported schedules need, with the tasks they send and the options they set, and say
+what the configured route lacks.
+
 Everything happens in one transaction (``--dry-run`` rolls it back); each task is imported
 whole or reported as not imported with the reason. Running it again changes nothing unless a
 source row changed. ``--disable-source`` disables, in the same transaction, the imported
@@ -29,9 +34,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from fnmatch import fnmatchcase
 from typing import Any
 
 from croniter import croniter
@@ -104,6 +110,10 @@ class ImportReport:
     # Imported schedules whose PeriodicTask is gone (left alone).
     orphaned: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # The Celery tasks the imported schedules send, and the keys of data["options"] they set:
+    # what their route must allow (ALLOWED_TASKS, OPTIONS_FROM_DATA).
+    tasks: list[str] = field(default_factory=list)
+    option_keys: list[str] = field(default_factory=list)
 
     @property
     def imported(self) -> list[str]:
@@ -209,16 +219,24 @@ def cron_expression(crontab: Any) -> str:
     return " ".join(fields)
 
 
-def priority_sign(topic: str) -> int:
-    """+1 when a higher Celery priority is more urgent (RabbitMQ), -1 when lower is (Redis).
-
-    Read from the Celery transport configured for ``topic``; RabbitMQ's when unknown.
-    """
-
+def route_of(topic: str, host: Any) -> Mapping[str, Any] | None:
+    """The route entry that delivers ``topic`` for ``host``; None if none does."""
     try:
         transports = Transports()
-        entry = transports.config[transports.key_for(topic)]
-        url = broker_url(entry.get("OPTIONS", {}))
+        return transports.entry(transports.route_for(topic, host))
+    except Exception:
+        return None
+
+
+def priority_sign(topic: str, host: Any = None) -> int:
+    """+1 when a higher Celery priority is more urgent (RabbitMQ), -1 when lower is (Redis).
+
+    Read from the Celery transport configured for ``topic`` (and ``host``); RabbitMQ's when
+    unknown.
+    """
+    entry = route_of(topic, host)
+    try:
+        url = broker_url(entry.get("OPTIONS", {})) if entry is not None else ""
     except Exception:
         return 1
     return -1 if broker_kind(url) == "redis" else 1
@@ -344,8 +362,12 @@ def import_celery_beat(
     )
     importer.report.dry_run = dry_run
     importer.run()
-    importer.report.notes = _notes(importer.report, topic, disable_source)
-    return importer.report
+    report = importer.report
+    report.notes = [
+        *route_notes(report, topic, importer.host),
+        *_notes(report, disable_source),
+    ]
+    return report
 
 
 def _source(schedule: Schedule | None) -> dict[str, Any]:
@@ -372,7 +394,7 @@ class Importer:
         self.topic = topic
         self.disable_source = disable_source
         self.actor = actor
-        self.sign = priority_sign(topic)
+        self.sign = priority_sign(topic, host)
         self.report = ImportReport()
         # Imported schedules of the host by name, and the PeriodicTask each name went to.
         self.mine: dict[str, Schedule] = {}
@@ -457,6 +479,9 @@ class Importer:
             raise NotImportable("; ".join(exc.messages)) from None
         self.claimed[name] = task.name  # only a task that was imported holds its name
         getattr(self.report, outcome).append(name)
+        report = self.report
+        report.tasks = sorted({*report.tasks, task.task})
+        report.option_keys = sorted({*report.option_keys, *spec["data"]["options"]})
         return enabled
 
     def apply_enabled(self, schedule: Schedule, enabled: bool) -> None:
@@ -475,21 +500,52 @@ class Importer:
             self.report.resumed.append(name)
 
 
-def _notes(report: ImportReport, topic: str, disable_source: bool) -> list[str]:
-
-    notes = []
+def route_notes(report: ImportReport, topic: str, host: Any) -> list[str]:
+    """What the route of ``topic`` (for ``host``) lacks to send the imported tasks: the whole
+    route when the topic is not delivered by the Celery transport, else the options missing."""
+    entry = route_of(topic, host)
     try:
-        transports = Transports()
-        backend = transports.config[transports.key_for(topic)]["BACKEND"]
-        routed = issubclass(backend_class(backend), CeleryTransport)
+        routed = entry is not None and issubclass(backend_class(entry["BACKEND"]), CeleryTransport)
     except Exception:
         routed = False
     if not routed:
-        notes.append(
+        options = {
+            "BROKER_URL": "...",
+            "TASK_FROM_DATA": True,
+            "ALLOWED_TASKS": report.tasks or ["..."],
+            "OPTIONS_FROM_DATA": report.option_keys,
+        }
+        return [
             f"Topic {topic!r} is not delivered by the Celery transport yet: add "
-            f'{{"{topic}": {{"BACKEND": "celery", "OPTIONS": {{"BROKER_URL": ...}}}}}} to '
-            "DSCHED_TRANSPORTS."
-        )
+            f'{{"{topic}": {{"BACKEND": "celery", "OPTIONS": {options!r}}}}} to '
+            "DSCHED_TRANSPORTS (BROKER_URL: your broker's; ALLOWED_TASKS: the tasks imported; "
+            "OPTIONS_FROM_DATA: the options they set)."
+        ]
+    assert entry is not None
+    options = entry.get("OPTIONS", {})
+    lacks = []
+    if report.tasks and not options.get("TASK_FROM_DATA"):
+        lacks.append('"TASK_FROM_DATA": True (the imported schedules name their task)')
+    allowed = options.get("ALLOWED_TASKS")
+    refused = [
+        t for t in report.tasks if allowed is None or not any(fnmatchcase(t, p) for p in allowed)
+    ]
+    if refused:
+        lacks.append(f"these tasks in ALLOWED_TASKS: {refused!r}")
+    taken = options.get("OPTIONS_FROM_DATA") or ()
+    missing = [key for key in report.option_keys if key not in taken]
+    if missing:
+        lacks.append(f"these keys in OPTIONS_FROM_DATA: {missing!r}")
+    if not lacks:
+        return []
+    return [
+        f"The route of topic {topic!r} would dead-letter the imported tasks until its OPTIONS "
+        f"have {'; '.join(lacks)}."
+    ]
+
+
+def _notes(report: ImportReport, disable_source: bool) -> list[str]:
+    notes = []
     if report.orphaned:
         notes.append(
             f"{len(report.orphaned)} imported schedule(s) no longer have a PeriodicTask; they "

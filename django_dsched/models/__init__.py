@@ -1,18 +1,20 @@
 """The tables: schedules, their events and outbox messages, the leases, instances, quotas.
 
 - :mod:`.schedule`, :mod:`.event`, :mod:`.outbox`, :mod:`.lease`, :mod:`.instance`,
-  :mod:`.quota`: the models, one a module; :mod:`.health`: a schedule's health thresholds
-  and its runs' outcomes in a row.
+  :mod:`.quota`, :mod:`.horizon`: the models, one a module; :mod:`.health`: a schedule's
+  health thresholds and its runs' outcomes in a row.
 - :mod:`.envelope`: the CloudEvents envelope of a fire, composed from its event's columns.
 - :mod:`.records`: the columns events and outbox messages share.
 - :mod:`.validators`, :mod:`.fields`, :mod:`.conditions`: what a value must be, in Python
-  and as CHECK constraints; :mod:`.ids`: time-ordered ids for new schedules.
+  and as CHECK constraints; :mod:`.times`: the times a row may hold (one CHECK per table);
+  :mod:`.ids`: time-ordered ids for new schedules.
 """
 
 from __future__ import annotations
 
 from django_dsched.models.event import Event
 from django_dsched.models.health import ScheduleHealth
+from django_dsched.models.horizon import HistoryHorizon
 from django_dsched.models.instance import SchedulerInstance
 from django_dsched.models.lease import Lease
 from django_dsched.models.outbox import OutboxMessage
@@ -21,6 +23,7 @@ from django_dsched.models.schedule import Schedule
 
 __all__ = [
     "Event",
+    "HistoryHorizon",
     "Lease",
     "OutboxMessage",
     "Schedule",

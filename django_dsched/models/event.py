@@ -3,7 +3,9 @@ from __future__ import annotations
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from django_dsched.models.fields import ReadableJSONField
 from django_dsched.models.records import EventRecord
+from django_dsched.models.times import EVENT_TIMES, in_range
 
 
 class Event(EventRecord):
@@ -12,8 +14,8 @@ class Event(EventRecord):
     outbox message (same id) delivers the CloudEvents envelope composed from this row
     (:mod:`django_dsched.models.envelope`). A change's payload is the change."""
 
-    payload = models.JSONField(_("payload"))
-    metadata = models.JSONField(_("metadata"), default=dict)
+    payload = ReadableJSONField(_("payload"))
+    metadata = ReadableJSONField(_("metadata"), default=dict)
     scheduled_ts = models.DateTimeField(
         _("scheduled for"), null=True, help_text=_("The grid slot this fire is for.")
     )
@@ -36,6 +38,13 @@ class Event(EventRecord):
             # A schedule's history, in version order (admin, REST).
             models.Index(
                 fields=["aggregate_id", "aggregate_version"], name="dsched_event_version_idx"
+            ),
+        ]
+        # Every time an event holds is one Python can read (models/times.py).
+        constraints = [
+            models.CheckConstraint(
+                condition=in_range(*EVENT_TIMES),
+                name="dsched_event_times_in_range",
             ),
         ]
 

@@ -10,6 +10,7 @@ from django_dsched.enums import DeliveryStatus, max_length_of
 from django_dsched.models import envelope
 from django_dsched.models.conditions import OneOf
 from django_dsched.models.records import EventRecord
+from django_dsched.models.times import OUTBOX_TIMES, in_range
 
 
 class OutboxMessage(EventRecord):
@@ -116,6 +117,11 @@ class OutboxMessage(EventRecord):
                 condition=~models.Q(status=DeliveryStatus.DELIVERED)
                 | models.Q(delivered_ts__isnull=False),
                 name="dsched_outbox_delivered_has_time",
+            ),
+            # Every time a message holds is one Python can read (models/times.py).
+            models.CheckConstraint(
+                condition=in_range(*OUTBOX_TIMES),
+                name="dsched_outbox_times_in_range",
             ),
         ]
         indexes = [

@@ -30,6 +30,7 @@ from django_dsched.models.conditions import OneOf, differs
 from django_dsched.models.fields import EventDataField
 from django_dsched.models.health import HEALTH_BOUNDS, MONITORED_INDEX, HealthOptions
 from django_dsched.models.ids import uuid7
+from django_dsched.models.times import SCHEDULE_TIMES, in_range
 from django_dsched.models.validators import (
     KEY_MAX_LENGTH,
     NAME_MAX_LENGTH,
@@ -306,6 +307,7 @@ class Schedule(HealthOptions, models.Model):
             ("cancel_schedule", _("Can cancel schedules")),
             ("trigger_schedule", _("Can run schedules now")),
         ]
+        # Schedule health's index and CHECK (models/health.py) are added at each list's end.
         indexes = [
             # Serves the leader's poll: active rows in (next_run_ts, priority DESC) order, so
             # thousands of schedules due at the same instant need no sort.
@@ -328,8 +330,7 @@ class Schedule(HealthOptions, models.Model):
                 condition=models.Q(state=ScheduleState.SET_ASIDE),
                 name="dsched_schedule_set_aside_idx",
             ),
-            MONITORED_INDEX,
-        ]
+        ] + [MONITORED_INDEX]
         constraints = [
             models.UniqueConstraint(
                 fields=["host_id", "schedule_name"], name="dsched_schedule_name_unique"
@@ -415,8 +416,14 @@ class Schedule(HealthOptions, models.Model):
                 ),
                 name="dsched_schedule_event_data_object",
             ),
-            HEALTH_BOUNDS,
-        ]
+            models.CheckConstraint(
+                condition=in_range(*SCHEDULE_TIMES),
+                name="dsched_schedule_times_in_range",
+                violation_error_message=_(
+                    "Every time of a schedule must fall in the years 1 to 9999."
+                ),
+            ),
+        ] + [HEALTH_BOUNDS]
 
     def __str__(self) -> str:
         return self.schedule_name

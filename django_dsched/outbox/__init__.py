@@ -5,7 +5,10 @@
 and records the outcomes (:mod:`.outcomes`: one the database refuses cannot lose the others).
 
 - :mod:`.relay`: the ``run_relay`` loop: claim, send chunk by chunk, settle, renew, release.
-- :mod:`.claims`: the relay's only raw SQL: claim, extend, release, settle.
+- :mod:`.claims`: the relay's claim and settle statements, and what they return.
+- :mod:`.holding`: keeping claims (extend) and giving them back (release).
+- :mod:`.refused`: the rows the database refuses to claim, extend or release, found in halves.
+- :mod:`.quarantine`: the messages a relay passes over (refused even as dead letters).
 - :mod:`.pace`: how many rows the next claim asks for, from the last claim's and batch's pace.
 - :mod:`.ahead`: under a backlog, the next batch claimed on a thread of its own meanwhile.
 - :mod:`.chunks`: a batch cut into runs that share a transport, at its batch size.

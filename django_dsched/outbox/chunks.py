@@ -9,7 +9,7 @@ from typing import Any
 
 from django_dsched.outbox.claims import Message
 from django_dsched.outbox.transports import Transport, Transports
-from django_dsched.outbox.transports.registry import host_of
+from django_dsched.outbox.transports.base import host_of
 
 # Sends a chunk: the error of each message, in order (None: delivered).
 Send = Callable[[Sequence[Message]], list[BaseException | None]]

@@ -1,4 +1,5 @@
-"""Claim, extend, release and settle outbox messages: the relay's only raw SQL.
+"""Claim and settle outbox messages: the relay's raw SQL (extending and releasing claims:
+:mod:`.holding`; finding the rows the database refuses to claim: :mod:`.refused`).
 
 A message is *claimable* when it is PENDING, its next attempt is due and nobody holds an
 unexpired claim on it (``claimed_until``, the visibility timeout): when the time it becomes
@@ -37,12 +38,13 @@ import json
 import time
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from django_dsched.enums import DeliveryStatus
 from django_dsched.models import envelope
+from django_dsched.models.times import OUT_OF_RANGE, readable, storable
 from django_dsched.models.validators import make_storable_text
 from django_dsched.outbox import run_health
 
@@ -75,8 +77,11 @@ TOPICS = "(%(topics)s::text[] IS NULL OR o.topic = ANY(%(topics)s::text[]))"
 # id. NULL only if the event was deleted by hand (retention keeps it while the message
 # exists): such a message is dead-lettered at claim.
 PAYLOAD = f"(SELECT {envelope.sql('e')} FROM event_store_t e WHERE e.id = c.id)"
-# Dead-lettered at claim: claimed max_attempts times with no outcome, or nothing to deliver.
-DEAD_AT_CLAIM = "(m.attempts >= %(max_attempts)s OR l.body IS NULL)"
+# Dead-lettered at claim: claimed max_attempts times with no outcome, nothing to deliver, or
+# a time no reader can read (outside the years 1 to 9999: models/times.py).
+DEAD_AT_CLAIM = (
+    f"(m.attempts >= %(max_attempts)s OR l.body IS NULL OR NOT {readable('m.event_ts')})"
+)
 
 # How far before the relay's previous claim on-time work starts (seconds). A message is
 # claimable from its event_ts, the time of the statement that wrote it, but visible only once
@@ -107,7 +112,14 @@ BEHIND = f"""(SELECT true FROM outbox_message_t o
                       AND {AVAILABLE_TS} <= (SELECT ts FROM since) AND {TOPICS}
                     ORDER BY {AVAILABLE_TS} LIMIT 1)"""
 
-CLAIM = f"""
+# Messages the relay's quarantine passes over for a while (outbox/quarantine.py).
+NOT_SKIPPED = "\n                AND o.id <> ALL(%(skip)s::uuid[])"
+
+
+def chosen(skip: bool = False) -> str:
+    """The claim's choice: the CTEs ``locked`` (the rows taken, locked) and ``candidates``
+    (those within the byte cap, with their order); ``skip``: passing over ``%(skip)s``."""
+    return f"""
 WITH {PRIORITIES},
 since AS MATERIALIZED (SELECT {SINCE} AS ts),
 -- Per priority, two ranges of the ready index (``r``), each in the order its rows became
@@ -135,7 +147,7 @@ locked AS (
               FROM outbox_message_t o
               WHERE o.status = %(pending)s AND o.priority = l.priority
                 AND {AVAILABLE_TS} >= r.after AND {AVAILABLE_TS} <= r.until
-                AND {TOPICS}
+                AND {TOPICS}{NOT_SKIPPED if skip else ""}
               ORDER BY {AVAILABLE_TS}
               LIMIT r.most
               FOR UPDATE OF o SKIP LOCKED
@@ -157,18 +169,26 @@ candidates AS (
           WINDOW w AS (ORDER BY priority DESC, spread, part, available_ts, id
                        ROWS UNBOUNDED PRECEDING)) s
     WHERE k = 1 OR %(max_bytes)s::bigint IS NULL OR running <= %(max_bytes)s::bigint
-)
-UPDATE outbox_message_t m
+)"""
+
+
+# What a claim writes to each row it takes (``m``; ``l.body``: its payload as text).
+CLAIM_SET = f"""
 SET attempts = CASE WHEN {DEAD_AT_CLAIM} THEN m.attempts ELSE m.attempts + 1 END,
     claimed_by = CASE WHEN {DEAD_AT_CLAIM} THEN '' ELSE %(relay)s END,
     claimed_until = CASE WHEN {DEAD_AT_CLAIM} THEN NULL
                          ELSE clock_timestamp() + make_interval(secs => %(visibility)s) END,
-    -- Claimed max_attempts times with no outcome recorded (each claimer died or hung), or
-    -- its payload is gone: dead-letter it here rather than let it crash one more relay.
+    -- Claimed max_attempts times with no outcome recorded (each claimer died or hung), its
+    -- payload gone, or its time one no reader can read: dead-letter it here rather than
+    -- let it crash one more relay (its time made storable, what it held in its error).
     status = CASE WHEN {DEAD_AT_CLAIM} THEN %(dead)s ELSE m.status END,
     last_error = CASE WHEN l.body IS NULL
                       THEN 'no payload to deliver: its event (the same id) was deleted'
                            || ' from event_store_t'
+                      WHEN NOT {readable("m.event_ts")}
+                      THEN 'its time (event_ts) held ' || m.event_ts::text || ', {OUT_OF_RANGE}:'
+                           || ' no reader can read it (written by hand or before the CHECK'
+                           || ' dsched_outbox_times_in_range); dead-lettered at its claim'
                       WHEN m.attempts >= %(max_attempts)s
                       THEN 'claimed ' || m.attempts || ' times without a recorded outcome'
                            || ' (the relays holding it died or hung). Last error: '
@@ -178,16 +198,31 @@ SET attempts = CASE WHEN {DEAD_AT_CLAIM} THEN m.attempts ELSE m.attempts + 1 END
     picked_ts = CASE WHEN {DEAD_AT_CLAIM} THEN m.picked_ts ELSE clock_timestamp() END,
     started_ts = CASE WHEN {DEAD_AT_CLAIM} THEN m.started_ts END,
     completed_ts = NULL,
-    failed_ts = CASE WHEN {DEAD_AT_CLAIM} THEN clock_timestamp() END
+    failed_ts = CASE WHEN {DEAD_AT_CLAIM} THEN clock_timestamp() END,
+    event_ts = {storable("m.event_ts", nullable=False)}"""
+# What it returns (``c``: the row's order and bytes).
+CLAIM_RETURNING = """RETURNING m.id, m.topic, m.event_type, l.body, m.attempts, m.priority,
+          m.event_ts, m.status, c.n, c.bytes,
+          (extract(epoch FROM statement_timestamp()) * 1000000)::bigint,
+          m.host_id, CASE WHEN m.status = %(dead)s THEN m.last_error END"""
+
+
+def claim_statement(skip: bool = False) -> str:
+    """The claim (``skip``: passing over the quarantined ids)."""
+    return f"""{chosen(skip)}
+UPDATE outbox_message_t m
+{CLAIM_SET}
 FROM candidates c
 JOIN locked l ON l.id = c.id
 -- Each partition's rows by primary key, joined to the candidates (an id = ANY(array) here
 -- had each day's partition read whole by a sequential scan).
 WHERE m.id = c.id
-RETURNING m.id, m.topic, m.event_type, l.body, m.attempts, m.priority, m.event_ts, m.status,
-          c.n, c.bytes, (extract(epoch FROM statement_timestamp()) * 1000000)::bigint,
-          m.host_id
+{CLAIM_RETURNING}
 """
+
+
+CLAIMS = {skip: claim_statement(skip) for skip in (False, True)}
+CLAIM = CLAIMS[False]
 
 # The least part of a batch the backlog gets while on-time work would fill it.
 BACKLOG_SHARE = 0.1
@@ -199,32 +234,6 @@ BACKLOG_SHARE = 0.1
 # of the table in a nested loop (a million comparisons, 200 ms a settle); with the fence
 # unknown to the planner it probes the primary key or hashes, at any batch size.
 FENCE = "m.claimed_by = (SELECT %(relay)s::text) AND m.status = (SELECT %(pending)s::text)"
-
-# Keep a claim alive during a long batch; returns the ids still ours. The message whose run is
-# under way (%(running)s, if any, run by the relay itself) gets its start time, %(running_for)s
-# seconds ago by the relay's monotonic clock, unless it has one.
-EXTEND = f"""
-UPDATE outbox_message_t m
-SET claimed_until = clock_timestamp() + make_interval(secs => %(visibility)s),
-    started_ts = CASE WHEN m.id = ANY(%(running)s::uuid[])
-                      THEN COALESCE(m.started_ts,
-                                    clock_timestamp() - make_interval(secs => %(running_for)s))
-                      ELSE m.started_ts END
-FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS c(id, attempts)
-WHERE m.id = c.id AND m.attempts = c.attempts AND {FENCE}
-RETURNING m.id
-"""
-
-# Give back claims not attempted (a relay stopping gracefully): claimable again at once, and
-# the unused attempt is not counted.
-RELEASE = f"""
-UPDATE outbox_message_t m
-SET claimed_by = '', claimed_until = NULL, attempts = m.attempts - 1, picked_ts = NULL,
-    started_ts = NULL
-FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS c(id, attempts)
-WHERE m.id = c.id AND m.attempts = c.attempts AND {FENCE}
-RETURNING m.id
-"""
 
 # Record outcomes: delivered, or failed (retry after a delay, or dead-letter when the
 # attempts are used up or the failure is permanent). Returns what was recorded. The arrays
@@ -269,7 +278,8 @@ SELECT id, status, next_attempt_ts, delivered_ts FROM settled
 # Seconds (database clock) until the next message becomes claimable, looking no further than
 # %(within)s seconds ahead; None if none does. Per priority, the first row of the same index
 # range, so rows claimable only later than that are never read.
-NEXT_CLAIMABLE = f"""
+NEXT_CLAIMABLES = {
+    skip: f"""
 WITH {PRIORITIES}
 SELECT extract(epoch FROM min(n.available_ts) - clock_timestamp())
 FROM levels l
@@ -278,11 +288,14 @@ CROSS JOIN LATERAL (
     FROM outbox_message_t o
     WHERE o.status = %(pending)s AND o.priority = l.priority
       AND {AVAILABLE_TS} <= statement_timestamp() + make_interval(secs => %(within)s)
-      AND {TOPICS}
+      AND {TOPICS}{NOT_SKIPPED if skip else ""}
     ORDER BY {AVAILABLE_TS}
     LIMIT 1
 ) n
 """
+    for skip in (False, True)
+}  # (skip: passing over the quarantined ids) -> the statement
+NEXT_CLAIMABLE = NEXT_CLAIMABLES[False]
 
 
 class Message:
@@ -377,7 +390,7 @@ class Claimer:
     topics: Sequence[str] | None = None
 
 
-def _statuses() -> dict[str, str]:
+def statuses() -> dict[str, str]:
     return {
         "pending": DeliveryStatus.PENDING.value,
         "delivered": DeliveryStatus.DELIVERED.value,
@@ -394,6 +407,8 @@ class Claimed:
     # The claim's database time (microseconds since the epoch): the ``since_us`` of the next
     # claim; None if it found nothing.
     at_us: int | None = None
+    # Why each message of ``dead`` was dead-lettered (its error as stored).
+    why: dict[uuid.UUID, str] = field(default_factory=dict)
 
 
 def backlog_share(limit: int) -> int:
@@ -408,11 +423,13 @@ def claim_args(
     max_bytes: int | None = None,
     since_us: int | None = None,
     window: float = ON_TIME_WINDOW,
+    skip: Sequence[uuid.UUID] = (),
 ) -> dict[str, Any]:
     """The parameters of :data:`CLAIM` (see :func:`claim_batch`)."""
     share = backlog_share(limit)
     return {
-        **_statuses(),
+        "skip": list(skip),
+        **statuses(),
         "relay": claimer.relay_id,
         "visibility": claimer.visibility_timeout,
         "max_attempts": claimer.max_attempts,
@@ -434,9 +451,10 @@ def claim_batch(
     *,
     since_us: int | None = None,
     window: float = ON_TIME_WINDOW,
+    skip: Sequence[uuid.UUID] = (),
 ) -> Claimed:
     """Claim up to ``limit`` messages holding at most ``max_bytes`` of payload (JSON text;
-    always at least one message, whatever its size; None: no cap).
+    always at least one message, whatever its size; None: no cap), passing over ``skip``.
 
     Claim order: higher priority first; within a priority, the messages that became
     claimable after ``window`` seconds before ``since_us`` (the ``at_us`` of this relay's
@@ -445,12 +463,33 @@ def claim_batch(
     ``backlog_share(limit)`` of it while they last (of the byte cap's prefix too). Returns
     the messages in that order, with the claim's time.
     """
-    cursor.execute(CLAIM, claim_args(claimer, limit, max_bytes, since_us, window))
-    rows = sorted(cursor.fetchall(), key=lambda row: row[8])
+    args = claim_args(claimer, limit, max_bytes, since_us, window, skip)
+    cursor.execute(CLAIMS[bool(skip)], args)
+    return claimed(cursor.fetchall())
+
+
+def claimed(rows: list[tuple[Any, ...]]) -> Claimed:
+    """The messages of the rows a claim returned (:data:`CLAIM_RETURNING`), in order."""
+    rows = sorted(rows, key=lambda row: row[8])
     live: list[Message] = []
     dead: list[Message] = []
+    why: dict[uuid.UUID, str] = {}
     for row in rows:
-        id_, topic, event_type, body, attempts, priority, event_ts, status, _, size, _, host = row
+        (
+            id_,
+            topic,
+            event_type,
+            body,
+            attempts,
+            priority,
+            event_ts,
+            status,
+            _,
+            size,
+            _,
+            host,
+            error,
+        ) = row
         if body is None:  # dead-lettered at claim: its event is gone
             payload: dict[str, Any] | None = {}
             text = None
@@ -470,8 +509,12 @@ def claim_batch(
             text=text,
             host_id=host,
         )
-        (live if status == DeliveryStatus.PENDING else dead).append(message)
-    return Claimed(live, dead, rows[0][10] if rows else None)
+        if status == DeliveryStatus.PENDING:
+            live.append(message)
+        else:
+            dead.append(message)
+            why[id_] = error
+    return Claimed(live, dead, rows[0][10] if rows else None, why)
 
 
 def claim(
@@ -481,46 +524,6 @@ def claim(
     last ``ON_TIME_WINDOW``); return (to deliver, dead-lettered at claim)."""
     claimed = claim_batch(cursor, claimer, limit, max_bytes)
     return claimed.live, claimed.dead
-
-
-def _tokens(messages: Sequence[Message]) -> dict[str, Any]:
-    return {"ids": [m.id for m in messages], "attempts": [m.attempt for m in messages]}
-
-
-def extend(
-    cursor: Any,
-    claimer: Claimer,
-    messages: Sequence[Message],
-    running: Sequence[uuid.UUID] = (),
-    running_for: float = 0.0,
-) -> set[uuid.UUID]:
-    """Push the claim's expiry out again; return the ids this relay still holds.
-
-    ``running``: messages the relay is running now, for ``running_for`` seconds (their
-    ``started_ts`` is set if not yet).
-    """
-    if not messages:
-        return set()
-    cursor.execute(
-        EXTEND,
-        {
-            **_statuses(),
-            **_tokens(messages),
-            "relay": claimer.relay_id,
-            "visibility": claimer.visibility_timeout,
-            "running": list(running),
-            "running_for": max(0.0, running_for),
-        },
-    )
-    return {row[0] for row in cursor.fetchall()}
-
-
-def release(cursor: Any, claimer: Claimer, messages: Sequence[Message]) -> int:
-    """Give unattempted claims back; return how many were still ours."""
-    if not messages:
-        return 0
-    cursor.execute(RELEASE, {**_statuses(), **_tokens(messages), "relay": claimer.relay_id})
-    return len(cursor.fetchall())
 
 
 def settle(cursor: Any, claimer: Claimer, outcomes: Sequence[DeliveryOutcome]) -> list[Settled]:
@@ -539,7 +542,7 @@ def settle(cursor: Any, claimer: Claimer, outcomes: Sequence[DeliveryOutcome]) -
     cursor.execute(
         SETTLE,
         {
-            **_statuses(),
+            **statuses(),
             "ids": literal(o.message.id for o in outcomes),
             "attempts": literal(o.message.attempt for o in outcomes),
             "relay": claimer.relay_id,
@@ -568,13 +571,22 @@ def literal(values: Iterable[Any]) -> str:
 
 
 def seconds_until_claimable(
-    cursor: Any, topics: Sequence[str] | None = None, *, within: float = 86_400.0
+    cursor: Any,
+    topics: Sequence[str] | None = None,
+    *,
+    within: float = 86_400.0,
+    skip: Sequence[uuid.UUID] = (),
 ) -> float | None:
     """Seconds until the next pending message may be claimable (≤ 0: now); None if none
-    becomes claimable in the next ``within`` seconds."""
+    becomes claimable in the next ``within`` seconds. ``skip``: ids passed over."""
     cursor.execute(
-        NEXT_CLAIMABLE,
-        {"pending": DeliveryStatus.PENDING.value, "topics": topics or None, "within": within},
+        NEXT_CLAIMABLES[bool(skip)],
+        {
+            "pending": DeliveryStatus.PENDING.value,
+            "topics": topics or None,
+            "within": within,
+            "skip": list(skip),
+        },
     )
     (delay,) = cursor.fetchone()
     return None if delay is None else float(delay)

@@ -1,5 +1,6 @@
 """Which topics and event types of the schedules nobody would deliver: no transport routes
-the topic, or it goes to in-process handlers and none is registered for it.
+the topic for the schedules' host (none is granted to it), or it goes to in-process handlers
+and none is registered for it, or those registered do not serve the host.
 
 Read by the system check ``dsched.W003`` (``manage.py check --database``) and logged by
 ``run_relay`` at start, so a schedule whose every delivery would fail says so before it
@@ -8,14 +9,16 @@ fires, not after its messages are dead-lettered.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 
 from django.db import DatabaseError, connections
 
 from django_dsched.conf import app_settings
 from django_dsched.enums import LIVE
-from django_dsched.exceptions import ConfigurationError
-from django_dsched.outbox.handlers import HandlerRegistry, autodiscover, registry
+from django_dsched.exceptions import ConfigurationError, PermanentDeliveryError
+from django_dsched.outbox.claims import Message
+from django_dsched.outbox.handlers import HandlerRegistry, Registration, autodiscover, registry
 from django_dsched.outbox.transports.in_process import HandlerTransport
 from django_dsched.outbox.transports.registry import Transports, backend_class
 from django_dsched.runtime.logs import get_logger
@@ -60,16 +63,20 @@ def unserved(
     for host_id, topic, event_type in used:
         try:
             route = transports.route_for(topic, host_id)
-        except ConfigurationError as exc:
+        except (ConfigurationError, PermanentDeliveryError) as exc:
             found.append(Unserved(host_id, topic, event_type, str(exc)))
             continue
-        table = transports.table if route.host is None else transports.host_tables[route.host]
-        backend = table.config[route.key].get("BACKEND", "")
+        backend = transports.entry(route).get("BACKEND", "")
         try:
             in_process = issubclass(backend_class(backend), HandlerTransport)
         except Exception:  # a bad BACKEND is dsched.E007's to report
             continue
-        if in_process and not handlers.for_message(topic, event_type):
+        if not in_process:
+            continue
+        refused = _refused_by_handlers(handlers, host_id, topic, event_type)
+        if refused is not None:
+            found.append(Unserved(host_id, topic, event_type, refused))
+        elif not handlers.for_message(topic, event_type):
             found.append(
                 Unserved(
                     host_id,
@@ -81,6 +88,19 @@ def unserved(
                 )
             )
     return found
+
+
+def _refused_by_handlers(
+    handlers: HandlerRegistry, host_id: str, topic: str, event_type: str
+) -> str | None:
+    """Why the handlers of a topic and event type refuse the host's messages by their grant
+    (a ``@periodic`` function's own check needs a message, so it is not asked here)."""
+    probe = Message(uuid.uuid4(), topic, event_type, {}, 1, host_id=uuid.UUID(host_id))
+    for registration in handlers.registrations(topic, event_type):
+        why = Registration(registration.func, registration.hosts).refusal(probe, host_id)
+        if why is not None:
+            return why
+    return None
 
 
 def warn_unserved() -> None:

@@ -5,8 +5,10 @@ a heartbeat its message would become claimable again and another relay would del
 second time while the first run is still going. So while a relay delivers a batch, a thread of
 its own, with its own database connection, renews every claim of the batch not settled yet
 every ``DSCHED_RELAY_HEARTBEAT_INTERVAL`` seconds (default: a quarter of the timeout), in one
-statement fenced on ``(claimed_by, attempts)`` (:data:`claims.EXTEND`): a claim this relay lost
-to another is never extended, and is reported lost so the relay does not send it.
+statement fenced on ``(claimed_by, attempts)`` (:data:`.holding.EXTEND`): a claim this relay lost
+to another is never extended, and is reported lost so the relay does not send it. A claim the
+database refuses to renew (a rule an operator added) is narrowed down to
+(:mod:`.refused`), logged and reported lost; the others are renewed.
 
 A relay that stops (killed, frozen by SIGSTOP, its host gone) stops heartbeating too: its
 claims expire after the timeout and another relay delivers them again.
@@ -34,7 +36,8 @@ from collections.abc import Iterable, Sequence
 
 from django.db import connections
 
-from django_dsched.outbox.claims import Claimer, Message, extend
+from django_dsched.outbox.claims import Claimer, Message
+from django_dsched.outbox.holding import extend
 from django_dsched.runtime.logs import get_logger
 
 logger = get_logger(__name__)
@@ -199,6 +202,18 @@ class ClaimHeartbeat:
             extra={"message_id": str(running[0])} if running else None,
         )
 
+    def refused_renewals(self, refused: list[tuple[Message, str]]) -> None:
+        """Log the claims the database refused to renew (they count as lost: not sent)."""
+        for message, error in refused:
+            logger.error(
+                "the database refused to renew the claim of message %s (%s): it is not sent "
+                "by this relay, and is claimed again once its claim expires relay=%s",
+                message.id,
+                error,
+                self.claimer.relay_id,
+                extra={"message_id": str(message.id)},
+            )
+
     def beat(self) -> None:
         """Renew every held claim now (one statement); note the ones lost."""
         with self._lock:
@@ -216,8 +231,8 @@ class ClaimHeartbeat:
                 self._give_up(ids, running_for)
                 return
         try:
-            with self.writing, connections[self.using].cursor() as cursor:
-                held = extend(cursor, self.claimer, messages, ids, running_for)
+            with self.writing:
+                held, refused = extend(self.using, self.claimer, messages, ids, running_for)
         except Exception:  # the database is away: try again next beat, on a new connection
             logger.warning(
                 "heartbeat could not renew %d claim(s) relay=%s",
@@ -228,6 +243,7 @@ class ClaimHeartbeat:
             connections[self.using].close()
             return
         self.beats += 1
+        self.refused_renewals(refused)
         lost = {m.id for m in messages} - held
         with self._lock:
             lost &= self._held.keys()  # settled meanwhile: not lost

@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from django.db import connections
+from django.db import DatabaseError, connections
 
 from django_dsched.conf import app_settings
 from django_dsched.outbox.ahead import ClaimAhead
@@ -41,20 +41,22 @@ from django_dsched.outbox.claims import (
     DeliveryOutcome,
     Message,
     claim_batch,
-    extend,
-    release,
     seconds_until_claimable,
 )
 from django_dsched.outbox.handlers import autodiscover
 from django_dsched.outbox.heartbeat import ClaimHeartbeat
+from django_dsched.outbox.holding import extend, release
 from django_dsched.outbox.outcomes import record
 from django_dsched.outbox.pace import Pace
+from django_dsched.outbox.quarantine import Quarantine
+from django_dsched.outbox.refused import claim_narrowed
 from django_dsched.outbox.reports import RelayStats, Reports
 from django_dsched.outbox.retries import Retries
 from django_dsched.outbox.transports import Transports
 from django_dsched.runtime import binding
 from django_dsched.runtime.logs import get_logger
 from django_dsched.runtime.loops import DatabaseLoop
+from django_dsched.runtime.refusals import refusal, refused
 
 if TYPE_CHECKING:
     from django_dsched.metrics.relay import RelayMetrics  # needs prometheus_client
@@ -114,6 +116,8 @@ class Relay(DatabaseLoop):
         # The database time of the last claim that found rows: what became claimable after it
         # is on time and claimed before the backlog (claims.claim_batch).
         self._since: int | None = None
+        # Messages the database refused to claim and to dead-letter: passed over for a while.
+        self.quarantine = Quarantine(self.claimer.visibility_timeout)
         autodiscover()
 
     # -- control -------------------------------------------------------------------------
@@ -165,7 +169,7 @@ class Relay(DatabaseLoop):
         in_hand = sum(m.size for m in live)
         if self._claimed_last:
             self.pace.message_bytes = (in_hand + sum(m.size for m in dead)) / self._claimed_last
-        self.reports.dead_at_claim(dead)
+        self.reports.dead_at_claim(dead, claimed.why)
         if self._claimed_last:
             self.stats.batches += 1
             self.stats.claimed += len(live)
@@ -174,7 +178,9 @@ class Relay(DatabaseLoop):
             return 0.0
         self.ahead.idle()
         with connection.cursor() as cursor:
-            until = seconds_until_claimable(cursor, self.topics, within=self.poll_interval)
+            until = seconds_until_claimable(
+                cursor, self.topics, within=self.poll_interval, skip=self.quarantine.skipped()
+            )
         wait = self.poll_interval if until is None else max(0.0, until)
         return min(wait, self.poll_interval)
 
@@ -187,14 +193,54 @@ class Relay(DatabaseLoop):
         """Claim a batch on this thread's session (Django's connections are per thread),
         noting how long the claim took; the batch, and when its claim began."""
         began = time.monotonic()
-        with binding.cursor(connections[self.using]) as cursor:
-            claimed = claim_batch(cursor, self.claimer, limit, max_bytes, since_us=since)
+        skip = self.quarantine.skipped()
+        try:
+            with binding.cursor(connections[self.using]) as cursor:
+                claimed = claim_batch(
+                    cursor, self.claimer, limit, max_bytes, since_us=since, skip=skip
+                )
+        except DatabaseError as exc:
+            if not refused(exc) or connections[self.using].in_atomic_block:
+                raise
+            claimed = self._claim_narrowed(exc, limit, max_bytes, since, skip)
         self.pace.claim_seconds = time.monotonic() - began
         return claimed, began
 
+    def _claim_narrowed(
+        self,
+        exc: DatabaseError,
+        limit: int,
+        max_bytes: int,
+        since: int | None,
+        skip: list[uuid.UUID],
+    ) -> Claimed:
+        """The database refused the claim for a row's data: claim again, narrowed down to
+        the refused messages (:mod:`.refused`), which are dead-lettered with the error, or
+        passed over for a while when the database refuses that too."""
+        logger.warning(
+            "the database refused this relay's claim (%s): finding the message relay=%s",
+            refusal(exc),
+            self.instance_id,
+        )
+        claimed, passed_over = claim_narrowed(
+            self.using, self.claimer, limit, max_bytes, since, skip
+        )
+        self.quarantine.add(id_ for id_, _ in passed_over)
+        for id_, error in passed_over:
+            logger.error(
+                "passing over message %s for %.0fs: the database refused to claim it and to "
+                "dead-letter it (%s) relay=%s",
+                id_,
+                self.quarantine.seconds,
+                error,
+                self.instance_id,
+                extra={"message_id": str(id_)},
+            )
+        return claimed
+
     def _give_back(self, claimed: Claimed) -> None:
         """Stopping: count a batch claimed ahead's dead letters, release the rest."""
-        self.reports.dead_at_claim(claimed.dead)
+        self.reports.dead_at_claim(claimed.dead, claimed.why)
         if claimed.live:
             self._release(claimed.live)
 
@@ -275,8 +321,9 @@ class Relay(DatabaseLoop):
         self.reports.recorded(recorded, labels)
 
     def _renew(self, messages: list[Message]) -> set[uuid.UUID]:
-        with self.heartbeat.writing, connections[self.using].cursor() as cursor:
-            held = extend(cursor, self.claimer, messages)
+        with self.heartbeat.writing:
+            held, refused_ = extend(self.using, self.claimer, messages)
+        self.heartbeat.refused_renewals(refused_)
         lost = len(messages) - len(held)
         if lost:
             self.stats.lost_claims += lost
@@ -289,9 +336,18 @@ class Relay(DatabaseLoop):
 
     def _release(self, messages: list[Message]) -> None:
         self.heartbeat.drop(m.id for m in messages)
-        with self.heartbeat.writing, connections[self.using].cursor() as cursor:
-            released = release(cursor, self.claimer, messages)
-        self.stats.released += released
+        with self.heartbeat.writing:
+            released, refused_ = release(self.using, self.claimer, messages)
+        self.stats.released += len(released)
         logger.info(
-            "stopping: gave back %d claimed message(s) relay=%s", released, self.instance_id
+            "stopping: gave back %d claimed message(s) relay=%s", len(released), self.instance_id
         )
+        for message, error in refused_:
+            logger.error(
+                "could not give back message %s: the database refused it (%s); its claim "
+                "expires after the visibility timeout relay=%s",
+                message.id,
+                error,
+                self.instance_id,
+                extra={"message_id": str(message.id)},
+            )

@@ -8,14 +8,14 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django_dsched.enums import DeliveryStatus
 from django_dsched.outbox.claims import DeliveryOutcome, Message
 from django_dsched.outbox.outcomes import Recorded
-from django_dsched.outbox.tally import DEAD_LETTER, measure, transport_label
+from django_dsched.outbox.tally import DEAD_LETTER, envelope_of, measure, transport_label
 from django_dsched.outbox.transports import Transports
 from django_dsched.runtime.logs import get_logger
 
@@ -48,8 +48,8 @@ def log_context(relay_id: str, message: Message) -> dict[str, Any]:
         "message_id": str(message.id),
         "topic": message.topic,
         "attempt": message.attempt,
-        "schedule": message.payload.get("subject"),
-        "slot": message.payload.get("scheduledtime"),
+        "schedule": envelope_of(message).get("subject"),
+        "slot": envelope_of(message).get("scheduledtime"),
     }
 
 
@@ -85,21 +85,17 @@ class Reports:
         labels, self._labels = self._labels, {}
         return labels
 
-    def dead_at_claim(self, dead: list[Message]) -> None:
-        """Log and count the messages a claim dead-lettered."""
+    def dead_at_claim(self, dead: list[Message], why: Mapping[uuid.UUID, str]) -> None:
+        """Log and count the messages a claim dead-lettered (``why``: each one's error, as
+        the claim stored it)."""
         for message in dead:
             self.stats.dead_lettered += 1
             logger.error(
-                "dead-lettered id=%s topic=%s type=%s %s",
+                "dead-lettered at its claim id=%s topic=%s type=%s: %s",
                 message.id,
                 message.topic,
                 message.event_type,
-                # A claimed payload is never empty text: size 0 is a message whose event
-                # (holding its payload, stored once) is gone.
-                "with no payload to deliver: its event was deleted from event_store_t"
-                if message.size == 0
-                else f"after {message.attempt} attempts with no recorded outcome (relays "
-                "died or hung while delivering it)",
+                why.get(message.id, ""),
                 extra=log_context(self.relay_id, message),
             )
         if dead and self.metrics is not None:

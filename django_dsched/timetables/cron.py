@@ -17,14 +17,21 @@ fires at most once.
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from functools import lru_cache
-from zoneinfo import ZoneInfo
 
 from croniter import CroniterBadDateError, croniter
 
 from django_dsched.exceptions import CronError
-from django_dsched.timetables.zones import instant, wall, zone
+from django_dsched.timetables.zones import (
+    as_utc,
+    instant,
+    jump_near,
+    offset,
+    offsets_near,
+    wall,
+    zone,
+)
 
 __all__ = ["CronTimetable", "check_expression", "zone"]
 
@@ -34,7 +41,6 @@ MAX_STEPS = 10_000
 SECOND = timedelta(seconds=1)
 MICROSECOND = timedelta(microseconds=1)
 DAY = timedelta(days=1)
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 # The syntax the documentation promises, field by field: numbers, ``*``, ranges ``a-b``,
 # steps ``/n`` and lists ``,``; names of months and weekdays in their fields. croniter
@@ -69,17 +75,6 @@ SYNTAX = (
     "use numbers, *, ranges (a-b), steps (/n) and lists (a,b); month and weekday names "
     "(JAN, MON) in their fields"
 )
-
-
-@lru_cache(maxsize=8192)
-def _jump_around_day(tz: ZoneInfo, day: int) -> timedelta:
-    """How far the zone's UTC offset moves between day ``day - 2`` and day ``day + 3``
-    (days since the epoch, UTC): zero when there is no transition near that day."""
-    offsets = [
-        (EPOCH + DAY * (day + shift)).astimezone(tz).utcoffset() or timedelta(0)
-        for shift in (-2, -1, 0, 1, 2, 3)
-    ]
-    return max(offsets) - min(offsets)
 
 
 @lru_cache(maxsize=4096)
@@ -156,30 +151,18 @@ class CronTimetable:
         return instant(wall_time, self.zone)
 
     def _offset(self, instant: datetime) -> timedelta:
-        return instant.astimezone(self.zone).utcoffset() or timedelta(0)
+        return offset(instant, self.zone)
 
     def _jump(self, instant: datetime) -> timedelta:
         """The size of any offset change within two days of ``instant`` (zero: none)."""
-        return _jump_around_day(self.zone, (instant - EPOCH) // DAY)
+        return jump_near(instant, self.zone)
 
     def _offsets_near(self, instant: datetime) -> tuple[timedelta, timedelta]:
-        """The smallest and largest offsets within two jumps of ``instant``.
+        """The smallest and largest offsets within two jumps of ``instant``
+        (:func:`.zones.offsets_near`)."""
+        return offsets_near(instant, self.zone)
 
-        Wall times and instants are out of order only within one jump of a gap, so this
-        window is all a search around ``instant`` needs; away from any transition it is the
-        one offset in force, which keeps a search next to a DST change as short as
-        anywhere else.
-        """
-        jump = self._jump(instant)
-        if not jump:
-            offset = self._offset(instant)
-            return offset, offset
-        offsets = [self._offset(instant + jump * k) for k in (-2, -1, 0, 1, 2)]
-        return min(offsets), max(offsets)
-
-    @staticmethod
-    def _as_utc(wall_time: datetime, offset: timedelta) -> datetime:
-        return wall_time.replace(tzinfo=UTC) - offset
+    _as_utc = staticmethod(as_utc)
 
     def slot_after(self, when: datetime) -> datetime | None:
         """The first fire strictly after ``when``; None if it never fires again.

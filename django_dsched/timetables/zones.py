@@ -14,7 +14,7 @@ datetime happened to arrive in (the admin's form gives times in the user's zone)
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -74,3 +74,49 @@ def instant(wall_time: datetime, tz: ZoneInfo) -> datetime:
     occurrence, and a missing one is read with the offset before the gap.
     """
     return wall_time.replace(tzinfo=tz, fold=0).astimezone(UTC)
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+DAY = timedelta(days=1)
+
+
+def offset(when: datetime, tz: ZoneInfo) -> timedelta:
+    """``tz``'s UTC offset at the instant ``when``."""
+    return when.astimezone(tz).utcoffset() or timedelta(0)
+
+
+@lru_cache(maxsize=8192)
+def _jump_around_day(tz: ZoneInfo, day: int) -> timedelta:
+    """How far the zone's UTC offset moves between day ``day - 2`` and day ``day + 3``
+    (days since the epoch, UTC): zero when there is no transition near that day."""
+    offsets = [
+        (EPOCH + DAY * (day + shift)).astimezone(tz).utcoffset() or timedelta(0)
+        for shift in (-2, -1, 0, 1, 2, 3)
+    ]
+    return max(offsets) - min(offsets)
+
+
+def jump_near(when: datetime, tz: ZoneInfo) -> timedelta:
+    """The size of any offset change within two days of ``when`` (zero: none)."""
+    return _jump_around_day(tz, (when - EPOCH) // DAY)
+
+
+def offsets_near(when: datetime, tz: ZoneInfo) -> tuple[timedelta, timedelta]:
+    """The smallest and largest offsets within two jumps of ``when``.
+
+    Wall times and instants are out of order only within one jump of a gap, so this
+    window is all a search around ``when`` needs; away from any transition it is the one
+    offset in force, which keeps a search next to a DST change as short as anywhere else.
+    """
+    jump = jump_near(when, tz)
+    if not jump:
+        here = offset(when, tz)
+        return here, here
+    offsets = [offset(when + jump * k, tz) for k in (-2, -1, 0, 1, 2)]
+    return min(offsets), max(offsets)
+
+
+def as_utc(wall_time: datetime, at_offset: timedelta) -> datetime:
+    """A naive wall time read with a given offset (a bound, not the rule: see
+    :func:`instant`)."""
+    return wall_time.replace(tzinfo=UTC) - at_offset

@@ -536,6 +536,7 @@ BROKEN = {
     "zone unknown": {"time_zone": "Mars/Base"},
     "naive start": {"start_ts": datetime(2030, 1, 1)},
     "priority huge": {"priority": 5000},
+    "paused until the end of time": {"paused_until": datetime(9999, 12, 31, 12, tzinfo=UTC)},
     "fine": {},
     "fine with a key": {"idempotency_key": "order-1"},
     "once fine": {"schedule_kind": ScheduleKind.ONCE, "frequency_unit": "", "frequency_time": None},

@@ -282,3 +282,15 @@ def test_every_door_of_the_python_api_takes_the_thresholds(db):
         api.bulk_create(
             [api.Interval(name="bad", every=1, topic="t", event_type="x", failure_tolerance=-1)]
         )
+
+
+def test_a_declared_schedule_takes_the_thresholds(db):
+    from django_dsched import declared
+
+    spec = {"every": 5, "topic": "t", "event_type": "x", "monitored": True}
+    declared.sync({"watched": {**spec, "max_runtime_seconds": 30}})
+    watched = Schedule.objects.get(schedule_name="watched")
+    assert (watched.monitored, watched.max_runtime_seconds) == (True, 30)
+    declared.sync({"watched": {**spec, "monitored": False}})  # a change of the declaration
+    watched.refresh_from_db()
+    assert watched.monitored is False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import timedelta
 from zoneinfo import ZoneInfo
 
@@ -20,15 +21,19 @@ from django_celery_beat.schedulers import ModelEntry
 
 from django_dsched import api
 from django_dsched.enums import ScheduleKind, ScheduleOrigin, ScheduleState
+from django_dsched.exceptions import PermanentDeliveryError
 from django_dsched.importers.celery_beat import (
     DISABLED,
     cron_expression,
     import_celery_beat,
     schedule_name,
 )
-from django_dsched.models import Event, Schedule, envelope
+from django_dsched.models import Event, OutboxMessage, Schedule, envelope
 from django_dsched.outbox.claims import Message
+from django_dsched.outbox.relay import Relay
 from django_dsched.outbox.transports.celery import task_message
+from tests.brokers import redis_url  # noqa: F401  (fixture)
+from tests.outbox_helpers import celery_route, celery_tasks_waiting
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -199,15 +204,24 @@ def test_each_kind_is_imported_or_reported_with_its_reason(beat):
 
 
 def test_an_imported_event_makes_the_task_beat_would_send(beat):
-    import_celery_beat()
+    report = import_celery_beat()
+    # The route the report asks for: the imported tasks, and the options they set.
+    route = {
+        "TASK_FROM_DATA": True,
+        "ALLOWED_TASKS": report.tasks,
+        "OPTIONS_FROM_DATA": report.option_keys,
+    }
     for name in ("poll every 10 minutes", "weekday report", "monthly"):
         schedule = Schedule.objects.get(schedule_name=name)
         api.trigger(schedule)
         event = Event.objects.get(aggregate_id=schedule.schedule_id, scheduled_ts__isnull=False)
         delivered = envelope.of_event(event.id)
         message = Message(event.id, delivered["topic"], event.event_type, delivered, 1)
-        task, args, kwargs, options = task_message(message, {})
+        with pytest.raises(PermanentDeliveryError, match="TASK_FROM_DATA"):
+            task_message(message, {})  # a route that does not opt in refuses the data's task
+        task, args, kwargs, options = task_message(message, route)
         entry = ModelEntry(PeriodicTask.objects.get(name=name))
+        assert entry.task in report.tasks
         assert (task, args, kwargs) == (entry.task, entry.args, entry.kwargs)
         headers = {k: v for k, v in options.pop("headers").items() if not k.startswith("dsched_")}
         assert headers == entry.options.pop("headers")
@@ -313,6 +327,38 @@ def test_names_that_collide_are_reported(beat):
     assert Schedule.objects.get(schedule_name="weekday report").event_topic == "mine"
     short = schedule_name(long_name)
     assert len(short) == 126 and short in report.created
+
+
+def test_the_report_says_what_the_route_lacks(beat, settings):
+    settings.DSCHED_TRANSPORTS = {
+        "celery": {"BACKEND": "celery", "OPTIONS": {"ALLOWED_TASKS": ["app.tasks.poll"]}}
+    }
+    report = import_celery_beat(dry_run=True)
+    (note,) = [n for n in report.notes if "would dead-letter the imported tasks" in n]
+    assert '"TASK_FROM_DATA": True' in note
+    assert "'app.tasks.report'" in note and "'app.tasks.poll'" not in note.split("ALLOWED")[1]
+    assert "OPTIONS_FROM_DATA: ['exchange', 'expires', 'headers'" in note
+
+
+def test_the_documented_migration_delivers_each_imported_task(beat, settings, redis_url):  # noqa: F811
+    """docs/migrating-from-celery-beat.md end to end: import, route as the report says (step
+    2's route), fire, relay: every task reaches the broker, none is dead-lettered."""
+    queue = f"celery-{uuid.uuid4().hex[:8]}"
+    dry = import_celery_beat(dry_run=True)
+    settings.DSCHED_TRANSPORTS = {
+        "celery": celery_route(redis_url, queue, dry.tasks, dry.option_keys),
+        "*": {"BACKEND": "handlers"},
+    }
+    report = import_celery_beat(disable_source=True)
+    assert not [n for n in report.notes if "Celery transport" in n or "dead-letter" in n]
+    for name in ("weekday report", "monthly", "business hours"):
+        api.trigger(name)
+
+    assert Relay(instance_id="r1").run_until_idle() == 3
+
+    assert set(OutboxMessage.objects.values_list("status", flat=True)) == {"DELIVERED"}
+    sent = sorted(headers["task"] for headers in celery_tasks_waiting(redis_url, queue))
+    assert sent == ["app.tasks.check", "app.tasks.invoice", "app.tasks.report"]
 
 
 def test_priority_follows_the_broker(beat, settings):

@@ -11,7 +11,14 @@ DSCHED_RELAY_VISIBILITY_TIMEOUT = 4.0
 DSCHED_TRANSPORTS = {
     "celery": {
         "BACKEND": "tests.outbox.celery_pause.PausingCeleryTransport",
-        "OPTIONS": {"BROKER_URL": os.environ.get("CELERY_TEST_BROKER_URL", ""), "TIMEOUT": 0.9},
+        "OPTIONS": {
+            "BROKER_URL": os.environ.get("CELERY_TEST_BROKER_URL", ""),
+            "TIMEOUT": 0.9,
+            # The schedules name their task and queue in their data (as imported ones do).
+            "TASK_FROM_DATA": True,
+            "ALLOWED_TASKS": ["tests.*"],
+            "OPTIONS_FROM_DATA": ["queue"],
+        },
     },
     "*": {"BACKEND": "handlers"},
 }

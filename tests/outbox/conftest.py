@@ -31,7 +31,7 @@ def handle():
 
     yield register
     for func, key in registered:
-        registry.unregister(func, **key)
+        registry.unregister(func, topic=key.get("topic"), event_type=key.get("event_type"))
 
 
 @pytest.fixture

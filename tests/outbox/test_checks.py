@@ -26,6 +26,9 @@ def test_defaults_pass():
         ("DSCHED_RELAY_VISIBILITY_TIMEOUT", 0, "dsched.E010"),
         ("DSCHED_RELAY_POLL_INTERVAL", "soon", "dsched.E010"),
         ("DSCHED_RELAY_RETRY_BASE", 1000.0, "dsched.E010"),
+        # Centuries: every claim or retry time would fall outside the stored range.
+        ("DSCHED_RELAY_VISIBILITY_TIMEOUT", 1e12, "dsched.E010"),
+        ("DSCHED_RELAY_RETRY_MAX", 1e12, "dsched.E010"),
         ("DSCHED_RELAY_HEARTBEAT_INTERVAL", 0, "dsched.E010"),
         ("DSCHED_RELAY_HEARTBEAT_INTERVAL", "often", "dsched.E010"),
         ("DSCHED_RELAY_HEARTBEAT_INTERVAL", 30.0, "dsched.E010"),  # half the 60 s timeout

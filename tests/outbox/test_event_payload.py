@@ -154,7 +154,7 @@ def test_a_message_whose_event_was_deleted_is_dead_lettered_with_its_reason(
     assert [event["id"] for event in delivered] == [str(kept)]
     assert relay.stats.dead_lettered == 1
     (logged,) = [r.getMessage() for r in caplog.records if "dead-lettered" in r.getMessage()]
-    assert "no payload to deliver: its event was deleted" in logged
+    assert "no payload to deliver: its event (the same id) was deleted" in logged
 
 
 def test_the_message_reads_its_payload_from_the_event(relay_settings):

@@ -31,7 +31,11 @@ CONSTRAINT = "relay_test_refuses"
 def route(settings, sink: str, hostile_path: str) -> None:
     """The healthy tenant's messages go to ``/ok``, the hostile tenant's to ``hostile_path``."""
     settings.DSCHED_TRANSPORTS = {
-        "*": {"BACKEND": "webhook", "OPTIONS": {"URL": sink + "/ok/{topic}", "TIMEOUT": 2}}
+        "*": {
+            "BACKEND": "webhook",
+            "HOSTS": [str(HEALTHY)],
+            "OPTIONS": {"URL": sink + "/ok/{host}/{topic}", "TIMEOUT": 2},
+        }
     }
     settings.DSCHED_TRANSPORTS_BY_HOST = {
         str(HOSTILE): {

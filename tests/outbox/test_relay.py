@@ -59,8 +59,9 @@ def test_higher_priority_first(relay_settings, handle):
 def test_what_became_claimable_since_the_last_claim_goes_before_the_backlog(relay_settings, handle):
     """Tenant A's backlog drains a batch at a time; tenant B's messages, claimable while it
     drains, are delivered in the next batch, ahead of the backlog."""
+    relay_settings.DSCHED_TRANSPORTS = {"*": {"BACKEND": "handlers", "HOSTS": "*"}}
     seen = []
-    handle(lambda event: seen.append(event["id"]), topic="reports")
+    handle(lambda event: seen.append(event["id"]), topic="reports", hosts="*")
     backlog = make_messages(500, age=600, host_id=uuid.UUID(int=0xA))
     relay = Relay(instance_id="r1", batch_size=50)
     try:

@@ -11,6 +11,7 @@ import pytest
 from django.core.management import call_command
 
 from django_dsched.enums import DeliveryStatus
+from django_dsched.history.expiry import cutoff_of
 from django_dsched.models import Event, OutboxMessage
 from django_dsched.outbox import retention
 from django_dsched.outbox.retention import count_expired, purge_expired
@@ -123,7 +124,7 @@ def test_the_event_purge_probes_each_events_message_by_its_key(statement):
     delivered = history(1000, age_days=60, status=DeliveryStatus.DELIVERED, delivered_days=1)
     sql("ANALYZE outbox_message_t")
     sql("ANALYZE event_store_t")
-    params = {**retention._params(45, 1000)}
+    params = {**retention._params(cutoff_of(45), 1000)}
     ((plan,),) = sql("EXPLAIN (FORMAT JSON) " + getattr(retention, statement), params)
     plan = json.loads(plan) if isinstance(plan, str) else plan
     outbox = [

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from django_dsched import api
+from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus
 from django_dsched.exceptions import PermanentDeliveryError
 from django_dsched.models import OutboxMessage
@@ -69,7 +70,14 @@ def test_each_message_becomes_a_celery_task_sent_by_name(settings, broker):
     settings.DSCHED_TRANSPORTS = {
         "celery": {
             "BACKEND": "celery",
-            "OPTIONS": {"BROKER_URL": broker, "QUEUE": queue, "HEADERS": {"team": "ops"}},
+            "OPTIONS": {
+                "BROKER_URL": broker,
+                "QUEUE": queue,
+                "HEADERS": {"team": "ops"},
+                "TASK_FROM_DATA": True,
+                "ALLOWED_TASKS": ["reports.tasks.*"],
+                "OPTIONS_FROM_DATA": ["priority", "expires", "headers"],
+            },
         }
     }
     first = fire(
@@ -96,6 +104,7 @@ def test_each_message_becomes_a_celery_task_sent_by_name(settings, broker):
     assert (task.headers["team"], task.headers["periodic_task_name"]) == ("ops", "r")
     event = OutboxMessage.objects.get(id=first).delivered_payload
     assert task.headers["dsched_slot"] == event["scheduledtime"]
+    assert task.headers["dsched_host_id"] == str(app_settings.DEFAULT_HOST_ID)
     expires = datetime.fromisoformat(task.headers["expires"])
     assert expires == datetime.fromisoformat(event["time"]) + timedelta(hours=1)
     # No "task" in the data: the route's TASK, by default the event type.
@@ -147,7 +156,11 @@ def test_an_event_that_cannot_make_a_task_is_dead_lettered_with_the_reason(setti
     settings.DSCHED_TRANSPORTS = {
         "celery": {
             "BACKEND": "celery",
-            "OPTIONS": {"BROKER_URL": broker, "ALLOWED_TASKS": ["reports.*"]},
+            "OPTIONS": {
+                "BROKER_URL": broker,
+                "ALLOWED_TASKS": ["reports.*"],
+                "TASK_FROM_DATA": True,
+            },
         }
     }
     bad_args = fire("bad-args", {"task": "reports.x", "args": {"not": "a list"}})
@@ -169,7 +182,7 @@ def test_a_broker_that_is_down_is_a_retryable_failure(settings, scheme):
     settings.DSCHED_TRANSPORTS = {
         "celery": {"BACKEND": "celery", "OPTIONS": {"BROKER_URL": url, "TIMEOUT": 1}}
     }
-    message_id = fire("down", {"task": "reports.x"})
+    message_id = fire("down", {"args": [1]})
 
     assert Relay(instance_id="r1").run_until_idle() == 0
 
@@ -186,11 +199,28 @@ def test_the_mapping_rule():
         "data": {"options": {"queue": "q-{topic}", "expires": "2026-01-02T00:00:00+00:00"}},
     }
     message = Message(uuid.uuid4(), "billing", "billing.run", payload, 1)
-    name, args, kwargs, options = task_message(message, {"TASK": "jobs.{type}", "QUEUE": "x"})
+    takes = ["queue", "expires", "priority", "headers"]
+    route = {"TASK": "jobs.{type}", "QUEUE": "x", "OPTIONS_FROM_DATA": takes}
+    name, args, kwargs, options = task_message(message, route)
     assert (name, args, kwargs) == ("jobs.billing.run", [], {})
     assert options["queue"] == "q-billing"  # the event's options win over the route's
     assert options["expires"] == datetime(2026, 1, 2, tzinfo=UTC)
     assert options["headers"]["dsched_schedule_id"] == "s"
+    # What the data may choose is the route's to say: the task, and each option.
+    for data, route, error in [
+        ({"task": "x.y"}, {}, r"does not take the task from the data \(TASK_FROM_DATA"),
+        ({"task": "x.y"}, {"TASK_FROM_DATA": True}, "TASK_FROM_DATA needs ALLOWED_TASKS"),
+        ({"options": {"queue": "admin"}}, {}, r"sets queue, which this route does not take"),
+        (
+            {"options": {"queue": "q", "priority": 1}},
+            {"OPTIONS_FROM_DATA": ["priority"]},
+            "sets queue, which",
+        ),
+    ]:
+        bad = Message(message.id, "billing", "billing.run", {**payload, "data": data}, 1)
+        with pytest.raises(PermanentDeliveryError, match=error):
+            task_message(bad, route)
+    opted_in = {"TASK_FROM_DATA": True, "ALLOWED_TASKS": ["*"], "OPTIONS_FROM_DATA": takes}
     for data, error in [
         ({"task": ""}, "non-empty string"),
         ({"kwargs": []}, "must be an object"),
@@ -205,7 +235,7 @@ def test_the_mapping_rule():
     ]:
         bad = Message(message.id, "billing", "billing.run", {**payload, "data": data}, 1)
         with pytest.raises(PermanentDeliveryError, match=error):
-            task_message(bad, {})
+            task_message(bad, opted_in)
 
 
 @pytest.mark.parametrize(
@@ -217,6 +247,8 @@ def test_the_mapping_rule():
         ({"PRIORITY": 256}, "PRIORITY"),
         ({"EXPIRES": 0}, "EXPIRES"),
         ({"ALLOWED_TASKS": "reports.*"}, "ALLOWED_TASKS"),
+        ({"TASK_FROM_DATA": "yes"}, "TASK_FROM_DATA must be True or False"),
+        ({"OPTIONS_FROM_DATA": ["countdown"]}, "OPTIONS_FROM_DATA must be a list of keys"),
         ({"QUEUES": ["x"]}, "unknown option(s) QUEUES"),
         ({"TIMEOUT": 15}, "less than a quarter of DSCHED_RELAY_VISIBILITY_TIMEOUT (60.0s)"),
     ],

@@ -343,7 +343,7 @@ def test_a_good_configuration_passes_the_system_check(settings):
         ({"QUEUE_URL": AWS_QUEUE, "TIMEOUT": 0}, "TIMEOUT must be a positive number"),
         ({"QUEUE_URL": AWS_QUEUE, "TIMEOUT": 15}, "less than a quarter of"),
         ({"QUEUE_URL": AWS_QUEUE, "MAX_MESSAGE_BYTES": 2 * 1024 * 1024}, "MAX_MESSAGE_BYTES"),
-        ({"QUEUE_URL": AWS_QUEUE, "MESSAGE_GROUP_ID": "{host}"}, "the placeholders are"),
+        ({"QUEUE_URL": AWS_QUEUE, "MESSAGE_GROUP_ID": "{tenant}"}, "the placeholders are"),
         ({"QUEUE_URL": AWS_QUEUE, "MESSAGE_GROUP_ID": "a b"}, "letters, digits and punctuation"),
         ({"QUEUE_URL": AWS_QUEUE, "QUEUE": "x"}, "unknown option(s) QUEUE"),
     ],

@@ -116,7 +116,10 @@ def hosted(topic: str, host: uuid.UUID) -> Message:
 
 def test_router_takes_the_hosts_table_first_then_the_global_one():
     transports = Transports(
-        {"*": {"BACKEND": "handlers"}, "billing.*": {"BACKEND": "handlers"}},
+        {
+            "*": {"BACKEND": "handlers", "HOSTS": "*"},
+            "billing.*": {"BACKEND": "handlers", "HOSTS": "*"},
+        },
         by_host={
             str(HOST_A).upper(): {"billing.eu": {"BACKEND": "handlers"}},
             HOST_B: {"*": {"BACKEND": "handlers", "OPTIONS": {"ATOMIC": True}}},
@@ -157,7 +160,8 @@ def test_each_tenant_gets_its_own_webhook_url_secret_and_headers(settings, sink)
     settings.DSCHED_TRANSPORTS = {
         "*": {
             "BACKEND": "webhook",
-            "OPTIONS": {"URL": sink + "/ok/shared/{topic}", "SECRET": "shared-secret"},
+            "HOSTS": "*",
+            "OPTIONS": {"URL": sink + "/ok/shared/{host}/{topic}", "SECRET": "shared-secret"},
         }
     }
     settings.DSCHED_TRANSPORTS_BY_HOST = {
@@ -165,7 +169,7 @@ def test_each_tenant_gets_its_own_webhook_url_secret_and_headers(settings, sink)
             "reports": {
                 "BACKEND": "webhook",
                 "OPTIONS": {
-                    "URL": sink + "/ok/a/{topic}",
+                    "URL": sink + "/ok/a/reports",  # fixed: tenant A's table is A's to reach
                     "SECRET": "secret-a",
                     "HEADERS": {"X-Tenant": "a"},
                 },
@@ -180,11 +184,12 @@ def test_each_tenant_gets_its_own_webhook_url_secret_and_headers(settings, sink)
     assert Relay(instance_id="r1").run_until_idle() == 3
 
     received = {path: (headers, body) for path, headers, body in Sink.requests}
-    assert set(received) == {"/ok/a/reports", "/ok/shared/reports", "/ok/shared/billing"}
+    b_reports, a_billing = f"/ok/shared/{HOST_B}/reports", f"/ok/shared/{HOST_A}/billing"
+    assert set(received) == {"/ok/a/reports", b_reports, a_billing}
     for path, secret in [
         ("/ok/a/reports", b"secret-a"),
-        ("/ok/shared/reports", b"shared-secret"),
-        ("/ok/shared/billing", b"shared-secret"),
+        (b_reports, b"shared-secret"),
+        (a_billing, b"shared-secret"),
     ]:
         headers, body = received[path]
         expected = hmac.new(secret, body, hashlib.sha256).hexdigest()

@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import json
+import re
+import uuid
 from collections.abc import Mapping, Sequence
 from importlib import import_module
 from typing import Any, ClassVar
 
+from django_dsched.exceptions import PermanentDeliveryError
 from django_dsched.outbox.claims import Message
+
+# The fire path writes the host into the CloudEvent's source: '/django-dsched/<host_id>'.
+SOURCE_PREFIX = "/django-dsched/"
+
+# A check's id and what it found (Transport.tenancy_problems).
+Problem = tuple[str, str]
 
 
 class Transport:
@@ -35,6 +44,14 @@ class Transport:
 
     def __init__(self, **options: Any) -> None:
         self.settings = options
+
+    @classmethod
+    def tenancy_problems(cls, options: Mapping[str, Any], *, shared: bool) -> list[Problem]:
+        """What is wrong with ``options`` for the hosts the route serves (system checks
+        dsched.E051, E052): ``shared`` when it serves a host besides the operator's
+        (``DSCHED_DEFAULT_HOST_ID``), whose schedules must not choose a destination of another
+        host's. Empty when they are fine; called only once :meth:`check_options` found none."""
+        return []
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> list[str]:
@@ -85,6 +102,72 @@ def encode(message: Message) -> bytes:
     return json.dumps(message.payload, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def render(template: str, message: Message) -> str:
-    """Fill ``{topic}`` and ``{type}`` in a destination name (stream, routing key, URL)."""
-    return template.replace("{topic}", message.topic).replace("{type}", message.event_type)
+def host_key(host: Any) -> str:
+    """A host id as route tables and grants key it (canonical UUID text); ``ValueError`` if
+    not one."""
+    return str(host if isinstance(host, uuid.UUID) else uuid.UUID(str(host)))
+
+
+def host_of(message: Message) -> str | None:
+    """The host (tenant) id of a message: the claim's, else the envelope's ``source`` (which
+    the database composes from the event's host, never from its data); None if unknown."""
+    host = getattr(message, "host_id", None)
+    if host is None:
+        source = message.payload.get("source") if isinstance(message.payload, dict) else None
+        if not (isinstance(source, str) and source.startswith(SOURCE_PREFIX)):
+            return None
+        host = source[len(SOURCE_PREFIX) :]
+    try:
+        return host_key(host)
+    except ValueError:
+        return None
+
+
+# The placeholders of a destination name, and those a schedule chooses the value of.
+PLACEHOLDER = re.compile(r"\{(topic|type|host)\}")
+CHOSEN = ("{topic}", "{type}", "{event_type}")
+
+
+def render(template: str, message: Message, quote: Any = None) -> str:
+    """Fill ``{host}``, ``{topic}`` and ``{type}`` in a destination name (stream, routing key,
+    queue); ``quote`` (a function of text) encodes each value first. A message without a
+    host cannot fill ``{host}``: a permanent failure."""
+    if "{" not in template:
+        return template
+
+    def value(match: re.Match[str]) -> str:
+        name = match[1]
+        if name == "host":
+            text = host_of(message)
+            if text is None:
+                raise PermanentDeliveryError("the message names no host to fill {host} with")
+        else:
+            text = message.topic if name == "topic" else message.event_type
+        return text if quote is None else str(quote(text))
+
+    return PLACEHOLDER.sub(value, template)
+
+
+def chosen_by_schedule(template: str) -> bool:
+    """Whether a schedule's topic or event type chooses this destination beyond its host's:
+    a ``{topic}`` or ``{type}`` that no ``{host}`` comes before. ``"dsched:{host}:{topic}"``
+    keeps each host's names apart (every name a host can make starts with its own id);
+    ``"dsched:{topic}"`` lets any host name any stream."""
+    host = template.find("{host}")
+    chosen = [at for at in (template.find(p) for p in CHOSEN) if at >= 0]
+    return bool(chosen) and (host < 0 or host > min(chosen))
+
+
+def destination_problem(name: str, template: Any) -> list[Problem]:
+    """dsched.E051 for a destination option a shared route's schedules would choose."""
+    if isinstance(template, str) and chosen_by_schedule(template):
+        return [
+            (
+                "dsched.E051",
+                f"{name} {template!r} lets a schedule's topic or event type choose the "
+                "destination, and the route serves hosts besides the operator's: put {host} "
+                "before {topic} and {type} (so each host reaches only its own), or use a fixed "
+                "name",
+            )
+        ]
+    return []

@@ -8,19 +8,29 @@ task sent twice (at least once delivery) arrives twice with the same id; the wor
 
 **From an event to a task** (one rule, applied to the event's ``data``):
 
-* task name: ``data["task"]`` if present, else the route's ``TASK`` option (``{topic}`` and
-  ``{type}`` are filled in; default ``"{type}"``, so an event type can simply be the task name);
+* task name: the route's ``TASK`` option (``{topic}``, ``{type}`` and ``{host}`` are filled in;
+  default ``"{type}"``, so an event type can simply be the task name); ``data["task"]`` only
+  where the route opts in with ``TASK_FROM_DATA`` (then ``ALLOWED_TASKS`` is required,
+  ``dsched.E052``); in either case the name must match ``ALLOWED_TASKS`` when it is set;
 * positional arguments: ``data["args"]`` (a list, default ``[]``); keyword arguments:
   ``data["kwargs"]`` (an object, default ``{}``); no other key of ``data`` is passed;
 * message options: the route's ``QUEUE``, ``EXCHANGE``, ``ROUTING_KEY``, ``PRIORITY``,
-  ``HEADERS`` and ``EXPIRES``, each overridden by the same key in lower case in
-  ``data["options"]`` (headers are merged). ``expires`` is a number of seconds after the fire
-  (the event's ``time``) or an ISO 8601 time;
-* headers ``dsched_schedule_id``, ``dsched_slot`` and ``dsched_fired_at`` are added (a task reads
-  them as ``self.request.dsched_slot`` ...).
+  ``HEADERS`` and ``EXPIRES``; the same key in lower case in ``data["options"]`` overrides one
+  only if the route lists it in ``OPTIONS_FROM_DATA`` (headers are merged). ``expires`` is a
+  number of seconds after the fire (the event's ``time``) or an ISO 8601 time;
+* headers ``dsched_schedule_id``, ``dsched_slot``, ``dsched_fired_at`` and ``dsched_host_id``
+  (the schedule's host, from the event, never from its data) are added (a task reads them as
+  ``self.request.dsched_slot`` ...).
 
-A malformed mapping (``args`` not a list, a task name outside ``ALLOWED_TASKS`` ...) is a
-permanent failure: the message is dead-lettered at once with the reason.
+A malformed mapping (``args`` not a list, a task name outside ``ALLOWED_TASKS``, a task or an
+option named in the data that the route does not take from it ...) is a permanent failure:
+the message is dead-lettered at once with the reason.
+
+**Tenants.** On a route that serves hosts besides the operator's, a schedule's topic or event
+type must not choose the queue (``QUEUE``, ``EXCHANGE`` and ``ROUTING_KEY`` with ``{topic}`` or
+``{type}`` need ``{host}`` before them; ``OPTIONS_FROM_DATA`` may not list ``queue``,
+``exchange`` or ``routing_key``: ``dsched.E051``), nor the task (a ``TASK`` with ``{topic}`` or
+``{type}`` needs ``ALLOWED_TASKS``: ``dsched.E052``).
 
 **Confirmed sends.** A send returns only once the broker has the message: on RabbitMQ (``amqp://``,
 ``pyamqp://``) the connection uses publisher confirms (``confirm_publish``) and waits for the
@@ -29,8 +39,10 @@ message delivered. Other kombu transports confirm as far as their publish does.
 
 Options: ``BROKER_URL`` (default ``amqp://guest:guest@localhost:5672//``) or ``APP`` (the dotted
 path of your Celery app, whose broker, routes and settings are then used),
-``BROKER_TRANSPORT_OPTIONS`` (merged into the connection's), ``TASK``, ``ALLOWED_TASKS`` (glob
-patterns of task names that may be sent; default any), ``QUEUE``, ``EXCHANGE``, ``ROUTING_KEY``,
+``BROKER_TRANSPORT_OPTIONS`` (merged into the connection's), ``TASK``, ``TASK_FROM_DATA``
+(default False), ``ALLOWED_TASKS`` (glob patterns of task names that may be sent; default any,
+for a route whose task name is fixed), ``OPTIONS_FROM_DATA`` (the keys of ``data["options"]``
+honoured; default none), ``QUEUE``, ``EXCHANGE``, ``ROUTING_KEY``,
 ``PRIORITY`` (0-255, as Celery reads it), ``HEADERS``, ``EXPIRES`` (seconds after the fire),
 ``TIMEOUT`` (seconds for connecting and for each confirm, default 10; less than a quarter of
 ``DSCHED_RELAY_VISIBILITY_TIMEOUT``, checked as ``dsched.E007``).
@@ -48,7 +60,14 @@ from django.utils.module_loading import import_string
 from django_dsched.conf import app_settings
 from django_dsched.exceptions import PermanentDeliveryError
 from django_dsched.outbox.claims import Message
-from django_dsched.outbox.transports.base import Transport, render
+from django_dsched.outbox.transports.base import (
+    Problem,
+    Transport,
+    chosen_by_schedule,
+    destination_problem,
+    host_of,
+    render,
+)
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -65,6 +84,8 @@ MESSAGE_OPTIONS = {
     "headers": "HEADERS",
     "expires": "EXPIRES",
 }
+# The options that choose where a task goes: never the data's, on a shared route.
+DESTINATION_OPTIONS = ("queue", "exchange", "routing_key")
 
 
 def broker_kind(url: str) -> str:
@@ -99,29 +120,14 @@ def task_message(
         data = {}
     if not isinstance(data, dict):
         raise PermanentDeliveryError("the event's data is not an object")
-    name = data.get("task")
-    if name is None:
-        name = render(route.get("TASK", "{type}"), message)
-    if not isinstance(name, str) or not name.strip():
-        raise PermanentDeliveryError('data["task"] must be a non-empty string')
-    allowed = route.get("ALLOWED_TASKS")
-    if allowed is not None and not any(fnmatchcase(name, pattern) for pattern in allowed):
-        raise PermanentDeliveryError(f"task {name!r} is not in ALLOWED_TASKS")
+    name = _task_name(message, data, route)
     args = data.get("args", [])
     kwargs = data.get("kwargs", {})
     if not isinstance(args, list):
         raise PermanentDeliveryError('data["args"] must be a list')
     if not isinstance(kwargs, dict):
         raise PermanentDeliveryError('data["kwargs"] must be an object')
-    overrides = data.get("options", {})
-    if not isinstance(overrides, dict):
-        raise PermanentDeliveryError('data["options"] must be an object')
-    unknown = sorted(set(overrides) - set(MESSAGE_OPTIONS))
-    if unknown:
-        raise PermanentDeliveryError(
-            f'unknown key(s) in data["options"]: {", ".join(unknown)} '
-            f"(allowed: {', '.join(MESSAGE_OPTIONS)})"
-        )
+    overrides = _overrides(data, route)
     options: dict[str, Any] = {}
     for key, setting in MESSAGE_OPTIONS.items():
         value = overrides[key] if key in overrides else route.get(setting)
@@ -156,11 +162,54 @@ def task_message(
         dsched_schedule_id=payload.get("subject"),
         dsched_slot=payload.get("scheduledtime"),
         dsched_fired_at=payload.get("time"),
+        dsched_host_id=host_of(message),
     )
     options["headers"] = headers
     if "expires" in options:
         options["expires"] = _expiry(options["expires"], payload.get("time"))
     return name, args, kwargs, options
+
+
+def _task_name(message: Message, data: dict[str, Any], route: Mapping[str, Any]) -> str:
+    """The task a message sends: the route's ``TASK``, or ``data["task"]`` where the route
+    takes it from the data; refused outside ``ALLOWED_TASKS``."""
+    name = data.get("task")
+    if name is not None and not route.get("TASK_FROM_DATA"):
+        raise PermanentDeliveryError(
+            f'data["task"] names a task ({name!r}), but this route does not take the task '
+            "from the data (TASK_FROM_DATA is off): its task is its TASK option's"
+        )
+    if name is None:
+        name = render(route.get("TASK", "{type}"), message)
+    if not isinstance(name, str) or not name.strip():
+        raise PermanentDeliveryError('data["task"] must be a non-empty string')
+    allowed = route.get("ALLOWED_TASKS")
+    if allowed is None and route.get("TASK_FROM_DATA"):
+        raise PermanentDeliveryError("TASK_FROM_DATA needs ALLOWED_TASKS (dsched.E052)")
+    if allowed is not None and not any(fnmatchcase(name, pattern) for pattern in allowed):
+        raise PermanentDeliveryError(f"task {name!r} is not in ALLOWED_TASKS")
+    return name
+
+
+def _overrides(data: dict[str, Any], route: Mapping[str, Any]) -> dict[str, Any]:
+    """``data["options"]``, checked against what the route takes from the data."""
+    overrides = data.get("options", {})
+    if not isinstance(overrides, dict):
+        raise PermanentDeliveryError('data["options"] must be an object')
+    unknown = sorted(set(overrides) - set(MESSAGE_OPTIONS))
+    if unknown:
+        raise PermanentDeliveryError(
+            f'unknown key(s) in data["options"]: {", ".join(unknown)} '
+            f"(allowed: {', '.join(MESSAGE_OPTIONS)})"
+        )
+    taken = route.get("OPTIONS_FROM_DATA") or ()
+    refused = [key for key in overrides if key not in taken]
+    if refused:
+        raise PermanentDeliveryError(
+            f'data["options"] sets {", ".join(refused)}, which this route does not take from '
+            f"the data (OPTIONS_FROM_DATA: {list(taken)})"
+        )
+    return overrides
 
 
 # Celery's message protocol (v2) headers, which a user header must never replace.
@@ -209,7 +258,9 @@ class CeleryTransport(Transport):
             "BROKER_URL",
             "BROKER_TRANSPORT_OPTIONS",
             "TASK",
+            "TASK_FROM_DATA",
             "ALLOWED_TASKS",
+            "OPTIONS_FROM_DATA",
             "TIMEOUT",
             *MESSAGE_OPTIONS.values(),
         }
@@ -271,6 +322,14 @@ class CeleryTransport(Transport):
             isinstance(allowed, list | tuple) and all(isinstance(p, str) for p in allowed)
         ):
             problems.append("ALLOWED_TASKS must be a list of task name patterns")
+        if not isinstance(options.get("TASK_FROM_DATA", False), bool):
+            problems.append("TASK_FROM_DATA must be True or False")
+        taken = options.get("OPTIONS_FROM_DATA", [])
+        if not (isinstance(taken, list | tuple) and all(key in MESSAGE_OPTIONS for key in taken)):
+            problems.append(
+                f"OPTIONS_FROM_DATA must be a list of keys of data['options']: "
+                f"{', '.join(MESSAGE_OPTIONS)}"
+            )
         priority = options.get("PRIORITY")
         if priority is not None and not (isinstance(priority, int) and 0 <= priority <= 255):
             problems.append("PRIORITY must be a whole number from 0 to 255")
@@ -292,6 +351,45 @@ class CeleryTransport(Transport):
                 f"DSCHED_RELAY_VISIBILITY_TIMEOUT ({visibility}s): a send may connect and wait "
                 "for the broker's confirm, each up to TIMEOUT, and must end within half the "
                 "visibility timeout, or another relay could claim the message meanwhile"
+            )
+        return problems
+
+    @classmethod
+    def tenancy_problems(cls, options: Mapping[str, Any], *, shared: bool) -> list[Problem]:
+        """dsched.E052: a task chosen by the data (``TASK_FROM_DATA``), or on a shared route
+        by a topic or event type (``TASK``), with no ``ALLOWED_TASKS``; dsched.E051: on a
+        shared route, a queue chosen by the schedule."""
+        problems: list[Problem] = []
+        task = options.get("TASK", "{type}")
+        chosen = isinstance(task, str) and shared and chosen_by_schedule(task)
+        if options.get("ALLOWED_TASKS") is None and (options.get("TASK_FROM_DATA") or chosen):
+            why = (
+                "TASK_FROM_DATA lets a schedule's data name the task"
+                if options.get("TASK_FROM_DATA")
+                else f"TASK {task!r} lets a schedule's topic or event type name the task, and "
+                "the route serves hosts besides the operator's"
+            )
+            problems.append(
+                (
+                    "dsched.E052",
+                    f"{why}: list the tasks it may send in ALLOWED_TASKS (glob patterns), or "
+                    "send a fixed TASK",
+                )
+            )
+        if not shared:
+            return problems
+        for name in ("QUEUE", "EXCHANGE", "ROUTING_KEY"):
+            problems.extend(destination_problem(name, options.get(name)))
+        taken = options.get("OPTIONS_FROM_DATA") or ()
+        chooses = [key for key in DESTINATION_OPTIONS if key in taken]
+        if chooses:
+            problems.append(
+                (
+                    "dsched.E051",
+                    f"OPTIONS_FROM_DATA lets a schedule's data choose the {', '.join(chooses)}, "
+                    "and the route serves hosts besides the operator's: set them in the route "
+                    "(with {host} to keep hosts apart)",
+                )
             )
         return problems
 

@@ -2,9 +2,14 @@
 
 Options: ``URL`` (default ``amqp://guest:guest@localhost:5672/%2F``), ``EXCHANGE`` (default
 ``""``, the default exchange, which routes to the queue named by the routing key),
-``ROUTING_KEY`` (default ``{topic}``; ``{topic}`` and ``{type}`` are filled in),
+``ROUTING_KEY`` (default ``{topic}``; ``{topic}``, ``{type}`` and ``{host}`` are filled in),
 ``MANDATORY`` (default True: a message no queue takes is a failed attempt, not a silent
 drop).
+
+On the default exchange the routing key is a queue's name, so a route that serves hosts
+besides the operator's must not let a topic pick it: such a route needs an ``EXCHANGE`` of
+its own (its bindings decide), or a routing key that is fixed or has ``{host}`` before
+``{topic}`` and ``{type}`` (system check ``dsched.E051``).
 
 A send returns when the broker has confirmed the message (persistent, ``delivery_mode=2``).
 AMQP properties: ``message_id`` (the idempotency key), ``type`` (the event type),
@@ -18,7 +23,13 @@ from typing import Any
 
 from django_dsched.exceptions import DeliveryError
 from django_dsched.outbox.claims import Message
-from django_dsched.outbox.transports.base import Transport, encode, render
+from django_dsched.outbox.transports.base import (
+    Problem,
+    Transport,
+    destination_problem,
+    encode,
+    render,
+)
 
 DEFAULT_URL = "amqp://guest:guest@localhost:5672/%2F"
 CONTENT_TYPE = "application/cloudevents+json"
@@ -57,6 +68,18 @@ class RabbitMQTransport(Transport):
         except Exception as exc:
             problems.append(f"URL is not an AMQP URL: {exc}")
         return problems
+
+    @classmethod
+    def tenancy_problems(cls, options: Mapping[str, Any], *, shared: bool) -> list[Problem]:
+        """dsched.E051: on a shared route, the default exchange with a routing key (a queue's
+        name there) that a schedule's topic or event type chooses."""
+        if not shared or options.get("EXCHANGE", ""):
+            return []
+        problems = destination_problem("ROUTING_KEY", options.get("ROUTING_KEY", "{topic}"))
+        return [
+            (code, f"{text} (on the default exchange, EXCHANGE '', it names the queue)")
+            for code, text in problems
+        ]
 
     def _open(self) -> Any:
         if self._channel is None or not self._channel.is_open:

@@ -1,8 +1,11 @@
 """Redis Streams: ``XADD`` each message to a stream per topic (extra ``redis``).
 
 Options: ``URL`` (default ``redis://localhost:6379/0``), ``STREAM`` (default
-``dsched:{topic}``; ``{topic}`` and ``{type}`` are filled in), ``MAXLEN`` (approximate
-trimming, default none), ``SOCKET_TIMEOUT`` (seconds, default 5).
+``dsched:{topic}``; ``{topic}``, ``{type}`` and ``{host}`` are filled in), ``MAXLEN``
+(approximate trimming, default none), ``SOCKET_TIMEOUT`` (seconds, default 5). A route that
+serves hosts besides the operator's needs a ``STREAM`` that is fixed or has ``{host}`` before
+``{topic}`` and ``{type}`` (``dsched:{host}:{topic}``), so a topic cannot name another host's
+stream (system check ``dsched.E051``).
 
 Each entry has the fields ``id`` (the idempotency key), ``topic``, ``type`` and ``event``
 (the CloudEvents envelope as JSON). Batches go in one pipeline round trip.
@@ -14,7 +17,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django_dsched.outbox.claims import Message
-from django_dsched.outbox.transports.base import Transport, encode, render
+from django_dsched.outbox.transports.base import (
+    Problem,
+    Transport,
+    destination_problem,
+    encode,
+    render,
+)
 
 DEFAULT_URL = "redis://localhost:6379/0"
 
@@ -50,6 +59,12 @@ class RedisStreamsTransport(Transport):
         if not (isinstance(timeout, int | float) and timeout > 0):
             problems.append("SOCKET_TIMEOUT must be a positive number of seconds")
         return problems
+
+    @classmethod
+    def tenancy_problems(cls, options: Mapping[str, Any], *, shared: bool) -> list[Problem]:
+        return (
+            destination_problem("STREAM", options.get("STREAM", "dsched:{topic}")) if shared else []
+        )
 
     @staticmethod
     def fields(message: Message) -> dict[str, str | bytes]:

@@ -1,15 +1,18 @@
 """Amazon SQS, and servers that speak its API, through boto3 (``pip install django-dsched[sqs]``).
 
-Options: ``QUEUE_URL`` (required; ``{topic}`` and ``{type}`` may stand in the queue's name, the
-URL's last path segment), ``REGION`` (default: the region in an AWS queue URL, else boto3's own
+Options: ``QUEUE_URL`` (required; ``{topic}``, ``{type}`` and ``{host}`` may stand in the queue's
+name, the URL's last path segment, filled in percent-encoded, so a ``/`` in a topic never
+reaches the URL's path: a name SQS would refuse is a dead letter; on a route that serves hosts
+besides the operator's, ``{host}`` must come before ``{topic}`` and ``{type}``, system check
+``dsched.E051``), ``REGION`` (default: the region in an AWS queue URL, else boto3's own
 chain: ``AWS_REGION`` / ``AWS_DEFAULT_REGION``, the config file), ``ENDPOINT_URL`` (the server
 for an SQS-compatible queue URL; default the region's AWS endpoint), ``ACCESS_KEY_ID`` and
 ``SECRET_ACCESS_KEY`` (together, or neither: boto3's credential chain, from the environment, the
 shared files, a container or instance role), ``TIMEOUT`` (seconds for connecting and for each
 read of a request, default 10; under a quarter of ``DSCHED_RELAY_VISIBILITY_TIMEOUT``),
 ``MESSAGE_GROUP_ID`` (FIFO queues; default ``{schedule}``, the schedule's id, so one schedule's
-messages keep their order; ``{topic}`` and ``{type}`` too), ``MAX_MESSAGE_BYTES`` (default
-262,144, 256 KiB; at most SQS's 1 MiB: set it to your queue's ``MaximumMessageSize``).
+messages keep their order; ``{topic}``, ``{type}`` and ``{host}`` too), ``MAX_MESSAGE_BYTES``
+(default 262,144, 256 KiB; at most SQS's 1 MiB: set it to your queue's ``MaximumMessageSize``).
 
 A batch of the relay goes in ``SendMessageBatch`` calls of up to 10 messages and at most
 ``MAX_MESSAGE_BYTES`` together; a message counts as delivered once SQS's reply lists it as
@@ -38,13 +41,19 @@ import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from django_dsched import __version__
 from django_dsched.conf import app_settings
 from django_dsched.exceptions import DeliveryError, PermanentDeliveryError
 from django_dsched.outbox.claims import Message
-from django_dsched.outbox.transports.base import Transport, encode, render
+from django_dsched.outbox.transports.base import (
+    Problem,
+    Transport,
+    destination_problem,
+    encode,
+    render,
+)
 
 # SQS's bounds.
 MAX_BATCH = 10  # messages in one SendMessageBatch
@@ -63,8 +72,8 @@ REFUSED_TEXT = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff
 NONCHARACTERS = {0xFFFE: "\\ufffe", 0xFFFF: "\\uffff"}
 # The envelope's fields copied into string attributes, after id, type and topic.
 ENVELOPE_ATTRIBUTES = ("source", "subject", "time", "scheduledtime", "specversion")
-QUEUE_PLACEHOLDERS = ("{topic}", "{type}")
-GROUP_PLACEHOLDERS = ("{schedule}", "{topic}", "{type}")
+QUEUE_PLACEHOLDERS = ("{topic}", "{type}", "{host}")
+GROUP_PLACEHOLDERS = ("{schedule}", "{topic}", "{type}", "{host}")
 # Error codes about one message's content: when a server refuses a whole batch with one of them
 # (some check every entry before sending any), each message is sent alone, and a message refused
 # alone with one of them is a permanent failure. Any other refusal (a missing queue, access
@@ -129,8 +138,8 @@ def queue_url_problems(url: str) -> list[str]:
         return [f"QUEUE_URL {url!r} is not a queue's URL (http(s)://host/<account>/<name>)"]
     if any(p in url.rpartition("/")[0] for p in QUEUE_PLACEHOLDERS):
         return [
-            f"QUEUE_URL {url!r}: {{topic}} and {{type}} may stand only in the queue's name, "
-            "the URL's last path segment"
+            f"QUEUE_URL {url!r}: {{topic}}, {{type}} and {{host}} may stand only in the queue's "
+            "name, the URL's last path segment"
         ]
     problem = queue_name_problem(static.rpartition("/")[2])
     return [f"QUEUE_URL: {problem}"] if problem else []
@@ -302,8 +311,8 @@ class SQSTransport(Transport):
                 static = static.replace(placeholder, "x")
             if "{" in static or "}" in static:
                 problems.append(
-                    f"MESSAGE_GROUP_ID {group!r}: the placeholders are {{schedule}}, {{topic}} "
-                    "and {type}"
+                    f"MESSAGE_GROUP_ID {group!r}: the placeholders are {{schedule}}, {{topic}}, "
+                    "{type} and {host}"
                 )
             elif not GROUP_ID.match(static):
                 problems.append(
@@ -312,10 +321,16 @@ class SQSTransport(Transport):
                 )
         return problems
 
+    @classmethod
+    def tenancy_problems(cls, options: Mapping[str, Any], *, shared: bool) -> list[Problem]:
+        url = options.get("QUEUE_URL")
+        return destination_problem("QUEUE_URL", url) if shared else []
+
     # -- one message -------------------------------------------------------------------------
     def entry(self, index: int, message: Message) -> Entry:
         """The message as a batch entry; :class:`PermanentDeliveryError` if SQS never takes it."""
-        queue_url = render(self.queue_url, message)
+        base, _, name = self.queue_url.rpartition("/")
+        queue_url = f"{base}/{render(name, message, lambda value: quote(value, safe=''))}"
         problem = queue_name_problem(queue_url.rpartition("/")[2])
         if problem:
             raise PermanentDeliveryError(f"QUEUE_URL for topic {message.topic!r}: {problem}")

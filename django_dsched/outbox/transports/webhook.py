@@ -1,7 +1,9 @@
 """HTTP webhooks: POST the CloudEvent, structured mode (``pip install django-dsched[webhooks]``).
 
-Options: ``URL`` (required; ``{topic}`` and ``{type}`` (or ``{event_type}``) are filled in,
-percent-encoded, in the path and query only), ``TIMEOUT`` (seconds: a deadline for the whole
+Options: ``URL`` (required; ``{topic}``, ``{type}`` (or ``{event_type}``) and ``{host}`` are
+filled in, percent-encoded, in the path and query only; on a route that serves hosts besides
+the operator's, ``{host}`` must come before ``{topic}`` and ``{type}``, ``dsched.E051``),
+``TIMEOUT`` (seconds: a deadline for the whole
 exchange, resolution, connection, TLS, request, response and redirects; default 10),
 ``HEADERS`` (extra request headers), ``SECRET`` (if set,
 ``X-Dsched-Signature: sha256=<hex HMAC-SHA256 of the body>``), ``MAX_REDIRECTS`` (default
@@ -47,13 +49,19 @@ from django_dsched.outbox.transports.addresses import (
     refusal,
     system_resolver,
 )
-from django_dsched.outbox.transports.base import Transport, encode
+from django_dsched.outbox.transports.base import (
+    Problem,
+    Transport,
+    destination_problem,
+    encode,
+    host_of,
+)
 
 CONTENT_TYPE = "application/cloudevents+json; charset=utf-8"
 RETRYABLE_STATUSES = frozenset({408, 425, 429})
 FOLLOWED_REDIRECTS = frozenset({307, 308})
 DEFAULT_PORTS = {"http": 80, "https": 443}
-PLACEHOLDER = re.compile(r"\{(topic|type|event_type)\}")
+PLACEHOLDER = re.compile(r"\{(topic|type|event_type|host)\}")
 # Headers the transport writes itself; HEADERS may not name them.
 OWN_HEADERS = frozenset(
     {
@@ -131,8 +139,8 @@ class UrlTemplate:
             )
         if "{" in parts.netloc or PLACEHOLDER.search(parts.fragment):
             raise ConfigurationError(
-                "URL placeholders ({topic}, {type}) may stand only in the path and query, "
-                "never in the scheme, host or port"
+                "URL placeholders ({topic}, {type}, {host}) may stand only in the path and "
+                "query, never in the scheme, host or port"
             )
         self.template = template
         self.origin = f"{parts.scheme}://{parts.netloc}"
@@ -143,6 +151,9 @@ class UrlTemplate:
         event_type = quote(message.event_type, safe="")
         values = {"topic": quote(message.topic, safe=""), "type": event_type}
         values["event_type"] = event_type
+        values["host"] = host_of(message) or ""
+        if "{host}" in self.template and not values["host"]:
+            raise PermanentDeliveryError("the message names no host to fill {host} with")
 
         def fill(text: str) -> str:
             return PLACEHOLDER.sub(lambda match: values[match[1]], text)
@@ -317,6 +328,13 @@ class WebhookTransport(Transport):
         if secret is not None and not isinstance(secret, str | bytes):
             problems.append("SECRET must be a string or bytes")
         return problems
+
+    @classmethod
+    def tenancy_problems(cls, options: Mapping[str, Any], *, shared: bool) -> list[Problem]:
+        """dsched.E051: on a shared route, a URL whose path a schedule's topic or event type
+        chooses beyond its host's (the route's SECRET signs every host's requests alike: the
+        receiver tells them apart by {host} and the body's source)."""
+        return destination_problem("URL", options.get("URL")) if shared else []
 
     def _headers(self, message: Message, body: bytes) -> list[tuple[str, str]]:
         headers = {
