@@ -21,7 +21,7 @@ from django.db import DatabaseError, connections
 
 from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus, ScheduleState
-from django_dsched.metrics.health import HealthSnapshot, families, read_health
+from django_dsched.metrics.health import HealthSnapshot, families, read_health_or_none
 from django_dsched.metrics.labels import BoundedLabel
 from django_dsched.outbox.claims import PRIORITIES
 from django_dsched.runtime.logs import get_logger
@@ -116,19 +116,20 @@ class DatabaseCollector:
         self.using = using
         self.close_connection = close_connection
         self._lock = threading.Lock()
-        self._cached: tuple[float, Gauges, HealthSnapshot] | None = None
+        self._cached: tuple[float, Gauges, HealthSnapshot | None] | None = None
         self.topics = BoundedLabel()  # the health counts' topic label
 
     def gauges(self) -> Gauges:
         return self._read()[0]
 
-    def _read(self) -> tuple[Gauges, HealthSnapshot]:
-        """The gauges and the schedules' health (metrics/health.py), read together."""
+    def _read(self) -> tuple[Gauges, HealthSnapshot | None]:
+        """The gauges and the schedules' health (metrics/health.py; None when it could not
+        be read: the gauges are served all the same), read together."""
         with self._lock:
             now = time.monotonic()
             if self._cached is None or now - self._cached[0] >= app_settings.METRICS_CACHE_SECONDS:
                 try:
-                    self._cached = (now, read_gauges(self.using), read_health(self.using))
+                    self._cached = (now, read_gauges(self.using), read_health_or_none(self.using))
                 finally:
                     if self.close_connection:
                         connections[self.using or app_settings.DATABASE].close()

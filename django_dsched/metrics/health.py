@@ -13,13 +13,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from django.db import DatabaseError, InterfaceError, OperationalError
+
 from django_dsched.conf import app_settings
 from django_dsched.enums import Health
 from django_dsched.health.counts import COUNT_LIMIT, COUNTED, Monitored, read_counts, read_monitored
 from django_dsched.metrics.labels import BoundedLabel
+from django_dsched.runtime.logs import get_logger
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
+
+logger = get_logger(__name__)
 
 # The states a monitored schedule's dsched_schedule_healthy is 1 in.
 HEALTHY = (Health.OK.value, Health.NEW.value)
@@ -39,14 +44,34 @@ def read_health(using: str | None = None) -> HealthSnapshot:
     return HealthSnapshot(read_counts(COUNT_LIMIT, using), total, shown)
 
 
+def read_health_or_none(using: str | None = None) -> HealthSnapshot | None:
+    """:func:`read_health`, or None when the database refused it (logged): whatever a row
+    holds, the other database-wide gauges are still served (``dsched_schedule_health_up``
+    says 0). A lost connection is raised, as the gauges' own read does."""
+    try:
+        return read_health(using)
+    except (OperationalError, InterfaceError):
+        raise
+    except DatabaseError as exc:
+        logger.warning("schedule health unreadable: %s", exc)
+        return None
+
+
 def label(state: str) -> str:
     """A state as the metrics' ``health`` label writes it: ``late``, ``set_aside``."""
     return state.lower()
 
 
-def families(snapshot: HealthSnapshot, topics: BoundedLabel) -> Iterator[Metric]:
+def families(snapshot: HealthSnapshot | None, topics: BoundedLabel) -> Iterator[Metric]:
     from prometheus_client.metrics_core import GaugeMetricFamily
 
+    yield GaugeMetricFamily(
+        "dsched_schedule_health_up",
+        "1 when the schedules' health was read with the database-wide gauges, else 0.",
+        value=0 if snapshot is None else 1,
+    )
+    if snapshot is None:
+        return
     capped = f" (each state counted up to {COUNT_LIMIT:,})"
     totals = GaugeMetricFamily(
         "dsched_schedule_health",

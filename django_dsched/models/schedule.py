@@ -307,8 +307,7 @@ class Schedule(HealthOptions, models.Model):
             ("cancel_schedule", _("Can cancel schedules")),
             ("trigger_schedule", _("Can run schedules now")),
         ]
-        # Schedule health's index and CHECK (models/health.py) are added at each list's end.
-        indexes = [
+        indexes = [  # noqa: RUF005 (schedule health's index ends it: models/health.py)
             # Serves the leader's poll: active rows in (next_run_ts, priority DESC) order, so
             # thousands of schedules due at the same instant need no sort.
             models.Index(
@@ -331,7 +330,7 @@ class Schedule(HealthOptions, models.Model):
                 name="dsched_schedule_set_aside_idx",
             ),
         ] + [MONITORED_INDEX]
-        constraints = [
+        constraints = [  # noqa: RUF005 (schedule health's CHECK ends it: models/health.py)
             models.UniqueConstraint(
                 fields=["host_id", "schedule_name"], name="dsched_schedule_name_unique"
             ),
