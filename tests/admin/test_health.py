@@ -37,7 +37,8 @@ def test_the_list_shows_and_filters_health(admin_client):
         ("NEW", "one-new", "one-late"),
     ):
         filtered = admin_client.get(url, {"health": value}).content.decode()
-        assert f">{shown}</a>" in filtered and f">{hidden}</a>" not in filtered, value
+        row = "Select this object for an action - {}"
+        assert row.format(shown) in filtered and row.format(hidden) not in filtered, value
     assert "needs attention" in page  # the filter's choices
 
 
