@@ -16,7 +16,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from django_dsched.admin import charts
-from django_dsched.admin.display import absolute, moment, relative
+from django_dsched.admin.display import absolute, moment, relative, zoned
 from django_dsched.changes.describe import both_times, zone_of
 from django_dsched.conf import app_settings
 from django_dsched.enums import UNHEALTHY, Health
@@ -105,6 +105,7 @@ def panel(schedule: Schedule, now: datetime) -> dict[str, Any]:
     """The schedule page's health panel: the verdict, the timeline and lag chart of its
     last slots, the last and next :data:`TABLE_SLOTS` slots."""
     verdict = judge.judge(schedule)
+    zone = zone_of(schedule)
     slots = recent_slots(schedule, now, TIMELINE_SLOTS)
     grace = float(
         app_settings.HEALTH_GRACE_SECONDS
@@ -119,14 +120,14 @@ def panel(schedule: Schedule, now: datetime) -> dict[str, Any]:
     return {
         "verdict": verdict,
         "badge": badge(verdict),
-        "since": moment(verdict.since, now) if verdict.since else "",
+        "since": moment(verdict.since, now, zone=zone) if verdict.since else "",
         "timeline": line.svg,
         "timeline_legend": charts.legend(line.legend),
         "lag": lag.svg,
         "lag_top": lag.top,
         "lag_legend": charts.legend(lag.legend),
-        "first": absolute(slots[0].due or slots[0].slot) if slots else "",
-        "last": absolute(slots[-1].due or slots[-1].slot) if slots else "",
+        "first": zoned(slots[0].due or slots[0].slot, zone) if slots else "",
+        "last": zoned(slots[-1].due or slots[-1].slot, zone) if slots else "",
         "counts": [
             (charts.slot_class(value), label, counted[value])
             for value, label in Outcome.choices
@@ -134,9 +135,9 @@ def panel(schedule: Schedule, now: datetime) -> dict[str, Any]:
         ],
         "recent": [
             {
-                "slot": absolute(slot.slot),
-                "due": absolute(slot.due) if slot.due else "-",
-                "fired": absolute(slot.fired) if slot.fired else "-",
+                "slot": zoned(slot.slot, zone),
+                "due": zoned(slot.due, zone) if slot.due else "-",
+                "fired": zoned(slot.fired, zone) if slot.fired else "-",
                 "lag": charts.seconds(slot.lag) if slot.lag is not None else "-",
                 "outcome": slot.outcome,
                 "css": charts.slot_class(slot.outcome),
@@ -146,7 +147,7 @@ def panel(schedule: Schedule, now: datetime) -> dict[str, Any]:
             }
             for slot in reversed(slots[-TABLE_SLOTS:])
         ],
-        "next": [moment(t, now) for t in schedule.preview(TABLE_SLOTS, now)],
+        "next": [moment(t, now, zone=zone) for t in schedule.preview(TABLE_SLOTS, now)],
         "grace": charts.seconds(grace),
     }
 

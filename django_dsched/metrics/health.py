@@ -95,7 +95,7 @@ def families(snapshot: HealthSnapshot | None, topics: BoundedLabel) -> Iterator[
         folded = topics.fold((t, n) for s, t, n in snapshot.counts if s == state)
         for topic, count in sorted(folded.items()):
             by_topic.add_metric([label(state), topic], count)
-    yield by_topic
+    yield from _with_samples(by_topic)
     yield GaugeMetricFamily(
         "dsched_monitored_schedules",
         "Schedules marked monitored (the first DSCHED_HEALTH_MONITORED_MAX by id have series "
@@ -139,4 +139,12 @@ def _monitored(rows: list[Monitored]) -> Iterator[Metric]:
             due.add_metric(names, row.next_due.timestamp())
         if row.interval_seconds is not None:
             interval.add_metric(names, row.interval_seconds)
-    yield from (healthy, success, due, interval)
+    for family in (healthy, success, due, interval):
+        yield from _with_samples(family)
+
+
+def _with_samples(family: Metric) -> Iterator[Metric]:
+    """``family`` if it has a sample: a family of a label's values is left out when no
+    value has one (as prometheus_client's own labelled metrics are)."""
+    if family.samples:
+        yield family

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,10 @@ import django_dsched
 from django_dsched.metrics.database import DatabaseCollector
 from django_dsched.metrics.relay import RelayMetrics
 from django_dsched.metrics.scheduler import SchedulerMetrics
+from django_dsched.models import ScheduleHealth
+from django_dsched.runtime.clock import database_now
 from tests.endpoints import prometheus_binary
+from tests.factories import ScheduleFactory
 
 MONITORING = Path(django_dsched.__file__).parent / "monitoring"
 RULES = MONITORING / "prometheus-alerts.yml"
@@ -56,7 +60,13 @@ def alert_names() -> list[str]:
 
 def exported_series() -> set[str]:
     """Every series name the scheduler's, the relay's and the database collector's families
-    can have (a counter's ``_total``, a histogram's ``_bucket``, ``_sum``, ``_count``)."""
+    can have (a counter's ``_total``, a histogram's ``_bucket``, ``_sum``, ``_count``); a
+    late schedule and a monitored one with a success give the labelled families a value."""
+    now = database_now()
+    late = ScheduleFactory(
+        monitored=True, start_ts=now - timedelta(minutes=5), frequency_unit="HOURS"
+    )
+    ScheduleHealth.objects.create(schedule_id=late.pk, last_success_ts=now)
     registry = CollectorRegistry(auto_describe=False)
     SchedulerMetrics(registry)
     RelayMetrics(registry)
