@@ -42,8 +42,9 @@ from django.utils.translation import gettext as _
 from django_dsched.changes import bulk, cancels, creates, on_demand, pauses, permissions
 from django_dsched.changes.specs import OPTIONS, Cron, Interval, Once, Spec
 from django_dsched.counts import ChangeCount
-from django_dsched.enums import LIVE, PLANNED, DeliveryStatus
+from django_dsched.enums import LIVE, PLANNED, UNHEALTHY, DeliveryStatus, Health
 from django_dsched.exceptions import BulkValidationError, ValidationError
+from django_dsched.health import judge
 from django_dsched.models import OutboxMessage, Schedule
 from django_dsched.models.order import next_fire_order
 from django_dsched.models.schedule import resolve_host
@@ -135,8 +136,10 @@ def create_interval(
     at ``start``; or every ``every=timedelta(...)`` (a duration, no ``unit``).
 
     ``options``: ``end``, ``max_fires``, ``misfire_policy``, ``misfire_grace_seconds``,
-    ``catch_up_limit``, ``jitter_seconds``, ``priority``. With ``key``, a schedule of this
-    host with that key is returned as it is instead of creating a second one.
+    ``catch_up_limit``, ``jitter_seconds``, ``priority``, and the health thresholds
+    ``health_grace_seconds``, ``failure_tolerance``, ``max_runtime_seconds``, ``monitored``.
+    With ``key``, a schedule of this host with that key is returned as it is instead of
+    creating a second one.
     """
     spec = Interval(
         name=name,
@@ -337,6 +340,15 @@ class Status:
     # DELIVERED, DELIVERY_FAILED); PENDING too while it has not fired and still will;
     # else the schedule's state (CANCELLED, COMPLETED).
     message_status: str = DeliveryStatus.PENDING
+    # Its health (django_dsched.health): OK, NEW, LATE, STUCK, FAILING, PAUSED, SET_ASIDE or
+    # ENDED; since when (None for OK), why, and the error behind it (a failing run's, the
+    # set-aside reason); its last run that succeeded, when recorded (schedules that failed
+    # or are monitored).
+    health: str = Health.OK
+    health_since: datetime | None = None
+    health_reason: str = ""
+    health_error: str = ""
+    last_success: datetime | None = None
 
 
 def status(
@@ -345,17 +357,18 @@ def status(
     key: str | None = None,
     host_id: uuid.UUID | str | None = None,
 ) -> Status:
-    """Where a schedule stands: state, next and last fire, last delivery result, counts.
+    """Where a schedule stands: state, health, next and last fire, last delivery result,
+    counts.
 
-    By instance, id, name, or idempotency ``key``; one query (the schedule and its newest
-    message together)."""
+    By instance, id, name, or idempotency ``key``; one query (the schedule, its health and
+    its newest message together)."""
     newest = OutboxMessage.objects.filter(aggregate_id=OuterRef("pk")).order_by(
         "-aggregate_version"
     )
     selected = Schedule.objects.filter(pk=ref.pk) if isinstance(ref, Schedule) else None
     try:
         schedule = (
-            (selected if selected is not None else _lookup(ref, key, host_id))
+            judge.with_health(selected if selected is not None else _lookup(ref, key, host_id))
             .annotate(
                 dsched_delivery=Subquery(newest.values("status")[:1]),
                 dsched_delivery_error=Subquery(newest.values("last_error")[:1]),
@@ -376,6 +389,7 @@ def status(
             **{name: getattr(schedule, f"dsched_{name}") for name in _PHASES},
         }
     )
+    verdict = judge.verdict(schedule)
     if delivery is not None:
         message_status = delivery
     elif schedule.state in LIVE:
@@ -403,6 +417,11 @@ def status(
         version=schedule.aggregate_version,
         set_aside_reason=schedule.set_aside_reason,
         set_aside_at=schedule.set_aside_ts,
+        health=verdict.state,
+        health_since=verdict.since,
+        health_reason=verdict.reason,
+        health_error=verdict.error,
+        last_success=getattr(schedule, judge.LAST_SUCCESS),
         **_run_fields(latest),
     )
 
@@ -455,15 +474,26 @@ def dry_run(
 
 
 def schedules(
-    *, host_id: uuid.UUID | str | None = None, state: str | None = None
+    *,
+    host_id: uuid.UUID | str | None = None,
+    state: str | None = None,
+    health: str | Iterable[str] | None = None,
 ) -> QuerySet[Schedule]:
     """The host's schedules (all states, or one): those that will fire, soonest first,
-    then those that ended, most recently fired first (the admin's order)."""
+    then those that ended, most recently fired first (the admin's order); with ``health``,
+    those whose health is that state (or one of those: ``health=UNHEALTHY`` for the ones
+    that want attention), each with its health read (``health.judge.verdict`` explains it)."""
     queryset = Schedule.objects.for_host(resolve_host(host_id)).order_by(*next_fire_order())
-    return queryset if state is None else queryset.filter(state=state)
+    if state is not None:
+        queryset = queryset.filter(state=state)
+    if health is None:
+        return queryset
+    states = [health] if isinstance(health, str) else list(health)
+    return judge.with_health(judge.filter_health(queryset, *states))
 
 
 __all__ = [
+    "UNHEALTHY",
     "BulkValidationError",
     "Cron",
     "DeliveryStatus",

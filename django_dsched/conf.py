@@ -362,6 +362,31 @@ class AppSettings:
         "(view_schedulerinstance).",
     )
 
+    # -- schedule health (docs/observability.md, Schedule health) ------------------------------
+    HEALTH_GRACE_SECONDS = Setting(
+        60,
+        "How long past its run time a slot may stay unfired before its schedule is LATE, for "
+        "schedules without a grace of their own (health_grace_seconds), in seconds.",
+    )
+    HEALTH_FAILURE_TOLERANCE = Setting(
+        0,
+        "Failed runs in a row (failed attempts, worker-reported failures, dead letters) a "
+        "schedule without a tolerance of its own (failure_tolerance) has before it is FAILING "
+        "(0: the first failure not followed by a success).",
+    )
+    HEALTH_MAX_RUNTIME_SECONDS = Setting(
+        3600,
+        "Longest a run may go on (started, neither completed nor failed) before its schedule "
+        "is STUCK, for schedules without a maximum of their own (max_runtime_seconds).",
+    )
+    HEALTH_MONITORED_MAX = Setting(
+        100,
+        "Most schedules marked monitored that the metrics give series of their own (last "
+        "success, next due, health): the first ones by id (time-ordered: the oldest first); "
+        "the others are counted in dsched_monitored_schedules only. Bounds the series "
+        "whatever tenants mark.",
+    )
+
     @classmethod
     def all(cls) -> list[Setting[Any]]:
         """Every setting, in the order declared above."""

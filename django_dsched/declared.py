@@ -80,6 +80,10 @@ FIELD_OF = {
     "misfire_grace_seconds": "misfire_grace_seconds",
     "catch_up_limit": "catch_up_limit",
     "jitter_seconds": "jitter_seconds",
+    "health_grace_seconds": "health_grace_seconds",
+    "failure_tolerance": "failure_tolerance",
+    "max_runtime_seconds": "max_runtime_seconds",
+    "monitored": "monitored",
 }
 
 _registry: dict[str, dict[str, Any]] = {}

@@ -88,5 +88,29 @@ class RunStatus(models.TextChoices):
     DEAD = "DEAD", _("dead letter")
 
 
+class Health(models.TextChoices):
+    """How a schedule is doing, judged from what the database records against its clock
+    (:mod:`django_dsched.health`, docs/observability.md "Schedule health")."""
+
+    # Fires on time, and its runs did not fail past its tolerance.
+    OK = "OK", _("OK")
+    # Active, has not fired yet, and its first slot has not passed its grace.
+    NEW = "NEW", _("new")
+    # A slot passed its grace without a fire (or its pause ended that long ago).
+    LATE = "LATE", _("late")
+    # A run started and has not finished within its maximum run time.
+    STUCK = "STUCK", _("stuck")
+    # Its latest runs failed (or were dead-lettered), more of them in a row than it tolerates.
+    FAILING = "FAILING", _("failing")
+    PAUSED = "PAUSED", _("paused")
+    SET_ASIDE = "SET_ASIDE", _("set aside")
+    # Completed or cancelled: it will not fire again.
+    ENDED = "ENDED", _("ended")
+
+
+# The health states that want a person's attention (``dsched list --unhealthy``, alerts).
+UNHEALTHY = (Health.LATE.value, Health.STUCK.value, Health.FAILING.value, Health.SET_ASIDE.value)
+
+
 def max_length_of(choices: type[models.TextChoices]) -> int:
     return max(len(value) for value in choices.values)

@@ -101,11 +101,12 @@ class DatabaseProxy:
         self.listener.close()
 
 
-def prometheus_binary() -> str:
-    """Debian's ``prometheus``; skips without it, except under CI=true where it fails."""
-    found = shutil.which("prometheus")
+def prometheus_binary(name: str = "prometheus") -> str:
+    """Debian's ``prometheus`` (or ``promtool``, from the same package); skips without it,
+    except under CI=true where it fails."""
+    found = shutil.which(name)
     if found is None:
-        message = "prometheus is not installed (apt-get install prometheus; scripts/test.sh does)"
+        message = f"{name} is not installed (apt-get install prometheus; scripts/test.sh does)"
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
@@ -114,7 +115,8 @@ def prometheus_binary() -> str:
 
 class Prometheus:
     """A real Prometheus server scraping ``targets`` (host:port) every second, and
-    ``token_targets`` with ``Authorization: Bearer <token>``."""
+    ``token_targets`` with ``Authorization: Bearer <token>``; evaluating ``rule_files``
+    every second."""
 
     def __init__(
         self,
@@ -123,6 +125,7 @@ class Prometheus:
         *,
         token_targets: list[str] | None = None,
         token: str = "",
+        rule_files: list[Path] | None = None,
     ) -> None:
         self.port = free_port()
         config = workdir / "prometheus.yml"
@@ -136,8 +139,12 @@ class Prometheus:
                 "    static_configs:\n"
                 f"      - targets: {json.dumps(token_targets)}\n"
             )
+        rules = "".join(f"  - {json.dumps(str(path))}\n" for path in rule_files or [])
         config.write_text(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n" + jobs
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+            + (f"rule_files:\n{rules}" if rules else "")
+            + "scrape_configs:\n"
+            + jobs
         )
         self.log_path = workdir / "prometheus.log"
         self.process = subprocess.Popen(
@@ -160,6 +167,11 @@ class Prometheus:
             return []
         answer = json.loads(body)
         return answer["data"]["result"] if answer.get("status") == "success" else []
+
+    def firing(self) -> set[str]:
+        """The names of the alerts firing now."""
+        found = self.query('ALERTS{alertstate="firing"}')
+        return {r["metric"]["alertname"] for r in found}
 
     def targets_up(self) -> int:
         return sum(float(r["value"][1]) == 1 for r in self.query("up"))

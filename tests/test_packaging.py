@@ -54,6 +54,8 @@ def test_the_wheel_carries_migrations_templates_static_and_types(dists):
     assert any(n.startswith("django_dsched/templates/admin/dsched/") for n in names)
     assert any(n.startswith("django_dsched/static/dsched/") for n in names)
     assert "django_dsched/contrib/celery/migrations/0001_initial.py" in names
+    assert "django_dsched/monitoring/prometheus-alerts.yml" in names
+    assert "django_dsched/monitoring/grafana-dashboard.json" in names
     assert not any(n.startswith(("tests/", "bench/", "example_project/")) for n in names)
 
 

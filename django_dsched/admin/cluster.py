@@ -13,6 +13,7 @@ from django.utils.translation import gettext as _
 
 from django_dsched.admin.base import ASSETS, AnyModelAdmin, ReadOnlyAdmin
 from django_dsched.admin.display import age, badge, moment, time_display
+from django_dsched.admin.health import cluster_charts
 from django_dsched.cluster.status import cluster_status
 from django_dsched.models import Lease, SchedulerInstance
 
@@ -99,6 +100,7 @@ class ClusterAdmin(AnyModelAdmin):
                 moment(status.oldest_pending.event_ts, now) if status.oldest_pending else ""
             ),
             "now_display": moment(now, None),
+            "dsched_activity": cluster_charts(now),
             **(extra_context or {}),
         }
         return TemplateResponse(request, "admin/dsched/cluster.html", context)

@@ -70,6 +70,10 @@ else:
     ScheduleModelForm = forms.ModelForm
 
 
+# Schedule health's thresholds (models/health.py), a fieldset of their own.
+HEALTH_FIELDS = ("health_grace_seconds", "failure_tolerance", "max_runtime_seconds", "monitored")
+
+
 class ScheduleForm(ScheduleModelForm):
     """The schedule form, with the version it was read at (for the concurrent-edit check).
 
@@ -109,6 +113,7 @@ class ScheduleForm(ScheduleModelForm):
             "event_topic",
             "event_type",
             "event_data",
+            *HEALTH_FIELDS,
         ]
         widgets = {"event_data": forms.Textarea(attrs={"rows": 4, "class": "vLargeTextField"})}
         help_texts = {

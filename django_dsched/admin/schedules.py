@@ -22,7 +22,7 @@ from django.utils.http import urlencode
 from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_lazy as _
 
-from django_dsched.admin import schedule_panels, tenancy
+from django_dsched.admin import health, schedule_panels, tenancy
 from django_dsched.admin.base import ASSETS, ShownTimes, unstorable_query
 from django_dsched.admin.display import EMPTY, badge, breakable, moment, time_display
 from django_dsched.admin.filters import HostFilter, ScheduleValuesFilter, index_distinct
@@ -33,6 +33,7 @@ from django_dsched.admin.tenancy import TenantScoped
 from django_dsched.changes import edits
 from django_dsched.changes.describe import both_times, describe, is_utc, zone_of
 from django_dsched.enums import PLANNED, DeliveryStatus, ScheduleOrigin, ScheduleState
+from django_dsched.health import judge
 from django_dsched.models import OutboxMessage, Schedule, SchedulerInstance
 from django_dsched.models.order import next_fire_order
 from django_dsched.models.schedule import resolve_host
@@ -41,8 +42,8 @@ from django_dsched.runtime.clock import database_now
 
 def with_list_columns(queryset: QuerySet[Schedule]) -> QuerySet[Schedule]:
     """The change list's computed columns, in the list's one query (no per-row queries):
-    each schedule's dead letters (a partial index serves the count) and the database's
-    clock."""
+    each schedule's health (worked out for the page's rows only: django_dsched.health), its
+    dead letters (a partial index serves the count) and the database's clock."""
     dead = (
         OutboxMessage.objects.filter(
             aggregate_id=OuterRef("pk"), status=DeliveryStatus.DELIVERY_FAILED
@@ -52,7 +53,7 @@ def with_list_columns(queryset: QuerySet[Schedule]) -> QuerySet[Schedule]:
         .annotate(n=Count("pk"))
         .values("n")
     )
-    return queryset.annotate(
+    return judge.with_health(queryset).annotate(
         dead_letters=Coalesce(Subquery(dead, output_field=IntegerField()), 0),
         db_now=Now(),
     )
@@ -104,10 +105,11 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
     change_form_template = "admin/dsched/schedule/change_form.html"
     change_list_template = "admin/dsched/schedule/change_list.html"
     # Most telling first; six columns, which fit a laptop's screen beside the navigation and
-    # the filters. With more than one host, each name shows its host under it.
+    # the filters (a schedule's health under its state). With more than one host, each name
+    # shows its host under it.
     list_display = [
         "name",
-        "state_badge",
+        "state_and_health",
         "next_run",
         "frequency",
         "last_fire",
@@ -116,6 +118,7 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
     list_display_links = ["name"]
     list_filter = [
         "state",
+        health.HealthFilter,
         ("event_topic", ScheduleValuesFilter),
         ("event_type", ScheduleValuesFilter),
         "schedule_kind",
@@ -147,6 +150,16 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
             {"fields": ["misfire_policy", ("misfire_grace_seconds", "catch_up_limit")]},
         ),
         (_("Event"), {"fields": ["event_topic", "event_type", "event_data"]}),
+        (
+            _("Health"),
+            {
+                "classes": ["collapse"],
+                "fields": [
+                    ("health_grace_seconds", "failure_tolerance"),
+                    ("max_runtime_seconds", "monitored"),
+                ],
+            },
+        ),
         (
             _("Status"),
             {
@@ -283,6 +296,17 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
             )
         return badge(obj.state, obj.get_state_display(), title=title)
 
+    @admin.display(description=_("state · health"), ordering="state")
+    def state_and_health(self, obj: Schedule) -> str:
+        """The state's badge and, under it, the health's (when the state does not say it
+        already), since when and why for a health that wants attention."""
+        shown = health.cell(obj, getattr(obj, "db_now", None), implied=True)
+        return (
+            format_html("{}<br>{}", self.state_badge(obj), shown)
+            if shown
+            else self.state_badge(obj)
+        )
+
     @admin.display(description=_("deliveries"), ordering="dead_letters")
     def deliveries(self, obj: Schedule) -> str:
         """What to worry about: messages being retried and dead letters, each a link to
@@ -400,6 +424,7 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
                 dsched_deliveries=schedule_panels.deliveries(request, saved, now),
                 dsched_from_code=saved.origin == ScheduleOrigin.CODE,
                 dsched_frequency=describe(saved),
+                dsched_health=health.panel(saved, now),
                 dsched_zone_is_utc=is_utc(zone_of(saved)),
             )
         return super().render_change_form(request, context, add, change, form_url, obj)

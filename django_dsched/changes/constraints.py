@@ -40,6 +40,7 @@ from django_dsched.enums import (
 )
 from django_dsched.exceptions import ValidationError
 from django_dsched.models import Schedule
+from django_dsched.models.health import MAX_SECONDS
 from django_dsched.models.times import EARLIEST, LATEST, SCHEDULE_TIMES
 
 _IDENTIFIER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]*")
@@ -146,6 +147,14 @@ TWINS: dict[str, tuple[tuple[str, ...], Callable[[Schedule], bool]]] = {
     "dsched_schedule_key_not_empty": (
         ("idempotency_key",),
         lambda s: s.idempotency_key != "",
+    ),
+    "dsched_schedule_health_bounds": (
+        ("health_grace_seconds", "failure_tolerance", "max_runtime_seconds"),
+        lambda s: (
+            _maybe(s.health_grace_seconds, lambda v: 0 <= v <= MAX_SECONDS)
+            and _maybe(s.failure_tolerance, lambda v: 0 <= v <= 1_000_000)
+            and _maybe(s.max_runtime_seconds, lambda v: 1 <= v <= MAX_SECONDS)
+        ),
     ),
     "dsched_schedule_times_in_range": (
         SCHEDULE_TIMES,

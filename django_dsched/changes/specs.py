@@ -40,6 +40,10 @@ class _Spec:
     catch_up_limit: int | None = None
     jitter_seconds: int | None = None
     priority: int | None = None
+    health_grace_seconds: int | None = None
+    failure_tolerance: int | None = None
+    max_runtime_seconds: int | None = None
+    monitored: bool | None = None
 
     kind = ""
 
@@ -149,6 +153,11 @@ OPTIONS = {
     "catch_up_limit": "catch_up_limit",
     "jitter_seconds": "jitter_seconds",
     "priority": "priority",
+    # Health (docs/observability.md): thresholds, and series of its own in the metrics.
+    "health_grace_seconds": "health_grace_seconds",
+    "failure_tolerance": "failure_tolerance",
+    "max_runtime_seconds": "max_runtime_seconds",
+    "monitored": "monitored",
 }
 
 # A Schedule field by the name its caller gave it (api.create_*, api.bulk_create, specs).

@@ -1,4 +1,5 @@
-"""Database-wide gauges, read at scrape time: backlogs, dead letters, set-aside schedules.
+"""Database-wide gauges, read at scrape time: backlogs, dead letters, set-aside schedules,
+and the schedules' health (:mod:`django_dsched.metrics.health`).
 
 These describe the cluster, not a process, so they come from the database when Prometheus
 scrapes (:class:`DatabaseCollector`), never from the fire path: one statement of index
@@ -20,6 +21,8 @@ from django.db import DatabaseError, connections
 
 from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus, ScheduleState
+from django_dsched.metrics.health import HealthSnapshot, families, read_health_or_none
+from django_dsched.metrics.labels import BoundedLabel
 from django_dsched.outbox.claims import PRIORITIES
 from django_dsched.runtime.logs import get_logger
 
@@ -113,24 +116,30 @@ class DatabaseCollector:
         self.using = using
         self.close_connection = close_connection
         self._lock = threading.Lock()
-        self._cached: tuple[float, Gauges] | None = None
+        self._cached: tuple[float, Gauges, HealthSnapshot | None] | None = None
+        self.topics = BoundedLabel()  # the health counts' topic label
 
     def gauges(self) -> Gauges:
+        return self._read()[0]
+
+    def _read(self) -> tuple[Gauges, HealthSnapshot | None]:
+        """The gauges and the schedules' health (metrics/health.py; None when it could not
+        be read: the gauges are served all the same), read together."""
         with self._lock:
             now = time.monotonic()
             if self._cached is None or now - self._cached[0] >= app_settings.METRICS_CACHE_SECONDS:
                 try:
-                    self._cached = (now, read_gauges(self.using))
+                    self._cached = (now, read_gauges(self.using), read_health_or_none(self.using))
                 finally:
                     if self.close_connection:
                         connections[self.using or app_settings.DATABASE].close()
-            return self._cached[1]
+            return self._cached[1], self._cached[2]
 
     def collect(self) -> Iterator[Metric]:
         from prometheus_client.metrics_core import GaugeMetricFamily
 
         try:
-            g = self.gauges()
+            g, health = self._read()
         except DatabaseError as exc:
             # The process's own series (leadership, heartbeat age, errors) matter most while
             # the database is away: the scrape goes on without the database-wide gauges.
@@ -182,6 +191,7 @@ class DatabaseCollector:
             "Outbox messages that failed for good (DELIVERY_FAILED)" + capped,
             value=g.dead_letters,
         )
+        yield from families(health, self.topics)
 
     def describe(self) -> Iterator[Metric]:
         return iter(())  # collected at scrape time only, never at registration

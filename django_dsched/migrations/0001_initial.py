@@ -377,6 +377,15 @@ class Migration(migrations.Migration):
                         name="dsched_outbox_dead_id_idx",
                     ),
                     models.Index(
+                        condition=models.Q(
+                            ("completed_ts__isnull", True),
+                            ("failed_ts__isnull", True),
+                            ("started_ts__isnull", False),
+                        ),
+                        fields=["aggregate_id", "started_ts"],
+                        name="dsched_outbox_running_idx",
+                    ),
+                    models.Index(
                         condition=models.Q(("status", "PENDING")),
                         fields=["id"],
                         name="dsched_outbox_pending_id_idx",
@@ -785,6 +794,54 @@ class Migration(migrations.Migration):
                         verbose_name="updated",
                     ),
                 ),
+                (
+                    "health_grace_seconds",
+                    models.IntegerField(
+                        blank=True,
+                        help_text="Health: a slot still unfired this many seconds after its run time makes the schedule LATE. Empty: DSCHED_HEALTH_GRACE_SECONDS.",
+                        null=True,
+                        validators=[
+                            django.core.validators.MinValueValidator(0),
+                            django.core.validators.MaxValueValidator(315360000),
+                        ],
+                        verbose_name="late after (s)",
+                    ),
+                ),
+                (
+                    "failure_tolerance",
+                    models.IntegerField(
+                        blank=True,
+                        help_text="Health: failed runs in a row before the schedule is FAILING (0: the first). Empty: DSCHED_HEALTH_FAILURE_TOLERANCE.",
+                        null=True,
+                        validators=[
+                            django.core.validators.MinValueValidator(0),
+                            django.core.validators.MaxValueValidator(1000000),
+                        ],
+                        verbose_name="failures tolerated",
+                    ),
+                ),
+                (
+                    "max_runtime_seconds",
+                    models.IntegerField(
+                        blank=True,
+                        help_text="Health: a run going on longer than this makes the schedule STUCK. Empty: DSCHED_HEALTH_MAX_RUNTIME_SECONDS.",
+                        null=True,
+                        validators=[
+                            django.core.validators.MinValueValidator(1),
+                            django.core.validators.MaxValueValidator(315360000),
+                        ],
+                        verbose_name="longest run (s)",
+                    ),
+                ),
+                (
+                    "monitored",
+                    models.BooleanField(
+                        db_default=False,
+                        default=False,
+                        help_text="Give it series of its own in the metrics (last success, next due, health), for alerts on this schedule alone (at most DSCHED_HEALTH_MONITORED_MAX schedules).",
+                        verbose_name="monitored",
+                    ),
+                ),
             ],
             options={
                 "verbose_name": "schedule",
@@ -804,7 +861,7 @@ class Migration(migrations.Migration):
                         name="dsched_schedule_due_idx",
                     ),
                     models.Index(
-                        condition=models.Q(("paused_until__isnull", False), ("state", "PAUSED")),
+                        condition=models.Q(("state", "PAUSED")),
                         fields=["paused_until"],
                         name="dsched_schedule_paused_idx",
                     ),
@@ -812,6 +869,11 @@ class Migration(migrations.Migration):
                         condition=models.Q(("state", "SET_ASIDE")),
                         fields=["set_aside_ts"],
                         name="dsched_schedule_set_aside_idx",
+                    ),
+                    models.Index(
+                        condition=models.Q(("monitored", True)),
+                        fields=["schedule_id"],
+                        name="dsched_schedule_monitored_idx",
                     ),
                 ],
                 "constraints": [
@@ -946,6 +1008,17 @@ class Migration(migrations.Migration):
                     ),
                     models.CheckConstraint(
                         condition=models.Q(
+                            ("health_grace_seconds__gte", 0),
+                            ("health_grace_seconds__lte", 315360000),
+                            ("failure_tolerance__gte", 0),
+                            ("failure_tolerance__lte", 1000000),
+                            ("max_runtime_seconds__gte", 1),
+                            ("max_runtime_seconds__lte", 315360000),
+                        ),
+                        name="dsched_schedule_health_bounds",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(
                             django.db.models.lookups.GreaterThanOrEqual(
                                 django.db.models.functions.comparison.Least(models.F("start_ts"), models.F("end_ts"), models.F("next_run_ts"), models.F("next_slot_ts"), models.F("paused_until"), models.F("set_aside_ts"), models.F("last_fired_ts"), models.F("created_ts"), models.F("updated_ts")),
                                 models.Value(datetime.datetime(1, 1, 2, 0, 0, tzinfo=datetime.timezone.utc)),
@@ -957,6 +1030,72 @@ class Migration(migrations.Migration):
                         ),
                         name="dsched_schedule_times_in_range",
                         violation_error_message="Every time of a schedule must fall in the years 1 to 9999.",
+                    ),
+                ],
+            },
+        ),
+        migrations.CreateModel(
+            name="ScheduleHealth",
+            fields=[
+                (
+                    "schedule_id",
+                    models.UUIDField(primary_key=True, serialize=False, verbose_name="schedule id"),
+                ),
+                (
+                    "failures",
+                    models.IntegerField(db_default=0, default=0, verbose_name="failures in a row"),
+                ),
+                (
+                    "failing_since_ts",
+                    models.DateTimeField(
+                        blank=True,
+                        help_text="The first failure of the row.",
+                        null=True,
+                        verbose_name="failing since",
+                    ),
+                ),
+                (
+                    "last_failure_ts",
+                    models.DateTimeField(blank=True, null=True, verbose_name="last failure"),
+                ),
+                (
+                    "last_error",
+                    models.TextField(
+                        blank=True, db_default="", default="", verbose_name="last error"
+                    ),
+                ),
+                (
+                    "last_success_ts",
+                    models.DateTimeField(blank=True, null=True, verbose_name="last success"),
+                ),
+                (
+                    "handed_off_ts",
+                    models.DateTimeField(
+                        blank=True,
+                        help_text="The last delivery to a transport whose workers run the work.",
+                        null=True,
+                        verbose_name="last hand-off",
+                    ),
+                ),
+                (
+                    "worker_failure",
+                    models.BooleanField(
+                        db_default=False,
+                        default=False,
+                        help_text="The last failure of the row was reported by a worker.",
+                        verbose_name="failed in a worker",
+                    ),
+                ),
+            ],
+            options={
+                "verbose_name": "schedule health",
+                "verbose_name_plural": "schedule health",
+                "db_table": "schedule_health_t",
+                "indexes": [
+                    models.Index(
+                        condition=models.Q(("failures__gt", 0)),
+                        fields=["schedule_id"],
+                        name="dsched_health_failing_idx",
                     ),
                 ],
             },

@@ -1,7 +1,8 @@
 """The tables: schedules, their events and outbox messages, the leases, instances, quotas.
 
 - :mod:`.schedule`, :mod:`.event`, :mod:`.outbox`, :mod:`.lease`, :mod:`.instance`,
-  :mod:`.quota`, :mod:`.horizon`: the models, one a module.
+  :mod:`.quota`, :mod:`.horizon`: the models, one a module; :mod:`.health`: a schedule's
+  health thresholds and its runs' outcomes in a row.
 - :mod:`.envelope`: the CloudEvents envelope of a fire, composed from its event's columns.
 - :mod:`.records`: the columns events and outbox messages share.
 - :mod:`.validators`, :mod:`.fields`, :mod:`.conditions`: what a value must be, in Python
@@ -13,6 +14,7 @@
 from __future__ import annotations
 
 from django_dsched.models.event import Event
+from django_dsched.models.health import ScheduleHealth
 from django_dsched.models.horizon import HistoryHorizon
 from django_dsched.models.instance import SchedulerInstance
 from django_dsched.models.lease import Lease
@@ -26,6 +28,7 @@ __all__ = [
     "Lease",
     "OutboxMessage",
     "Schedule",
+    "ScheduleHealth",
     "SchedulerInstance",
     "TenantQuota",
 ]

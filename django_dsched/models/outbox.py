@@ -166,6 +166,17 @@ class OutboxMessage(EventRecord):
                 condition=models.Q(status=DeliveryStatus.DELIVERY_FAILED),
                 name="dsched_outbox_dead_id_idx",
             ),
+            # Runs going on (started, not finished), by schedule: what schedule health reads
+            # for runs that overran their maximum (django_dsched.health). A run the relay
+            # sends and settles never enters it (its start and end are written together);
+            # the entries are the runs under way and those whose worker never reported.
+            models.Index(
+                fields=["aggregate_id", "started_ts"],
+                condition=models.Q(
+                    started_ts__isnull=False, completed_ts__isnull=True, failed_ts__isnull=True
+                ),
+                name="dsched_outbox_running_idx",
+            ),
             # Pending messages in id (time) order (the admin's and REST's pending lists, the
             # oldest pending message): with a partition per day, a filtered walk of the
             # primary key would read every old day whole to find it holds none.

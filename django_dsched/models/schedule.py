@@ -28,6 +28,7 @@ from django_dsched.enums import (
 from django_dsched.exceptions import CronError, ValidationError
 from django_dsched.models.conditions import OneOf, differs
 from django_dsched.models.fields import EventDataField
+from django_dsched.models.health import HEALTH_BOUNDS, MONITORED_INDEX, HealthOptions
 from django_dsched.models.ids import uuid7
 from django_dsched.models.times import SCHEDULE_TIMES, in_range
 from django_dsched.models.validators import (
@@ -97,7 +98,7 @@ class BucketKey(Func):
     output_field = models.SmallIntegerField()
 
 
-class Schedule(models.Model):
+class Schedule(HealthOptions, models.Model):
     # Time-ordered (UUIDv7): see django_dsched/ids.py. Rows made before keep their ids.
     schedule_id = models.UUIDField(_("schedule id"), primary_key=True, default=uuid7)
     host_id = models.UUIDField(
@@ -306,7 +307,7 @@ class Schedule(models.Model):
             ("cancel_schedule", _("Can cancel schedules")),
             ("trigger_schedule", _("Can run schedules now")),
         ]
-        indexes = [
+        indexes = [  # noqa: RUF005 (schedule health's index ends it: models/health.py)
             # Serves the leader's poll: active rows in (next_run_ts, priority DESC) order, so
             # thousands of schedules due at the same instant need no sort.
             models.Index(
@@ -315,10 +316,10 @@ class Schedule(models.Model):
                 condition=models.Q(active=True),
                 name="dsched_schedule_due_idx",
             ),
-            # Serves the auto-resume of schedules paused until a time.
+            # Serves the auto-resume of schedules paused until a time, and the health counts.
             models.Index(
                 fields=["paused_until"],
-                condition=models.Q(state=ScheduleState.PAUSED, paused_until__isnull=False),
+                condition=models.Q(state=ScheduleState.PAUSED),
                 name="dsched_schedule_paused_idx",
             ),
             # The set-aside count of the metrics (django_dsched.metrics.database): few rows,
@@ -328,8 +329,8 @@ class Schedule(models.Model):
                 condition=models.Q(state=ScheduleState.SET_ASIDE),
                 name="dsched_schedule_set_aside_idx",
             ),
-        ]
-        constraints = [
+        ] + [MONITORED_INDEX]
+        constraints = [  # noqa: RUF005 (schedule health's CHECK ends it: models/health.py)
             models.UniqueConstraint(
                 fields=["host_id", "schedule_name"], name="dsched_schedule_name_unique"
             ),
@@ -421,7 +422,7 @@ class Schedule(models.Model):
                     "Every time of a schedule must fall in the years 1 to 9999."
                 ),
             ),
-        ]
+        ] + [HEALTH_BOUNDS]
 
     def __str__(self) -> str:
         return self.schedule_name

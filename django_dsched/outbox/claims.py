@@ -46,6 +46,7 @@ from django_dsched.enums import DeliveryStatus
 from django_dsched.models import envelope
 from django_dsched.models.times import OUT_OF_RANGE, readable, storable
 from django_dsched.models.validators import make_storable_text
+from django_dsched.outbox import run_health
 
 # Longest error text stored per message.
 ERROR_MAX_CHARS = 2000
@@ -239,8 +240,10 @@ FENCE = "m.claimed_by = (SELECT %(relay)s::text) AND m.status = (SELECT %(pendin
 # come as text literals (:func:`literal`), one parameter each, parsed by the server in C: a
 # list bound element by element costs the relay microseconds per element. A delivered
 # outcome has no error (NULL); when every outcome of the batch is delivered the error,
-# permanent and delay arrays are NULL, which ``unnest`` pads out.
+# permanent and delay arrays are NULL, which ``unnest`` pads out. The same statement keeps
+# the schedules' runs in a row (:mod:`.run_health`, schedule health).
 SETTLE = f"""
+WITH settled AS (
 UPDATE outbox_message_t m
 SET status = CASE
         WHEN o.error IS NULL THEN %(delivered)s
@@ -267,7 +270,9 @@ FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(started_ago)s::float8[],
             %(delays)s::float8[])
      AS o(id, attempts, started_ago, ended_ago, error, permanent, delay)
 WHERE m.id = o.id AND m.attempts = o.attempts AND {FENCE}
-RETURNING m.id, m.status, m.next_attempt_ts, m.delivered_ts
+RETURNING m.id, m.status, m.next_attempt_ts, m.delivered_ts, {run_health.OUTCOME}
+),{run_health.after_settle("settled")}
+SELECT id, status, next_attempt_ts, delivered_ts FROM settled
 """
 
 # Seconds (database clock) until the next message becomes claimable, looking no further than

@@ -41,6 +41,7 @@ from django.db import connections
 from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus, RunStatus
 from django_dsched.models.validators import make_storable_text
+from django_dsched.outbox import run_health
 from django_dsched.outbox.claims import ERROR_MAX_CHARS
 from django_dsched.runtime.logs import get_logger
 
@@ -53,26 +54,43 @@ UPDATE outbox_message_t
 SET started_ts = CASE WHEN started_ts IS NULL OR failed_ts IS NOT NULL
                       THEN clock_timestamp() ELSE started_ts END,
     failed_ts = NULL
-WHERE id = %s AND completed_ts IS NULL
+WHERE id = %(id)s AND completed_ts IS NULL
 """
 
-REPORT_COMPLETED = """
-UPDATE outbox_message_t
-SET completed_ts = COALESCE(completed_ts, clock_timestamp()),
-    started_ts = COALESCE(started_ts, clock_timestamp()),
-    failed_ts = NULL
-WHERE id = %s
+# A completion and a failure also keep the schedule's runs in a row (run_health); each
+# returns a row when the message was changed. A failure counts once (a repeated report of
+# it is no news); a completion resets the row.
+REPORT_COMPLETED = f"""
+WITH reported AS (
+    UPDATE outbox_message_t
+    SET completed_ts = COALESCE(completed_ts, clock_timestamp()),
+        started_ts = COALESCE(started_ts, clock_timestamp()),
+        failed_ts = NULL
+    WHERE id = %(id)s
+    RETURNING aggregate_id AS schedule_id, completed_ts AS outcome_ts, true AS counts
+),{run_health.after_report("reported", failed=False)}
+SELECT 1 FROM reported
 """
 
-REPORT_FAILED = """
-UPDATE outbox_message_t
-SET failed_ts = clock_timestamp(),
-    started_ts = COALESCE(started_ts, clock_timestamp()),
-    last_error = %s
-WHERE id = %s AND completed_ts IS NULL
+REPORT_FAILED = f"""
+WITH earlier AS (
+    SELECT id, failed_ts IS NULL AS counts FROM outbox_message_t
+    WHERE id = %(id)s AND completed_ts IS NULL
+    FOR UPDATE
+),
+reported AS (
+    UPDATE outbox_message_t m
+    SET failed_ts = clock_timestamp(),
+        started_ts = COALESCE(m.started_ts, clock_timestamp()),
+        last_error = %(error)s
+    FROM earlier e
+    WHERE m.id = e.id
+    RETURNING m.aggregate_id AS schedule_id, m.failed_ts AS outcome_ts, e.counts
+),{run_health.after_report("reported", failed=True)}
+SELECT 1 FROM reported
 """
 
-EXISTS = "SELECT 1 FROM outbox_message_t WHERE id = %s"
+EXISTS = "SELECT 1 FROM outbox_message_t WHERE id = %(id)s"
 
 
 def _message_id(message_id: uuid.UUID | str) -> uuid.UUID | None:
@@ -84,33 +102,33 @@ def _message_id(message_id: uuid.UUID | str) -> uuid.UUID | None:
         return None  # not a dsched message id (a task some other code sent)
 
 
-def _report(sql: str, params: list[Any], message_id: uuid.UUID, using: str | None) -> bool:
+def _report(sql: str, params: dict[str, Any], using: str | None) -> bool:
     alias = using or app_settings.DATABASE
     with connections[alias].cursor() as cursor:
         cursor.execute(sql, params)
         if cursor.rowcount:
             return True
-        cursor.execute(EXISTS, [message_id])  # found, but the report changed nothing
+        cursor.execute(EXISTS, params)  # found, but the report changed nothing
         return cursor.fetchone() is not None
 
 
 def report_started(message_id: uuid.UUID | str, *, using: str | None = None) -> bool:
     """A worker started running the message's work."""
     id_ = _message_id(message_id)
-    return id_ is not None and _report(REPORT_STARTED, [id_], id_, using)
+    return id_ is not None and _report(REPORT_STARTED, {"id": id_}, using)
 
 
 def report_completed(message_id: uuid.UUID | str, *, using: str | None = None) -> bool:
     """A worker's run of the message's work completed (final: later failures are ignored)."""
     id_ = _message_id(message_id)
-    return id_ is not None and _report(REPORT_COMPLETED, [id_], id_, using)
+    return id_ is not None and _report(REPORT_COMPLETED, {"id": id_}, using)
 
 
 def report_failed(message_id: uuid.UUID | str, error: str, *, using: str | None = None) -> bool:
     """A worker's run failed with ``error`` (stored as the message's last error)."""
     id_ = _message_id(message_id)
     text = make_storable_text(error or "failed", ERROR_MAX_CHARS)
-    return id_ is not None and _report(REPORT_FAILED, [text, id_], id_, using)
+    return id_ is not None and _report(REPORT_FAILED, {"id": id_, "error": text}, using)
 
 
 def report_quietly(report: Callable[..., bool], *args: Any) -> None:

@@ -26,9 +26,10 @@ from django_dsched import api
 from django_dsched.changes import cancels, creates, edits, on_demand, pauses, unchanged
 from django_dsched.changes import permissions as rules
 from django_dsched.counts import ChangeCount
-from django_dsched.enums import ScheduleOrigin, ScheduleState
+from django_dsched.enums import UNHEALTHY, ScheduleOrigin, ScheduleState
 from django_dsched.exceptions import ConflictError
 from django_dsched.exceptions import ValidationError as DschedValidationError
+from django_dsched.health import judge
 from django_dsched.models import Event, OutboxMessage, Schedule
 from django_dsched.rest import permissions, tenancy
 from django_dsched.rest.base import TenantViewSet, atomic, body, query
@@ -155,7 +156,10 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
                 queryset = queryset.filter(**{column: filters[name]})
         if filters.get("search"):
             queryset = queryset.filter(schedule_name__icontains=filters["search"])
-        return self.page(queryset, ScheduleSerializer)
+        if "health" in filters:
+            wanted = UNHEALTHY if filters["health"] == "UNHEALTHY" else [filters["health"]]
+            queryset = judge.filter_health(queryset, *wanted)
+        return self.page(judge.with_health(queryset), ScheduleSerializer)
 
     @described(
         summary="Create a schedule",
@@ -236,7 +240,13 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
         parameters=[ETAG],
     )
     def retrieve(self, request: Request, **kwargs: Any) -> Response:
-        return with_etag(self.get_object())
+        schedule = judge.with_health(self.selected()).get()
+        return Response(
+            schedule_detail(
+                schedule, api.preview(schedule, NEXT_FIRES), self.get_serializer_context()
+            ),
+            headers={"ETag": etag(schedule)},
+        )
 
     @described(
         summary="Replace a schedule's definition",

@@ -36,6 +36,8 @@ SETTINGS: dict[str, Any] = {
         "ScheduleOriginEnum": "django_dsched.enums.ScheduleOrigin",
         "DeliveryStatusEnum": "django_dsched.enums.DeliveryStatus",
         "RunStatusEnum": "django_dsched.enums.RunStatus",
+        "HealthEnum": "django_dsched.enums.Health",
+        "HealthFilterEnum": "django_dsched.rest.serializers.queries.HEALTH_FILTERS",
     },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",

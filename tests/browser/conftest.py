@@ -66,6 +66,8 @@ def browser(browser_available: None) -> Iterator[Any]:
         f"--user-data-dir={profile}",
     ):
         options.add_argument(argument)
+    # The page's console, for tests that check it has no errors (driver.get_log("browser")).
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
     driver.implicitly_wait(0)
     try:

@@ -143,7 +143,10 @@ def test_messages_at_the_edges_of_their_types(delivered, unchecked):
 
 
 # A relay's round: the claim, the settle.
-ROUND = (r"FOR UPDATE OF o SKIP LOCKED", r"^\s*UPDATE outbox_message_t m\s+SET status = CASE")
+ROUND = (
+    r"FOR UPDATE OF o SKIP LOCKED",
+    r"^\s*(WITH settled AS \(\s*)?UPDATE outbox_message_t m\s+SET status = CASE",
+)
 
 
 def test_the_database_gone_in_the_middle_of_a_round(delivered):

@@ -24,3 +24,9 @@ def long_job(event: dict) -> None:
     time.sleep(float(os.environ.get("RELAY_TEST_LONG", "5")))
     with open(os.environ["RELAY_TEST_LOG"], "a") as log:
         log.write(f"end {os.getpid()} {event['id']}\n")
+
+
+@handler(topic="broken")
+def always_fails(event: dict) -> None:
+    """A handler whose work fails every time (schedule health: FAILING)."""
+    raise RuntimeError("the report server is down")

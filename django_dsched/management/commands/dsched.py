@@ -16,8 +16,9 @@ from django_dsched.changes.describe import both_times, describe, is_utc, zone_of
 from django_dsched.cluster.status import cluster_status
 from django_dsched.conf import app_settings
 from django_dsched.declared import sync
-from django_dsched.enums import ScheduleState
+from django_dsched.enums import UNHEALTHY, Health, ScheduleState
 from django_dsched.exceptions import ConfigurationError, NotPermitted
+from django_dsched.health import judge
 from django_dsched.importers.celery_beat import import_celery_beat
 from django_dsched.management import _arguments
 from django_dsched.models import Schedule
@@ -68,6 +69,12 @@ def when(schedule: Schedule) -> str:
     return str(schedule.get_state_display())
 
 
+def _health(verdict: judge.Verdict, schedule: Schedule) -> str:
+    """A health verdict on one line: ``LATE since 2026-11-27 05:28:37 UTC: why``."""
+    since = f" since {_at(verdict.since, schedule)}" if verdict.since is not None else ""
+    return f"{verdict.state}{since}: {shown(verdict.text)}" if verdict.text else verdict.state
+
+
 def iso_times(moment: datetime, zone: tzinfo) -> str:
     """A preview line: ISO 8601 on the schedule's zone, then in UTC (a UTC schedule's once)."""
     utc = moment.astimezone(UTC).isoformat()
@@ -108,6 +115,15 @@ class Command(BaseCommand):
             "list", help="Schedules with their next fire times.", parents=[common]
         )
         listing.add_argument("--state", choices=ScheduleState.values)
+        listing.add_argument(
+            "--unhealthy",
+            action="store_true",
+            help="Only the schedules that want attention (health LATE, STUCK, FAILING or "
+            "SET_ASIDE), each with since when and why.",
+        )
+        listing.add_argument(
+            "--health", choices=Health.values, help="Only the schedules in this health state."
+        )
         for name, text in (
             ("show", "One schedule's definition and status."),
             ("resume", "Resume a paused or set-aside schedule."),
@@ -200,14 +216,25 @@ class Command(BaseCommand):
         except model.DoesNotExist:
             raise CommandError(f"No user {username!r}.") from None
 
-    def do_list(self, *, host: str | None, state: str | None, **options: Any) -> None:
-        rows = api.schedules(host_id=host, state=state)
+    def do_list(
+        self,
+        *,
+        host: str | None,
+        state: str | None,
+        unhealthy: bool = False,
+        health: str | None = None,
+        **options: Any,
+    ) -> None:
+        wanted = UNHEALTHY if unhealthy else health
+        rows = api.schedules(host_id=host, state=state, health=wanted)
         for schedule in rows:
             line = (
                 f"{shown(schedule.schedule_name):<32} {schedule.state:<9} "
                 f"{when(schedule):<30}  {describe(schedule)}"
             )
-            if schedule.state == ScheduleState.SET_ASIDE:
+            if wanted is not None:
+                line += f"  health: {_health(judge.verdict(schedule), schedule)}"
+            elif schedule.state == ScheduleState.SET_ASIDE:
                 line += f"  error: {shown(schedule.set_aside_reason)}"
             self.stdout.write(line)
 
@@ -236,6 +263,10 @@ class Command(BaseCommand):
             ("version", status.version),
         ):
             self.stdout.write(f"  {label:<10} {'-' if value is None else value}")
+        verdict = judge.Verdict(
+            status.health, status.health_since, status.health_reason, status.health_error
+        )
+        self.stdout.write(f"  {'health':<10} {_health(verdict, found)}")
         # The newest delivery's error: why a fire did not reach its handler ("-": none).
         self.stdout.write(f"  {'last error':<10} {shown(status.last_error) or '-'}")
         if status.paused_reason or status.paused_until:

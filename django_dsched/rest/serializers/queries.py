@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
-from django_dsched.enums import DeliveryStatus, ScheduleKind, ScheduleState
+from django_dsched.enums import DeliveryStatus, Health, ScheduleKind, ScheduleState
 from django_dsched.models.validators import KEY_MAX_LENGTH, NAME_MAX_LENGTH
 from django_dsched.rest.serializers.fields import (
     Choice,
@@ -14,6 +14,9 @@ from django_dsched.rest.serializers.fields import (
     Text,
     UUIDText,
 )
+
+# A list's health filter: a state, or UNHEALTHY (LATE, STUCK, FAILING or SET_ASIDE).
+HEALTH_FILTERS = [*Health.choices, ("UNHEALTHY", _("unhealthy"))]
 
 
 class ScheduleListQuery(StrictSerializer):
@@ -42,6 +45,14 @@ class ScheduleListQuery(StrictSerializer):
         max_length=NAME_MAX_LENGTH,
         trim_whitespace=False,
         help_text=_("Part of the name."),
+    )
+    health = serializers.ChoiceField(
+        HEALTH_FILTERS,
+        required=False,
+        help_text=_(
+            "Only the schedules in this health state; UNHEALTHY: LATE, STUCK, FAILING or "
+            "SET_ASIDE (those that want attention)."
+        ),
     )
 
 

@@ -24,8 +24,10 @@ from django_dsched.changes.creates import (
 from django_dsched.changes.specs import OPTIONS
 from django_dsched.enums import FrequencyUnit, MisfirePolicy, ScheduleKind
 from django_dsched.models import Schedule
+from django_dsched.models.health import MAX_SECONDS
 from django_dsched.models.validators import KEY_MAX_LENGTH, NAME_MAX_LENGTH
 from django_dsched.rest.serializers.fields import (
+    Boolean,
     Choice,
     IdentifierField,
     InputTimeField,
@@ -163,6 +165,42 @@ class ScheduleInputSerializer(StrictSerializer):
     catch_up_limit = Integer(required=False, min_value=1, max_value=10_000)
     jitter_seconds = Integer(required=False, min_value=0, max_value=86_400)
     priority = Integer(required=False, min_value=-1000, max_value=1000)
+    health_grace_seconds = Integer(
+        required=False,
+        allow_null=True,
+        min_value=0,
+        max_value=MAX_SECONDS,
+        help_text=_(
+            "Health: a slot still unfired this many seconds after its run time makes the "
+            "schedule LATE (null: the deployment's default)."
+        ),
+    )
+    failure_tolerance = Integer(
+        required=False,
+        allow_null=True,
+        min_value=0,
+        max_value=1_000_000,
+        help_text=_(
+            "Health: failed runs in a row before the schedule is FAILING (0: the first; null: "
+            "the deployment's default)."
+        ),
+    )
+    max_runtime_seconds = Integer(
+        required=False,
+        allow_null=True,
+        min_value=1,
+        max_value=MAX_SECONDS,
+        help_text=_(
+            "Health: a run going on longer than this makes the schedule STUCK (null: the "
+            "deployment's default)."
+        ),
+    )
+    monitored = Boolean(
+        required=False,
+        help_text=_(
+            "Give the schedule series of its own in the metrics (last success, next due, health)."
+        ),
+    )
     topic = IdentifierField()
     event_type = IdentifierField()
     data = ObjectField(  # type: ignore[assignment]  # a field named data (not .data)

@@ -4,6 +4,7 @@ schedule a create's key already names, and where it stands (``status/``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -17,14 +18,16 @@ from django_dsched.enums import (
     PLANNED,
     DeliveryStatus,
     FrequencyUnit,
+    Health,
     MisfirePolicy,
     RunStatus,
     ScheduleKind,
     ScheduleOrigin,
     ScheduleState,
 )
+from django_dsched.health import judge
 from django_dsched.models import Schedule
-from django_dsched.rest.serializers.audience import ForAudience
+from django_dsched.rest.serializers.audience import Audience, ForAudience
 from django_dsched.rest.serializers.fields import AwareDateTimeField, ObjectField
 from django_dsched.rest.serializers.schedule_input import BLANK_AS_NULL
 
@@ -58,6 +61,43 @@ def late_answer(schedule: Schedule) -> dict[str, Any] | None:
     if late is None:
         return None
     return {"by_seconds": round(late.by.total_seconds(), 3), "outcome": late.outcome}
+
+
+class HealthSerializer(serializers.Serializer[Any]):
+    """A schedule's health (docs/observability.md, Schedule health)."""
+
+    state = serializers.ChoiceField(
+        Health.choices,
+        help_text=_(
+            "OK; NEW (not fired yet); LATE (a slot passed its grace without a fire); STUCK "
+            "(a run overran its maximum); FAILING (more failed runs in a row than "
+            "tolerated); PAUSED; SET_ASIDE; ENDED (completed or cancelled)."
+        ),
+    )
+    since = AwareDateTimeField(
+        allow_null=True, help_text=_("When it came to this state (null when not known: OK).")
+    )
+    reason = serializers.CharField(help_text=_("Why, in words."))
+    error = serializers.CharField(
+        allow_blank=True,
+        help_text=_(
+            "The error behind it (a failing run's, the set-aside reason), empty if none: "
+            "whole to a caller with the cluster's permission, else its class and a general "
+            "sentence."
+        ),
+    )
+
+
+def health_of(schedule: Schedule, context: Mapping[str, Any]) -> dict[str, Any]:
+    """``schedule``'s health as the API answers it (read with it by ``judge.with_health``,
+    or one query more), its error as the caller may see it."""
+    found = judge.verdict(schedule) if hasattr(schedule, judge.STATE) else judge.judge(schedule)
+    return {
+        "state": found.state,
+        "since": AwareDateTimeField().to_representation(found.since) if found.since else None,
+        "reason": found.reason,
+        "error": Audience.of(context).error(found.error),
+    }
 
 
 class ScheduleSerializer(serializers.Serializer[Schedule]):
@@ -117,6 +157,13 @@ class ScheduleSerializer(serializers.Serializer[Schedule]):
     )
     created = AwareDateTimeField(source="created_ts", read_only=True)
     updated = AwareDateTimeField(source="updated_ts", read_only=True)
+    health_grace_seconds = serializers.IntegerField(read_only=True, allow_null=True)
+    failure_tolerance = serializers.IntegerField(read_only=True, allow_null=True)
+    max_runtime_seconds = serializers.IntegerField(read_only=True, allow_null=True)
+    monitored = serializers.BooleanField(read_only=True)
+    health = serializers.SerializerMethodField(
+        help_text=_("Its health now: state, since when, why (the database's clock).")
+    )
 
     @extend_schema_field({"type": "string", "format": "date-time", "nullable": True})
     def get_start(self, schedule: Schedule) -> str | None:
@@ -141,6 +188,10 @@ class ScheduleSerializer(serializers.Serializer[Schedule]):
 
     def get_description(self, schedule: Schedule) -> str:
         return describe(schedule)
+
+    @extend_schema_field(HealthSerializer)
+    def get_health(self, schedule: Schedule) -> dict[str, Any]:
+        return health_of(schedule, self.context)
 
     @extend_schema_field(LOCAL_SCHEMA)
     def get_local(self, schedule: Schedule) -> dict[str, str | None]:
@@ -194,9 +245,13 @@ class ScheduleDetailSerializer(ScheduleSerializer):
         return [t.astimezone(zone).isoformat() for t in getattr(schedule, "next_fires", [])]
 
 
-def schedule_detail(schedule: Schedule, next_fires: list[datetime]) -> dict[str, Any]:
+def schedule_detail(
+    schedule: Schedule, next_fires: list[datetime], context: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     schedule.next_fires = next_fires  # type: ignore[attr-defined]
-    serializer: serializers.BaseSerializer[Schedule] = ScheduleDetailSerializer(schedule)
+    serializer: serializers.BaseSerializer[Schedule] = ScheduleDetailSerializer(
+        schedule, context=dict(context or {})
+    )
     return dict(serializer.data)
 
 
@@ -232,7 +287,7 @@ MESSAGE_STATUSES = [
 class ScheduleStatusSerializer(ForAudience[Any]):
     """Where a schedule stands, read with its newest message (as api.status gives it)."""
 
-    error_fields = ("last_error", "set_aside_reason")
+    error_fields = ("last_error", "set_aside_reason", "health_error")
 
     id = serializers.UUIDField(source="schedule_id")
     name = serializers.CharField()
@@ -281,3 +336,22 @@ class ScheduleStatusSerializer(ForAudience[Any]):
         ),
     )
     version = serializers.IntegerField(help_text=_("+1 per fire and per change."))
+    health = serializers.ChoiceField(Health.choices, help_text=_("Its health state now."))
+    health_since = AwareDateTimeField(
+        allow_null=True, help_text=_("When it came to that state (null when not known: OK).")
+    )
+    health_reason = serializers.CharField(help_text=_("Why, in words."))
+    health_error = serializers.CharField(
+        allow_blank=True,
+        help_text=_(
+            "The error behind its health (a failing run's, the set-aside reason): as "
+            "last_error, whole to a caller with the cluster's permission."
+        ),
+    )
+    last_success = AwareDateTimeField(
+        allow_null=True,
+        help_text=_(
+            "Its last run that succeeded, when recorded (schedules that failed or are "
+            "monitored); else null."
+        ),
+    )
