@@ -36,9 +36,10 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django_dsched.enums import DeliveryStatus
+from django_dsched.enums import DeliveryStatus, OverlapPolicy
 from django_dsched.firing.claim import CLAIMS, claim_args
 from django_dsched.firing.fence import Fence, bucket_params, fence_params, touched_buckets
+from django_dsched.firing.overlap import CANCELLED, GOING, QUEUED
 from django_dsched.firing.plan import ACTIVE, COMPLETED, Plan, plan
 from django_dsched.firing.throttle import Throttle
 from django_dsched.firing.write import WRITE, WRITE_BUCKETS, Writer
@@ -80,6 +81,11 @@ class BatchResult:
     # Claimed rows left unplanned because their host was over its fire rate (no token):
     # released at commit, claimed again once it has tokens.
     throttled: int = 0
+    # The overlap policies (firing/overlap.py): slots skipped and held because the previous
+    # run was still going, and previous runs cancelled (CANCEL_OTHER).
+    skipped: int = 0
+    buffered: int = 0
+    cancelled: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,10 +164,13 @@ def fire_batch(
         ready = [row[:-1] for row in rows if throttle.take(row[-1])]
         throttled = claimed - len(ready)
         rows = ready
-    decided = plan(rows, options.deadline)
+    writer = Writer(cursor, params, bucketed, options.narrow)
+    cancelled = _cancel_runs(writer, rows)
+    if cancelled is None:
+        return BatchResult(claimed, 0, 0, True)
+    decided = plan(cancelled, options.deadline)
     if options.keep_lease is not None and not options.keep_lease():
         return BatchResult(claimed, 0, 0, True)
-    writer = Writer(cursor, params, bucketed, options.narrow)
     if decided.aside and not writer.set_aside(decided.aside):
         return BatchResult(claimed, 0, 0, True)
     if decided.ids:
@@ -173,9 +182,40 @@ def fire_batch(
         )
         if not writer.write(write, decided):
             return BatchResult(claimed, 0, 0, True)
-        if writer.refused and not writer.set_aside(writer.refused):
-            return BatchResult(claimed, 0, 0, True)
+    if decided.steps and not writer.steps(decided.steps):
+        return BatchResult(claimed, 0, 0, True)
+    if writer.refused and not writer.set_aside(writer.refused):
+        return BatchResult(claimed, 0, 0, True)
     return _result(writer, decided, claimed, claimed_at, throttled, options.metrics)
+
+
+# CANCEL_OTHER rows whose previous run was never attempted: (policy, held, run, state) of the
+# claim's overlap column (claim.OVERLAP), at the row's last place.
+def _cancel_runs(writer: Writer, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]] | None:
+    """Withdraw the previous runs CANCEL_OTHER rows may cancel (firing/overlap.py,
+    CANCEL_RUNS), before planning: each such row's run becomes CANCELLED, or GOING when its
+    message could not be deleted (claimed meanwhile). None: the fence failed."""
+    wanted = {
+        row[0]: row[-1][2]
+        for row in rows
+        if row[-1] is not None
+        and row[-1][0] == OverlapPolicy.CANCEL_OTHER
+        and row[-1][1] is None
+        and row[-1][3] == QUEUED
+    }
+    if not wanted:
+        return rows
+    gone = writer.cancel(list(wanted.values()))
+    if gone is None:
+        return None
+    changed = []
+    for row in rows:
+        run = wanted.get(row[0])
+        if run is not None:
+            policy, held, _run, _state = row[-1]
+            row = (*row[:-1], [policy, held, run, CANCELLED if run in gone else GOING])
+        changed.append(row)
+    return changed
 
 
 def _claim_in_buckets(
@@ -224,4 +264,7 @@ def _result(
         claimed_at=claimed_at,
         again_ids=tuple(decided.again_ids),
         throttled=throttled,
+        skipped=decided.skipped,
+        buffered=decided.buffered,
+        cancelled=decided.cancelled,
     )

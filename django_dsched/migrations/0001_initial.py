@@ -781,6 +781,63 @@ class Migration(migrations.Migration):
                         verbose_name="updated",
                     ),
                 ),
+                # The overlap and failure policies (models/overlap.py).
+                (
+                    "overlap_policy",
+                    models.CharField(
+                        choices=[
+                            ("ALLOW_ALL", "allow all: fire whatever runs"),
+                            ("SKIP", "skip the slot"),
+                            ("BUFFER_ONE", "buffer one slot"),
+                            ("BUFFER_ALL", "buffer every slot"),
+                            ("CANCEL_OTHER", "cancel the previous run if not started"),
+                        ],
+                        db_default="ALLOW_ALL",
+                        default="ALLOW_ALL",
+                        help_text="What a slot does while the previous run is still going: fire anyway (allow all), skip it, buffer one or every slot until the run ends, or cancel a previous run that has not started.",
+                        max_length=12,
+                        verbose_name="overlap policy",
+                    ),
+                ),
+                (
+                    "pause_on_failure",
+                    models.BooleanField(
+                        db_default=False,
+                        default=False,
+                        help_text="Pause the schedule when one of its runs fails for good (a dead letter, after all its attempts).",
+                        verbose_name="pause on failure",
+                    ),
+                ),
+                (
+                    "held_by",
+                    models.UUIDField(
+                        blank=True,
+                        editable=False,
+                        help_text="The run (outbox message) the next slot waits for, under a buffer policy.",
+                        null=True,
+                        verbose_name="held for run",
+                    ),
+                ),
+                (
+                    "skip_count",
+                    models.BigIntegerField(
+                        db_default=0,
+                        default=0,
+                        editable=False,
+                        help_text="Times slots were not fired because the previous run was still going.",
+                        verbose_name="overlap skips",
+                    ),
+                ),
+                (
+                    "buffer_count",
+                    models.BigIntegerField(
+                        db_default=0,
+                        default=0,
+                        editable=False,
+                        help_text="Slots held until the previous run ended.",
+                        verbose_name="buffered",
+                    ),
+                ),
             ],
             options={
                 "verbose_name": "schedule",
@@ -953,6 +1010,31 @@ class Migration(migrations.Migration):
                         ),
                         name="dsched_schedule_times_in_range",
                         violation_error_message="Every time of a schedule must fall in the years 1 to 9999.",
+                    ),
+                    # The overlap and failure policies (models/overlap.py).
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            django_dsched.models.conditions.OneOf(
+                                "overlap_policy",
+                                ["ALLOW_ALL", "SKIP", "BUFFER_ONE", "BUFFER_ALL", "CANCEL_OTHER"],
+                            ),
+                            models.Q(
+                                ("overlap_policy", "ALLOW_ALL"),
+                                django_dsched.models.conditions.NotEqual(
+                                    models.F("schedule_kind"), models.Value("ONCE")
+                                ),
+                                _connector="OR",
+                            ),
+                            models.Q(
+                                django_dsched.models.conditions.NotEqual(
+                                    models.F("overlap_policy"), models.Value("ALLOW_ALL")
+                                ),
+                                models.Q(("held_by__isnull", True)),
+                                _connector="OR",
+                            ),
+                        ),
+                        name="dsched_schedule_overlap_valid",
+                        violation_error_message="The overlap policy must be one of the policies, and a one-shot allows all.",
                     ),
                 ],
             },

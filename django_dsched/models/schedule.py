@@ -29,6 +29,7 @@ from django_dsched.exceptions import CronError, ValidationError
 from django_dsched.models.conditions import OneOf, differs
 from django_dsched.models.fields import EventDataField
 from django_dsched.models.ids import uuid7
+from django_dsched.models.overlap import OVERLAP_CONSTRAINTS, OverlapFields
 from django_dsched.models.times import SCHEDULE_TIMES, in_range
 from django_dsched.models.validators import (
     KEY_MAX_LENGTH,
@@ -97,7 +98,7 @@ class BucketKey(Func):
     output_field = models.SmallIntegerField()
 
 
-class Schedule(models.Model):
+class Schedule(OverlapFields):  # the overlap and failure policies: models/overlap.py
     # Time-ordered (UUIDv7): see django_dsched/ids.py. Rows made before keep their ids.
     schedule_id = models.UUIDField(_("schedule id"), primary_key=True, default=uuid7)
     host_id = models.UUIDField(
@@ -421,6 +422,7 @@ class Schedule(models.Model):
                     "Every time of a schedule must fall in the years 1 to 9999."
                 ),
             ),
+            *OVERLAP_CONSTRAINTS,
         ]
 
     def __str__(self) -> str:
