@@ -165,7 +165,7 @@ SET_ASIDE = f"""
 WITH {FENCE},
 aside AS (
     UPDATE schedule_t s
-    SET state = %(set_aside)s, active = false,
+    SET state = %(set_aside)s, active = false, held_by = NULL,
         set_aside_reason = left(u.reason || COALESCE(' (' || NULLIF({HELD}, '') || ')', ''),
                                 {REASON_MAX}),
         set_aside_ts = statement_timestamp(),

@@ -53,6 +53,14 @@ class SchedulerMetrics:
             "dsched_misfires",
             "Schedules whose fire skipped or coalesced missed slots (misfire_count increments).",
         )
+        self.overlap = counter(
+            "dsched_overlap_slots",
+            "Slots the overlap policies did not fire at their time because the schedule's "
+            "previous run was still going (decision: skipped, or buffered until it ended), "
+            "and previous runs CANCEL_OTHER cancelled (decision: cancelled). Per schedule: "
+            "skip_count and buffer_count, and the schedule's events.",
+            ["decision"],
+        )
         self.duplicates = counter(
             "dsched_duplicate_slots",
             "Slots the database refused because they had already fired.",
@@ -118,6 +126,13 @@ class SchedulerMetrics:
             )
         if result.misfired:
             self.misfires.inc(result.misfired)
+        for decision, count in (
+            ("skipped", result.skipped),
+            ("buffered", result.buffered),
+            ("cancelled", result.cancelled),
+        ):
+            if count:
+                self.overlap.labels(decision).inc(count)
         if result.duplicates:
             self.duplicates.inc(result.duplicates)
         if result.set_aside:

@@ -6,6 +6,7 @@ import django.core.validators
 import django.db.models.functions.comparison
 import django.db.models.functions.datetime
 import django.db.models.lookups
+import django_dsched.history.event_ids
 import django_dsched.history.operations
 import django_dsched.history.partitions
 import django_dsched.models.conditions
@@ -49,6 +50,57 @@ DROP_SCHEDULE_CHANGED = """
 DROP TRIGGER IF EXISTS dsched_schedule_changed ON schedule_t;
 DROP TRIGGER IF EXISTS dsched_schedule_created ON schedule_t;
 DROP FUNCTION IF EXISTS dsched_notify_schedules();
+"""
+
+# Pause on failure (models/overlap.py, docs/overlap.md): a message that becomes a dead letter
+# (DELIVERY_FAILED, after all its attempts, or at once for a permanent failure) pauses its
+# schedule when the schedule asks for it, in the transaction that dead-letters it, whoever
+# does (the relay's settle or claim, a narrowed claim, SQL by hand), with the reason naming
+# the run and an audit event. The WHEN clause is checked per row without calling the function
+# (a claim or a settle that dead-letters nothing pays no call), and only statements that set
+# status check it. A pause the database refuses (a rule on schedule_t) is given up with a
+# warning, never the dead letter: the exception block costs a subtransaction per dead letter.
+PAUSE_ON_FAILURE = f"""
+CREATE FUNCTION dsched_pause_on_failure() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    WITH paused AS (
+        UPDATE schedule_t s
+        SET state = 'PAUSED', active = false, held_by = NULL, paused_until = NULL,
+            paused_reason = left('Paused on failure: run ' || NEW.id || ' (fired '
+                || to_char(NEW.event_ts AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+                || ') became a dead letter after ' || NEW.attempts || ' attempt(s).', 255),
+            aggregate_version = s.aggregate_version + 1, updated_ts = statement_timestamp()
+        WHERE s.schedule_id = NEW.aggregate_id AND s.pause_on_failure AND s.state = 'ACTIVE'
+        RETURNING s.schedule_id, s.host_id, s.schedule_name, s.origin, s.aggregate_version,
+                  s.paused_reason
+    )
+    INSERT INTO event_store_t (id, host_id, aggregate_id, aggregate_type, aggregate_version,
+                               event_type, event_ts, payload, metadata)
+    SELECT {django_dsched.history.event_ids.change_sql("statement_timestamp()")}, host_id,
+           schedule_id, 'Schedule', aggregate_version, 'dsched.schedule.paused',
+           statement_timestamp(),
+           jsonb_build_object('actor', 'scheduler', 'at', statement_timestamp(),
+                              'reason', paused_reason, 'until', NULL, 'run', NEW.id::text,
+                              'changes', jsonb_build_object(
+                                  'state', jsonb_build_array('ACTIVE', 'PAUSED'))),
+           jsonb_build_object('actor', 'scheduler', 'schedule_name', schedule_name,
+                              'origin', origin)
+    FROM paused;
+    RETURN NULL;
+EXCEPTION WHEN OTHERS THEN
+    RAISE WARNING 'dsched: schedule % not paused on the failure of run %: %',
+        NEW.aggregate_id, NEW.id, SQLERRM;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER dsched_outbox_dead_letter
+    AFTER UPDATE OF status ON outbox_message_t FOR EACH ROW
+    WHEN (NEW.status = 'DELIVERY_FAILED' AND OLD.status <> 'DELIVERY_FAILED')
+    EXECUTE FUNCTION dsched_pause_on_failure();
+"""
+DROP_PAUSE_ON_FAILURE = """
+DROP TRIGGER IF EXISTS dsched_outbox_dead_letter ON outbox_message_t;
+DROP FUNCTION IF EXISTS dsched_pause_on_failure();
 """
 
 
@@ -1140,4 +1192,5 @@ class Migration(migrations.Migration):
             django_dsched.history.partitions.default_partitions_sql(), migrations.RunSQL.noop
         ),
         migrations.RunPython(make_days_ahead, migrations.RunPython.noop),
+        migrations.RunSQL(PAUSE_ON_FAILURE, DROP_PAUSE_ON_FAILURE),
     ]

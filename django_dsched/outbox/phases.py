@@ -56,20 +56,36 @@ SET started_ts = CASE WHEN started_ts IS NULL OR failed_ts IS NOT NULL
 WHERE id = %s AND completed_ts IS NULL
 """
 
-REPORT_COMPLETED = """
-UPDATE outbox_message_t
-SET completed_ts = COALESCE(completed_ts, clock_timestamp()),
-    started_ts = COALESCE(started_ts, clock_timestamp()),
-    failed_ts = NULL
-WHERE id = %s
+# A run's end wakes the scheduler (NOTIFY dsched_schedules) when a schedule's slot is held for
+# it (its overlap policy, models/overlap.py), so the held slot fires at once rather than at
+# the next poll: one primary-key probe of the schedule; a NOTIFY only then. Both statements
+# return how many rows they changed.
+WAKE = """(SELECT count(*) FROM (SELECT pg_notify('dsched_schedules', '') FROM ended e
+                                JOIN schedule_t s
+                                  ON s.schedule_id = e.aggregate_id AND s.held_by = e.id) n)"""
+
+REPORT_COMPLETED = f"""
+WITH ended AS (
+    UPDATE outbox_message_t
+    SET completed_ts = COALESCE(completed_ts, clock_timestamp()),
+        started_ts = COALESCE(started_ts, clock_timestamp()),
+        failed_ts = NULL
+    WHERE id = %s
+    RETURNING id, aggregate_id
+)
+SELECT (SELECT count(*) FROM ended), {WAKE}
 """
 
-REPORT_FAILED = """
-UPDATE outbox_message_t
-SET failed_ts = clock_timestamp(),
-    started_ts = COALESCE(started_ts, clock_timestamp()),
-    last_error = %s
-WHERE id = %s AND completed_ts IS NULL
+REPORT_FAILED = f"""
+WITH ended AS (
+    UPDATE outbox_message_t
+    SET failed_ts = clock_timestamp(),
+        started_ts = COALESCE(started_ts, clock_timestamp()),
+        last_error = %s
+    WHERE id = %s AND completed_ts IS NULL
+    RETURNING id, aggregate_id
+)
+SELECT (SELECT count(*) FROM ended), {WAKE}
 """
 
 EXISTS = "SELECT 1 FROM outbox_message_t WHERE id = %s"
@@ -88,7 +104,8 @@ def _report(sql: str, params: list[Any], message_id: uuid.UUID, using: str | Non
     alias = using or app_settings.DATABASE
     with connections[alias].cursor() as cursor:
         cursor.execute(sql, params)
-        if cursor.rowcount:
+        changed = cursor.fetchone()[0] if cursor.description else cursor.rowcount
+        if changed:
             return True
         cursor.execute(EXISTS, [message_id])  # found, but the report changed nothing
         return cursor.fetchone() is not None

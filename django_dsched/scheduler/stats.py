@@ -22,3 +22,8 @@ class Stats:
     deferred: int = 0  # claimed rows left for the next batch by the planning budget
     locked_waits: int = 0  # rounds that waited because a due row was locked elsewhere
     throttled: int = 0  # claimed rows left unplanned: their host was over its fire rate
+    # The overlap policies (firing/overlap.py): slots skipped and held while the previous run
+    # was going, previous runs cancelled.
+    overlap_skipped: int = 0
+    overlap_buffered: int = 0
+    overlap_cancelled: int = 0

@@ -17,9 +17,11 @@ from django_dsched.enums import DeliveryStatus, MisfirePolicy, OverlapPolicy, Sc
 from django_dsched.firing.next_due import next_due
 from django_dsched.history.event_ids import event_id
 from django_dsched.models import Event, OutboxMessage, Schedule
+from django_dsched.outbox import phases
 from tests.factories import ScheduleFactory
 from tests.fire_path import fire
-from tests.helpers import sql
+from tests.helpers import other_session, sql
+from tests.test_migrations import notifications
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -296,3 +298,26 @@ def test_a_dead_letter_ends_a_run(fence, db_now):
         [DeliveryStatus.DELIVERY_FAILED, newest(schedule).id],
     )
     assert fire(fence).fired == 1
+
+
+def test_a_workers_report_of_the_held_runs_end_wakes_the_scheduler(fence, db_now):
+    """Handed off (Celery): the worker's report NOTIFYs the leader when a slot is held for
+    that run, and only then."""
+    schedule = overlapping(db_now, OverlapPolicy.BUFFER_ONE)
+    other = overlapping(db_now, OverlapPolicy.BUFFER_ONE)
+    fire(fence)
+    handed = "UPDATE outbox_message_t SET status = 'DELIVERED', delivered_ts = now() WHERE id = %s"
+    first, unheld = newest(schedule), newest(other)
+    sql(handed, [first.id])
+    sql(handed, [unheld.id])
+    Schedule.objects.filter(pk=other.pk).update(overlap_policy=OverlapPolicy.ALLOW_ALL)
+    assert fire(fence).buffered == 1
+    with other_session() as listener:
+        sql("LISTEN dsched_schedules", using=listener)
+        assert phases.report_completed(unheld.id)
+        assert notifications(listener, 0.3) == []
+        assert phases.report_completed(first.id)
+        assert notifications(listener, 5) == ["dsched_schedules"]
+    assert fire(fence).fired >= 1
+    schedule.refresh_from_db()
+    assert schedule.held_by is None
