@@ -80,6 +80,9 @@ FIELD_OF = {
     "misfire_grace_seconds": "misfire_grace_seconds",
     "catch_up_limit": "catch_up_limit",
     "jitter_seconds": "jitter_seconds",
+    # The overlap and failure policies (docs/overlap.md).
+    "overlap_policy": "overlap_policy",
+    "pause_on_failure": "pause_on_failure",
 }
 
 _registry: dict[str, dict[str, Any]] = {}

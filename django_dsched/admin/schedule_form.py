@@ -75,9 +75,17 @@ class ScheduleForm(ScheduleModelForm):
             "event_topic",
             "event_type",
             "event_data",
+            # The overlap and failure policies (docs/overlap.md).
+            "overlap_policy",
+            "pause_on_failure",
         ]
         widgets = {"event_data": forms.Textarea(attrs={"rows": 4, "class": "vLargeTextField"})}
         help_texts = {
+            "misfire_grace_seconds": _(
+                "The catch-up window: a slot later than this (after an outage, or held for "
+                "the previous run) is skipped. Empty: no limit for fire-once and catch-up, "
+                "DSCHED_MISFIRE_GRACE_SECONDS for skip."
+            ),
             "time_zone": _(
                 "IANA zone whose wall clock a cron expression follows and day, week, month "
                 "and year intervals step (seconds, minutes and hours are plain durations)."

@@ -40,6 +40,9 @@ class _Spec:
     catch_up_limit: int | None = None
     jitter_seconds: int | None = None
     priority: int | None = None
+    # The overlap and failure policies (models/overlap.py).
+    overlap_policy: str | None = None
+    pause_on_failure: bool | None = None
 
     kind = ""
 
@@ -143,6 +146,9 @@ OPTIONS = {
     "catch_up_limit": "catch_up_limit",
     "jitter_seconds": "jitter_seconds",
     "priority": "priority",
+    # The overlap and failure policies (models/overlap.py).
+    "overlap_policy": "overlap_policy",
+    "pause_on_failure": "pause_on_failure",
 }
 
 # A Schedule field by the name its caller gave it (api.create_*, api.bulk_create, specs).

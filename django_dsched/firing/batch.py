@@ -39,10 +39,11 @@ from typing import Any
 from django_dsched.enums import DeliveryStatus, OverlapPolicy
 from django_dsched.firing.claim import CLAIMS, claim_args
 from django_dsched.firing.fence import Fence, bucket_params, fence_params, touched_buckets
-from django_dsched.firing.overlap import CANCELLED, GOING, QUEUED
+from django_dsched.firing.overlap import CANCELLED
 from django_dsched.firing.plan import ACTIVE, COMPLETED, Plan, plan
 from django_dsched.firing.throttle import Throttle
 from django_dsched.firing.write import WRITE, WRITE_BUCKETS, Writer
+from django_dsched.models.overlap import GOING, QUEUED
 
 # Batches up to this size report the names of what fired (for the logs).
 NAMED_BATCH = 10

@@ -10,7 +10,7 @@ from collections.abc import Collection
 from typing import Any
 
 from django_dsched.conf import app_settings
-from django_dsched.models.overlap import ALLOW_ALL, going
+from django_dsched.models.overlap import ALLOW_ALL, FREE, going, run_state
 from django_dsched.models.times import readable
 from django_dsched.timetables import backlog_window
 
@@ -38,13 +38,10 @@ def microseconds(column: str) -> str:
 # and never attempted, which CANCEL_OTHER may cancel).
 OVERLAP = f"""CASE WHEN overlap_policy = '{ALLOW_ALL}' THEN NULL
        ELSE ARRAY[overlap_policy, held_by::text] || COALESCE(
-           (SELECT ARRAY[o.id::text,
-                         CASE WHEN NOT {going("o")} THEN 'free'
-                              WHEN o.status = 'PENDING' AND o.attempts = 0 THEN 'queued'
-                              ELSE 'going' END]
+           (SELECT ARRAY[o.id::text, {run_state("o")}]
             FROM outbox_message_t o WHERE o.aggregate_id = schedule_t.schedule_id
             ORDER BY o.aggregate_version DESC LIMIT 1),
-           ARRAY[NULL, 'free']::text[]) END"""
+           ARRAY[NULL, '{FREE}']::text[]) END"""
 # Times travel as microseconds since the epoch: parsing and formatting thousands of
 # timestamps per batch costs more than the batch's SQL. Nothing here can fail on a row's
 # values: every column comes back as stored, to be judged by plan(), row by row.

@@ -42,11 +42,12 @@ from django_dsched.enums import DeliveryStatus, MisfirePolicy, OverlapPolicy
 from django_dsched.firing.arrays import array_literal
 from django_dsched.firing.fence import FENCE, with_buckets
 from django_dsched.history import event_ids
+from django_dsched.models.overlap import GOING, QUEUED
 from django_dsched.timetables import Decision, Rules, Timetable, decide, first_slot
 
-# The previous run, as the claim reports it.
-FREE, GOING, QUEUED = "free", "going", "queued"
-CANCELLED = "cancelled"  # QUEUED, and its message was deleted by CANCEL_RUNS
+# The previous run, as the claim reports it (models/overlap.run_state), or CANCELLED: it was
+# QUEUED, and CANCEL_RUNS deleted its message.
+CANCELLED = "cancelled"
 # The audit events' verbs (dsched.schedule.<verb>).
 SKIPPED, BUFFERED, RUN_CANCELLED = "skipped", "buffered", "run_cancelled"
 # More slots than any catch-up can have: BUFFER_ONE fires the held slot however old.

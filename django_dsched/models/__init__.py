@@ -6,7 +6,8 @@
 - :mod:`.records`: the columns events and outbox messages share.
 - :mod:`.validators`, :mod:`.fields`, :mod:`.conditions`: what a value must be, in Python
   and as CHECK constraints; :mod:`.times`: the times a row may hold (one CHECK per table);
-  :mod:`.ids`: time-ordered ids for new schedules.
+  :mod:`.ids`: time-ordered ids for new schedules; :mod:`.overlap`: the overlap and failure
+  policies' columns, and when a run counts as going.
 """
 
 from __future__ import annotations

@@ -121,3 +121,22 @@ def going(message: str, worker_timeout: str = "%(worker_timeout)s") -> str:
              AND GREATEST({message}.delivered_ts, {message}.started_ts)
                  > statement_timestamp() - make_interval(secs => {worker_timeout})
         ELSE false END)"""
+
+
+# A previous run, as the fire path sees it: over, going, or going and never attempted (a
+# message no relay ever claimed: CANCEL_OTHER may cancel it).
+FREE, GOING, QUEUED = "free", "going", "queued"
+
+
+def run_state(message: str) -> str:
+    """SQL: :data:`FREE`, :data:`GOING` or :data:`QUEUED` for the outbox row ``message``."""
+    return f"""(CASE WHEN NOT {going(message)} THEN '{FREE}'
+                 WHEN {message}.status = '{DeliveryStatus.PENDING.value}'
+                      AND {message}.attempts = 0 THEN '{QUEUED}'
+                 ELSE '{GOING}' END)"""
+
+
+# The previous run of the schedule %(id)s, the newest message: its id and :func:`run_state`;
+# no row when it has none.
+PREVIOUS_RUN = f"""SELECT o.id, {run_state("o")} FROM outbox_message_t o
+WHERE o.aggregate_id = %(id)s ORDER BY o.aggregate_version DESC LIMIT 1"""

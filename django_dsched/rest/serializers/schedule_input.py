@@ -16,10 +16,11 @@ from rest_framework import serializers
 
 from django_dsched.changes.creates import MAX_DELAY
 from django_dsched.changes.specs import OPTIONS
-from django_dsched.enums import FrequencyUnit, MisfirePolicy, ScheduleKind
+from django_dsched.enums import FrequencyUnit, MisfirePolicy, OverlapPolicy, ScheduleKind
 from django_dsched.models import Schedule
 from django_dsched.models.validators import KEY_MAX_LENGTH, NAME_MAX_LENGTH
 from django_dsched.rest.serializers.fields import (
+    Boolean,
     IdentifierField,
     InputTimeField,
     Integer,
@@ -144,11 +145,27 @@ class ScheduleInputSerializer(StrictSerializer):
         allow_null=True,
         min_value=0,
         max_value=INT32,
-        help_text=_("A slot later than this counts as missed."),
+        help_text=_(
+            "The catch-up window: a slot later than this (after an outage, or held for the "
+            "previous run) counts as missed and is skipped."
+        ),
     )
     catch_up_limit = Integer(required=False, min_value=1, max_value=10_000)
     jitter_seconds = Integer(required=False, min_value=0, max_value=86_400)
     priority = Integer(required=False, min_value=-1000, max_value=1000)
+    # The overlap and failure policies (docs/overlap.md).
+    overlap_policy = serializers.ChoiceField(
+        OverlapPolicy.choices,
+        required=False,
+        help_text=_(
+            "What a due slot does while the previous run is still going (default ALLOW_ALL: "
+            "it fires). A one-shot (ONCE) allows all."
+        ),
+    )
+    pause_on_failure = Boolean(
+        required=False,
+        help_text=_("Pause the schedule when one of its runs becomes a dead letter."),
+    )
     topic = IdentifierField()
     event_type = IdentifierField()
     data = ObjectField(  # type: ignore[assignment]  # a field named data (not .data)
