@@ -60,7 +60,8 @@ def when(schedule: Schedule) -> str:
     """What comes next for ``schedule``: its next fire when it is active, else its state
     ("paused until ...", "completed", "cancelled", "set aside")."""
     if schedule.state == ScheduleState.ACTIVE:
-        return f"next {_at(schedule.next_run_ts)}"
+        held = " (held for a run)" if schedule.held_by is not None else ""
+        return f"next {_at(schedule.next_run_ts)}{held}"
     if schedule.state == ScheduleState.PAUSED:
         if schedule.paused_until is not None:
             return f"paused until {_at(schedule.paused_until)}"
