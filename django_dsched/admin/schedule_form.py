@@ -101,11 +101,18 @@ class ScheduleForm(ScheduleModelForm):
         if self.instance.pk:
             # Shown in the page; when bound, only tells that the field did not change.
             self.fields["seen_version"].initial = self.instance.aggregate_version
+        if "overlap_policy" in self.fields:
+            # A post without it (a client older than the field) keeps the schedule's policy.
+            self.fields["overlap_policy"].required = False
         if self.hosts is not None and "host_id" in self.fields:
             # Offer the user's hosts only (a value posted by hand is checked all the same).
             self.fields["host_id"].widget = forms.Select(
                 choices=[(str(host), str(host)) for host in self.hosts]
             )
+
+    def clean_overlap_policy(self) -> str:
+        value = self.cleaned_data.get("overlap_policy")
+        return str(value or self.instance.overlap_policy)
 
     def clean_host_id(self) -> Any:
         return allowed_host(self.hosts, self.cleaned_data.get("host_id"))
