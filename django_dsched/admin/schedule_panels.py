@@ -15,6 +15,7 @@ from django.db import connections
 from django.http import HttpRequest, QueryDict
 
 from django_dsched.admin.display import moment, run_badge, run_duration
+from django_dsched.changes.describe import zone_of
 from django_dsched.conf import app_settings
 from django_dsched.enums import OverlapPolicy
 from django_dsched.firing import outlook
@@ -95,7 +96,9 @@ def events(request: HttpRequest, schedule: Schedule, now: datetime) -> Page:
         ),
         "events_before",
         lambda event: {
-            "slot": moment(event.scheduled_ts, None) if event.scheduled_ts else "-",
+            "slot": moment(event.scheduled_ts, None, zone=zone_of(schedule))
+            if event.scheduled_ts
+            else "-",
             "at": moment(event.event_ts, now),
         },
     )

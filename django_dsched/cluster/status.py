@@ -12,7 +12,7 @@ from django_dsched.cluster.buckets import lock_id, ranking
 from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus
 from django_dsched.history import event_ids
-from django_dsched.history.partitions import HistoryDays, held_days
+from django_dsched.history.expiry import HistoryDays, held_days
 from django_dsched.models import Event, Lease, OutboxMessage, Schedule, SchedulerInstance
 from django_dsched.runtime.clock import database_now
 

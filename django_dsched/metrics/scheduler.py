@@ -55,10 +55,8 @@ class SchedulerMetrics:
         )
         self.overlap = counter(
             "dsched_overlap_slots",
-            "Slots the overlap policies did not fire at their time because the schedule's "
-            "previous run was still going (decision: skipped, or buffered until it ended), "
-            "and previous runs CANCEL_OTHER cancelled (decision: cancelled). Per schedule: "
-            "skip_count and buffer_count, and the schedule's events.",
+            "Slots not fired at their time because the previous run was still going (skipped, "
+            "buffered) and runs cancelled (CANCEL_OTHER), by decision (docs/overlap.md).",
             ["decision"],
         )
         self.duplicates = counter(
