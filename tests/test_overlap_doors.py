@@ -29,6 +29,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 COMMON = {"topic": "reports", "event_type": "report.build"}
 AT = datetime(2031, 1, 1, tzinfo=UTC)
 ONE_SHOT = "A one-shot fires once: it has no overlap policy."
+NOT_A_POLICY = "'QUEUE' is not one of ALLOW_ALL, SKIP, BUFFER_ONE, BUFFER_ALL, CANCEL_OTHER."
 
 
 @pytest.fixture
@@ -59,9 +60,7 @@ def test_the_python_api_takes_both_options_and_refuses_what_every_door_refuses()
     assert created.payload["definition"]["pause_on_failure"] is True
     with pytest.raises(ValidationError) as refused:
         api.create_interval("bad", every=1, overlap_policy="QUEUE", **COMMON)
-    assert (
-        "'QUEUE' is not one of ALLOW_ALL, SKIP" in refused.value.message_dict["overlap_policy"][0]
-    )
+    assert refused.value.message_dict == {"overlap_policy": [NOT_A_POLICY]}
     with pytest.raises(ValidationError) as refused:
         api.create_once("once", at=AT, overlap_policy="SKIP", **COMMON)
     assert refused.value.message_dict == {"overlap_policy": [ONE_SHOT]}
@@ -113,7 +112,7 @@ def test_set_policies_is_an_audited_edit_that_lets_a_held_slot_go(fence, db_now)
 def test_declarations_take_both_options_and_say_what_they_refuse():
     nightly = {"cron": "0 2 * * *", "overlap_policy": "SKIP", "pause_on_failure": True, **COMMON}
     assert problem("nightly", nightly) is None
-    assert "is not one of" in (problem("bad", {**nightly, "overlap_policy": "QUEUE"}) or "")
+    assert problem("bad", {**nightly, "overlap_policy": "QUEUE"}) == NOT_A_POLICY
     once = {"at": AT, "overlap_policy": "SKIP", **COMMON}
     assert problem("once", once) == ONE_SHOT
     report = sync({"nightly": nightly})
@@ -137,7 +136,7 @@ def test_rest_reads_and_writes_both_and_refuses_what_the_python_api_refuses(root
     changed = root.patch(path, {"pause_on_failure": True}, **{"If-Match": created["ETag"]})
     assert changed.status_code == 200 and changed.body["pause_on_failure"] is True
     for bad, field, fragment in (
-        ({"overlap_policy": "QUEUE"}, "overlap_policy", "not a valid choice"),
+        ({"overlap_policy": "QUEUE"}, "overlap_policy", NOT_A_POLICY),
         ({"pause_on_failure": "yes"}, "pause_on_failure", "valid boolean"),
         ({"overlap_policy": None}, "overlap_policy", "may not be null"),
     ):

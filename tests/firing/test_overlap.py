@@ -13,11 +13,16 @@ from datetime import timedelta
 import pytest
 from django.db import connection, transaction
 
+from django_dsched.changes import on_demand
 from django_dsched.enums import DeliveryStatus, MisfirePolicy, OverlapPolicy, ScheduleState
+from django_dsched.firing.batch import fire_batch
+from django_dsched.firing.claim import CLAIM, claim_args
+from django_dsched.firing.fence import Fence
 from django_dsched.firing.next_due import next_due
 from django_dsched.history.event_ids import event_id
 from django_dsched.models import Event, OutboxMessage, Schedule
 from django_dsched.outbox import phases
+from tests.cluster.test_buckets import COUNT, in_transaction, leases
 from tests.factories import ScheduleFactory
 from tests.fire_path import fire
 from tests.helpers import other_session, sql
@@ -257,8 +262,6 @@ def test_the_catch_up_window_drops_a_held_slot_older_than_it(fence, db_now):
 
 
 def test_a_run_now_while_held_moves_the_hold_to_it(fence, db_now):
-    from django_dsched.changes import on_demand
-
     schedule = overlapping(db_now, OverlapPolicy.BUFFER_ONE)
     fire(fence)
     first = newest(schedule)
@@ -321,3 +324,46 @@ def test_a_workers_report_of_the_held_runs_end_wakes_the_scheduler(fence, db_now
     assert fire(fence).fired >= 1
     schedule.refresh_from_db()
     assert schedule.held_by is None
+
+
+def test_an_allow_all_row_runs_no_subquery_in_the_claim(db_now):
+    """The claim's overlap probes are CASE branches an ALLOW_ALL row never takes: for such
+    rows no scan of outbox_message_t runs at all (EXPLAIN ANALYZE: never executed)."""
+    ScheduleFactory.create_batch(20, start_ts=db_now() - timedelta(seconds=5))
+    with transaction.atomic():
+        plan = [
+            row[0]
+            for row in sql(
+                "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) " + CLAIM, claim_args(500)
+            )
+        ]
+    assert "rows=20" in plan[0]
+    probes = [line for line in plan if " on outbox_message_t" in line]
+    assert probes  # the probes are in the plan ...
+    assert all("never executed" in line for line in probes), "\n".join(plan)  # ... unrun
+
+
+def test_with_buckets_each_step_is_fenced_and_audited_at_its_buckets_epoch(db_now):
+    skip = overlapping(db_now, OverlapPolicy.SKIP)
+    cancel = overlapping(db_now, OverlapPolicy.CANCEL_OTHER)
+    with other_session() as session:
+        holder = leases(session, "a")
+        assert holder.try_acquire()
+        held = sorted(holder.held)
+        fence = Fence(
+            1, "a", 0, 30.0, bucket_count=COUNT,
+            buckets=tuple(held), epochs=tuple(holder.held[k] for k in held),
+        )  # fmt: skip
+
+        def batch():
+            with in_transaction(session) as cursor:
+                return fire_batch(cursor, fence, 100)
+
+        assert batch().fired == 2
+        result = batch()
+        assert (result.fired, result.skipped, result.cancelled) == (1, 1, 1)
+    for schedule, verb in ((skip, "skipped"), (cancel, "run_cancelled")):
+        [event] = audited(schedule, verb)
+        bucket = Schedule.objects.get(pk=schedule.pk).bucket_key % COUNT
+        assert event.leader_epoch == holder.held[bucket]
+        assert event.metadata["leader_epoch"] == holder.held[bucket]
