@@ -36,14 +36,12 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django_dsched.enums import DeliveryStatus, OverlapPolicy
+from django_dsched.enums import DeliveryStatus
 from django_dsched.firing.claim import CLAIMS, claim_args
 from django_dsched.firing.fence import Fence, bucket_params, fence_params, touched_buckets
-from django_dsched.firing.overlap import CANCELLED
 from django_dsched.firing.plan import ACTIVE, COMPLETED, Plan, plan
 from django_dsched.firing.throttle import Throttle
 from django_dsched.firing.write import WRITE, WRITE_BUCKETS, Writer
-from django_dsched.models.overlap import GOING, QUEUED
 
 # Batches up to this size report the names of what fired (for the logs).
 NAMED_BATCH = 10
@@ -165,14 +163,13 @@ def fire_batch(
         ready = [row[:-1] for row in rows if throttle.take(row[-1])]
         throttled = claimed - len(ready)
         rows = ready
-    writer = Writer(cursor, params, bucketed, options.narrow)
-    cancelled = _cancel_runs(writer, rows)
-    if cancelled is None:
-        return BatchResult(claimed, 0, 0, True)
-    decided = plan(cancelled, options.deadline)
+    decided = plan(rows, options.deadline)
     if options.keep_lease is not None and not options.keep_lease():
         return BatchResult(claimed, 0, 0, True)
+    writer = Writer(cursor, params, bucketed, options.narrow)
     if decided.aside and not writer.set_aside(decided.aside):
+        return BatchResult(claimed, 0, 0, True)
+    if decided.cancels and not _cancel_runs(writer, decided):
         return BatchResult(claimed, 0, 0, True)
     if decided.ids:
         write = WRITE_BUCKETS if bucketed else WRITE
@@ -190,33 +187,18 @@ def fire_batch(
     return _result(writer, decided, claimed, claimed_at, throttled, options.metrics)
 
 
-# CANCEL_OTHER rows whose previous run was never attempted: (policy, held, run, state) of the
-# claim's overlap column (claim.OVERLAP), at the row's last place.
-def _cancel_runs(writer: Writer, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]] | None:
-    """Withdraw the previous runs CANCEL_OTHER rows may cancel (firing/overlap.py,
-    CANCEL_RUNS), before planning: each such row's run becomes CANCELLED, or GOING when its
-    message could not be deleted (claimed meanwhile). None: the fence failed."""
-    wanted = {
-        row[0]: row[-1][2]
-        for row in rows
-        if row[-1] is not None
-        and row[-1][0] == OverlapPolicy.CANCEL_OTHER
-        and row[-1][1] is None
-        and row[-1][3] == QUEUED
-    }
-    if not wanted:
-        return rows
-    gone = writer.cancel(list(wanted.values()))
+def _cancel_runs(writer: Writer, decided: Plan) -> bool:
+    """Withdraw the previous runs CANCEL_OTHER's fires replace (firing/overlap.py,
+    ``CANCEL_RUNS``), before the fires are written; a run a relay claimed meanwhile stays,
+    and its fire becomes a hold. False: the fence failed."""
+    runs = {schedule_id: run for schedule_id, run, _slot in decided.cancels}
+    gone = writer.cancel(list(runs.values()))
     if gone is None:
-        return None
-    changed = []
-    for row in rows:
-        run = wanted.get(row[0])
-        if run is not None:
-            policy, held, _run, _state = row[-1]
-            row = (*row[:-1], [policy, held, run, CANCELLED if run in gone else GOING])
-        changed.append(row)
-    return changed
+        return False
+    kept = {schedule_id: run for schedule_id, run in runs.items() if run not in gone}
+    if kept:
+        decided.hold_instead(kept)
+    return True
 
 
 def _claim_in_buckets(

@@ -9,8 +9,11 @@ its slot is held for, and its previous run (the newest message) with whether it 
 visibility timeout, or ``DSCHED_OVERLAP_WORKER_TIMEOUT``). :func:`decide_overlap` then:
 
 - the previous run is over, nothing held: the slot is planned as any other (its misfire
-  policy). If it was CANCEL_OTHER's run never attempted, :data:`CANCEL_RUNS` deleted its
-  message first (the event stays) and the fire is audited ``dsched.schedule.run_cancelled``;
+  policy);
+- the previous run was never attempted (no relay claimed it), CANCEL_OTHER, and the slot
+  fires: :data:`CANCEL_RUNS` deletes its message in the batch's transaction before the fire
+  is written (the event stays) and the fire is audited ``dsched.schedule.run_cancelled``; a
+  message a relay claimed meanwhile is not deleted, and the slot is held instead;
 - the previous run is over, a slot held: the hold is released and the policy picks the slot
   that fires: BUFFER_ONE the held slot (then the schedule goes on from now: the slots that
   came due meanwhile are dropped), BUFFER_ALL the oldest of the last
@@ -45,9 +48,6 @@ from django_dsched.history import event_ids
 from django_dsched.models.overlap import GOING, QUEUED
 from django_dsched.timetables import Decision, Rules, Timetable, decide, first_slot
 
-# The previous run, as the claim reports it (models/overlap.run_state), or CANCELLED: it was
-# QUEUED, and CANCEL_RUNS deleted its message.
-CANCELLED = "cancelled"
 # The audit events' verbs (dsched.schedule.<verb>).
 SKIPPED, BUFFERED, RUN_CANCELLED = "skipped", "buffered", "run_cancelled"
 # More slots than any catch-up can have: BUFFER_ONE fires the held slot however old.
@@ -61,7 +61,7 @@ class Previous:
     policy: str
     held_by: str | None  # the run its next slot is held for
     run: str | None  # the newest message's id
-    state: str  # FREE, GOING, QUEUED or CANCELLED
+    state: str  # FREE, GOING or QUEUED (models/overlap.run_state)
 
     @property
     def going(self) -> bool:
@@ -88,6 +88,7 @@ class Outcome:
     slot: datetime | None = None  # the slot the event is about
     run: str | None = None  # the run the event names
     step: bool = True  # whether OVERLAP writes anything
+    cancel: bool = False  # fires if CANCEL_RUNS withdraws ``run`` first, else is held
 
 
 def decide_overlap(
@@ -104,8 +105,6 @@ def decide_overlap(
         if prev.held_by is not None:
             return _release(table, rules, prev, next_slot, now, fire_count, window)
         decision = decide(table, rules, next_slot, now, fire_count, window)
-        if prev.state == CANCELLED:
-            return Outcome(decision, RUN_CANCELLED, slot=decision.slot, run=prev.run)
         return Outcome(decision, step=False)
     if prev.policy == OverlapPolicy.SKIP:
         decision = decide(table, rules, next_slot, now, fire_count, window)
@@ -117,6 +116,13 @@ def decide_overlap(
     if prev.held_by is not None:
         # A newer run than the one the slot was held for goes (a run now): wait for it.
         return Outcome(None, held=prev.run)
+    if prev.policy == OverlapPolicy.CANCEL_OTHER and prev.state == QUEUED:
+        # Never attempted: withdrawn if it is still so when the batch writes (CANCEL_RUNS),
+        # and the slot fires; else the slot is held (Plan.hold_instead). Only for a fire.
+        decision = decide(table, rules, next_slot, now, fire_count, window)
+        if decision.slot is None:
+            return Outcome(decision, step=False)
+        return Outcome(decision, RUN_CANCELLED, slot=decision.slot, run=prev.run, cancel=True)
     return Outcome(None, BUFFERED, held=prev.run, buffered=True, slot=next_slot, run=prev.run)
 
 

@@ -16,7 +16,14 @@ from typing import Any
 from django_dsched.enums import MisfirePolicy, ScheduleKind, ScheduleState
 from django_dsched.exceptions import ScheduleDataError
 from django_dsched.firing.claim import UNREADABLE
-from django_dsched.firing.overlap import RUN_CANCELLED, Outcome, Step, decide_overlap, previous
+from django_dsched.firing.overlap import (
+    BUFFERED,
+    RUN_CANCELLED,
+    Outcome,
+    Step,
+    decide_overlap,
+    previous,
+)
 from django_dsched.models.times import OUT_OF_RANGE
 from django_dsched.timetables import (
     Decision,
@@ -76,6 +83,9 @@ class Plan:
     skipped: int = 0
     buffered: int = 0
     cancelled: int = 0
+    # CANCEL_OTHER's fires that need their previous run withdrawn first: (schedule id, run,
+    # the slot held if it cannot be, microseconds).
+    cancels: list[tuple[str, str, int]] = field(default_factory=list)
 
     def add(
         self,
@@ -98,6 +108,24 @@ class Plan:
             self.next_runs.append(next_run)
             self.states.append(ACTIVE)
         self.missed.append(missed)
+
+    def hold_instead(self, runs: dict[str, str]) -> None:
+        """The fires of ``runs`` (schedule id -> run) whose previous run could not be
+        withdrawn (a relay claimed it meanwhile): not written; their slot is held for it."""
+        keep = [i for i, schedule_id in enumerate(self.ids) if schedule_id not in runs]
+        for name in ("ids", "slots", "next_slots", "next_runs", "states", "missed"):
+            values = getattr(self, name)
+            setattr(self, name, [values[i] for i in keep])
+        self.again_ids = [i for i in self.again_ids if i not in runs]
+        self.again = len(self.again_ids)
+        self.steps = [step for step in self.steps if step.schedule_id not in runs]
+        for schedule_id, run, slot in self.cancels:
+            if schedule_id in runs:
+                self.steps.append(
+                    Step(schedule_id, BUFFERED, run, buffered=True, slot=slot, run=run)
+                )
+        self.cancelled -= len(runs)
+        self.buffered += len(runs)
 
 
 ACTIVE, COMPLETED = ScheduleState.ACTIVE.value, ScheduleState.COMPLETED.value
@@ -192,6 +220,8 @@ def _plan_one(result: Plan, row: tuple[Any, ...], window: timedelta | None = Non
     if overlap is not None:
         outcome = decide_overlap(table, rules, previous(overlap), slot_at, now_at, fires, window)
         _overlap(result, schedule_id, table, rules, outcome, now)
+        if outcome.cancel and outcome.run is not None:
+            result.cancels.append((schedule_id, outcome.run, next_slot))
         return
     _add(
         result, schedule_id, table, rules, decide(table, rules, slot_at, now_at, fires, window), now

@@ -211,6 +211,27 @@ def test_cancel_other_cancels_a_run_never_attempted_and_fires(fence, db_now):
     assert cancelled.payload["run"] == str(first.id)
 
 
+def test_cancel_other_holds_when_a_relay_takes_the_run_as_it_would_be_cancelled(fence, db_now):
+    """The cancel passes over a message locked by a relay's claim (SKIP LOCKED: the fire path
+    never waits for a relay): that fire is not written, its slot is held instead."""
+    schedule = overlapping(db_now, OverlapPolicy.CANCEL_OTHER)
+    fire(fence)
+    first = newest(schedule)
+    with other_session() as relay:
+        sql("BEGIN", using=relay)
+        sql("SELECT 1 FROM outbox_message_t WHERE id = %s FOR UPDATE", [first.id], using=relay)
+        result = fire(fence)
+        sql("ROLLBACK", using=relay)
+    assert (result.fired, result.cancelled, result.buffered, result.again) == (0, 0, 1, 0)
+    assert OutboxMessage.objects.filter(pk=first.pk).exists()
+    schedule.refresh_from_db()
+    assert schedule.held_by == first.id
+    assert schedule.next_slot_ts == schedule.start_ts + MINUTE  # the held slot
+    [held] = audited(schedule, "buffered")
+    assert held.payload["run"] == str(first.id)
+    assert not audited(schedule, "run_cancelled")
+
+
 def test_cancel_other_holds_for_a_started_run_then_the_newest_slot_wins(fence, db_now):
     schedule = overlapping(db_now, OverlapPolicy.CANCEL_OTHER)
     start = schedule.start_ts
