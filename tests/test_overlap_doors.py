@@ -20,6 +20,7 @@ from django_dsched.declared import problem, sync
 from django_dsched.enums import MisfirePolicy, OverlapPolicy
 from django_dsched.exceptions import BulkValidationError, NotPermitted, ValidationError
 from django_dsched.models import Event, Schedule
+from tests.admin.test_form_validation import BASE
 from tests.factories import ScheduleFactory
 from tests.fire_path import fire
 from tests.rest.conftest import INTERVAL, APIClient, user_with
@@ -167,21 +168,7 @@ def test_rest_status_by_key_gives_the_policies_and_what_they_did(root):
 
 
 # -- the admin -----------------------------------------------------------------------------
-ADD = {
-    "schedule_name": "x",
-    "host_id": "00000000-0000-0000-0000-000000000000",
-    "schedule_kind": "INTERVAL",
-    "frequency_time": "1",
-    "frequency_unit": "MINUTES",
-    "time_zone": "UTC",
-    "jitter_seconds": "0",
-    "priority": "0",
-    "misfire_policy": "COALESCE",
-    "catch_up_limit": "100",
-    "event_topic": "reports",
-    "event_type": "report.build",
-    "event_data": "{}",
-}
+ADD = {**BASE, "schedule_kind": "INTERVAL", "frequency_time": "1", "frequency_unit": "MINUTES"}
 
 
 def test_the_admins_form_takes_both_and_refuses_a_one_shots_policy(admin_client):

@@ -43,7 +43,7 @@ from typing import Any
 from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus, MisfirePolicy, OverlapPolicy
 from django_dsched.firing.arrays import array_literal
-from django_dsched.firing.fence import FENCE, with_buckets
+from django_dsched.firing.fence import AUDIT_METADATA, FENCE, with_buckets
 from django_dsched.history import event_ids
 from django_dsched.models.overlap import GOING, QUEUED
 from django_dsched.timetables import Decision, Rules, Timetable, decide, first_slot
@@ -247,12 +247,7 @@ audit AS (
                'slot', 'epoch'::timestamptz + slot * interval '1 microsecond',
                'run', run,
                'next', next_slot_ts),
-           jsonb_build_object(
-               'actor', 'scheduler',
-               'schedule_name', schedule_name,
-               'origin', origin,
-               'instance_id', %(instance)s::text,
-               'leader_epoch', %(epoch)s::bigint),
+           {AUDIT_METADATA},
            %(epoch)s
     FROM steps
     WHERE verb IS NOT NULL

@@ -18,7 +18,7 @@ from django.db import DatabaseError
 
 from django_dsched.enums import ScheduleState
 from django_dsched.firing.arrays import array_literal
-from django_dsched.firing.fence import FENCE, with_buckets
+from django_dsched.firing.fence import AUDIT_METADATA, FENCE, with_buckets
 from django_dsched.firing.overlap import (
     CANCEL_RUNS,
     CANCEL_RUNS_BUCKETS,
@@ -187,12 +187,7 @@ audit AS (
                'error', reason,
                'changes', jsonb_build_object(
                    'state', jsonb_build_array(%(active)s::text, %(set_aside)s::text))),
-           jsonb_build_object(
-               'actor', 'scheduler',
-               'schedule_name', schedule_name,
-               'origin', origin,
-               'instance_id', %(instance)s::text,
-               'leader_epoch', %(epoch)s::bigint),
+           {AUDIT_METADATA},
            %(epoch)s
     FROM aside
 )
