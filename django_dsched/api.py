@@ -36,13 +36,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Case, OuterRef, Q, QuerySet, Subquery, When
 from django.utils.translation import gettext as _
 
-from django_dsched.changes import bulk, cancels, creates, on_demand, pauses, permissions
-from django_dsched.changes.specs import OPTIONS, Cron, Interval, Once, Spec
+from django_dsched.changes import bulk, cancels, creates, edits, on_demand, pauses, permissions
+from django_dsched.changes.specs import OPTIONS, Cron, Interval, Once, Spec, in_callers_words
 from django_dsched.counts import ChangeCount
-from django_dsched.enums import LIVE, PLANNED, UNHEALTHY, DeliveryStatus, Health
+from django_dsched.enums import LIVE, PLANNED, UNHEALTHY, DeliveryStatus, Health, OverlapPolicy
 from django_dsched.exceptions import BulkValidationError, ValidationError
 from django_dsched.health import judge
 from django_dsched.models import OutboxMessage, Schedule
@@ -135,8 +136,10 @@ def create_interval(
     """Fire every ``every`` ``unit`` (SECONDS ... YEARS; default MINUTES), on a grid anchored
     at ``start``; or every ``every=timedelta(...)`` (a duration, no ``unit``).
 
-    ``options``: ``end``, ``max_fires``, ``misfire_policy``, ``misfire_grace_seconds``,
-    ``catch_up_limit``, ``jitter_seconds``, ``priority``, and the health thresholds
+    ``options``: ``end``, ``max_fires``, ``misfire_policy``, ``misfire_grace_seconds`` (the
+    catch-up window), ``catch_up_limit``, ``jitter_seconds``, ``priority``, the policies
+    of docs/overlap.md: ``overlap_policy`` (``ALLOW_ALL``, ``SKIP``, ``BUFFER_ONE``,
+    ``BUFFER_ALL``, ``CANCEL_OTHER``) and ``pause_on_failure``, and the health thresholds
     ``health_grace_seconds``, ``failure_tolerance``, ``max_runtime_seconds``, ``monitored``.
     With ``key``, a schedule of this host with that key is returned as it is instead of
     creating a second one.
@@ -255,6 +258,34 @@ def resume(
     return _changed(pauses.resume(selected, actor=actor, catch_up=catch_up), ref, key)
 
 
+def set_policies(
+    ref: ScheduleRef | None = None,
+    *,
+    key: str | None = None,
+    overlap_policy: str | None = None,
+    pause_on_failure: bool | None = None,
+    host_id: uuid.UUID | str | None = None,
+    actor: Any = None,
+) -> Schedule:
+    """Change a schedule's overlap policy and pause on failure (docs/overlap.md; None: as it
+    is). An edit like any other: validated as at every door (a one-shot allows all), written
+    with its "edited" audit event, a slot held under the old policy let go. Needs the
+    permission to edit schedules."""
+    permissions.require(actor, permissions.CHANGE)
+    schedule = get(ref, key=key, host_id=host_id)
+    changed = []
+    for name, value in (("overlap_policy", overlap_policy), ("pause_on_failure", pause_on_failure)):
+        if value is not None:
+            setattr(schedule, name, value)
+            changed.append(name)
+    if not changed:
+        return schedule
+    try:
+        return edits.save_schedule(schedule, changed, actor=actor)
+    except DjangoValidationError as exc:  # a refused choice lists the choices
+        raise in_callers_words(exc, schedule) from None
+
+
 def cancel(
     ref: ScheduleRef | None = None,
     *,
@@ -349,6 +380,13 @@ class Status:
     health_reason: str = ""
     health_error: str = ""
     last_success: datetime | None = None
+    # The overlap and failure policies (docs/overlap.md), what they did, and the run the
+    # next slot is held for (None: none).
+    overlap_policy: str = OverlapPolicy.ALLOW_ALL
+    pause_on_failure: bool = False
+    skip_count: int = 0
+    buffer_count: int = 0
+    held_for: uuid.UUID | None = None
 
 
 def status(
@@ -422,6 +460,11 @@ def status(
         health_reason=verdict.reason,
         health_error=verdict.error,
         last_success=getattr(schedule, judge.LAST_SUCCESS),
+        overlap_policy=schedule.overlap_policy,
+        pause_on_failure=schedule.pause_on_failure,
+        skip_count=schedule.skip_count,
+        buffer_count=schedule.buffer_count,
+        held_for=schedule.held_by,
         **_run_fields(latest),
     )
 
@@ -513,6 +556,7 @@ __all__ = [
     "preview",
     "resume",
     "schedules",
+    "set_policies",
     "status",
     "trigger",
 ]

@@ -168,6 +168,20 @@ class AppSettings:
     MISFIRE_GRACE_SECONDS = Setting(
         60, "Grace of schedules with the SKIP misfire policy and no grace of their own (s)."
     )
+    # -- overlap policies (docs/overlap.md) ---------------------------------------------------
+    OVERLAP_BUFFER_LIMIT = Setting(
+        1000,
+        "Most slots a BUFFER_ALL schedule keeps waiting for its previous run to end; when more "
+        "came due, the oldest are skipped (counted in skip_count).",
+    )
+    OVERLAP_WORKER_TIMEOUT = Setting(
+        3600.0,
+        "Seconds a run handed to workers (Celery, Django Tasks) counts as still going for the "
+        "overlap policies, from its hand-off or its worker's start report, when no end is "
+        "reported: a worker that died blocks its schedule no longer. A run the relay itself "
+        "runs counts while its claim is live (DSCHED_RELAY_VISIBILITY_TIMEOUT, renewed while "
+        "it runs).",
+    )
     # -- quotas per tenant (docs/design.md, Quotas) --------------------------------------------
     DEFAULT_MAX_ACTIVE_SCHEDULES: Setting[int | None] = Setting(
         None,

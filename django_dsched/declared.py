@@ -84,6 +84,9 @@ FIELD_OF = {
     "failure_tolerance": "failure_tolerance",
     "max_runtime_seconds": "max_runtime_seconds",
     "monitored": "monitored",
+    # The overlap and failure policies (docs/overlap.md).
+    "overlap_policy": "overlap_policy",
+    "pause_on_failure": "pause_on_failure",
 }
 
 _registry: dict[str, dict[str, Any]] = {}

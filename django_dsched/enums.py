@@ -29,6 +29,21 @@ class MisfirePolicy(models.TextChoices):
     SKIP = "SKIP", _("skip missed slots")
 
 
+class OverlapPolicy(models.TextChoices):
+    """What a due slot does while the schedule's previous run is still going (docs/overlap.md)."""
+
+    # Fire whatever runs (the default: no check, the fire path costs what it always did).
+    ALLOW_ALL = "ALLOW_ALL", _("allow all: fire whatever runs")
+    # Do not fire the slot; go on from the next one.
+    SKIP = "SKIP", _("skip the slot")
+    # Hold the first slot and fire it when the run ends; later slots meanwhile are skipped.
+    BUFFER_ONE = "BUFFER_ONE", _("buffer one slot")
+    # Hold every slot (at most DSCHED_OVERLAP_BUFFER_LIMIT) and fire them in turn.
+    BUFFER_ALL = "BUFFER_ALL", _("buffer every slot")
+    # Cancel the previous run if it has not started, and fire; else the newest slot waits.
+    CANCEL_OTHER = "CANCEL_OTHER", _("cancel the previous run if not started")
+
+
 class ScheduleOrigin(models.TextChoices):
     ADMIN = "ADMIN", _("admin")
     API = "API", _("Python API")

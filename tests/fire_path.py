@@ -44,6 +44,7 @@ def claim_row(
         schedule.max_fires,
         fire_count,
         schedule.jitter_seconds,
+        None,  # the overlap column: ALLOW_ALL (firing/claim.py, OVERLAP)
     )
 
 

@@ -46,6 +46,12 @@ def test_use_tz_is_required(settings):
         ("DSCHED_STANDBY_INTERVAL", "fast", "dsched.E005"),
         ("DSCHED_BATCH_SIZE", 0, "dsched.E006"),
         ("DSCHED_BATCH_SIZE", 50_000, "dsched.E006"),
+        ("DSCHED_OVERLAP_BUFFER_LIMIT", 0, "dsched.E040"),
+        ("DSCHED_OVERLAP_BUFFER_LIMIT", 10.5, "dsched.E040"),
+        ("DSCHED_OVERLAP_BUFFER_LIMIT", 1_000_000, "dsched.E040"),
+        ("DSCHED_OVERLAP_WORKER_TIMEOUT", 0, "dsched.E040"),
+        ("DSCHED_OVERLAP_WORKER_TIMEOUT", float("inf"), "dsched.E040"),
+        ("DSCHED_OVERLAP_WORKER_TIMEOUT", "1h", "dsched.E040"),
     ],
 )
 def test_bad_settings(settings, name, value, check_id):

@@ -114,9 +114,17 @@ class ScheduleForm(ScheduleModelForm):
             "event_type",
             "event_data",
             *HEALTH_FIELDS,
+            # The overlap and failure policies (docs/overlap.md).
+            "overlap_policy",
+            "pause_on_failure",
         ]
         widgets = {"event_data": forms.Textarea(attrs={"rows": 4, "class": "vLargeTextField"})}
         help_texts = {
+            "misfire_grace_seconds": _(
+                "The catch-up window: a slot later than this (after an outage, or held for "
+                "the previous run) is skipped. Empty: no limit for fire-once and catch-up, "
+                "DSCHED_MISFIRE_GRACE_SECONDS for skip."
+            ),
             "time_zone": _(
                 "IANA zone whose wall clock a cron expression follows and day, week, month "
                 "and year intervals step (seconds, minutes and hours are plain durations)."
@@ -133,11 +141,18 @@ class ScheduleForm(ScheduleModelForm):
         if self.instance.pk:
             # Shown in the page; when bound, only tells that the field did not change.
             self.fields["seen_version"].initial = self.instance.aggregate_version
+        if "overlap_policy" in self.fields:
+            # A post without it (a client older than the field) keeps the schedule's policy.
+            self.fields["overlap_policy"].required = False
         if self.hosts is not None and "host_id" in self.fields:
             # Offer the user's hosts only (a value posted by hand is checked all the same).
             self.fields["host_id"].widget = forms.Select(
                 choices=[(str(host), str(host)) for host in self.hosts]
             )
+
+    def clean_overlap_policy(self) -> str:
+        value = self.cleaned_data.get("overlap_policy")
+        return str(value or self.instance.overlap_policy)
 
     def _zone_times(self) -> None:
         """Start and end are entered and shown on the schedule zone's wall clock: the zone

@@ -11,10 +11,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.db import connections
 from django.http import HttpRequest, QueryDict
 
 from django_dsched.admin.display import moment, run_badge, run_duration
 from django_dsched.changes.describe import zone_of
+from django_dsched.conf import app_settings
+from django_dsched.enums import OverlapPolicy
+from django_dsched.firing import outlook
 from django_dsched.models import Event, OutboxMessage, Schedule
 
 PREVIEW_COUNT = 10
@@ -30,12 +34,19 @@ class Page:
     older_url: str | None
 
 
-def preview(schedule: Schedule, now: datetime) -> list[datetime]:
-    """The next fire times, by :meth:`Schedule.preview` (the scheduler's own code).
+def preview(schedule: Schedule, now: datetime) -> list[tuple[datetime, str]]:
+    """The next fire times, by :meth:`Schedule.preview` (the scheduler's own code), each
+    with what its overlap policy does to it where that can be told (firing/outlook.py: a
+    held slot, the slots it skips, a slot that meets a run still going).
 
     A paused schedule's preview starts where it resumes: the end of its pause, or now.
     """
-    return schedule.preview(PREVIEW_COUNT, now)
+    times = schedule.preview(PREVIEW_COUNT, now)
+    if schedule.overlap_policy == OverlapPolicy.ALLOW_ALL or not times:
+        return [(when, "") for when in times]
+    with connections[app_settings.DATABASE].cursor() as cursor:
+        run = outlook.previous_run(cursor, schedule.pk)
+    return list(zip(times, outlook.preview_notes(schedule, times, run, now), strict=True))
 
 
 def _version(request: HttpRequest, param: str) -> int | None:

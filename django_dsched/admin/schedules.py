@@ -149,6 +149,8 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
             _("Missed fires"),
             {"fields": ["misfire_policy", ("misfire_grace_seconds", "catch_up_limit")]},
         ),
+        # The overlap and failure policies (docs/overlap.md).
+        (_("While the previous run goes"), {"fields": ["overlap_policy", "pause_on_failure"]}),
         (_("Event"), {"fields": ["event_topic", "event_type", "event_data"]}),
         (
             _("Health"),
@@ -171,6 +173,7 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
                     ("paused_reason", "paused_until_display"),
                     ("next_run_display", "last_fired"),
                     ("fire_count", "misfire_count"),
+                    ("skip_count", "buffer_count", "held_for"),
                     "aggregate_version",
                     ("created", "updated"),
                 ],
@@ -189,6 +192,9 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
         "last_fired",
         "fire_count",
         "misfire_count",
+        "skip_count",
+        "buffer_count",
+        "held_for",
         "aggregate_version",
         "created",
         "updated",
@@ -275,6 +281,14 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
             quiet=obj.state != ScheduleState.ACTIVE,
             zone=zone_of(obj),
         )
+
+    @admin.display(description=_("held for run"))
+    def held_for(self, obj: Schedule) -> str:
+        """The run the next slot waits for (its outbox message), or nothing."""
+        if obj.held_by is None:
+            return EMPTY
+        url = reverse("admin:dsched_outboxmessage_change", args=[obj.held_by])
+        return format_html('<a href="{}"><code>{}</code></a>', url, str(obj.held_by)[:8])
 
     @admin.display(description=_("last fire"), ordering="last_fired_ts")
     def last_fire(self, obj: Schedule) -> str:
@@ -418,7 +432,8 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
                 dsched_now=now,
                 dsched_buttons=self.buttons(request, saved),
                 dsched_preview=[
-                    moment(t, now, zone=zone_of(saved)) for t in schedule_panels.preview(saved, now)
+                    (moment(t, now, zone=zone_of(saved)), note)
+                    for t, note in schedule_panels.preview(saved, now)
                 ],
                 dsched_events=schedule_panels.events(request, saved, now),
                 dsched_deliveries=schedule_panels.deliveries(request, saved, now),

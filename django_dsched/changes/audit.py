@@ -60,6 +60,9 @@ DEFINITION_FIELDS = (
     "event_data",
     "origin",
     "idempotency_key",
+    # The overlap and failure policies (models/overlap.py).
+    "overlap_policy",
+    "pause_on_failure",
 )
 
 

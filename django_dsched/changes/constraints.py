@@ -34,6 +34,7 @@ from django_dsched.conf import app_settings
 from django_dsched.enums import (
     FrequencyUnit,
     MisfirePolicy,
+    OverlapPolicy,
     ScheduleKind,
     ScheduleOrigin,
     ScheduleState,
@@ -71,6 +72,7 @@ _KINDS = frozenset(ScheduleKind.values)
 _POLICIES = frozenset(MisfirePolicy.values)
 _ORIGINS = frozenset(ScheduleOrigin.values)
 _STATES = frozenset(ScheduleState.values)
+_OVERLAPS = frozenset(OverlapPolicy.values)
 
 
 # name: (the fields the constraint reads, whether a schedule satisfies it). A constraint
@@ -159,6 +161,17 @@ TWINS: dict[str, tuple[tuple[str, ...], Callable[[Schedule], bool]]] = {
     "dsched_schedule_times_in_range": (
         SCHEDULE_TIMES,
         lambda s: all(_in_range(getattr(s, name)) for name in SCHEDULE_TIMES),
+    ),
+    # The overlap and failure policies (models/overlap.py).
+    "dsched_schedule_overlap_valid": (
+        ("overlap_policy", "schedule_kind", "held_by"),
+        lambda s: (
+            _maybe(s.overlap_policy, lambda v: v in _OVERLAPS)
+            and (
+                s.overlap_policy == OverlapPolicy.ALLOW_ALL or s.schedule_kind != ScheduleKind.ONCE
+            )
+            and (s.overlap_policy != OverlapPolicy.ALLOW_ALL or s.held_by is None)
+        ),
     ),
 }
 

@@ -247,6 +247,9 @@ def _write_edit(
         fields += ["next_run_ts", "next_slot_ts", "state", "active"]
         if schedule.state != current.state:
             changes["state"] = [current.state, schedule.state]
+    if current.held_by is not None and (effect.placed or "overlap_policy" in changes):
+        schedule.held_by = None  # the held slot moved, or the policy that held it changed
+        fields.append("held_by")
     if effect.dropped is not None:
         schedule.misfire_count = current.misfire_count + 1
         fields.append("misfire_count")
@@ -274,4 +277,15 @@ def _place(schedule: Schedule, now: datetime) -> None:
 
 
 # Columns the fire path writes: an edit takes them from the locked row.
-RUNTIME_FIELDS = ("next_run_ts", "next_slot_ts", "state", "active", "fire_count", "misfire_count")
+RUNTIME_FIELDS = (
+    "next_run_ts",
+    "next_slot_ts",
+    "state",
+    "active",
+    "fire_count",
+    "misfire_count",
+    # The overlap policies' (models/overlap.py).
+    "held_by",
+    "skip_count",
+    "buffer_count",
+)

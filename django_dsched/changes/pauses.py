@@ -219,7 +219,8 @@ def pause(
         if until is not None and until <= now:
             raise ValidationError(_("The pause must end in the future."))
         schedule.paused_reason, schedule.paused_until = reason, until
-        return ["paused_reason", "paused_until"]
+        schedule.held_by = None  # a slot held for a run: the resume places it again
+        return ["paused_reason", "paused_until", "held_by"]
 
     return _transition(
         schedules,

@@ -44,6 +44,9 @@ class _Spec:
     failure_tolerance: int | None = None
     max_runtime_seconds: int | None = None
     monitored: bool | None = None
+    # The overlap and failure policies (models/overlap.py).
+    overlap_policy: str | None = None
+    pause_on_failure: bool | None = None
 
     kind = ""
 
@@ -158,6 +161,9 @@ OPTIONS = {
     "failure_tolerance": "failure_tolerance",
     "max_runtime_seconds": "max_runtime_seconds",
     "monitored": "monitored",
+    # The overlap and failure policies (models/overlap.py).
+    "overlap_policy": "overlap_policy",
+    "pause_on_failure": "pause_on_failure",
 }
 
 # A Schedule field by the name its caller gave it (api.create_*, api.bulk_create, specs).

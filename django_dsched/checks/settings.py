@@ -1,5 +1,6 @@
-"""The scheduler's settings (dsched.E003 to E006, with the bucket settings' E020 to E022)
-and ``DSCHED_*`` names the package does not read (dsched.W005)."""
+"""The scheduler's settings (dsched.E003 to E006, with the bucket settings' E020 to E022 and
+the overlap policies' E040) and ``DSCHED_*`` names the package does not read
+(dsched.W005)."""
 
 from __future__ import annotations
 
@@ -43,6 +44,35 @@ def check_settings(**kwargs: Any) -> list[Error]:
             Error("DSCHED_BATCH_SIZE must be a whole number from 1 to 10000.", id="dsched.E006")
         )
     errors.extend(bucket_setting_errors())
+    errors.extend(overlap_setting_errors())
+    return errors
+
+
+# The longest a run handed to workers may count as going (a year, as the relay's timings).
+MAX_WORKER_TIMEOUT = 365 * 86_400
+
+
+def overlap_setting_errors() -> list[Error]:
+    """The overlap policies' settings (dsched.E040, docs/overlap.md)."""
+    limit, timeout = app_settings.OVERLAP_BUFFER_LIMIT, app_settings.OVERLAP_WORKER_TIMEOUT
+    errors = []
+    if not (isinstance(limit, int) and not isinstance(limit, bool) and 1 <= limit <= 10_000):
+        errors.append(
+            Error(
+                "DSCHED_OVERLAP_BUFFER_LIMIT must be a whole number from 1 to 10000.",
+                hint="The most slots a BUFFER_ALL schedule keeps waiting (Temporal's: 1000).",
+                id="dsched.E040",
+            )
+        )
+    if not (is_number(timeout) and 0 < timeout <= MAX_WORKER_TIMEOUT):
+        errors.append(
+            Error(
+                "DSCHED_OVERLAP_WORKER_TIMEOUT must be a positive number of seconds, at most "
+                "a year.",
+                hint="How long a run handed to workers counts as going without an end report.",
+                id="dsched.E040",
+            )
+        )
     return errors
 
 

@@ -9,5 +9,8 @@
 - :mod:`.next_due`: ``next_due``, when to look again after a short claim.
 - :mod:`.on_demand`: run now and backfills, given slots of one schedule (``fire_on_demand``).
 - :mod:`.throttle`: each host's fire rate.
+- :mod:`.overlap`: the overlap policies (what a slot does while the previous run goes):
+  ``decide_overlap``, and ``OVERLAP`` / ``CANCEL_RUNS``; :mod:`.outlook`: what they will do
+  to the next fires (the admin's preview).
 - :mod:`.arrays`: the array literals the statements take their per-row values in.
 """

@@ -80,6 +80,11 @@ class BatchResult:
     # Claimed rows left unplanned because their host was over its fire rate (no token):
     # released at commit, claimed again once it has tokens.
     throttled: int = 0
+    # The overlap policies (firing/overlap.py): slots skipped and held because the previous
+    # run was still going, and previous runs cancelled (CANCEL_OTHER).
+    skipped: int = 0
+    buffered: int = 0
+    cancelled: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +169,8 @@ def fire_batch(
     writer = Writer(cursor, params, bucketed, options.narrow)
     if decided.aside and not writer.set_aside(decided.aside):
         return BatchResult(claimed, 0, 0, True)
+    if decided.cancels and not _cancel_runs(writer, decided):
+        return BatchResult(claimed, 0, 0, True)
     if decided.ids:
         write = WRITE_BUCKETS if bucketed else WRITE
         params.update(
@@ -173,9 +180,25 @@ def fire_batch(
         )
         if not writer.write(write, decided):
             return BatchResult(claimed, 0, 0, True)
-        if writer.refused and not writer.set_aside(writer.refused):
-            return BatchResult(claimed, 0, 0, True)
+    if decided.steps and not writer.steps(decided.steps):
+        return BatchResult(claimed, 0, 0, True)
+    if writer.refused and not writer.set_aside(writer.refused):
+        return BatchResult(claimed, 0, 0, True)
     return _result(writer, decided, claimed, claimed_at, throttled, options.metrics)
+
+
+def _cancel_runs(writer: Writer, decided: Plan) -> bool:
+    """Withdraw the previous runs CANCEL_OTHER's fires replace (firing/overlap.py,
+    ``CANCEL_RUNS``), before the fires are written; a run a relay claimed meanwhile stays,
+    and its fire becomes a hold. False: the fence failed."""
+    runs = {schedule_id: run for schedule_id, run, _slot in decided.cancels}
+    gone = writer.cancel(list(runs.values()))
+    if gone is None:
+        return False
+    kept = {schedule_id: run for schedule_id, run in runs.items() if run not in gone}
+    if kept:
+        decided.hold_instead(kept)
+    return True
 
 
 def _claim_in_buckets(
@@ -224,4 +247,7 @@ def _result(
         claimed_at=claimed_at,
         again_ids=tuple(decided.again_ids),
         throttled=throttled,
+        skipped=decided.skipped,
+        buffered=decided.buffered,
+        cancelled=decided.cancelled,
     )

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
+from django_dsched.conf import app_settings
+from django_dsched.models.overlap import ALLOW_ALL, FREE, going, run_state
 from django_dsched.models.times import readable
 from django_dsched.timetables import backlog_window
 
@@ -29,6 +31,17 @@ def microseconds(column: str) -> str:
     )
 
 
+# The overlap policies (models/overlap.py). An ALLOW_ALL row (the default) reads nothing more:
+# NULL, decided without a subquery. Any other gets its policy, the run its slot is held for
+# (or NULL), and its previous run, the newest message (one probe per day of the index on
+# (aggregate_id, aggregate_version DESC)): its id and whether it is going ("queued": going
+# and never attempted, which CANCEL_OTHER may cancel).
+OVERLAP = f"""CASE WHEN overlap_policy = '{ALLOW_ALL}' THEN NULL
+       ELSE ARRAY[overlap_policy, held_by::text] || COALESCE(
+           (SELECT ARRAY[o.id::text, {run_state("o")}]
+            FROM outbox_message_t o WHERE o.aggregate_id = schedule_t.schedule_id
+            ORDER BY o.aggregate_version DESC LIMIT 1),
+           ARRAY[NULL, '{FREE}']::text[]) END"""
 # Times travel as microseconds since the epoch: parsing and formatting thousands of
 # timestamps per batch costs more than the batch's SQL. Nothing here can fail on a row's
 # values: every column comes back as stored, to be judged by plan(), row by row.
@@ -37,7 +50,15 @@ CLAIM_COLUMNS = f"""schedule_id::text, schedule_kind, frequency_unit, frequency_
        {microseconds("next_slot_ts")},
        (extract(epoch FROM statement_timestamp()) * 1000000)::bigint,
        cron_expression, time_zone, misfire_policy, misfire_grace_seconds, catch_up_limit,
-       {microseconds("end_ts")}, max_fires, fire_count, jitter_seconds"""
+       {microseconds("end_ts")}, max_fires, fire_count, jitter_seconds,
+       {OVERLAP}"""
+
+# A row whose slot is held for a run still going is passed over (it stays due, unlocked) and
+# looked at again by every claim: one primary-key probe of that run per held row. A row
+# holding nothing (every ALLOW_ALL row) is decided without the subquery.
+NOT_HELD = f"""CASE WHEN held_by IS NULL THEN true
+                ELSE NOT EXISTS (SELECT FROM outbox_message_t o
+                                 WHERE o.id = schedule_t.held_by AND {going("o")}) END"""
 
 # With buckets (DSCHED_BUCKETS > 1) the claim takes only rows of the buckets this instance
 # holds (no filter when it holds them all) and returns each row's bucket key, so the write
@@ -81,7 +102,7 @@ def claim_statement(
     columns = (
         CLAIM_COLUMNS + (", host_id::text" if hosts else "") + (", bucket_key" if buckets else "")
     )
-    where = "active"
+    where = f"active AND {NOT_HELD}"
     if buckets and not every_bucket:
         where += f" AND {IN_BUCKETS}"
     if skip:
@@ -161,4 +182,5 @@ def claim_args(
         "window": backlog_window().total_seconds(),
         "backlog_share": max(1, int(limit * BACKLOG_SHARE)),
         "skip": list(skip),
+        "worker_timeout": app_settings.OVERLAP_WORKER_TIMEOUT,
     }

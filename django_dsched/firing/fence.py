@@ -119,3 +119,14 @@ def bucket_params(fence: Fence) -> dict[str, Any]:
         "bucket_count": fence.bucket_count,
         "epoch_map": array_literal(epoch_map),
     }
+
+
+# The metadata of the audit events the fire path writes (a schedule set aside, an overlap
+# policy's decision): who wrote them, at which epoch (with buckets, the row's bucket's). Over
+# a CTE's rows holding ``schedule_name`` and ``origin``.
+AUDIT_METADATA = """jsonb_build_object(
+               'actor', 'scheduler',
+               'schedule_name', schedule_name,
+               'origin', origin,
+               'instance_id', %(instance)s::text,
+               'leader_epoch', %(epoch)s::bigint)"""

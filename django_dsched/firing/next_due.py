@@ -6,19 +6,22 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from django_dsched.firing.claim import IN_BUCKETS, NOT_HELD_BACK, NOT_QUARANTINED
+from django_dsched.conf import app_settings
+from django_dsched.firing.claim import IN_BUCKETS, NOT_HELD, NOT_HELD_BACK, NOT_QUARANTINED
 from django_dsched.firing.fence import Fence, bucket_params
 
 # Run in the transaction of a claim that came back short: transaction_timestamp() is then
 # no later than the claim, so an active row due by then that is still due was skipped
 # because another transaction holds its lock (an admin save, an API call). The next due
 # time is taken among the rows not yet due then, so such a row never reads as "due now".
-NEXT_DUE = """
+# A row whose slot is held for a run still going (NOT_HELD) is due but waits for that run,
+# not for a lock: the next poll looks at it again.
+NEXT_DUE = f"""
 SELECT extract(epoch FROM (SELECT min(next_run_ts) FROM schedule_t
                            WHERE active AND next_run_ts > transaction_timestamp()
-                             AND next_run_ts < 'infinity'{bucket_filter}) - clock_timestamp()),
+                             AND next_run_ts < 'infinity'{{bucket_filter}}) - clock_timestamp()),
        EXISTS (SELECT FROM schedule_t WHERE active AND next_run_ts <= transaction_timestamp()
-                                            {bucket_filter}{skip_filter})
+                                            {{bucket_filter}}{{skip_filter}} AND {NOT_HELD})
 """
 NEXT_DUE_BUCKETS = NEXT_DUE.format(bucket_filter=f" AND {IN_BUCKETS}", skip_filter="")
 NEXT_DUE_BUCKETS_SKIPPING = NEXT_DUE.format(
@@ -55,19 +58,20 @@ def next_due(
     ``held_back``: hosts over their fire rate, whose rows are due but not waiting on a
     lock)."""
     some = fence is not None and 1 < fence.bucket_count != len(fence.buckets)
+    params: dict[str, Any] = {"worker_timeout": app_settings.OVERLAP_WORKER_TIMEOUT}
+    if some and fence is not None:
+        params.update(bucket_params(fence))
     if held_back:
-        params: dict[str, Any] = {"held_back": list(held_back), "skip": list(skip)}
-        if some and fence is not None:
-            params.update(bucket_params(fence))
+        params.update(held_back=list(held_back), skip=list(skip))
         cursor.execute(NEXT_DUE_HOLDING[some, bool(skip)], params)
-    elif some and fence is not None:
+    elif some:
         if skip:
-            cursor.execute(NEXT_DUE_BUCKETS_SKIPPING, {**bucket_params(fence), "skip": list(skip)})
+            cursor.execute(NEXT_DUE_BUCKETS_SKIPPING, {**params, "skip": list(skip)})
         else:
-            cursor.execute(NEXT_DUE_BUCKETS, bucket_params(fence))
+            cursor.execute(NEXT_DUE_BUCKETS, params)
     elif skip:
-        cursor.execute(NEXT_DUE_SKIPPING, {"skip": list(skip)})
+        cursor.execute(NEXT_DUE_SKIPPING, {**params, "skip": list(skip)})
     else:
-        cursor.execute(NEXT_DUE)
+        cursor.execute(NEXT_DUE, params)
     delay, locked = cursor.fetchone()
     return NextDue(None if delay is None else float(delay), bool(locked))

@@ -7,6 +7,7 @@ API use, within a time budget. A row that cannot be planned is set aside with it
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -15,8 +16,23 @@ from typing import Any
 from django_dsched.enums import MisfirePolicy, ScheduleKind, ScheduleState
 from django_dsched.exceptions import ScheduleDataError
 from django_dsched.firing.claim import UNREADABLE
+from django_dsched.firing.overlap import (
+    BUFFERED,
+    RUN_CANCELLED,
+    Outcome,
+    Step,
+    decide_overlap,
+    previous,
+)
 from django_dsched.models.times import OUT_OF_RANGE
-from django_dsched.timetables import Rules, backlog_window, decide, timetable_for
+from django_dsched.timetables import (
+    Decision,
+    Rules,
+    Timetable,
+    backlog_window,
+    decide,
+    timetable_for,
+)
 from django_dsched.timetables.grid import (
     MICROSECOND,
     due_slot_us,
@@ -61,6 +77,15 @@ class Plan:
     # Planned rows whose next run is already due (and their ids).
     again: int = 0
     again_ids: list[str] = field(default_factory=list)
+    # What the overlap policies write (firing/overlap.py), and how many slots they skipped
+    # and held.
+    steps: list[Step] = field(default_factory=list)
+    skipped: int = 0
+    buffered: int = 0
+    cancelled: int = 0
+    # CANCEL_OTHER's fires that need their previous run withdrawn first: (schedule id, run,
+    # the slot held if it cannot be, microseconds).
+    cancels: list[tuple[str, str, int]] = field(default_factory=list)
 
     def add(
         self,
@@ -84,6 +109,24 @@ class Plan:
             self.states.append(ACTIVE)
         self.missed.append(missed)
 
+    def hold_instead(self, runs: dict[str, str]) -> None:
+        """The fires of ``runs`` (schedule id -> run) whose previous run could not be
+        withdrawn (a relay claimed it meanwhile): not written; their slot is held for it."""
+        keep = [i for i, schedule_id in enumerate(self.ids) if schedule_id not in runs]
+        for name in ("ids", "slots", "next_slots", "next_runs", "states", "missed"):
+            values = getattr(self, name)
+            setattr(self, name, [values[i] for i in keep])
+        self.again_ids = [i for i in self.again_ids if i not in runs]
+        self.again = len(self.again_ids)
+        self.steps = [step for step in self.steps if step.schedule_id not in runs]
+        for schedule_id, run, slot in self.cancels:
+            if schedule_id in runs:
+                self.steps.append(
+                    Step(schedule_id, BUFFERED, run, buffered=True, slot=slot, run=run)
+                )
+        self.cancelled -= len(runs)
+        self.buffered += len(runs)
+
 
 ACTIVE, COMPLETED = ScheduleState.ACTIVE.value, ScheduleState.COMPLETED.value
 INTERVAL, COALESCE = ScheduleKind.INTERVAL.value, MisfirePolicy.COALESCE.value
@@ -105,7 +148,7 @@ def plan(rows: list[tuple[Any, ...]], deadline: float | None = None) -> Plan:
     window_us = window // MICROSECOND
     for row in rows:
         (schedule_id, kind, unit, every, start, next_slot, now, _cron, _zone, policy, grace,
-         _limit, end, max_fires, _fires, jitter_s) = row  # fmt: skip
+         _limit, end, max_fires, _fires, jitter_s, overlap) = row  # fmt: skip
         if start is None or next_slot is None or UNREADABLE in (start, next_slot, end):
             result.aside.append((schedule_id, unreadable(start, next_slot, end)))
             continue
@@ -116,6 +159,7 @@ def plan(rows: list[tuple[Any, ...]], deadline: float | None = None) -> Plan:
             and end is None
             and max_fires is None
             and not jitter_s
+            and overlap is None
         ):
             # The common case: plain integer arithmetic on the grid where it is exact.
             # COALESCE without jitter or grace is the grid's latest slot one backlog window
@@ -150,9 +194,11 @@ def _plan_one(result: Plan, row: tuple[Any, ...], window: timedelta | None = Non
     the batch's backlog window (default: read from the settings).
     """
     (schedule_id, kind, unit, every, start, next_slot, now, cron, zone, policy, grace,
-     limit, end, max_fires, fires, jitter_s) = row  # fmt: skip
+     limit, end, max_fires, fires, jitter_s, overlap) = row  # fmt: skip
     if max_fires is not None and fires >= max_fires:
         result.add(schedule_id, None, None, None, False)
+        if overlap is not None and overlap[1] is not None:  # completes: nothing held now
+            result.steps.append(Step(schedule_id, None, None))
         return
     table = timetable_for(
         kind,
@@ -170,9 +216,22 @@ def _plan_one(result: Plan, row: tuple[Any, ...], window: timedelta | None = Non
         jitter_seconds=jitter_s,
         jitter_key=schedule_id,
     )
-    decision = decide(
-        table, rules, from_microseconds(next_slot), from_microseconds(now), fires, window
+    slot_at, now_at = from_microseconds(next_slot), from_microseconds(now)
+    if overlap is not None:
+        outcome = decide_overlap(table, rules, previous(overlap), slot_at, now_at, fires, window)
+        _overlap(result, schedule_id, table, rules, outcome, now)
+        if outcome.cancel and outcome.run is not None:
+            result.cancels.append((schedule_id, outcome.run, next_slot))
+        return
+    _add(
+        result, schedule_id, table, rules, decide(table, rules, slot_at, now_at, fires, window), now
     )
+
+
+def _add(
+    result: Plan, schedule_id: str, table: Timetable, rules: Rules, decision: Decision, now: int
+) -> None:
+    """Plan ``decision`` for the batch's WRITE (``now``: the claim's, microseconds)."""
     after = decision.next_slot
     next_run = None if after is None else to_microseconds(rules.run_time(table, after))
     result.add(
@@ -185,6 +244,47 @@ def _plan_one(result: Plan, row: tuple[Any, ...], window: timedelta | None = Non
     if next_run is not None and next_run <= now:
         result.again += 1
         result.again_ids.append(schedule_id)
+
+
+def _overlap(
+    result: Plan, schedule_id: str, table: Timetable, rules: Rules, outcome: Outcome, now: int
+) -> None:
+    """Plan what an overlap policy decided (firing/overlap.py): a fire for WRITE, a step for
+    OVERLAP, or both."""
+    if outcome.decision is not None:
+        _add(result, schedule_id, table, rules, outcome.decision, now)
+    if not outcome.step:
+        return
+    step = Step(
+        schedule_id,
+        outcome.verb,
+        outcome.held,
+        skipped=outcome.skipped,
+        buffered=outcome.buffered,
+        slot=None if outcome.slot is None else to_microseconds(outcome.slot),
+        run=outcome.run,
+    )
+    skip = outcome.advance
+    if skip is not None:  # moves on past the skipped slot, as WRITE would after a fire
+        after = skip.next_slot
+        assert skip.slot is not None
+        last = to_microseconds(skip.slot)
+        next_run = last if after is None else to_microseconds(rules.run_time(table, after))
+        step = dataclasses.replace(
+            step,
+            advance=True,
+            next_slot=last if after is None else to_microseconds(after),
+            next_run=next_run,
+            state=COMPLETED if after is None else ACTIVE,
+            missed=skip.missed,
+        )
+        if after is not None and next_run <= now:
+            result.again += 1
+            result.again_ids.append(schedule_id)
+    result.steps.append(step)
+    result.skipped += outcome.skipped
+    result.buffered += outcome.buffered
+    result.cancelled += outcome.verb == RUN_CANCELLED
 
 
 def reason(exc: BaseException) -> str:

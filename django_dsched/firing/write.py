@@ -11,13 +11,23 @@ Python. It is stored once, in the event: the outbox row reads it by the shared i
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.db import DatabaseError
 
 from django_dsched.enums import ScheduleState
 from django_dsched.firing.arrays import array_literal
-from django_dsched.firing.fence import FENCE, with_buckets
+from django_dsched.firing.fence import AUDIT_METADATA, FENCE, with_buckets
+from django_dsched.firing.overlap import (
+    CANCEL_RUNS,
+    CANCEL_RUNS_BUCKETS,
+    OVERLAP,
+    OVERLAP_BUCKETS,
+    Step,
+    cancel_params,
+    step_arrays,
+)
 from django_dsched.firing.plan import REASON_MAX, Plan
 from django_dsched.history import event_ids
 from django_dsched.models import times
@@ -155,7 +165,7 @@ SET_ASIDE = f"""
 WITH {FENCE},
 aside AS (
     UPDATE schedule_t s
-    SET state = %(set_aside)s, active = false,
+    SET state = %(set_aside)s, active = false, held_by = NULL,
         set_aside_reason = left(u.reason || COALESCE(' (' || NULLIF({HELD}, '') || ')', ''),
                                 {REASON_MAX}),
         set_aside_ts = statement_timestamp(),
@@ -177,12 +187,7 @@ audit AS (
                'error', reason,
                'changes', jsonb_build_object(
                    'state', jsonb_build_array(%(active)s::text, %(set_aside)s::text))),
-           jsonb_build_object(
-               'actor', 'scheduler',
-               'schedule_name', schedule_name,
-               'origin', origin,
-               'instance_id', %(instance)s::text,
-               'leader_epoch', %(epoch)s::bigint),
+           {AUDIT_METADATA},
            %(epoch)s
     FROM aside
 )
@@ -259,20 +264,50 @@ class Writer:
                 self.aside.extend(group)
         return True
 
-    def write(self, statement: str, decided: Plan) -> bool:
-        """Fire the planned rows; False: the fence failed. Narrowing, a refused part is
-        split in halves until each refused row is alone (``refused``)."""
-        pending = [list(range(len(decided.ids)))]
+    def _in_halves(
+        self, ids: list[str], statement: str, arrays: Callable[[list[int]], dict[str, str]]
+    ) -> Iterator[tuple[Any, ...]]:
+        """Run ``statement`` over the rows ``ids`` (``arrays(part)``: the parameters of the
+        rows at ``part``), yielding each result. Narrowing, a refused part is split in
+        halves until each refused row is alone (``refused``)."""
+        pending = [list(range(len(ids)))]
         while pending:
             part = pending.pop()
-            result = self._attempt(statement, {**self.params, **_arrays(decided, part)})
+            result = self._attempt(statement, {**self.params, **arrays(part)})
             if result is None:
                 if len(part) == 1:
-                    self.refused.append((decided.ids[part[0]], self.error))
+                    self.refused.append((ids[part[0]], self.error))
                 else:
                     half = len(part) // 2
                     pending += [part[half:], part[:half]]  # the first half goes next
                 continue
+            yield result
+
+    def cancel(self, runs: list[str]) -> set[str] | None:
+        """CANCEL_OTHER: delete the messages of ``runs`` never attempted; the ids deleted
+        (None: the fence failed). Narrowing, a refusal cancels none (their slots are held)."""
+        statement = CANCEL_RUNS_BUCKETS if self.bucketed else CANCEL_RUNS
+        result = self._attempt(statement, {**self.params, **cancel_params(runs)})
+        if result is None:
+            return set()
+        fenced, gone = result
+        return set(gone or ()) if fenced else None
+
+    def steps(self, steps: list[Step]) -> bool:
+        """Write what the overlap policies decided; False: the fence failed."""
+        statement = OVERLAP_BUCKETS if self.bucketed else OVERLAP
+        ids = [step.schedule_id for step in steps]
+        for fenced, _count in self._in_halves(
+            ids, statement, lambda part: step_arrays([steps[i] for i in part])
+        ):
+            if not fenced:
+                return False
+        return True
+
+    def write(self, statement: str, decided: Plan) -> bool:
+        """Fire the planned rows; False: the fence failed. Narrowing, a refused part is
+        split in halves until each refused row is alone (``refused``)."""
+        for result in self._in_halves(decided.ids, statement, lambda part: _arrays(decided, part)):
             written, fired, due_fires, _notified, names, written_us, by_topic = result
             if written == 0:
                 return False

@@ -53,6 +53,12 @@ class SchedulerMetrics:
             "dsched_misfires",
             "Schedules whose fire skipped or coalesced missed slots (misfire_count increments).",
         )
+        self.overlap = counter(
+            "dsched_overlap_slots",
+            "Slots not fired at their time because the previous run was still going (skipped, "
+            "buffered) and runs cancelled (CANCEL_OTHER), by decision (docs/overlap.md).",
+            ["decision"],
+        )
         self.duplicates = counter(
             "dsched_duplicate_slots",
             "Slots the database refused because they had already fired.",
@@ -118,6 +124,13 @@ class SchedulerMetrics:
             )
         if result.misfired:
             self.misfires.inc(result.misfired)
+        for decision, count in (
+            ("skipped", result.skipped),
+            ("buffered", result.buffered),
+            ("cancelled", result.cancelled),
+        ):
+            if count:
+                self.overlap.labels(decision).inc(count)
         if result.duplicates:
             self.duplicates.inc(result.duplicates)
         if result.set_aside:

@@ -6,6 +6,7 @@ import django.core.validators
 import django.db.models.functions.comparison
 import django.db.models.functions.datetime
 import django.db.models.lookups
+import django_dsched.history.event_ids
 import django_dsched.history.operations
 import django_dsched.history.partitions
 import django_dsched.models.conditions
@@ -49,6 +50,57 @@ DROP_SCHEDULE_CHANGED = """
 DROP TRIGGER IF EXISTS dsched_schedule_changed ON schedule_t;
 DROP TRIGGER IF EXISTS dsched_schedule_created ON schedule_t;
 DROP FUNCTION IF EXISTS dsched_notify_schedules();
+"""
+
+# Pause on failure (models/overlap.py, docs/overlap.md): a message that becomes a dead letter
+# (DELIVERY_FAILED, after all its attempts, or at once for a permanent failure) pauses its
+# schedule when the schedule asks for it, in the transaction that dead-letters it, whoever
+# does (the relay's settle or claim, a narrowed claim, SQL by hand), with the reason naming
+# the run and an audit event. The WHEN clause is checked per row without calling the function
+# (a claim or a settle that dead-letters nothing pays no call), and only statements that set
+# status check it. A pause the database refuses (a rule on schedule_t) is given up with a
+# warning, never the dead letter: the exception block costs a subtransaction per dead letter.
+PAUSE_ON_FAILURE = f"""
+CREATE FUNCTION dsched_pause_on_failure() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    WITH paused AS (
+        UPDATE schedule_t s
+        SET state = 'PAUSED', active = false, held_by = NULL, paused_until = NULL,
+            paused_reason = left('Paused on failure: run ' || NEW.id || ' (fired '
+                || to_char(NEW.event_ts AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+                || ') became a dead letter after ' || NEW.attempts || ' attempt(s).', 255),
+            aggregate_version = s.aggregate_version + 1, updated_ts = statement_timestamp()
+        WHERE s.schedule_id = NEW.aggregate_id AND s.pause_on_failure AND s.state = 'ACTIVE'
+        RETURNING s.schedule_id, s.host_id, s.schedule_name, s.origin, s.aggregate_version,
+                  s.paused_reason
+    )
+    INSERT INTO event_store_t (id, host_id, aggregate_id, aggregate_type, aggregate_version,
+                               event_type, event_ts, payload, metadata)
+    SELECT {django_dsched.history.event_ids.change_sql("statement_timestamp()")}, host_id,
+           schedule_id, 'Schedule', aggregate_version, 'dsched.schedule.paused',
+           statement_timestamp(),
+           jsonb_build_object('actor', 'scheduler', 'at', statement_timestamp(),
+                              'reason', paused_reason, 'until', NULL, 'run', NEW.id::text,
+                              'changes', jsonb_build_object(
+                                  'state', jsonb_build_array('ACTIVE', 'PAUSED'))),
+           jsonb_build_object('actor', 'scheduler', 'schedule_name', schedule_name,
+                              'origin', origin)
+    FROM paused;
+    RETURN NULL;
+EXCEPTION WHEN OTHERS THEN
+    RAISE WARNING 'dsched: schedule % not paused on the failure of run %: %',
+        NEW.aggregate_id, NEW.id, SQLERRM;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER dsched_outbox_dead_letter
+    AFTER UPDATE OF status ON outbox_message_t FOR EACH ROW
+    WHEN (NEW.status = 'DELIVERY_FAILED' AND OLD.status <> 'DELIVERY_FAILED')
+    EXECUTE FUNCTION dsched_pause_on_failure();
+"""
+DROP_PAUSE_ON_FAILURE = """
+DROP TRIGGER IF EXISTS dsched_outbox_dead_letter ON outbox_message_t;
+DROP FUNCTION IF EXISTS dsched_pause_on_failure();
 """
 
 
@@ -842,6 +894,63 @@ class Migration(migrations.Migration):
                         verbose_name="monitored",
                     ),
                 ),
+                # The overlap and failure policies (models/overlap.py).
+                (
+                    "overlap_policy",
+                    models.CharField(
+                        choices=[
+                            ("ALLOW_ALL", "allow all: fire whatever runs"),
+                            ("SKIP", "skip the slot"),
+                            ("BUFFER_ONE", "buffer one slot"),
+                            ("BUFFER_ALL", "buffer every slot"),
+                            ("CANCEL_OTHER", "cancel the previous run if not started"),
+                        ],
+                        db_default="ALLOW_ALL",
+                        default="ALLOW_ALL",
+                        help_text="What a slot does while the previous run is still going: fire anyway (allow all), skip it, buffer one or every slot until the run ends, or cancel a previous run that has not started.",
+                        max_length=12,
+                        verbose_name="overlap policy",
+                    ),
+                ),
+                (
+                    "pause_on_failure",
+                    models.BooleanField(
+                        db_default=False,
+                        default=False,
+                        help_text="Pause the schedule when one of its runs fails for good (a dead letter, after all its attempts).",
+                        verbose_name="pause on failure",
+                    ),
+                ),
+                (
+                    "held_by",
+                    models.UUIDField(
+                        blank=True,
+                        editable=False,
+                        help_text="The run (outbox message) the next slot waits for, under a buffer policy.",
+                        null=True,
+                        verbose_name="held for run",
+                    ),
+                ),
+                (
+                    "skip_count",
+                    models.BigIntegerField(
+                        db_default=0,
+                        default=0,
+                        editable=False,
+                        help_text="Times slots were not fired because the previous run was still going.",
+                        verbose_name="overlap skips",
+                    ),
+                ),
+                (
+                    "buffer_count",
+                    models.BigIntegerField(
+                        db_default=0,
+                        default=0,
+                        editable=False,
+                        help_text="Slots held until the previous run ended.",
+                        verbose_name="buffered",
+                    ),
+                ),
             ],
             options={
                 "verbose_name": "schedule",
@@ -1031,6 +1140,31 @@ class Migration(migrations.Migration):
                         name="dsched_schedule_times_in_range",
                         violation_error_message="Every time of a schedule must fall in the years 1 to 9999.",
                     ),
+                    # The overlap and failure policies (models/overlap.py).
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            django_dsched.models.conditions.OneOf(
+                                "overlap_policy",
+                                ["ALLOW_ALL", "SKIP", "BUFFER_ONE", "BUFFER_ALL", "CANCEL_OTHER"],
+                            ),
+                            models.Q(
+                                ("overlap_policy", "ALLOW_ALL"),
+                                django_dsched.models.conditions.NotEqual(
+                                    models.F("schedule_kind"), models.Value("ONCE")
+                                ),
+                                _connector="OR",
+                            ),
+                            models.Q(
+                                django_dsched.models.conditions.NotEqual(
+                                    models.F("overlap_policy"), models.Value("ALLOW_ALL")
+                                ),
+                                models.Q(("held_by__isnull", True)),
+                                _connector="OR",
+                            ),
+                        ),
+                        name="dsched_schedule_overlap_valid",
+                        violation_error_message="The overlap policy must be one of the policies, and a one-shot allows all.",
+                    ),
                 ],
             },
         ),
@@ -1201,4 +1335,5 @@ class Migration(migrations.Migration):
             django_dsched.history.partitions.default_partitions_sql(), migrations.RunSQL.noop
         ),
         migrations.RunPython(make_days_ahead, migrations.RunPython.noop),
+        migrations.RunSQL(PAUSE_ON_FAILURE, DROP_PAUSE_ON_FAILURE),
     ]

@@ -8,7 +8,8 @@
 - :mod:`.validators`, :mod:`.fields`, :mod:`.conditions`: what a value must be, in Python
   and as CHECK constraints; :mod:`.times`: the times a row may hold (one CHECK per table);
   :mod:`.ids`: time-ordered ids for new schedules; :mod:`.order`: the order people read
-  schedules in.
+  schedules in; :mod:`.overlap`: the overlap and failure policies' columns, and when a run
+  counts as going.
 """
 
 from __future__ import annotations

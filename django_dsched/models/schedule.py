@@ -30,6 +30,7 @@ from django_dsched.models.conditions import OneOf, differs
 from django_dsched.models.fields import EventDataField
 from django_dsched.models.health import HEALTH_BOUNDS, MONITORED_INDEX, HealthOptions
 from django_dsched.models.ids import uuid7
+from django_dsched.models.overlap import OVERLAP_CONSTRAINTS, OverlapFields
 from django_dsched.models.times import SCHEDULE_TIMES, in_range
 from django_dsched.models.validators import (
     KEY_MAX_LENGTH,
@@ -98,7 +99,8 @@ class BucketKey(Func):
     output_field = models.SmallIntegerField()
 
 
-class Schedule(HealthOptions, models.Model):
+# The health thresholds: models/health.py; the overlap and failure policies: models/overlap.py.
+class Schedule(HealthOptions, OverlapFields):
     # Time-ordered (UUIDv7): see django_dsched/ids.py. Rows made before keep their ids.
     schedule_id = models.UUIDField(_("schedule id"), primary_key=True, default=uuid7)
     host_id = models.UUIDField(
@@ -330,7 +332,7 @@ class Schedule(HealthOptions, models.Model):
                 name="dsched_schedule_set_aside_idx",
             ),
         ] + [MONITORED_INDEX]
-        constraints = [  # noqa: RUF005 (schedule health's CHECK ends it: models/health.py)
+        constraints = [
             models.UniqueConstraint(
                 fields=["host_id", "schedule_name"], name="dsched_schedule_name_unique"
             ),
@@ -422,7 +424,9 @@ class Schedule(HealthOptions, models.Model):
                     "Every time of a schedule must fall in the years 1 to 9999."
                 ),
             ),
-        ] + [HEALTH_BOUNDS]
+            *OVERLAP_CONSTRAINTS,
+            HEALTH_BOUNDS,
+        ]
 
     def __str__(self) -> str:
         return self.schedule_name

@@ -57,6 +57,13 @@ SET started_ts = CASE WHEN started_ts IS NULL OR failed_ts IS NOT NULL
 WHERE id = %(id)s AND completed_ts IS NULL
 """
 
+# A run's end wakes the scheduler (NOTIFY dsched_schedules) when a schedule's slot is held for
+# it (its overlap policy, models/overlap.py), so the held slot fires at once rather than at
+# the next poll: one primary-key probe of the schedule; a NOTIFY only then.
+WAKE = """(SELECT count(*) FROM (SELECT pg_notify('dsched_schedules', '') FROM reported r
+                                JOIN schedule_t s
+                                  ON s.schedule_id = r.schedule_id AND s.held_by = r.id) n)"""
+
 # A completion and a failure also keep the schedule's runs in a row (run_health); each
 # returns a row when the message was changed. A failure counts once (a repeated report of
 # it is no news); a completion resets the row.
@@ -67,9 +74,9 @@ WITH reported AS (
         started_ts = COALESCE(started_ts, clock_timestamp()),
         failed_ts = NULL
     WHERE id = %(id)s
-    RETURNING aggregate_id AS schedule_id, completed_ts AS outcome_ts, true AS counts
+    RETURNING id, aggregate_id AS schedule_id, completed_ts AS outcome_ts, true AS counts
 ),{run_health.after_report("reported", failed=False)}
-SELECT 1 FROM reported
+SELECT 1, {WAKE} FROM reported
 """
 
 REPORT_FAILED = f"""
@@ -85,9 +92,9 @@ reported AS (
         last_error = %(error)s
     FROM earlier e
     WHERE m.id = e.id
-    RETURNING m.aggregate_id AS schedule_id, m.failed_ts AS outcome_ts, e.counts
+    RETURNING m.id, m.aggregate_id AS schedule_id, m.failed_ts AS outcome_ts, e.counts
 ),{run_health.after_report("reported", failed=True)}
-SELECT 1 FROM reported
+SELECT 1, {WAKE} FROM reported
 """
 
 EXISTS = "SELECT 1 FROM outbox_message_t WHERE id = %(id)s"

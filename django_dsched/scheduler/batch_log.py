@@ -51,6 +51,14 @@ def log_batch(
             why,
             extra={**context, "schedule": schedule_id},
         )
+    if result.skipped or result.buffered or result.cancelled:
+        logger.info(
+            "the previous run still going: %d slot(s) skipped, %d held, %d run(s) cancelled",
+            result.skipped,
+            result.buffered,
+            result.cancelled,
+            extra=context,
+        )
     if result.deferred:
         logger.warning(
             "planning took longer than %.2fs: %d schedule(s) left for the next batch",

@@ -441,6 +441,9 @@ class Scheduler(DatabaseLoop):
         self.stats.set_aside += result.set_aside
         self.stats.deferred += result.deferred
         self.stats.throttled += result.throttled
+        self.stats.overlap_skipped += result.skipped
+        self.stats.overlap_buffered += result.buffered
+        self.stats.overlap_cancelled += result.cancelled
         if self.metrics is not None and self.throttle.active:
             self.metrics.quota_held_back.set(len(self.throttle.held_back()))
         context = {"instance": self.instance_id, "epoch": epoch}

@@ -24,3 +24,8 @@ class Stats:
     throttled: int = 0  # claimed rows left unplanned: their host was over its fire rate
     pauses_set_aside: int = 0  # ended pauses the database refused to resume (set aside)
     pauses_passed_over: int = 0  # ... and refused to set aside as well (passed over)
+    # The overlap policies (firing/overlap.py): slots skipped and held while the previous run
+    # was going, previous runs cancelled.
+    overlap_skipped: int = 0
+    overlap_buffered: int = 0
+    overlap_cancelled: int = 0

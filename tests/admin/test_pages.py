@@ -144,7 +144,7 @@ def test_a_paused_schedule_previews_from_now_and_a_cancelled_one_has_none(admin_
     paused = ScheduleFactory(paused=True, start_ts=db_now() - timedelta(hours=3))
     response = admin_client.get(change_url(paused))
     assert len(response.context["dsched_preview"]) == 10
-    first = response.context["dsched_preview"][0]
+    first, _note = response.context["dsched_preview"][0]
     assert str(db_now().year) in first
     assert "ago" not in first
     cancelled = ScheduleFactory(cancelled=True)

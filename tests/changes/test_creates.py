@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -540,6 +541,16 @@ BROKEN = {
     "fine": {},
     "fine with a key": {"idempotency_key": "order-1"},
     "once fine": {"schedule_kind": ScheduleKind.ONCE, "frequency_unit": "", "frequency_time": None},
+    # The overlap and failure policies (models/overlap.py).
+    "overlap unknown": {"overlap_policy": "QUEUE"},
+    "overlap on a one-shot": {
+        "schedule_kind": ScheduleKind.ONCE,
+        "frequency_unit": "",
+        "frequency_time": None,
+        "overlap_policy": "SKIP",
+    },
+    "held without a policy that holds": {"held_by": uuid.UUID(int=7)},
+    "fine with an overlap policy": {"overlap_policy": "BUFFER_ONE", "pause_on_failure": True},
 }
 
 

@@ -9,6 +9,7 @@ import pytest
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from django_dsched.changes import on_demand
 from django_dsched.handlers import registry
 from django_dsched.metrics.database import COUNT_LIMIT, DatabaseCollector, read_gauges
 from django_dsched.metrics.registry import BatchHistogram
@@ -100,6 +101,24 @@ def test_the_scheduler_counts_misfires_and_set_aside_schedules(db_now, unchecked
     assert value("dsched_misfires_total") - misfires == 1
     assert value("dsched_set_aside_total") - aside == 1
     assert read_gauges().set_aside == 1
+
+
+def test_the_scheduler_counts_overlap_decisions_with_no_schedule_label(db_now):
+    metrics = scheduler_metrics()
+    before = value("dsched_overlap_slots_total", decision="skipped")
+    schedule = ScheduleFactory(start_ts=db_now() - timedelta(seconds=5), overlap_policy="SKIP")
+    on_demand.trigger(schedule, actor="test")  # a run now, pending: the previous run goes
+    Scheduler(instance_id="m", batch_size=50, metrics=metrics).run_until_idle()
+    assert value("dsched_overlap_slots_total", decision="skipped") - before == 1
+    schedule.refresh_from_db()
+    assert schedule.skip_count == 1
+    labels = {
+        key
+        for (name, labelled), _ in samples(REGISTRY).items()
+        if name == "dsched_overlap_slots_total"
+        for key, _value in labelled
+    }
+    assert labels == {"decision"}
 
 
 def test_metrics_off_means_no_per_topic_query_and_the_same_fires(db_now):

@@ -76,6 +76,7 @@ DEFINITION = {
     "key",
     "host_id",
     "non_field_errors",
+    "overlap_policy",  # a one-shot's is ALLOW_ALL (docs/overlap.md)
 }
 BEYOND_THE_SCHEMA = {
     ("GET", "/schedules/"): {"cursor"},  # a cursor comes from a next link

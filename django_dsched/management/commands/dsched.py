@@ -16,13 +16,15 @@ from django_dsched.changes.describe import both_times, describe, is_utc, zone_of
 from django_dsched.cluster.status import cluster_status
 from django_dsched.conf import app_settings
 from django_dsched.declared import sync
-from django_dsched.enums import UNHEALTHY, Health, ScheduleState
+from django_dsched.enums import UNHEALTHY, Health, OverlapPolicy, ScheduleState
 from django_dsched.exceptions import ConfigurationError, NotPermitted
+from django_dsched.firing import outlook
 from django_dsched.health import judge
 from django_dsched.importers.celery_beat import import_celery_beat
 from django_dsched.management import _arguments
 from django_dsched.models import Schedule
 from django_dsched.models.schedule import resolve_host
+from django_dsched.runtime.clock import database_now
 from django_dsched.runtime.tables import ours_missing
 from django_dsched.runtime.text import escape_control_characters as shown
 
@@ -61,7 +63,8 @@ def when(schedule: Schedule) -> str:
     """What comes next for ``schedule``: its next fire when it is active, else its state
     ("paused until ...", "completed", "cancelled", "set aside")."""
     if schedule.state == ScheduleState.ACTIVE:
-        return f"next {_at(schedule.next_run_ts, schedule)}"
+        held = " (held for a run)" if schedule.held_by is not None else ""
+        return f"next {_at(schedule.next_run_ts, schedule)}{held}"
     if schedule.state == ScheduleState.PAUSED:
         if schedule.paused_until is not None:
             return f"paused until {_at(schedule.paused_until, schedule)}"
@@ -102,7 +105,7 @@ def _who(parser: argparse.ArgumentParser) -> None:
 class Command(BaseCommand):
     help = (
         "Operate schedules: list, show, preview, pause, resume, cancel, trigger, backfill, "
-        "sync; see the cluster."
+        "policy, sync; see the cluster."
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -132,6 +135,7 @@ class Command(BaseCommand):
             ("preview", "The next fire times."),
             ("pause", "Pause a schedule."),
             ("backfill", "Fire the past slots of a range once each."),
+            ("policy", "Set the overlap policy and pause on failure (docs/overlap.md)."),
         ):
             sub = actions.add_parser(name, help=text, parents=[common])
             sub.add_argument("schedule", help="Name or id.")
@@ -149,6 +153,17 @@ class Command(BaseCommand):
             elif name == "backfill":
                 sub.add_argument("--start", type=aware_datetime, required=True)
                 sub.add_argument("--end", type=aware_datetime, required=True)
+            elif name == "policy":
+                sub.add_argument(
+                    "--overlap",
+                    choices=OverlapPolicy.values,
+                    help="What a due slot does while the previous run is still going.",
+                )
+                sub.add_argument(
+                    "--pause-on-failure",
+                    action=argparse.BooleanOptionalAction,
+                    help="Pause the schedule when one of its runs becomes a dead letter.",
+                )
         actions.add_parser(
             "sync", help="Sync schedules declared in code to the database.", parents=[common]
         )
@@ -260,6 +275,11 @@ class Command(BaseCommand):
             ("run", status.last_run),
             ("fires", status.fire_count),
             ("misfires", status.misfire_count),
+            ("overlap", status.overlap_policy),
+            ("on failure", "pause" if status.pause_on_failure else "go on"),
+            ("skipped", status.skip_count),
+            ("buffered", status.buffer_count),
+            ("held for", status.held_for),
             ("version", status.version),
         ):
             self.stdout.write(f"  {label:<10} {'-' if value is None else value}")
@@ -282,8 +302,38 @@ class Command(BaseCommand):
     def do_preview(self, *, host: str | None, schedule: str, count: int, **options: Any) -> None:
         found = api.get(schedule, host_id=host)
         zone = zone_of(found)
-        for when in api.preview(found, count, host_id=host):
-            self.stdout.write(iso_times(when, zone))
+        times = api.preview(found, count, host_id=host)
+        notes = [""] * len(times)
+        if found.overlap_policy != OverlapPolicy.ALLOW_ALL:  # what it does to each, if known
+            with connections[app_settings.DATABASE].cursor() as cursor:
+                run = outlook.previous_run(cursor, found.pk)
+            notes = outlook.preview_notes(found, times, run, database_now())
+        for when, note in zip(times, notes, strict=True):
+            shown_at = iso_times(when, zone)
+            self.stdout.write(f"{shown_at}  {note}" if note else shown_at)
+
+    def do_policy(
+        self,
+        *,
+        host: str | None,
+        schedule: str,
+        overlap: str | None,
+        pause_on_failure: bool | None,
+        **options: Any,
+    ) -> None:
+        if overlap is None and pause_on_failure is None:
+            raise CommandError("Give --overlap, --pause-on-failure or --no-pause-on-failure.")
+        found = api.set_policies(
+            schedule,
+            overlap_policy=overlap,
+            pause_on_failure=pause_on_failure,
+            host_id=host,
+            actor=self.actor,
+        )
+        self.stdout.write(
+            f"{shown(found.schedule_name)}: overlap {found.overlap_policy}, "
+            f"{'pause' if found.pause_on_failure else 'go on'} on failure."
+        )
 
     def _report(self, done: bool, yes: str, change: str, host: str | None, schedule: str) -> None:
         """``yes``, or an error saying why ``change`` did nothing (the schedule's state)."""

@@ -22,7 +22,7 @@ from django_dsched.changes.creates import (
     NO_TIME,
 )
 from django_dsched.changes.specs import OPTIONS
-from django_dsched.enums import FrequencyUnit, MisfirePolicy, ScheduleKind
+from django_dsched.enums import FrequencyUnit, MisfirePolicy, OverlapPolicy, ScheduleKind
 from django_dsched.models import Schedule
 from django_dsched.models.health import MAX_SECONDS
 from django_dsched.models.validators import KEY_MAX_LENGTH, NAME_MAX_LENGTH
@@ -160,7 +160,10 @@ class ScheduleInputSerializer(StrictSerializer):
         allow_null=True,
         min_value=0,
         max_value=INT32,
-        help_text=_("A slot later than this counts as missed."),
+        help_text=_(
+            "The catch-up window: a slot later than this (after an outage, or held for the "
+            "previous run) counts as missed and is skipped."
+        ),
     )
     catch_up_limit = Integer(required=False, min_value=1, max_value=10_000)
     jitter_seconds = Integer(required=False, min_value=0, max_value=86_400)
@@ -200,6 +203,19 @@ class ScheduleInputSerializer(StrictSerializer):
         help_text=_(
             "Give the schedule series of its own in the metrics (last success, next due, health)."
         ),
+    )
+    # The overlap and failure policies (docs/overlap.md).
+    overlap_policy = Choice(
+        OverlapPolicy.choices,
+        required=False,
+        help_text=_(
+            "What a due slot does while the previous run is still going (default ALLOW_ALL: "
+            "it fires). A one-shot (ONCE) allows all."
+        ),
+    )
+    pause_on_failure = Boolean(
+        required=False,
+        help_text=_("Pause the schedule when one of its runs becomes a dead letter."),
     )
     topic = IdentifierField()
     event_type = IdentifierField()

@@ -20,6 +20,7 @@ from django_dsched.enums import (
     FrequencyUnit,
     Health,
     MisfirePolicy,
+    OverlapPolicy,
     RunStatus,
     ScheduleKind,
     ScheduleOrigin,
@@ -127,6 +128,22 @@ class ScheduleSerializer(serializers.Serializer[Schedule]):
     catch_up_limit = serializers.IntegerField(read_only=True)
     jitter_seconds = serializers.IntegerField(read_only=True)
     priority = serializers.IntegerField(read_only=True)
+    # The overlap and failure policies (docs/overlap.md), and what they did.
+    overlap_policy = serializers.ChoiceField(OverlapPolicy.choices, read_only=True)
+    pause_on_failure = serializers.BooleanField(read_only=True)
+    skip_count = serializers.IntegerField(
+        read_only=True,
+        help_text=_("Times slots were not fired because the previous run was still going."),
+    )
+    buffer_count = serializers.IntegerField(
+        read_only=True, help_text=_("Slots held until the previous run ended.")
+    )
+    held_for = serializers.UUIDField(
+        source="held_by",
+        read_only=True,
+        allow_null=True,
+        help_text=_("The run (outbox message id) the next slot is held for; null: none."),
+    )
     topic = serializers.CharField(source="event_topic", read_only=True)
     event_type = serializers.CharField(read_only=True)
     key = serializers.CharField(source="idempotency_key", read_only=True, allow_null=True)
@@ -354,4 +371,13 @@ class ScheduleStatusSerializer(ForAudience[Any]):
             "Its last run that succeeded, when recorded (schedules that failed or are "
             "monitored); else null."
         ),
+    )
+    # The overlap and failure policies (docs/overlap.md), and what they did.
+    overlap_policy = serializers.ChoiceField(OverlapPolicy.choices)
+    pause_on_failure = serializers.BooleanField()
+    skip_count = serializers.IntegerField()
+    buffer_count = serializers.IntegerField()
+    held_for = serializers.UUIDField(
+        allow_null=True,
+        help_text=_("The run (outbox message id) the next slot is held for; null: none."),
     )
