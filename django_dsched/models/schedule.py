@@ -26,6 +26,7 @@ from django_dsched.enums import (
     max_length_of,
 )
 from django_dsched.exceptions import CronError, ValidationError
+from django_dsched.models import recurrence
 from django_dsched.models.conditions import OneOf, differs
 from django_dsched.models.fields import EventDataField
 from django_dsched.models.ids import uuid7
@@ -41,7 +42,7 @@ from django_dsched.models.validators import (
     validate_time_zone,
 )
 from django_dsched.runtime.clock import database_now
-from django_dsched.timetables import Rules, Timetable, first_slot, timetable_for
+from django_dsched.timetables import Rules, Timetable, first_slot
 from django_dsched.timetables.grid import period_is_acceptable
 
 # The fields that place a schedule's slots; changing one moves next_run_ts.
@@ -53,6 +54,7 @@ GRID_FIELDS = (
     "time_zone",
     "start_ts",
     "jitter_seconds",
+    *recurrence.RECURRENCE_FIELDS,
 )
 # The fields that bound a schedule; changing one may complete it.
 BOUND_FIELDS = ("end_ts", "max_fires")
@@ -97,7 +99,7 @@ class BucketKey(Func):
     output_field = models.SmallIntegerField()
 
 
-class Schedule(models.Model):
+class Schedule(recurrence.RecurrenceFields, models.Model):
     # Time-ordered (UUIDv7): see django_dsched/ids.py. Rows made before keep their ids.
     schedule_id = models.UUIDField(_("schedule id"), primary_key=True, default=uuid7)
     host_id = models.UUIDField(
@@ -328,6 +330,7 @@ class Schedule(models.Model):
                 condition=models.Q(state=ScheduleState.SET_ASIDE),
                 name="dsched_schedule_set_aside_idx",
             ),
+            recurrence.CALENDARS_INDEX,
         ]
         constraints = [
             models.UniqueConstraint(
@@ -421,6 +424,7 @@ class Schedule(models.Model):
                     "Every time of a schedule must fall in the years 1 to 9999."
                 ),
             ),
+            *recurrence.RECURRENCE_CHECKS,
         ]
 
     def __str__(self) -> str:
@@ -481,6 +485,7 @@ class Schedule(models.Model):
                 if self.schedule_kind == ScheduleKind.ONCE
                 else _("The end must be after the start.")
             )
+        errors.update(self.recurrence_errors())
         if errors:
             raise ValidationError(errors)
         self._check_it_fires()
@@ -507,14 +512,7 @@ class Schedule(models.Model):
 
     # -- timing ---------------------------------------------------------------------------
     def timetable(self, start: datetime | None = None) -> Timetable:
-        return timetable_for(
-            self.schedule_kind,
-            start=start or self.start_ts,
-            unit=self.frequency_unit,
-            every=self.frequency_time,
-            cron=self.cron_expression,
-            time_zone=self.time_zone,
-        )
+        return self.planned_timetable(start or self.start_ts)
 
     def rules(self) -> Rules:
         return Rules(
