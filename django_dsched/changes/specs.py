@@ -40,6 +40,10 @@ class _Spec:
     catch_up_limit: int | None = None
     jitter_seconds: int | None = None
     priority: int | None = None
+    # Business calendars (Calendar instances, ids or names of the host's or the
+    # operator's) and what a slot on their days off becomes (OMIT, BACKWARD, FORWARD).
+    calendars: Any = None
+    calendar_policy: str | None = None
 
     kind = ""
 
@@ -128,7 +132,24 @@ class Cron(_Spec):
         return {"cron_expression": self.cron, "time_zone": self.time_zone, "start_ts": self.start}
 
 
-Spec = Once | Interval | Cron
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Rrule(_Spec):
+    """Fire at the slots of an RFC 5545 recurrence (``RRULE``, with ``DTSTART``, ``RDATE``
+    and ``EXDATE`` lines) on the wall clock of ``time_zone``; without ``DTSTART``,
+    ``start`` (default: now) is ``DTSTART``."""
+
+    rrule: str
+    time_zone: str = "UTC"
+    start: datetime | None = None
+
+    kind = ScheduleKind.RRULE
+
+    def fields(self) -> dict[str, Any]:
+        return {"rrule": self.rrule, "time_zone": self.time_zone, "start_ts": self.start}
+
+
+Spec = Once | Interval | Cron | Rrule
+SPECS = (Once, Interval, Cron, Rrule)
 
 # The columns of a one-shot given by delay= that the insert computes from the statement's clock
 # (statement_timestamp() + delay): no round trip to read the database's clock first.
@@ -143,6 +164,9 @@ OPTIONS = {
     "catch_up_limit": "catch_up_limit",
     "jitter_seconds": "jitter_seconds",
     "priority": "priority",
+    # Calendars (models/recurrence.py).
+    "calendars": "calendar_ids",
+    "calendar_policy": "calendar_policy",
 }
 
 # A Schedule field by the name its caller gave it (api.create_*, api.bulk_create, specs).
@@ -155,6 +179,7 @@ SPEC_FIELDS = {
     "frequency_unit": "unit",
     "cron_expression": "cron",
     "end_ts": "end",
+    "calendar_ids": "calendars",
 }
 
 

@@ -31,13 +31,21 @@ def microseconds(column: str) -> str:
 
 # Times travel as microseconds since the epoch: parsing and formatting thousands of
 # timestamps per batch costs more than the batch's SQL. Nothing here can fail on a row's
-# values: every column comes back as stored, to be judged by plan(), row by row.
+# values: every column comes back as stored, to be judged by plan(), row by row. The last
+# four: the recurrence rule, the calendars (NULL for a plain schedule), their policy, and
+# for a calendar-filtered row the time of its last fire or change (firing/calendared.py).
 CLAIM_COLUMNS = f"""schedule_id::text, schedule_kind, frequency_unit, frequency_time,
        {microseconds("start_ts")},
        {microseconds("next_slot_ts")},
        (extract(epoch FROM statement_timestamp()) * 1000000)::bigint,
        cron_expression, time_zone, misfire_policy, misfire_grace_seconds, catch_up_limit,
-       {microseconds("end_ts")}, max_fires, fire_count, jitter_seconds"""
+       {microseconds("end_ts")}, max_fires, fire_count, jitter_seconds,
+       rrule, calendar_ids::text[], calendar_policy,
+       CASE WHEN calendar_ids IS NOT NULL
+            THEN {microseconds("GREATEST(last_fired_ts, updated_ts)")} END"""
+
+# The position of calendar_ids in a claimed row (firing/calendared.py).
+CALENDARS = 17
 
 # With buckets (DSCHED_BUCKETS > 1) the claim takes only rows of the buckets this instance
 # holds (no filter when it holds them all) and returns each row's bucket key, so the write

@@ -8,15 +8,18 @@ API use, within a time budget. A row that cannot be planned is set aside with it
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django_dsched.enums import MisfirePolicy, ScheduleKind, ScheduleState
 from django_dsched.exceptions import ScheduleDataError
+from django_dsched.firing import calendared
 from django_dsched.firing.claim import UNREADABLE
 from django_dsched.models.times import OUT_OF_RANGE
-from django_dsched.timetables import Rules, backlog_window, decide, timetable_for
+from django_dsched.timetables import Rules, Timetable, backlog_window, decide, timetable_for
+from django_dsched.timetables.calendars import Calendar
 from django_dsched.timetables.grid import (
     MICROSECOND,
     due_slot_us,
@@ -61,6 +64,8 @@ class Plan:
     # Planned rows whose next run is already due (and their ids).
     again: int = 0
     again_ids: list[str] = field(default_factory=list)
+    # What calendars did to the slots of calendar-filtered rows (audit and metrics).
+    fates: calendared.Fates = field(default_factory=calendared.Fates)
 
     def add(
         self,
@@ -89,7 +94,11 @@ ACTIVE, COMPLETED = ScheduleState.ACTIVE.value, ScheduleState.COMPLETED.value
 INTERVAL, COALESCE = ScheduleKind.INTERVAL.value, MisfirePolicy.COALESCE.value
 
 
-def plan(rows: list[tuple[Any, ...]], deadline: float | None = None) -> Plan:
+def plan(
+    rows: list[tuple[Any, ...]],
+    deadline: float | None = None,
+    calendars: Mapping[str, Calendar] | None = None,
+) -> Plan:
     """Decide, for each claimed row, what to fire and when it runs next (microseconds).
 
     Rows on the integer fast path are always planned (they cost a microsecond or two).
@@ -97,6 +106,7 @@ def plan(rows: list[tuple[Any, ...]], deadline: float | None = None) -> Plan:
     left out of the plan (``deferred``): unchanged, they are released at commit and taken
     by the next batch, so a slow batch shrinks instead of outliving the lease. A row whose
     planning raises is set aside with its error; the others are planned as usual.
+    ``calendars``: those the rows name, by id (:func:`.calendared.batch_calendars`).
     """
     result = Plan()
     slow: list[tuple[Any, ...]] = []
@@ -105,7 +115,8 @@ def plan(rows: list[tuple[Any, ...]], deadline: float | None = None) -> Plan:
     window_us = window // MICROSECOND
     for row in rows:
         (schedule_id, kind, unit, every, start, next_slot, now, _cron, _zone, policy, grace,
-         _limit, end, max_fires, _fires, jitter_s) = row  # fmt: skip
+         _limit, end, max_fires, _fires, jitter_s, _rrule, calendar_ids, _shift,
+         _last_change) = row  # fmt: skip
         if start is None or next_slot is None or UNREADABLE in (start, next_slot, end):
             result.aside.append((schedule_id, unreadable(start, next_slot, end)))
             continue
@@ -116,6 +127,7 @@ def plan(rows: list[tuple[Any, ...]], deadline: float | None = None) -> Plan:
             and end is None
             and max_fires is None
             and not jitter_s
+            and calendar_ids is None
         ):
             # The common case: plain integer arithmetic on the grid where it is exact.
             # COALESCE without jitter or grace is the grid's latest slot one backlog window
@@ -136,21 +148,29 @@ def plan(rows: list[tuple[Any, ...]], deadline: float | None = None) -> Plan:
             result.deferred = len(slow) - index
             break
         try:
-            _plan_one(result, row, window)
+            _plan_one(result, row, window, calendars or {})
         except Exception as exc:  # any error here is this row's alone
             result.aside.append((row[0], reason(exc)))
     return result
 
 
-def _plan_one(result: Plan, row: tuple[Any, ...], window: timedelta | None = None) -> None:
+def _plan_one(
+    result: Plan,
+    row: tuple[Any, ...],
+    window: timedelta | None = None,
+    calendars: Mapping[str, Calendar] | None = None,
+) -> None:
     """Plan one row through the timetables (every kind, policy and bound).
 
     ``max_fires`` completes a schedule in ``WRITE``, which knows whether a fire was a new
     slot; here a schedule that already reached it completes without firing. ``window``:
-    the batch's backlog window (default: read from the settings).
+    the batch's backlog window (default: read from the settings). A row filtered by
+    calendars goes on from its current timetable's slot (:mod:`.calendared`), and what the
+    calendars did to its slots is noted in ``result.fates``.
     """
     (schedule_id, kind, unit, every, start, next_slot, now, cron, zone, policy, grace,
-     limit, end, max_fires, fires, jitter_s) = row  # fmt: skip
+     limit, end, max_fires, fires, jitter_s, rrule, calendar_ids, shift,
+     _last_change) = row  # fmt: skip
     if max_fires is not None and fires >= max_fires:
         result.add(schedule_id, None, None, None, False)
         return
@@ -161,6 +181,7 @@ def _plan_one(result: Plan, row: tuple[Any, ...], window: timedelta | None = Non
         every=every,
         cron=cron,
         time_zone=zone,
+        rrule=rrule,
     )
     rules = Rules(
         policy=policy,
@@ -170,9 +191,13 @@ def _plan_one(result: Plan, row: tuple[Any, ...], window: timedelta | None = Non
         jitter_seconds=jitter_s,
         jitter_key=schedule_id,
     )
-    decision = decide(
-        table, rules, from_microseconds(next_slot), from_microseconds(now), fires, window
-    )
+    slot_from, stale = from_microseconds(next_slot), None
+    if calendar_ids is not None:
+        table = calendared.filtered(table, calendar_ids, shift, zone, calendars or {})
+        slot_from, stale = _calendar_start(result, row, table, rules)
+        if slot_from is None:
+            return
+    decision = decide(table, rules, slot_from, from_microseconds(now), fires, window)
     after = decision.next_slot
     next_run = None if after is None else to_microseconds(rules.run_time(table, after))
     result.add(
@@ -185,6 +210,30 @@ def _plan_one(result: Plan, row: tuple[Any, ...], window: timedelta | None = Non
     if next_run is not None and next_run <= now:
         result.again += 1
         result.again_ids.append(schedule_id)
+    if calendar_ids is not None:
+        passed = min(slot_from, from_microseconds(next_slot))
+        result.fates.note(schedule_id, table, passed, after, decision.slot, stale)
+
+
+def _calendar_start(
+    result: Plan, row: tuple[Any, ...], table: Timetable, rules: Rules
+) -> tuple[datetime | None, datetime | None]:
+    """Where a calendar-filtered row goes on from (:func:`.calendared.go_on_from`), and its
+    stored slot if that no longer is one. A row with nothing due (its slot moved later by a
+    calendar edit, or none left) is planned here, firing nothing: ``(None, None)``."""
+    schedule_id, start, next_slot, now, last_change = row[0], row[4], row[5], row[6], row[19]
+    stored = from_microseconds(next_slot)
+    changed = None if last_change is None else from_microseconds(last_change)
+    current, stale = calendared.go_on_from(table, from_microseconds(start), stored, changed)
+    if current is not None and rules.end is not None and current > rules.end:
+        current = None
+    dropped = stored if stale else None
+    if current is not None and rules.run_time(table, current) <= from_microseconds(now):
+        return current, dropped
+    run = None if current is None else to_microseconds(rules.run_time(table, current))
+    result.add(schedule_id, None, None if current is None else to_microseconds(current), run, False)
+    result.fates.note(schedule_id, table, stored, current, None, dropped)
+    return None, None
 
 
 def reason(exc: BaseException) -> str:

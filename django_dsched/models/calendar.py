@@ -369,27 +369,36 @@ BUILT_LIMIT = 4096
 def planning_calendars(
     ids: Sequence[uuid.UUID | str], *, using: str | None = None
 ) -> list[PlanningCalendar]:
-    """The calendars ``ids`` as the timetables plan with them, in that order; one query
-    for their versions, and one more (with their windows) for those changed since this
-    process built them. :class:`CalendarError` names one that does not exist."""
-    wanted = [value if isinstance(value, uuid.UUID) else uuid.UUID(str(value)) for value in ids]
+    """The calendars ``ids`` as the timetables plan with them, in that order
+    (:func:`calendars_by_id`); :class:`CalendarError` names one that does not exist."""
+    found = calendars_by_id(ids, using=using)
+    for key in ids:
+        if str(key) not in found:
+            raise CalendarError(f"calendar {key} does not exist (it was deleted)")
+    return [found[str(key)] for key in ids]
+
+
+def calendars_by_id(
+    ids: Iterable[uuid.UUID | str], *, using: str | None = None
+) -> dict[str, PlanningCalendar]:
+    """The calendars ``ids`` that exist, by the text of their id, as the timetables plan
+    with them: one query for their versions, and one more (with their windows) for those
+    changed since this process built them (a calendar edit reaches the next plan)."""
+    wanted = {value if isinstance(value, uuid.UUID) else uuid.UUID(str(value)) for value in ids}
     if not wanted:
-        return []
+        return {}
     database = using or app_settings.DATABASE
     versions = dict(
         Calendar.objects.using(database).filter(pk__in=wanted).values_list("pk", "version")
     )
-    for calendar_id in wanted:
-        if calendar_id not in versions:
-            raise CalendarError(f"calendar {calendar_id} does not exist (it was deleted)")
-    stale = [key for key in wanted if _BUILT.get(key, (None,))[0] != versions[key]]
+    stale = [key for key, version in versions.items() if _BUILT.get(key, (None,))[0] != version]
     if stale:
         if len(_BUILT) + len(stale) > BUILT_LIMIT:
             _BUILT.clear()
         rows = Calendar.objects.using(database).filter(pk__in=stale).prefetch_related("windows")
         for row in rows:
             _BUILT[row.pk] = (row.version, row.planning(row.windows.all()))
-    return [_BUILT[key][1] for key in wanted]
+    return {str(key): _BUILT[key][1] for key in versions if key in _BUILT}
 
 
 __all__ = [
@@ -398,6 +407,7 @@ __all__ = [
     "MAX_YEARS",
     "Calendar",
     "CalendarWindow",
+    "calendars_by_id",
     "holidays_of",
     "planning_calendars",
 ]
