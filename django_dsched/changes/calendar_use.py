@@ -57,7 +57,7 @@ class CalendarUse:
         """Resolve ``schedule``'s calendars to ids (names and instances given by a caller),
         refuse any its host may not use or that does not exist, and give it their planning
         form. No calendars: nothing is read (and none is stored as NULL)."""
-        given = schedule.calendar_ids
+        given: Any = schedule.calendar_ids
         if not given:
             schedule.calendar_ids = None
             return
@@ -91,7 +91,7 @@ class CalendarUse:
 
     def _id(self, host: uuid.UUID, value: Any) -> uuid.UUID:
         if isinstance(value, Calendar):
-            return value.pk  # type: ignore[no-any-return]
+            return value.pk
         if isinstance(value, uuid.UUID):
             return value
         if not isinstance(value, str) or not value:

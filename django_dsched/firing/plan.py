@@ -194,9 +194,10 @@ def _plan_one(
     slot_from, stale = from_microseconds(next_slot), None
     if calendar_ids is not None:
         table = calendared.filtered(table, calendar_ids, shift, zone, calendars or {})
-        slot_from, stale = _calendar_start(result, row, table, rules)
-        if slot_from is None:
+        going_on, stale = _calendar_start(result, row, table, rules)
+        if going_on is None:
             return
+        slot_from = going_on
     decision = decide(table, rules, slot_from, from_microseconds(now), fires, window)
     after = decision.next_slot
     next_run = None if after is None else to_microseconds(rules.run_time(table, after))

@@ -174,9 +174,9 @@ class Calendar(models.Model):
         self.weekend_days = sorted(set(self.weekend_days or ()))
         self.holidays = holidays_of(self) if self.country else []
         adding = self._state.adding
-        self.updated_ts = Now()  # type: ignore[assignment]
+        self.updated_ts = Now()
         if not adding:
-            self.version = F("version") + 1  # type: ignore[assignment]
+            self.version = F("version") + 1
         super().save(*args, **kwargs)
         self.refresh_from_db(fields=["version", "created_ts", "updated_ts"])
 
@@ -281,7 +281,7 @@ class CalendarWindow(models.Model):
         ordering = ["window_id"]
         constraints = [
             models.CheckConstraint(
-                condition=(
+                condition=models.Q(
                     models.Q(
                         kind=WindowKind.ONE_OFF,
                         start_ts__isnull=False,
@@ -296,9 +296,9 @@ class CalendarWindow(models.Model):
                         end_day__range=(0, 6),
                         start_time__isnull=False,
                         end_time__isnull=False,
-                    )
-                )
-                & OneOf("kind", WindowKind.values),
+                    ),
+                    OneOf("kind", WindowKind.values),
+                ),
                 name="dsched_window_complete",
                 violation_error_message=_(
                     "A one-off window needs a start and a later end; a weekly one its days "
