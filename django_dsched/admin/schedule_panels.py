@@ -37,6 +37,23 @@ def preview(schedule: Schedule, now: datetime) -> list[datetime]:
     return schedule.preview(PREVIEW_COUNT, now)
 
 
+def calendar_slots(schedule: Schedule, now: datetime) -> list[dict[str, Any]]:
+    """The slots of the preview that the schedule's calendars move or drop, with why
+    (:meth:`Schedule.preview_slots`); none for a schedule without calendars."""
+    if not schedule.calendar_ids:
+        return []
+    return [
+        {
+            "fate": slot.fate,
+            "slot": moment(slot.slot, now),
+            "runs_at": moment(slot.runs_at, now) if slot.runs_at else "",
+            "reason": slot.reason,
+        }
+        for slot in schedule.preview_slots(PREVIEW_COUNT, now)
+        if slot.fate != "fires"
+    ]
+
+
 def _version(request: HttpRequest, param: str) -> int | None:
     try:
         value = int(request.GET.get(param, ""))

@@ -1,7 +1,11 @@
 /* The schedule form shows the timing fields of the chosen kind only (rows with errors stay). */
 "use strict";
 (function () {
-    const rows = { INTERVAL: ".field-frequency_time", CRON: ".field-cron_expression" };
+    const rows = {
+        INTERVAL: ".field-frequency_time",
+        CRON: ".field-cron_expression",
+        RRULE: ".field-rrule",
+    };
     function update(kind) {
         Object.keys(rows).forEach(function (name) {
             document.querySelectorAll(".form-row" + rows[name]).forEach(function (row) {
