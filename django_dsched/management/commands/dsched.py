@@ -20,7 +20,7 @@ from django_dsched.enums import ScheduleState
 from django_dsched.exceptions import ConfigurationError, NotPermitted
 from django_dsched.importers.celery_beat import import_celery_beat
 from django_dsched.management import _arguments
-from django_dsched.models import Schedule
+from django_dsched.models import Calendar, Schedule
 from django_dsched.runtime.tables import ours_missing
 from django_dsched.runtime.text import escape_control_characters as shown
 
@@ -52,6 +52,12 @@ OPERATOR_ONLY = ("sync", "import-celery-beat")
 def _at(moment: datetime) -> str:
     """A moment as the schedules' descriptions write it (``2026-11-27 05:28:37 UTC``)."""
     return f"{moment.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+
+
+def calendar_names(ids: list[Any]) -> str:
+    """The calendars ``ids`` by name, in order (a deleted one by its id)."""
+    names = dict(Calendar.objects.filter(pk__in=ids).values_list("pk", "name"))
+    return ", ".join(str(names.get(calendar_id, calendar_id)) for calendar_id in ids)
 
 
 def when(schedule: Schedule) -> str:
@@ -182,6 +188,11 @@ class Command(BaseCommand):
         found = api.get(schedule, host_id=host)
         self.stdout.write(f"{shown(found.schedule_name)} ({found.schedule_id})")
         self.stdout.write(f"  {'timing':<10} {describe(found)}")
+        if found.rrule:
+            self.stdout.write(f"  {'rule':<10} {shown(' / '.join(found.rrule.splitlines()))}")
+        if found.calendar_ids:
+            names = calendar_names(found.calendar_ids)
+            self.stdout.write(f"  {'calendars':<10} {shown(names)}  ({found.calendar_policy})")
         self.stdout.write(f"  {'topic':<10} {found.event_topic}  type {found.event_type}")
         active = status.state == ScheduleState.ACTIVE
         for label, value in (
@@ -207,8 +218,15 @@ class Command(BaseCommand):
             )
 
     def do_preview(self, *, host: str | None, schedule: str, count: int, **options: Any) -> None:
-        for when in api.preview(schedule, count, host_id=host):
-            self.stdout.write(when.isoformat())
+        # Each fire time; a fire a calendar moved says from where, and why; a slot a
+        # calendar drops says so (api.preview_slots).
+        for slot in api.preview_slots(schedule, count, host_id=host):
+            if slot.runs_at is None:
+                self.stdout.write(f"{slot.slot.isoformat()}  not fired: {shown(slot.reason)}")
+            elif slot.fate == "shifted":
+                self.stdout.write(f"{slot.runs_at.isoformat()}  {shown(slot.reason)}")
+            else:
+                self.stdout.write(slot.runs_at.isoformat())
 
     def _report(self, done: bool, yes: str, change: str, host: str | None, schedule: str) -> None:
         """``yes``, or an error saying why ``change`` did nothing (the schedule's state)."""
