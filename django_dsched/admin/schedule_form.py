@@ -18,7 +18,7 @@ from django_dsched.changes.calendar_use import check_calendars, usable_hosts
 from django_dsched.changes.creates import Preparer
 from django_dsched.changes.routes import check_routed
 from django_dsched.conf import app_settings
-from django_dsched.enums import ScheduleState
+from django_dsched.enums import CalendarPolicy, ScheduleState
 from django_dsched.exceptions import EditNotPermitted, TimetableError, ValidationError
 from django_dsched.models import Calendar, Schedule
 from django_dsched.runtime.clock import database_now
@@ -129,6 +129,8 @@ class ScheduleForm(ScheduleModelForm):
             self.fields["host_id"].widget = forms.Select(
                 choices=[(str(host), str(host)) for host in self.hosts]
             )
+        if "calendar_policy" in self.fields:  # only read with calendars (default OMIT)
+            self.fields["calendar_policy"].required = False
         if "calendar_ids" in self.fields:
             field = self.fields["calendar_ids"]
             assert isinstance(field, forms.TypedMultipleChoiceField)
@@ -139,6 +141,9 @@ class ScheduleForm(ScheduleModelForm):
 
     def clean_calendar_ids(self) -> Any:
         return self.cleaned_data.get("calendar_ids") or None  # none is NULL
+
+    def clean_calendar_policy(self) -> Any:
+        return self.cleaned_data.get("calendar_policy") or CalendarPolicy.OMIT
 
     def clean(self) -> dict[str, Any] | None:
         cleaned = super().clean()

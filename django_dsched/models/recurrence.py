@@ -174,9 +174,10 @@ class RecurrenceFields(models.Model):
 
     # -- the preview ------------------------------------------------------------------------
     def preview_slots(self, count: int, now: datetime) -> list[Upcoming]:
-        """The next ``count`` fires as :meth:`preview` gives them, each with its fate (moved
-        by a calendar or not), and the slots the calendars drop among and before them (at
-        most :data:`PREVIEW_DROPPED` per gap)."""
+        """The next ``count`` fires as :meth:`preview` gives them (``fires``), the planned
+        slots a calendar moved onto each (``shifted``: two slots moved onto one instant
+        fire once), and the slots the calendars drop among and before them (``excluded``,
+        at most :data:`PREVIEW_DROPPED` per gap)."""
         runs = self.preview(count, now)
         if not self.calendar_ids or not runs:
             return [Upcoming(run, run, "fires", "") for run in runs]
@@ -187,10 +188,13 @@ class RecurrenceFields(models.Model):
         for index, (slot, run) in enumerate(zip(slots, runs, strict=True)):
             low = min(now, slot) if index == 0 else slots[index - 1] + MICROSECOND
             entries += _dropped(table, low, slot)
-            moved = [fate for fate in table.origins(slot) if fate.kind == "shifted"]
-            if moved and all(fate.slot != slot for fate in table.origins(slot)):
-                entries.append(Upcoming(moved[0].slot, run, "shifted", moved[0].describe()))
-            else:
+            origins = table.origins(slot)
+            entries += [
+                Upcoming(fate.slot, run, "shifted", fate.describe())
+                for fate in origins
+                if fate.kind == "shifted"
+            ]
+            if not origins or any(fate.slot == slot for fate in origins):
                 entries.append(Upcoming(slot, run, "fires", ""))
         return entries
 

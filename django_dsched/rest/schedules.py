@@ -458,7 +458,7 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
     def preview(self, request: Request, **kwargs: Any) -> Response:
         count = query(PreviewQuery, request)["count"]
         slots = api.preview_slots(self.get_object(), count)
-        fires = [slot.runs_at for slot in slots if slot.runs_at is not None]
+        fires = list(dict.fromkeys(slot.runs_at for slot in slots if slot.runs_at is not None))
         return Response(PreviewSerializer({"fires": fires, "slots": slots}).data)
 
     @described(
