@@ -70,6 +70,14 @@ class ScheduleForm(ScheduleModelForm):
             "moved (the policy), a slot in a blackout window is dropped."
         ),
     )
+    # Read only with calendars; not sent (a form of before): OMIT, unchanged.
+    calendar_policy = forms.TypedChoiceField(
+        label=_("on a day off"),
+        choices=CalendarPolicy.choices,
+        required=False,
+        empty_value=CalendarPolicy.OMIT.value,
+        help_text=_("What a slot on a day off of its calendars becomes."),
+    )
     # Whether the user may end a schedule (cancel) or fire it at once (run now): an edit
     # that would do either is refused without it. The admin sets both per request.
     may_complete = False
@@ -129,8 +137,6 @@ class ScheduleForm(ScheduleModelForm):
             self.fields["host_id"].widget = forms.Select(
                 choices=[(str(host), str(host)) for host in self.hosts]
             )
-        if "calendar_policy" in self.fields:  # only read with calendars (default OMIT)
-            self.fields["calendar_policy"].required = False
         if "calendar_ids" in self.fields:
             field = self.fields["calendar_ids"]
             assert isinstance(field, forms.TypedMultipleChoiceField)
@@ -141,9 +147,6 @@ class ScheduleForm(ScheduleModelForm):
 
     def clean_calendar_ids(self) -> Any:
         return self.cleaned_data.get("calendar_ids") or None  # none is NULL
-
-    def clean_calendar_policy(self) -> Any:
-        return self.cleaned_data.get("calendar_policy") or CalendarPolicy.OMIT
 
     def clean(self) -> dict[str, Any] | None:
         cleaned = super().clean()
