@@ -74,9 +74,7 @@ class SchedulerMetrics:
         )
         self.calendar_slots = counter(
             "dsched_calendar_slots",
-            "Slots of calendar-filtered schedules that their calendars dropped (excluded: a "
-            "day off under OMIT, a blackout window) or moved to another day (shifted), by "
-            "fate; each is in the schedule's audit (dsched.schedule.slots_filtered).",
+            "Slots calendars dropped (excluded) or moved to another day (shifted), by fate.",
             ["fate"],
         )
         self.quota_held_back = gauge(
