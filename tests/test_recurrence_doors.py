@@ -91,6 +91,17 @@ def test_declarations_accept_a_good_rule_and_refuse_a_bad_one():
     report = declared.sync({"fortnightly": good})
     assert report.created == ["fortnightly"]
     assert declared.sync({"fortnightly": good}).unchanged == ["fortnightly"]
+    # Calendars by name: resolved to ids, so a sync of the same declaration changes nothing.
+    ops = api.create_calendar("Ops", weekend=[6])
+    with_calendars = {**good, "calendars": ["Ops"], "calendar_policy": "FORWARD"}
+    assert declared.sync({"fortnightly": with_calendars}).updated == ["fortnightly"]
+    assert declared.sync({"fortnightly": with_calendars}).unchanged == ["fortnightly"]
+    assert Schedule.objects.get(schedule_name="fortnightly").calendar_ids == [ops.pk]
+    with pytest.raises(ValidationError) as refused:
+        declared.sync({"fortnightly": {**good, "calendars": ["Nope"]}})
+    assert refused.value.messages == [
+        "declared schedule 'fortnightly': No calendar 'Nope' that this schedule's host may use."
+    ]
 
 
 def test_rest_accepts_a_good_rule_and_refuses_a_bad_one_in_creates_bulk_and_edits(admin_user):
@@ -148,12 +159,25 @@ def test_calendars_are_the_hosts_own_or_the_operators(settings, admin_user):
     }
     created = alice.post("schedules/", {**body, "calendars": [str(shared.pk)]})
     assert created.status_code == 201 and created.body["calendars"] == [str(shared.pk)]
+    edit = {"calendars": [str(ours.pk)], "calendar_policy": "BACKWARD"}
+    edited = alice.patch(f"schedules/{created.body['id']}/", edit, **{"If-Match": "*"})
+    assert edited.status_code == 200, edited.body
+    assert (edited.body["calendars"], edited.body["calendar_policy"]) == (
+        [str(ours.pk)],
+        "BACKWARD",
+    )
+    once = {"name": "z", "kind": "ONCE", "delay": 60, "calendars": [str(ours.pk)], **COMMON}
+    refused = alice.post("schedules/", once)
+    assert refused.status_code == 400
+    assert refused.body["errors"] == {
+        "calendars": ["A one-shot fires at its time: calendars filter recurring schedules."]
+    }
     listed = alice.get("calendars/").body["results"]
     assert {(c["name"], c["shared"]) for c in listed} == {("Belgium", True), ("A's", False)}
     assert alice.patch(f"calendars/{shared.pk}/", {"weekend_days": []}).status_code == 403
     assert alice.get(f"calendars/{theirs.pk}/").status_code == 404
     in_use = alice.delete(f"calendars/{ours.pk}/")
-    assert in_use.status_code == 409 and "x" in in_use.body["detail"]
+    assert in_use.status_code == 409 and "x, y use this calendar" in in_use.body["detail"]
     assert Calendar.objects.filter(pk=ours.pk).exists()
 
 
