@@ -28,9 +28,18 @@ from django_dsched.exceptions import CalendarError
 from django_dsched.models.calendar import calendars_by_id
 from django_dsched.timetables import Timetable
 from django_dsched.timetables.calendars import Calendar
-from django_dsched.timetables.filtered import Fate, fates_to_record, with_calendars
+from django_dsched.timetables.filtered import (
+    MAX_SHIFT_DAYS,
+    Fate,
+    fates_to_record,
+    with_calendars,
+)
 
 MICROSECOND = timedelta(microseconds=1)
+# How far before its planned next slot a row looks for a slot a calendar edit put there: a
+# shift moves a slot at most MAX_SHIFT_DAYS; a slot an edit brings back further in the past
+# is not fired (the misfire policies would coalesce or skip it anyway).
+LOOK_BACK = timedelta(days=MAX_SHIFT_DAYS + 1)
 # The most slots one audit event lists (its counts count them all).
 LISTED = 50
 STALE = "no longer a slot of the schedule: its calendars changed since it was planned"
@@ -66,10 +75,11 @@ def go_on_from(
 ) -> tuple[datetime | None, bool]:
     """The slot to plan from (None: no slot is left) and whether ``stored`` (the row's next
     slot) is no longer a slot of ``table``. The first slot after the schedule's last fire
-    or change (``last_change``), not before its ``start``."""
+    or change (``last_change``), not before its ``start`` nor :data:`LOOK_BACK` before
+    ``stored``."""
     low = stored - MICROSECOND
     if last_change is not None and last_change < stored:
-        low = max(last_change, start - MICROSECOND)
+        low = max(last_change, start - MICROSECOND, stored - LOOK_BACK)
     current = table.slot_after(low)
     if current == stored:
         return stored, False
