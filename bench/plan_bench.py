@@ -57,6 +57,10 @@ def cron_row(expression: str, zone: str, next_slot: datetime, now: datetime, **r
         None,
         0,
         0,
+        "",
+        None,
+        "OMIT",
+        None,
         None,  # the overlap column: ALLOW_ALL (firing/claim.py, OVERLAP)
     )
 

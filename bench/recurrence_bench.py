@@ -4,10 +4,11 @@ database): what a batch of 1,000 due rows costs in Python, and the ratio to plai
     .venv/bin/python bench/recurrence_bench.py              # median of 5 runs each
     .venv/bin/python bench/recurrence_bench.py --runs 9
 
-Each row is planned as the fire path plans a due row that is not on the integer fast path
-(``firing.plan._plan_one``): build its timetable, then ``timetables.decide()`` and the run
-time of the next slot. RRULE and calendar filters are not wired into ``plan()`` yet, so the
-three cases go through that same sequence here:
+Each batch is the claim's rows (as ``firing.claim`` returns them) planned by
+``firing.plan.plan()``, the fire path's own code: its timetable, ``decide()``, the run time
+of the next slot, and for a calendar-filtered row the slot it goes on from after a calendar
+edit and what the calendars did to its slots (``firing/calendared.py``). The calendars are
+handed to ``plan()`` as the batch reads them (built once per version):
 
 * ``cron``: 1,000 per-minute crons in Europe/Brussels, each due for the minute just passed;
 * ``rrule``: 1,000 RRULEs in Europe/Brussels (every minute, weekdays every 15 minutes in
@@ -38,11 +39,10 @@ from setup_django import configure
 
 configure("dsched_bench")
 
-from django_dsched.timetables import Rules, Timetable, backlog_window, decide  # noqa: E402
+from django_dsched.firing.plan import plan  # noqa: E402
+from django_dsched.timetables import RRuleTimetable  # noqa: E402
 from django_dsched.timetables.calendars import Calendar, WeeklyWindow  # noqa: E402
-from django_dsched.timetables.cron import CronTimetable  # noqa: E402
-from django_dsched.timetables.filtered import Filtered, Shift  # noqa: E402
-from django_dsched.timetables.rrule import RRuleTimetable  # noqa: E402
+from django_dsched.timetables.grid import to_microseconds  # noqa: E402
 
 ZONE = "Europe/Brussels"
 RULES = [
@@ -55,54 +55,62 @@ RULES = [
     "FREQ=MONTHLY;BYMONTHDAY=-1;BYHOUR=23;BYMINUTE=0",
     "FREQ=YEARLY;BYMONTH=1,4,7,10;BYMONTHDAY=1;BYHOUR=6;BYMINUTE=0",
 ]
-Row = tuple[str, Callable[[], Timetable], datetime]
+START = datetime(2026, 1, 1, tzinfo=UTC)
+CALENDAR_ID = str(uuid.uuid4())
+Row = tuple[Any, ...]
 
 
-def plan_rows(rows: list[Row], now: datetime) -> int:
-    """Plan each row as ``firing.plan._plan_one`` does; the number that fire."""
-    window = backlog_window()
-    fired = 0
-    for schedule_id, build, next_slot in rows:
-        table = build()
-        rules = Rules(jitter_key=schedule_id)
-        decision = decide(table, rules, next_slot, now, 0, window)
-        if decision.next_slot is not None:
-            rules.run_time(table, decision.next_slot)
-        fired += decision.slot is not None
-    return fired
+def row(
+    kind: str,
+    next_slot: datetime,
+    now: datetime,
+    *,
+    cron: str = "",
+    rrule: str = "",
+    calendars: list[str] | None = None,
+    policy: str = "OMIT",
+) -> Row:
+    """A due row as the claim returns it (times in microseconds; a calendar-filtered row's
+    last fire at its slot's time, as when it fires every minute)."""
+    return (
+        str(uuid.uuid4()), kind, "", None, to_microseconds(START), to_microseconds(next_slot),
+        to_microseconds(now), cron, ZONE, "COALESCE", None, 100, None, None, 0, 0, rrule,
+        calendars, policy, None if calendars is None else to_microseconds(next_slot),
+    )  # fmt: skip
+
+
+def plan_rows(rows: list[Row], calendars: dict[str, Calendar]) -> int:
+    """Plan the batch as the fire path does; the number of rows that fire."""
+    decided = plan(rows, None, calendars)
+    return sum(slot is not None for slot in decided.slots)
 
 
 def cron_rows(now: datetime) -> list[Row]:
     slot = now.replace(second=0, microsecond=0)
-    return [
-        (str(uuid.uuid4()), lambda: CronTimetable("* * * * *", ZONE), slot) for _ in range(1000)
-    ]
+    return [row("CRON", slot, now, cron="* * * * *") for _ in range(1000)]
 
 
 def rrule_rows(now: datetime) -> list[Row]:
-    start = datetime(2026, 1, 1, tzinfo=UTC)
     rows: list[Row] = []
     for k in range(1000):
         text = RULES[k % len(RULES)]
-        table = RRuleTimetable(text, ZONE, start)
-        slot = table.slot_at_or_before(now) or start
-        rows.append((str(uuid.uuid4()), lambda text=text: RRuleTimetable(text, ZONE, start), slot))
+        slot = RRuleTimetable(text, ZONE, START).slot_at_or_before(now) or START
+        rows.append(row("RRULE", slot, now, rrule=text))
     return rows
 
 
 def filtered_rows(now: datetime) -> list[Row]:
-    freeze = WeeklyWindow(4, time(18), 0, time(6), ZONE, "weekend freeze")
-    calendar = Calendar.of_holidays("Belgium", "BE", [2026, 2027], windows=(freeze,))
     slot = now.replace(second=0, microsecond=0)
-    rows: list[Row] = []
-    for k in range(1000):
-        policy = Shift.BACKWARD if k % 4 == 0 else Shift.OMIT
+    return [
+        row("CRON", slot, now, cron="* * * * *", calendars=[CALENDAR_ID],
+            policy="BACKWARD" if k % 4 == 0 else "OMIT")
+        for k in range(1000)
+    ]  # fmt: skip
 
-        def build(policy: Shift = policy) -> Timetable:
-            return Filtered(CronTimetable("* * * * *", ZONE), [calendar], policy, ZONE)
 
-        rows.append((str(uuid.uuid4()), build, slot))
-    return rows
+def calendars() -> dict[str, Calendar]:
+    freeze = WeeklyWindow(4, time(18), 0, time(6), ZONE, "weekend freeze")
+    return {CALENDAR_ID: Calendar.of_holidays("Belgium", "BE", [2026, 2027], windows=(freeze,))}
 
 
 def median_of(runs: int, work: Callable[[], Any]) -> float:
@@ -126,13 +134,14 @@ def main() -> None:
         ("day before DST", datetime(2026, 3, 28, 10, 0, 30, tzinfo=UTC)),
     ):
         figures = {}
+        known = calendars()
         for name, make in (
             ("cron", cron_rows),
             ("rrule", rrule_rows),
             ("filtered cron", filtered_rows),
         ):
             rows = make(now)
-            figures[name] = median_of(runs, lambda rows=rows, now=now: plan_rows(rows, now))
+            figures[name] = median_of(runs, lambda rows=rows, known=known: plan_rows(rows, known))
         base = figures["cron"]
         print(
             f"{label}: 1,000 rows each: cron {base:.3f} s, "

@@ -41,13 +41,15 @@ from django.db.models import Case, OuterRef, Q, QuerySet, Subquery, When
 from django.utils.translation import gettext as _
 
 from django_dsched.changes import bulk, cancels, creates, edits, on_demand, pauses, permissions
-from django_dsched.changes.specs import OPTIONS, Cron, Interval, Once, Spec, in_callers_words
+from django_dsched.changes.calendars import create_calendar, delete_calendar
+from django_dsched.changes.specs import OPTIONS, Cron, Interval, Once, Rrule, Spec, in_callers_words
 from django_dsched.counts import ChangeCount
 from django_dsched.enums import LIVE, PLANNED, UNHEALTHY, DeliveryStatus, Health, OverlapPolicy
 from django_dsched.exceptions import BulkValidationError, ValidationError
 from django_dsched.health import judge
 from django_dsched.models import OutboxMessage, Schedule
 from django_dsched.models.order import next_fire_order
+from django_dsched.models.recurrence import Upcoming
 from django_dsched.models.schedule import resolve_host
 from django_dsched.models.validators import storable_text
 from django_dsched.outbox import phases
@@ -220,6 +222,43 @@ def create_once(
         topic=topic,
         event_type=event_type,
         data=data,
+        key=key,
+        host_id=host_id,
+        **_options(options),
+    )
+    permissions.require(actor, permissions.ADD)
+    return creates.create(spec, actor=actor)
+
+
+def create_rrule(
+    name: str | None = None,
+    *,
+    rrule: str,
+    time_zone: str = "UTC",
+    topic: str,
+    event_type: str,
+    data: dict[str, Any] | None = None,
+    start: datetime | None = None,
+    key: str | None = None,
+    host_id: uuid.UUID | str | None = None,
+    actor: Any = None,
+    **options: Any,
+) -> Schedule:
+    """Fire at the slots of an RFC 5545 recurrence on the wall clock of ``time_zone``:
+    ``FREQ=WEEKLY;INTERVAL=2;BYDAY=TU``, or ``DTSTART:``, ``RRULE:``, ``RDATE:`` and
+    ``EXDATE:`` lines; without ``DTSTART``, ``start`` (default: now) is ``DTSTART``.
+
+    Like every kind, it takes ``calendars=`` (calendars, their ids or names: the host's own
+    or the operator's) and ``calendar_policy=`` (``OMIT``, ``BACKWARD``, ``FORWARD``).
+    """
+    spec = Rrule(
+        name=name,
+        rrule=rrule,
+        time_zone=time_zone,
+        topic=topic,
+        event_type=event_type,
+        data=data,
+        start=start,
         key=key,
         host_id=host_id,
         **_options(options),
@@ -493,6 +532,17 @@ def preview(
     return get(ref, host_id=host_id).preview(count, database_now())
 
 
+def preview_slots(
+    ref: ScheduleRef, count: int = 10, *, host_id: uuid.UUID | str | None = None
+) -> list[Upcoming]:
+    """:func:`preview`'s next ``count`` fires, each with its fate (``fires``, or
+    ``shifted`` by a calendar, with why), and the slots its calendars drop among them
+    (``excluded``, with why)."""
+    if not 1 <= count <= 1000:
+        raise ValidationError("count must be from 1 to 1000.")
+    return get(ref, host_id=host_id).preview_slots(count, database_now())
+
+
 def dry_run(
     start: datetime,
     end: datetime,
@@ -542,18 +592,24 @@ __all__ = [
     "DeliveryStatus",
     "Interval",
     "Once",
+    "Rrule",
     "Status",
+    "Upcoming",
     "backfill",
     "bulk_cancel",
     "bulk_create",
     "cancel",
+    "create_calendar",
     "create_cron",
     "create_interval",
     "create_once",
+    "create_rrule",
+    "delete_calendar",
     "dry_run",
     "get",
     "pause",
     "preview",
+    "preview_slots",
     "resume",
     "schedules",
     "set_policies",

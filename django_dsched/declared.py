@@ -5,6 +5,10 @@ Declare them in settings::
     DSCHED_SCHEDULES = {
         "nightly-report": {"cron": "0 2 * * *", "time_zone": "Europe/Brussels",
                            "topic": "reports", "event_type": "report.build"},
+        "month-end-close": {"rrule": "FREQ=MONTHLY;BYMONTHDAY=-1;BYHOUR=17;BYMINUTE=0",
+                            "time_zone": "Europe/Brussels", "calendars": ["Belgium"],
+                            "calendar_policy": "BACKWARD", "topic": "finance",
+                            "event_type": "close.month"},
         "heartbeat": {"every": 30, "unit": "SECONDS", "topic": "ops", "event_type": "ping"},
     }
 
@@ -41,6 +45,7 @@ from django.db import transaction
 from django.utils.module_loading import autodiscover_modules
 
 from django_dsched.changes import edits, pauses
+from django_dsched.changes.calendar_use import check_calendars
 from django_dsched.changes.constraints import validate_new
 from django_dsched.changes.routes import check_routed
 from django_dsched.changes.specs import grid_step, in_callers_words
@@ -87,6 +92,10 @@ FIELD_OF = {
     # The overlap and failure policies (docs/overlap.md).
     "overlap_policy": "overlap_policy",
     "pause_on_failure": "pause_on_failure",
+    # A recurrence rule, and calendars (names or ids of the host's or the operator's).
+    "rrule": "rrule",
+    "calendars": "calendar_ids",
+    "calendar_policy": "calendar_policy",
 }
 
 _registry: dict[str, dict[str, Any]] = {}
@@ -184,7 +193,7 @@ def problem(name: Any, spec: Any) -> str | None:
     if not isinstance(name, str):
         return "its name must be a string"
     if not isinstance(spec, Mapping):
-        return "must be a dict (cron=, every= or at=, topic=, event_type=, ...)"
+        return "must be a dict (cron=, every=, rrule= or at=, topic=, event_type=, ...)"
     unknown = _unknown_keys(spec)
     if unknown:
         return f"unknown keys {unknown}"
@@ -193,6 +202,7 @@ def problem(name: Any, spec: Any) -> str | None:
         values = fields_of(spec)
         if values.get("start_ts") in (None, ""):  # the sync starts it now
             values["start_ts"] = _ANY_START
+        values.pop("calendar_ids", None)  # names: the sync resolves them (a query)
         schedule = Schedule(
             schedule_name=name,
             host_id=resolve_host(spec.get("host_id")),
@@ -209,13 +219,19 @@ def problem(name: Any, spec: Any) -> str | None:
     return None
 
 
+KINDS = {
+    "cron": ScheduleKind.CRON,
+    "every": ScheduleKind.INTERVAL,
+    "at": ScheduleKind.ONCE,
+    "rrule": ScheduleKind.RRULE,
+}
+
+
 def kind_of(spec: Mapping[str, Any]) -> str:
-    present = [key for key in ("cron", "every", "at") if key in spec]
+    present = [key for key in KINDS if key in spec]
     if len(present) != 1:
-        raise ValidationError("give exactly one of cron=, every= or at=")
-    return {"cron": ScheduleKind.CRON, "every": ScheduleKind.INTERVAL, "at": ScheduleKind.ONCE}[
-        present[0]
-    ]
+        raise ValidationError("give exactly one of cron=, every=, rrule= or at=")
+    return KINDS[present[0]]
 
 
 def fields_of(spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -270,7 +286,12 @@ def sync(specs: Mapping[str, Mapping[str, Any]] | None = None) -> SyncReport:
 
 def _sync_one(name: str, host: Any, spec: Mapping[str, Any], report: SyncReport) -> None:
     validate_plain_text(name)  # before it is looked up (PostgreSQL text cannot hold NUL)
-    outcome, schedule = upsert(name, host, fields_of(spec))
+    values = fields_of(spec)
+    if values.get("calendar_ids"):  # names or ids, as ids (compared with the stored ones)
+        named = Schedule(host_id=host, calendar_ids=values["calendar_ids"])
+        check_calendars(named)
+        values["calendar_ids"] = named.calendar_ids
+    outcome, schedule = upsert(name, host, values)
     getattr(report, outcome).append(name)
     if (
         schedule is not None

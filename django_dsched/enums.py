@@ -18,6 +18,26 @@ class ScheduleKind(models.TextChoices):
     INTERVAL = "INTERVAL", _("interval")
     CRON = "CRON", _("cron")
     ONCE = "ONCE", _("one-shot")
+    # RFC 5545 recurrence rule (RRULE, with DTSTART, RDATE and EXDATE lines).
+    RRULE = "RRULE", _("recurrence rule")
+
+
+class CalendarPolicy(models.TextChoices):
+    """What a schedule's calendars do to a slot on a day that is not a business day (the
+    names of RFC 7529's SKIP; ``timetables.filtered.Shift``). A slot in a blackout window
+    is dropped whatever the policy."""
+
+    OMIT = "OMIT", _("drop the slot (omit)")
+    BACKWARD = "BACKWARD", _("move it to the previous business day")
+    FORWARD = "FORWARD", _("move it to the next business day")
+
+
+class WindowKind(models.TextChoices):
+    """A calendar's blackout window: once (two instants), or every week on a zone's wall
+    clock."""
+
+    ONE_OFF = "ONE_OFF", _("once")
+    WEEKLY = "WEEKLY", _("every week")
 
 
 class MisfirePolicy(models.TextChoices):

@@ -44,6 +44,10 @@ def claim_row(
         schedule.max_fires,
         fire_count,
         schedule.jitter_seconds,
+        schedule.rrule,
+        [str(calendar) for calendar in schedule.calendar_ids] if schedule.calendar_ids else None,
+        schedule.calendar_policy,
+        None,  # the last fire or change (calendar-filtered rows only)
         None,  # the overlap column: ALLOW_ALL (firing/claim.py, OVERLAP)
     )
 

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from django_dsched.admin import cluster, events, outbox, quotas, schedules
+from django_dsched.admin import calendars, cluster, events, outbox, quotas, schedules
 
-__all__ = ["cluster", "events", "outbox", "quotas", "schedules"]
+__all__ = ["calendars", "cluster", "events", "outbox", "quotas", "schedules"]

@@ -17,15 +17,28 @@ from django.utils.translation import gettext_lazy as _
 
 from django_dsched.admin.tenancy import allowed_host
 from django_dsched.changes import edits, permissions, quotas
+from django_dsched.changes.calendar_use import check_calendars, usable_hosts
 from django_dsched.changes.creates import Preparer
 from django_dsched.changes.describe import both_times
 from django_dsched.changes.routes import check_routed
 from django_dsched.conf import app_settings
-from django_dsched.enums import ScheduleState
-from django_dsched.exceptions import CronError, EditNotPermitted, TimetableError
-from django_dsched.models import Schedule
+from django_dsched.enums import CalendarPolicy, ScheduleState
+from django_dsched.exceptions import CronError, EditNotPermitted, TimetableError, ValidationError
+from django_dsched.models import Calendar, Schedule
 from django_dsched.runtime.clock import database_now
 from django_dsched.timetables.zones import zone as zone_named
+
+
+def calendar_choices(hosts: list[uuid.UUID] | None) -> list[tuple[str, str]]:
+    """The calendars a user of ``hosts`` (None: every host) may choose from: their hosts'
+    and the operator's, by name (and host, when there is more than one)."""
+    rows = Calendar.objects.order_by("name", "host_id")
+    if hosts is not None:
+        rows = rows.filter(host_id__in={h for host in hosts for h in usable_hosts(host)})
+    found = list(rows.values_list("pk", "name", "host_id"))
+    many = len({host for _pk, _name, host in found}) > 1
+    return [(str(pk), f"{name} ({host})" if many else name) for pk, name, host in found]
+
 
 CONFLICT = _(
     "This schedule changed since you opened it (it fired or someone edited it): version "
@@ -84,6 +97,25 @@ class ScheduleForm(ScheduleModelForm):
     """
 
     seen_version = forms.IntegerField(widget=forms.HiddenInput, required=False)
+    # The calendars the schedule's host may use (its own and the operator's; each
+    # schedule's are checked again against its host when the form is cleaned).
+    calendar_ids = forms.TypedMultipleChoiceField(
+        label=_("calendars"),
+        required=False,
+        coerce=uuid.UUID,
+        help_text=_(
+            "Business calendars that filter the slots: a slot on a day off is dropped or "
+            "moved (the policy), a slot in a blackout window is dropped."
+        ),
+    )
+    # Read only with calendars; not sent (a form of before): OMIT, unchanged.
+    calendar_policy = forms.TypedChoiceField(
+        label=_("on a day off"),
+        choices=CalendarPolicy.choices,
+        required=False,
+        empty_value=CalendarPolicy.OMIT.value,
+        help_text=_("What a slot on a day off of its calendars becomes."),
+    )
     # Whether the user may end a schedule (cancel) or fire it at once (run now): an edit
     # that would do either is refused without it. The admin sets both per request.
     may_complete = False
@@ -117,8 +149,15 @@ class ScheduleForm(ScheduleModelForm):
             # The overlap and failure policies (docs/overlap.md).
             "overlap_policy",
             "pause_on_failure",
+            # The recurrence rule and the calendars (models/recurrence.py).
+            "rrule",
+            "calendar_ids",
+            "calendar_policy",
         ]
-        widgets = {"event_data": forms.Textarea(attrs={"rows": 4, "class": "vLargeTextField"})}
+        widgets = {
+            "event_data": forms.Textarea(attrs={"rows": 4, "class": "vLargeTextField"}),
+            "rrule": forms.Textarea(attrs={"rows": 3, "class": "vLargeTextField"}),
+        }
         help_texts = {
             "misfire_grace_seconds": _(
                 "The catch-up window: a slot later than this (after an outage, or held for "
@@ -149,6 +188,10 @@ class ScheduleForm(ScheduleModelForm):
             self.fields["host_id"].widget = forms.Select(
                 choices=[(str(host), str(host)) for host in self.hosts]
             )
+        if "calendar_ids" in self.fields:
+            field = self.fields["calendar_ids"]
+            assert isinstance(field, forms.TypedMultipleChoiceField)
+            field.choices = calendar_choices(self.hosts)
 
     def clean_overlap_policy(self) -> str:
         value = self.cleaned_data.get("overlap_policy")
@@ -185,8 +228,12 @@ class ScheduleForm(ScheduleModelForm):
     def clean_host_id(self) -> Any:
         return allowed_host(self.hosts, self.cleaned_data.get("host_id"))
 
+    def clean_calendar_ids(self) -> Any:
+        return self.cleaned_data.get("calendar_ids") or None  # none is NULL
+
     def clean(self) -> dict[str, Any] | None:
         cleaned = super().clean()
+        self._check_calendars()
         if self.instance._state.adding:
             self._check_create()
             return cleaned
@@ -241,6 +288,17 @@ class ScheduleForm(ScheduleModelForm):
         if permissions.fires_a_backlog(new, database_now):
             error = permissions.refusal(permissions.FIRE, permissions.BACKLOG_WHY)
             raise forms.ValidationError({"misfire_policy": error.message})
+
+    def _check_calendars(self) -> None:
+        """Refuse calendars the schedule's host may not use (another tenant's) on the
+        calendars field."""
+        if self.errors or not self.cleaned_data.get("calendar_ids"):
+            return
+        new = construct_instance(self, copy.copy(self.instance), fields=self._meta.fields)
+        try:
+            check_calendars(new)
+        except ValidationError as exc:
+            raise forms.ValidationError(exc.message_dict) from None
 
     def _current(self) -> tuple[int, str] | None:
         """The stored version and state, locked when inside a transaction."""

@@ -49,6 +49,24 @@ def preview(schedule: Schedule, now: datetime) -> list[tuple[datetime, str]]:
     return list(zip(times, outlook.preview_notes(schedule, times, run, now), strict=True))
 
 
+def calendar_slots(schedule: Schedule, now: datetime) -> list[dict[str, Any]]:
+    """The slots of the preview that the schedule's calendars move or drop, with why
+    (:meth:`Schedule.preview_slots`); none for a schedule without calendars."""
+    if not schedule.calendar_ids:
+        return []
+    zone = zone_of(schedule)  # on the schedule's wall clock, as every time of the page
+    return [
+        {
+            "fate": slot.fate,
+            "slot": moment(slot.slot, now, zone=zone),
+            "runs_at": moment(slot.runs_at, now, zone=zone) if slot.runs_at else "",
+            "reason": slot.reason,
+        }
+        for slot in schedule.preview_slots(PREVIEW_COUNT, now)
+        if slot.fate != "fires"
+    ]
+
+
 def _version(request: HttpRequest, param: str) -> int | None:
     try:
         value = int(request.GET.get(param, ""))

@@ -138,6 +138,7 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
                     "schedule_kind",
                     ("frequency_time", "frequency_unit"),
                     "cron_expression",
+                    "rrule",
                     "time_zone",
                     ("start_ts", "end_ts"),
                     "max_fires",
@@ -145,6 +146,7 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
                 ]
             },
         ),
+        (_("Business calendars"), {"fields": ["calendar_ids", "calendar_policy"]}),
         (
             _("Missed fires"),
             {"fields": ["misfire_policy", ("misfire_grace_seconds", "catch_up_limit")]},
@@ -435,6 +437,7 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
                     (moment(t, now, zone=zone_of(saved)), note)
                     for t, note in schedule_panels.preview(saved, now)
                 ],
+                dsched_calendar_slots=schedule_panels.calendar_slots(saved, now),
                 dsched_events=schedule_panels.events(request, saved, now),
                 dsched_deliveries=schedule_panels.deliveries(request, saved, now),
                 dsched_from_code=saved.origin == ScheduleOrigin.CODE,

@@ -32,6 +32,8 @@ def plain(value: Any) -> Any:
         return value.isoformat()
     if isinstance(value, uuid.UUID | Decimal):
         return str(value)
+    if isinstance(value, list | tuple):  # a schedule's calendars
+        return [plain(item) for item in value]
     return value
 
 

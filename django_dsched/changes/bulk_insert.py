@@ -21,6 +21,7 @@ from operator import itemgetter
 from typing import Any
 
 import psycopg
+from django.contrib.postgres.fields import ArrayField
 from django.db import DatabaseError, IntegrityError, connections
 from django.db.models import Field
 
@@ -35,6 +36,11 @@ from django_dsched.runtime import binding
 CHUNK = 2_500
 # Per-row inputs that are not columns: a delay= (the time is the statement's plus it).
 EXTRA = (("delay_", "interval"),)
+# Array columns (a schedule's calendars): a per-row value goes as the array's text in a
+# text[] (PostgreSQL's arrays of arrays are rectangular), cast back in the statement.
+ARRAY_COLUMNS = frozenset(
+    str(field.column) for field in Schedule._meta.concrete_fields if isinstance(field, ArrayField)
+)
 
 _column_lists: dict[tuple[str, ...], list[tuple[Field[Any, Any], str, str, bool]]] = {}
 _statements: dict[tuple[Any, ...], str] = {}
@@ -72,8 +78,16 @@ def _build_statement(
     inputs_types += EXTRA
     arrays = [(name, db_type) for name, db_type in inputs_types if name not in shared]
     inputs = {name: f"%({name})s::{db_type}" for name, db_type in inputs_types if name in shared}
-    inputs.update({name: f"i.a{n}" for n, (name, _type) in enumerate(arrays)})
-    unnest = ", ".join(f"%(a{n})b::{db_type}[]" for n, (_name, db_type) in enumerate(arrays))
+    inputs.update(
+        {
+            name: f"i.a{n}::{db_type}" if name in ARRAY_COLUMNS else f"i.a{n}"
+            for n, (name, db_type) in enumerate(arrays)
+        }
+    )
+    unnest = ", ".join(
+        f"%(a{n})b::{'text' if name in ARRAY_COLUMNS else db_type}[]"
+        for n, (name, db_type) in enumerate(arrays)
+    )
     aliases = ", ".join(f"a{n}" for n in range(len(arrays)))
     values = ", ".join(
         f"coalesce({inputs[column]}, statement_timestamp() + {inputs['delay_']})"
@@ -107,6 +121,11 @@ def _build_statement(
         )
         SELECT {back} FROM c
     """
+
+
+def array_text(values: Sequence[Any]) -> str:
+    """PostgreSQL's text of a one-dimensional array of ``values`` (ids: no quoting needed)."""
+    return "{" + ",".join(map(str, values)) + "}"
 
 
 def _same(values: list[Any]) -> bool:
@@ -202,6 +221,8 @@ class Inserter:
         shared = frozenset(
             name for name, values in inputs.items() if name != "schedule_id" and _same(values)
         )
+        for name in ARRAY_COLUMNS - shared:
+            inputs[name] = [None if value is None else array_text(value) for value in inputs[name]]
         statement = _statement(filled, returned, shared)
         params: dict[str, Any] = {"event_type_": audit.PREFIX + "created", "actor_": self.who}
         params.update({name: inputs[name][0] for name in shared})

@@ -32,6 +32,7 @@ from django.db.models.expressions import DatabaseDefault
 
 from django_dsched.conf import app_settings
 from django_dsched.enums import (
+    CalendarPolicy,
     FrequencyUnit,
     MisfirePolicy,
     OverlapPolicy,
@@ -42,6 +43,7 @@ from django_dsched.enums import (
 from django_dsched.exceptions import ValidationError
 from django_dsched.models import Schedule
 from django_dsched.models.health import MAX_SECONDS
+from django_dsched.models.recurrence import MAX_CALENDARS
 from django_dsched.models.times import EARLIEST, LATEST, SCHEDULE_TIMES
 
 _IDENTIFIER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]*")
@@ -73,6 +75,7 @@ _POLICIES = frozenset(MisfirePolicy.values)
 _ORIGINS = frozenset(ScheduleOrigin.values)
 _STATES = frozenset(ScheduleState.values)
 _OVERLAPS = frozenset(OverlapPolicy.values)
+_CALENDAR_POLICIES = frozenset(CalendarPolicy.values)
 
 
 # name: (the fields the constraint reads, whether a schedule satisfies it). A constraint
@@ -171,6 +174,18 @@ TWINS: dict[str, tuple[tuple[str, ...], Callable[[Schedule], bool]]] = {
                 s.overlap_policy == OverlapPolicy.ALLOW_ALL or s.schedule_kind != ScheduleKind.ONCE
             )
             and (s.overlap_policy != OverlapPolicy.ALLOW_ALL or s.held_by is None)
+        ),
+    ),
+    # The recurrence rule and the calendars (models/recurrence.py).
+    "dsched_schedule_rrule_complete": (
+        ("schedule_kind", "rrule"),
+        lambda s: s.schedule_kind != ScheduleKind.RRULE or s.rrule != "",
+    ),
+    "dsched_schedule_calendars_valid": (
+        ("calendar_policy", "calendar_ids"),
+        lambda s: (
+            _maybe(s.calendar_policy, lambda v: v in _CALENDAR_POLICIES)
+            and _maybe(s.calendar_ids, lambda v: 1 <= len(v) <= MAX_CALENDARS)
         ),
     ),
 }

@@ -28,6 +28,7 @@ from django.db import transaction
 from django.utils.translation import gettext as _
 
 from django_dsched.changes import permissions, quotas
+from django_dsched.changes.calendar_use import CalendarUse
 from django_dsched.changes.constraints import (
     FieldCache,
     unique_name_error,
@@ -36,9 +37,8 @@ from django_dsched.changes.constraints import (
 from django_dsched.changes.routes import check_routed
 from django_dsched.changes.single_insert import insert_one
 from django_dsched.changes.specs import (
+    SPECS,
     Builder,
-    Cron,
-    Interval,
     Once,
     Spec,
     default_name,
@@ -95,11 +95,12 @@ class Preparer:
         self.clock = Clock()
         self.cache = FieldCache.shared()
         self.builder = Builder.shared()
+        self.calendars = CalendarUse()
 
     def prepare(self, spec: Spec) -> Prepared:
-        if not isinstance(spec, Once | Interval | Cron):
+        if not isinstance(spec, SPECS):
             raise ValidationError(
-                _("Give an api.Once, api.Interval or api.Cron, not %(type)s.")
+                _("Give an api.Once, api.Interval, api.Cron or api.Rrule, not %(type)s.")
                 % {"type": type(spec).__name__},
                 code="not_a_spec",
             )
@@ -134,6 +135,7 @@ class Preparer:
         """Validate ``schedule`` and do what ``Schedule.save()`` does before an insert; the
         event data's JSON text its check made, if any. Taken even when validation fails:
         the process-wide cache keeps nothing of the caller's."""
+        self.calendars.prepare(schedule)  # before the rule is checked against them
         try:
             validate_new(schedule, self.cache)
             check_routed(schedule)
@@ -142,6 +144,7 @@ class Preparer:
         schedule.active = schedule.state == ScheduleState.ACTIVE
         if schedule.schedule_kind != ScheduleKind.INTERVAL:
             schedule.frequency_unit, schedule.frequency_time = "", None
+        schedule.normalize_recurrence()
         return data_text
 
     def _once_time(self, schedule: Schedule, spec: Once) -> timedelta | None:

@@ -71,6 +71,21 @@ def both_times(moment: datetime, zone: tzinfo) -> str:
 
 
 def describe(schedule: Schedule) -> str:
+    text = _describe(schedule)
+    if schedule.calendar_ids:  # its calendars, and what a day off does to a slot
+        count = len(schedule.calendar_ids)
+        text += ngettext(
+            ", %(n)d calendar (%(policy)s)", ", %(n)d calendars (%(policy)s)", count
+        ) % {"n": count, "policy": schedule.calendar_policy}
+    return text
+
+
+def _describe(schedule: Schedule) -> str:
+    if schedule.schedule_kind == ScheduleKind.RRULE:
+        return _("%(rule)s (%(zone)s)") % {
+            "rule": " / ".join(schedule.rrule.splitlines()),
+            "zone": schedule.time_zone,
+        }
     if schedule.schedule_kind == ScheduleKind.CRON:
         return _("%(cron)s (%(zone)s)") % {
             "cron": describe_cron(schedule.cron_expression),

@@ -17,6 +17,7 @@ from django.db import transaction
 from django.utils.translation import gettext as _
 
 from django_dsched.changes import audit, creates, permissions
+from django_dsched.changes.calendar_use import check_calendars
 from django_dsched.changes.routes import check_routed
 from django_dsched.conf import app_settings
 from django_dsched.enums import PLANNED, ScheduleState
@@ -138,6 +139,7 @@ def check_edit(
     fields = [name for name in changed_fields if getattr(current, name) != getattr(schedule, name)]
     if "event_topic" in fields:
         check_routed(candidate)
+    check_calendars(candidate)  # the host's own or the operator's, and they exist
     effect = apply_edit(current, candidate, fields, database_now())
     _check_permitted(effect, may_complete=may_complete, may_fire=may_fire)
     return effect
@@ -179,6 +181,7 @@ def save_schedule(
         # with an idempotency key that exists, the existing schedule.
         # (``may_fire``: a new schedule that would fire a backlog at once is a run now.)
         return creates.create_instance(schedule, actor=actor, may_fire=may_fire)[0]
+    check_calendars(schedule)  # resolved to ids, and usable by the host, before validation
     schedule.full_clean()
     with transaction.atomic(using=app_settings.DATABASE):
         current = Schedule.objects.select_for_update().get(pk=schedule.pk)

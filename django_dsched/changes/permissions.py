@@ -62,6 +62,11 @@ VIEW_QUOTAS = Capability(
 ADD_QUOTAS = Capability("add tenant quotas", ("dsched.add_tenantquota",))
 CHANGE_QUOTAS = Capability("change tenant quotas", ("dsched.change_tenantquota",))
 DELETE_QUOTAS = Capability("delete tenant quotas", ("dsched.delete_tenantquota",))
+# Business calendars (models.Calendar): a tenant's own, and the operator's, shared.
+VIEW_CALENDARS = Capability("view calendars", ("dsched.view_calendar", "dsched.change_calendar"))
+ADD_CALENDARS = Capability("add calendars", ("dsched.add_calendar",))
+CHANGE_CALENDARS = Capability("change calendars", ("dsched.change_calendar",))
+DELETE_CALENDARS = Capability("delete calendars", ("dsched.delete_calendar",))
 CAPABILITIES = (
     VIEW,
     ADD,
@@ -77,6 +82,10 @@ CAPABILITIES = (
     ADD_QUOTAS,
     CHANGE_QUOTAS,
     DELETE_QUOTAS,
+    VIEW_CALENDARS,
+    ADD_CALENDARS,
+    CHANGE_CALENDARS,
+    DELETE_CALENDARS,
 )
 
 

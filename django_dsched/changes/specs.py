@@ -47,6 +47,10 @@ class _Spec:
     # The overlap and failure policies (models/overlap.py).
     overlap_policy: str | None = None
     pause_on_failure: bool | None = None
+    # Business calendars (Calendar instances, ids or names of the host's or the
+    # operator's) and what a slot on their days off becomes (OMIT, BACKWARD, FORWARD).
+    calendars: Any = None
+    calendar_policy: str | None = None
 
     kind = ""
 
@@ -141,7 +145,24 @@ class Cron(_Spec):
         return {"cron_expression": self.cron, "time_zone": self.time_zone, "start_ts": self.start}
 
 
-Spec = Once | Interval | Cron
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Rrule(_Spec):
+    """Fire at the slots of an RFC 5545 recurrence (``RRULE``, with ``DTSTART``, ``RDATE``
+    and ``EXDATE`` lines) on the wall clock of ``time_zone``; without ``DTSTART``,
+    ``start`` (default: now) is ``DTSTART``."""
+
+    rrule: str
+    time_zone: str = "UTC"
+    start: datetime | None = None
+
+    kind = ScheduleKind.RRULE
+
+    def fields(self) -> dict[str, Any]:
+        return {"rrule": self.rrule, "time_zone": self.time_zone, "start_ts": self.start}
+
+
+Spec = Once | Interval | Cron | Rrule
+SPECS = (Once, Interval, Cron, Rrule)
 
 # The columns of a one-shot given by delay= that the insert computes from the statement's clock
 # (statement_timestamp() + delay): no round trip to read the database's clock first.
@@ -164,6 +185,9 @@ OPTIONS = {
     # The overlap and failure policies (models/overlap.py).
     "overlap_policy": "overlap_policy",
     "pause_on_failure": "pause_on_failure",
+    # Calendars (models/recurrence.py).
+    "calendars": "calendar_ids",
+    "calendar_policy": "calendar_policy",
 }
 
 # A Schedule field by the name its caller gave it (api.create_*, api.bulk_create, specs).
@@ -176,6 +200,7 @@ SPEC_FIELDS = {
     "frequency_unit": "unit",
     "cron_expression": "cron",
     "end_ts": "end",
+    "calendar_ids": "calendars",
 }
 
 

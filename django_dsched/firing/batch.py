@@ -37,7 +37,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from django_dsched.enums import DeliveryStatus
-from django_dsched.firing.claim import CLAIMS, claim_args
+from django_dsched.firing import fates
+from django_dsched.firing.calendared import batch_calendars
+from django_dsched.firing.claim import CALENDARS, CLAIMS, claim_args
 from django_dsched.firing.fence import Fence, bucket_params, fence_params, touched_buckets
 from django_dsched.firing.plan import ACTIVE, COMPLETED, Plan, plan
 from django_dsched.firing.throttle import Throttle
@@ -85,6 +87,8 @@ class BatchResult:
     skipped: int = 0
     buffered: int = 0
     cancelled: int = 0
+    # Slots that calendars dropped (excluded) or moved (shifted), by fate, for metrics.
+    calendar_fates: dict[str, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +167,8 @@ def fire_batch(
         ready = [row[:-1] for row in rows if throttle.take(row[-1])]
         throttled = claimed - len(ready)
         rows = ready
-    decided = plan(rows, options.deadline)
+    # The calendars the rows name, read once for the batch (none: nothing read).
+    decided = plan(rows, options.deadline, batch_calendars([row[CALENDARS] for row in rows]))
     if options.keep_lease is not None and not options.keep_lease():
         return BatchResult(claimed, 0, 0, True)
     writer = Writer(cursor, params, bucketed, options.narrow)
@@ -183,6 +188,8 @@ def fire_batch(
     if decided.steps and not writer.steps(decided.steps):
         return BatchResult(claimed, 0, 0, True)
     if writer.refused and not writer.set_aside(writer.refused):
+        return BatchResult(claimed, 0, 0, True)
+    if decided.fates.ids and not fates.record(writer, decided.fates):
         return BatchResult(claimed, 0, 0, True)
     return _result(writer, decided, claimed, claimed_at, throttled, options.metrics)
 
@@ -250,4 +257,5 @@ def _result(
         skipped=decided.skipped,
         buffered=decided.buffered,
         cancelled=decided.cancelled,
+        calendar_fates=decided.fates.counts or None,
     )

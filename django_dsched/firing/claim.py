@@ -44,14 +44,23 @@ OVERLAP = f"""CASE WHEN overlap_policy = '{ALLOW_ALL}' THEN NULL
            ARRAY[NULL, '{FREE}']::text[]) END"""
 # Times travel as microseconds since the epoch: parsing and formatting thousands of
 # timestamps per batch costs more than the batch's SQL. Nothing here can fail on a row's
-# values: every column comes back as stored, to be judged by plan(), row by row.
+# values: every column comes back as stored, to be judged by plan(), row by row. Then: the
+# recurrence rule, the calendars (NULL for a plain schedule), their policy, for a
+# calendar-filtered row the time of its last fire or change (firing/calendared.py), and
+# the overlap policy's state (OVERLAP).
 CLAIM_COLUMNS = f"""schedule_id::text, schedule_kind, frequency_unit, frequency_time,
        {microseconds("start_ts")},
        {microseconds("next_slot_ts")},
        (extract(epoch FROM statement_timestamp()) * 1000000)::bigint,
        cron_expression, time_zone, misfire_policy, misfire_grace_seconds, catch_up_limit,
        {microseconds("end_ts")}, max_fires, fire_count, jitter_seconds,
+       rrule, calendar_ids::text[], calendar_policy,
+       CASE WHEN calendar_ids IS NOT NULL
+            THEN {microseconds("GREATEST(last_fired_ts, updated_ts)")} END,
        {OVERLAP}"""
+
+# The position of calendar_ids in a claimed row (firing/calendared.py).
+CALENDARS = 17
 
 # A row whose slot is held for a run still going is passed over (it stays due, unlocked) and
 # looked at again by every claim: one primary-key probe of that run per held row. A row

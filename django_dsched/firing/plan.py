@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django_dsched.enums import MisfirePolicy, ScheduleKind, ScheduleState
 from django_dsched.exceptions import ScheduleDataError
+from django_dsched.firing import calendared
 from django_dsched.firing.claim import UNREADABLE
 from django_dsched.firing.overlap import (
     BUFFERED,
@@ -33,6 +35,7 @@ from django_dsched.timetables import (
     decide,
     timetable_for,
 )
+from django_dsched.timetables.calendars import Calendar
 from django_dsched.timetables.grid import (
     MICROSECOND,
     due_slot_us,
@@ -86,6 +89,8 @@ class Plan:
     # CANCEL_OTHER's fires that need their previous run withdrawn first: (schedule id, run,
     # the slot held if it cannot be, microseconds).
     cancels: list[tuple[str, str, int]] = field(default_factory=list)
+    # What calendars did to the slots of calendar-filtered rows (audit and metrics).
+    fates: calendared.Fates = field(default_factory=calendared.Fates)
 
     def add(
         self,
@@ -132,7 +137,11 @@ ACTIVE, COMPLETED = ScheduleState.ACTIVE.value, ScheduleState.COMPLETED.value
 INTERVAL, COALESCE = ScheduleKind.INTERVAL.value, MisfirePolicy.COALESCE.value
 
 
-def plan(rows: list[tuple[Any, ...]], deadline: float | None = None) -> Plan:
+def plan(
+    rows: list[tuple[Any, ...]],
+    deadline: float | None = None,
+    calendars: Mapping[str, Calendar] | None = None,
+) -> Plan:
     """Decide, for each claimed row, what to fire and when it runs next (microseconds).
 
     Rows on the integer fast path are always planned (they cost a microsecond or two).
@@ -140,6 +149,7 @@ def plan(rows: list[tuple[Any, ...]], deadline: float | None = None) -> Plan:
     left out of the plan (``deferred``): unchanged, they are released at commit and taken
     by the next batch, so a slow batch shrinks instead of outliving the lease. A row whose
     planning raises is set aside with its error; the others are planned as usual.
+    ``calendars``: those the rows name, by id (:func:`.calendared.batch_calendars`).
     """
     result = Plan()
     slow: list[tuple[Any, ...]] = []
@@ -148,7 +158,8 @@ def plan(rows: list[tuple[Any, ...]], deadline: float | None = None) -> Plan:
     window_us = window // MICROSECOND
     for row in rows:
         (schedule_id, kind, unit, every, start, next_slot, now, _cron, _zone, policy, grace,
-         _limit, end, max_fires, _fires, jitter_s, overlap) = row  # fmt: skip
+         _limit, end, max_fires, _fires, jitter_s, _rrule, calendar_ids, _shift,
+         _last_change, overlap) = row  # fmt: skip
         if start is None or next_slot is None or UNREADABLE in (start, next_slot, end):
             result.aside.append((schedule_id, unreadable(start, next_slot, end)))
             continue
@@ -159,6 +170,7 @@ def plan(rows: list[tuple[Any, ...]], deadline: float | None = None) -> Plan:
             and end is None
             and max_fires is None
             and not jitter_s
+            and calendar_ids is None
             and overlap is None
         ):
             # The common case: plain integer arithmetic on the grid where it is exact.
@@ -180,21 +192,29 @@ def plan(rows: list[tuple[Any, ...]], deadline: float | None = None) -> Plan:
             result.deferred = len(slow) - index
             break
         try:
-            _plan_one(result, row, window)
+            _plan_one(result, row, window, calendars or {})
         except Exception as exc:  # any error here is this row's alone
             result.aside.append((row[0], reason(exc)))
     return result
 
 
-def _plan_one(result: Plan, row: tuple[Any, ...], window: timedelta | None = None) -> None:
+def _plan_one(
+    result: Plan,
+    row: tuple[Any, ...],
+    window: timedelta | None = None,
+    calendars: Mapping[str, Calendar] | None = None,
+) -> None:
     """Plan one row through the timetables (every kind, policy and bound).
 
     ``max_fires`` completes a schedule in ``WRITE``, which knows whether a fire was a new
     slot; here a schedule that already reached it completes without firing. ``window``:
-    the batch's backlog window (default: read from the settings).
+    the batch's backlog window (default: read from the settings). A row filtered by
+    calendars goes on from its current timetable's slot (:mod:`.calendared`), and what the
+    calendars did to its slots is noted in ``result.fates``.
     """
     (schedule_id, kind, unit, every, start, next_slot, now, cron, zone, policy, grace,
-     limit, end, max_fires, fires, jitter_s, overlap) = row  # fmt: skip
+     limit, end, max_fires, fires, jitter_s, rrule, calendar_ids, shift,
+     _last_change, overlap) = row  # fmt: skip
     if max_fires is not None and fires >= max_fires:
         result.add(schedule_id, None, None, None, False)
         if overlap is not None and overlap[1] is not None:  # completes: nothing held now
@@ -207,6 +227,7 @@ def _plan_one(result: Plan, row: tuple[Any, ...], window: timedelta | None = Non
         every=every,
         cron=cron,
         time_zone=zone,
+        rrule=rrule,
     )
     rules = Rules(
         policy=policy,
@@ -216,16 +237,27 @@ def _plan_one(result: Plan, row: tuple[Any, ...], window: timedelta | None = Non
         jitter_seconds=jitter_s,
         jitter_key=schedule_id,
     )
-    slot_at, now_at = from_microseconds(next_slot), from_microseconds(now)
+    slot_from, stale = from_microseconds(next_slot), None
+    if calendar_ids is not None:
+        table = calendared.filtered(table, calendar_ids, shift, zone, calendars or {})
+        going_on, stale = _calendar_start(result, row, table, rules)
+        if going_on is None:
+            return
+        slot_from = going_on
+    now_at = from_microseconds(now)
+    decision: Decision | None
     if overlap is not None:
-        outcome = decide_overlap(table, rules, previous(overlap), slot_at, now_at, fires, window)
+        outcome = decide_overlap(table, rules, previous(overlap), slot_from, now_at, fires, window)
         _overlap(result, schedule_id, table, rules, outcome, now)
         if outcome.cancel and outcome.run is not None:
-            result.cancels.append((schedule_id, outcome.run, next_slot))
-        return
-    _add(
-        result, schedule_id, table, rules, decide(table, rules, slot_at, now_at, fires, window), now
-    )
+            result.cancels.append((schedule_id, outcome.run, to_microseconds(slot_from)))
+        decision = outcome.decision
+    else:
+        decision = decide(table, rules, slot_from, now_at, fires, window)
+        _add(result, schedule_id, table, rules, decision, now)
+    if calendar_ids is not None and decision is not None:
+        passed = min(slot_from, from_microseconds(next_slot))
+        result.fates.note(schedule_id, table, passed, decision.next_slot, decision.slot, stale)
 
 
 def _add(
@@ -244,6 +276,27 @@ def _add(
     if next_run is not None and next_run <= now:
         result.again += 1
         result.again_ids.append(schedule_id)
+
+
+def _calendar_start(
+    result: Plan, row: tuple[Any, ...], table: Timetable, rules: Rules
+) -> tuple[datetime | None, datetime | None]:
+    """Where a calendar-filtered row goes on from (:func:`.calendared.go_on_from`), and its
+    stored slot if that no longer is one. A row with nothing due (its slot moved later by a
+    calendar edit, or none left) is planned here, firing nothing: ``(None, None)``."""
+    schedule_id, start, next_slot, now, last_change = row[0], row[4], row[5], row[6], row[19]
+    stored = from_microseconds(next_slot)
+    changed = None if last_change is None else from_microseconds(last_change)
+    current, stale = calendared.go_on_from(table, from_microseconds(start), stored, changed)
+    if current is not None and rules.end is not None and current > rules.end:
+        current = None
+    dropped = stored if stale else None
+    if current is not None and rules.run_time(table, current) <= from_microseconds(now):
+        return current, dropped
+    run = None if current is None else to_microseconds(rules.run_time(table, current))
+    result.add(schedule_id, None, None if current is None else to_microseconds(current), run, False)
+    result.fates.note(schedule_id, table, stored, current, None, dropped)
+    return None, None
 
 
 def _overlap(

@@ -238,6 +238,11 @@ class Writer:
         self.cursor.execute("RELEASE SAVEPOINT dsched_narrow")
         return row
 
+    def run(self, statement: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+        """Run a statement behind the fence (the calendars' notes: firing/fates.py), as the
+        batch's own are run; None: refused while narrowing."""
+        return self._attempt(statement, params)
+
     def set_aside(self, rows: list[tuple[str, str]]) -> bool:
         """Set ``rows`` (schedule id, why) aside; False: the fence failed. Narrowing, one row
         at a time, and a row the database refuses to set aside is quarantined instead."""

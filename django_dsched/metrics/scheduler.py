@@ -78,6 +78,11 @@ class SchedulerMetrics:
             "rate (max_fires_per_second): released, and claimed again once the host has "
             "tokens; none is dropped. One left in several batches counts in each.",
         )
+        self.calendar_slots = counter(
+            "dsched_calendar_slots",
+            "Slots calendars dropped (excluded) or moved to another day (shifted), by fate.",
+            ["fate"],
+        )
         self.quota_held_back = gauge(
             "dsched_quota_held_back_hosts",
             "Hosts over their fire rate whose rows the last claim passed over.",
@@ -139,6 +144,8 @@ class SchedulerMetrics:
             self.deferred.inc(result.deferred)
         if result.throttled:
             self.quota_delayed.inc(result.throttled)
+        for fate, count in (result.calendar_fates or {}).items():
+            self.calendar_slots.labels(fate).inc(count)
 
     def became_leader(self) -> None:
         self.leadership_changes.labels("acquired").inc()

@@ -2,13 +2,18 @@
 # history tables partitioned by day (django_dsched/history).
 
 import datetime
+import django.contrib.postgres.fields
+import django.contrib.postgres.indexes
 import django.core.validators
+import django.db.models.deletion
+import django.db.models.expressions
 import django.db.models.functions.comparison
 import django.db.models.functions.datetime
 import django.db.models.lookups
 import django_dsched.history.event_ids
 import django_dsched.history.operations
 import django_dsched.history.partitions
+import django_dsched.models.calendar
 import django_dsched.models.conditions
 import django_dsched.models.fields
 import django_dsched.models.ids
@@ -509,7 +514,12 @@ class Migration(migrations.Migration):
                 (
                     "schedule_kind",
                     models.CharField(
-                        choices=[("INTERVAL", "interval"), ("CRON", "cron"), ("ONCE", "one-shot")],
+                        choices=[
+                            ("INTERVAL", "interval"),
+                            ("CRON", "cron"),
+                            ("ONCE", "one-shot"),
+                            ("RRULE", "recurrence rule"),
+                        ],
                         db_default="INTERVAL",
                         default="INTERVAL",
                         max_length=8,
@@ -951,6 +961,45 @@ class Migration(migrations.Migration):
                         verbose_name="buffered",
                     ),
                 ),
+                # The recurrence rule and the calendars (django_dsched/models/recurrence.py).
+                (
+                    "rrule",
+                    models.TextField(
+                        blank=True,
+                        db_default="",
+                        default="",
+                        help_text="RRULE schedules: an RFC 5545 rule (FREQ=WEEKLY;INTERVAL=2;BYDAY=TU), or lines DTSTART:, RRULE:, RDATE:, EXDATE:. Times are wall times in the time zone (UTC with a Z); without DTSTART the start is DTSTART.",
+                        validators=[django.core.validators.MaxLengthValidator(40000)],
+                        verbose_name="recurrence rule",
+                    ),
+                ),
+                (
+                    "calendar_ids",
+                    django.contrib.postgres.fields.ArrayField(
+                        base_field=models.UUIDField(),
+                        blank=True,
+                        default=None,
+                        help_text="Business calendars that filter the slots: a slot on a day off is dropped or moved (the policy), a slot in a blackout window is dropped.",
+                        null=True,
+                        size=10,
+                        verbose_name="calendars",
+                    ),
+                ),
+                (
+                    "calendar_policy",
+                    models.CharField(
+                        choices=[
+                            ("OMIT", "drop the slot (omit)"),
+                            ("BACKWARD", "move it to the previous business day"),
+                            ("FORWARD", "move it to the next business day"),
+                        ],
+                        db_default="OMIT",
+                        default="OMIT",
+                        help_text="What a slot on a day that is not a business day (a weekend day, a holiday) of its calendars becomes.",
+                        max_length=8,
+                        verbose_name="on a day off",
+                    ),
+                ),
             ],
             options={
                 "verbose_name": "schedule",
@@ -984,6 +1033,11 @@ class Migration(migrations.Migration):
                         fields=["schedule_id"],
                         name="dsched_schedule_monitored_idx",
                     ),
+                    django.contrib.postgres.indexes.GinIndex(
+                        condition=models.Q(("calendar_ids__isnull", False)),
+                        fields=["calendar_ids"],
+                        name="dsched_schedule_calendars_idx",
+                    ),
                 ],
                 "constraints": [
                     models.UniqueConstraint(
@@ -1014,7 +1068,7 @@ class Migration(migrations.Migration):
                     ),
                     models.CheckConstraint(
                         condition=django_dsched.models.conditions.OneOf(
-                            "schedule_kind", ["INTERVAL", "CRON", "ONCE"]
+                            "schedule_kind", ["INTERVAL", "CRON", "ONCE", "RRULE"]
                         ),
                         name="dsched_schedule_kind_valid",
                     ),
@@ -1139,6 +1193,47 @@ class Migration(migrations.Migration):
                         ),
                         name="dsched_schedule_times_in_range",
                         violation_error_message="Every time of a schedule must fall in the years 1 to 9999.",
+                    ),
+                    # The recurrence rule and the calendars (models/recurrence.py).
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            django_dsched.models.conditions.NotEqual(
+                                models.F("schedule_kind"), models.Value("RRULE")
+                            ),
+                            django_dsched.models.conditions.NotEqual(
+                                models.F("rrule"), models.Value("")
+                            ),
+                            _connector="OR",
+                        ),
+                        name="dsched_schedule_rrule_complete",
+                        violation_error_message="An RRULE schedule needs a recurrence rule.",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            django_dsched.models.conditions.OneOf(
+                                "calendar_policy", ["OMIT", "BACKWARD", "FORWARD"]
+                            ),
+                            models.Q(
+                                django.db.models.lookups.GreaterThanOrEqual(
+                                    models.Func(
+                                        "calendar_ids",
+                                        function="cardinality",
+                                        output_field=models.IntegerField(),
+                                    ),
+                                    1,
+                                ),
+                                django.db.models.lookups.LessThanOrEqual(
+                                    models.Func(
+                                        "calendar_ids",
+                                        function="cardinality",
+                                        output_field=models.IntegerField(),
+                                    ),
+                                    10,
+                                ),
+                            ),
+                        ),
+                        name="dsched_schedule_calendars_valid",
+                        violation_error_message="A schedule names 1 to 10 calendars (or none), with OMIT, BACKWARD or FORWARD.",
                     ),
                     # The overlap and failure policies (models/overlap.py).
                     models.CheckConstraint(
@@ -1288,6 +1383,348 @@ class Migration(migrations.Migration):
                     models.CheckConstraint(
                         condition=models.Q(("max_fires_per_second__gte", 0.001)),
                         name="dsched_quota_rate_positive",
+                    ),
+                ],
+            },
+        ),
+        # Business calendars (django_dsched/models/calendar.py).
+        migrations.CreateModel(
+            name="Calendar",
+            fields=[
+                (
+                    "calendar_id",
+                    models.UUIDField(
+                        default=django_dsched.models.ids.uuid7,
+                        primary_key=True,
+                        serialize=False,
+                        verbose_name="calendar id",
+                    ),
+                ),
+                (
+                    "host_id",
+                    models.UUIDField(
+                        default=django_dsched.models.calendar._host,
+                        help_text="The tenant that owns the calendar. The operator's (DSCHED_DEFAULT_HOST_ID) are shared: every tenant's schedules may use them.",
+                        verbose_name="host id",
+                    ),
+                ),
+                (
+                    "name",
+                    models.CharField(
+                        max_length=126,
+                        validators=[django_dsched.models.validators.validate_plain_text],
+                        verbose_name="name",
+                    ),
+                ),
+                (
+                    "country",
+                    models.CharField(
+                        blank=True,
+                        default="",
+                        help_text="ISO 3166 country code whose public holidays are days off (BE, US, ...). Empty: no public holidays.",
+                        max_length=8,
+                        verbose_name="holidays of",
+                    ),
+                ),
+                (
+                    "subdivision",
+                    models.CharField(
+                        blank=True,
+                        default="",
+                        help_text="A state, region or canton code of the country (CA for California, ...).",
+                        max_length=16,
+                        verbose_name="subdivision",
+                    ),
+                ),
+                (
+                    "first_year",
+                    models.SmallIntegerField(
+                        blank=True,
+                        null=True,
+                        validators=[
+                            django.core.validators.MinValueValidator(1900),
+                            django.core.validators.MaxValueValidator(9000),
+                        ],
+                        verbose_name="from year",
+                    ),
+                ),
+                (
+                    "last_year",
+                    models.SmallIntegerField(
+                        blank=True,
+                        help_text="The years of public holidays kept (at most 50); the country needs them.",
+                        null=True,
+                        validators=[
+                            django.core.validators.MinValueValidator(1900),
+                            django.core.validators.MaxValueValidator(9000),
+                        ],
+                        verbose_name="to year",
+                    ),
+                ),
+                (
+                    "holidays",
+                    models.JSONField(
+                        blank=True,
+                        default=list,
+                        editable=False,
+                        help_text="[date, name] pairs, computed from the country and years when saved.",
+                        verbose_name="public holidays",
+                    ),
+                ),
+                (
+                    "added_dates",
+                    django.contrib.postgres.fields.ArrayField(
+                        base_field=models.DateField(),
+                        blank=True,
+                        default=list,
+                        help_text="More days off (comma-separated dates, 2026-12-24,2026-12-31).",
+                        size=1000,
+                        verbose_name="days off added",
+                    ),
+                ),
+                (
+                    "removed_dates",
+                    django.contrib.postgres.fields.ArrayField(
+                        base_field=models.DateField(),
+                        blank=True,
+                        default=list,
+                        help_text="Public holidays that are business days after all (comma-separated).",
+                        size=1000,
+                        verbose_name="holidays worked",
+                    ),
+                ),
+                (
+                    "weekend_days",
+                    django.contrib.postgres.fields.ArrayField(
+                        base_field=models.SmallIntegerField(
+                            validators=[
+                                django.core.validators.MinValueValidator(0),
+                                django.core.validators.MaxValueValidator(6),
+                            ]
+                        ),
+                        blank=True,
+                        default=django_dsched.models.calendar.default_weekend,
+                        help_text="Days off every week: 0 is Monday, 6 Sunday (default 5,6). Empty: none.",
+                        size=6,
+                        verbose_name="weekend days",
+                    ),
+                ),
+                (
+                    "version",
+                    models.BigIntegerField(
+                        db_default=1, default=1, editable=False, verbose_name="version"
+                    ),
+                ),
+                (
+                    "created_ts",
+                    models.DateTimeField(
+                        db_default=django.db.models.functions.datetime.Now(),
+                        editable=False,
+                        verbose_name="created",
+                    ),
+                ),
+                (
+                    "updated_ts",
+                    models.DateTimeField(
+                        db_default=django.db.models.functions.datetime.Now(),
+                        editable=False,
+                        verbose_name="updated",
+                    ),
+                ),
+            ],
+            options={
+                "verbose_name": "calendar",
+                "verbose_name_plural": "calendars",
+                "db_table": "calendar_t",
+                "ordering": ["name"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("host_id", "name"), name="dsched_calendar_name_unique"
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            ("last_year__gte", models.F("first_year")),
+                            (
+                                "last_year__lt",
+                                django.db.models.expressions.CombinedExpression(
+                                    models.F("first_year"), "+", models.Value(50)
+                                ),
+                            ),
+                        ),
+                        name="dsched_calendar_years",
+                        violation_error_message="The years run from the first to the last, at most 50 of them.",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            django.db.models.lookups.GreaterThanOrEqual(
+                                django.db.models.functions.comparison.Least(
+                                    models.F("created_ts"), models.F("updated_ts")
+                                ),
+                                models.Value(datetime.datetime(1, 1, 2, 0, 0, tzinfo=datetime.timezone.utc)),
+                            ),
+                            django.db.models.lookups.LessThan(
+                                django.db.models.functions.comparison.Greatest(
+                                    models.F("created_ts"), models.F("updated_ts")
+                                ),
+                                models.Value(datetime.datetime(9999, 12, 31, 0, 0, tzinfo=datetime.timezone.utc)),
+                            ),
+                        ),
+                        name="dsched_calendar_times_in_range",
+                    ),
+                ],
+            },
+        ),
+        migrations.CreateModel(
+            name="CalendarWindow",
+            fields=[
+                (
+                    "window_id",
+                    models.BigAutoField(
+                        primary_key=True, serialize=False, verbose_name="window id"
+                    ),
+                ),
+                (
+                    "calendar",
+                    models.ForeignKey(
+                        db_column="calendar_id",
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="windows",
+                        to="dsched.calendar",
+                        verbose_name="calendar",
+                    ),
+                ),
+                (
+                    "label",
+                    models.CharField(
+                        blank=True,
+                        default="",
+                        help_text="What the preview and the audit say: release freeze, ...",
+                        max_length=200,
+                        validators=[django_dsched.models.validators.validate_plain_text],
+                        verbose_name="label",
+                    ),
+                ),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[("ONE_OFF", "once"), ("WEEKLY", "every week")],
+                        default="ONE_OFF",
+                        max_length=7,
+                        verbose_name="kind",
+                    ),
+                ),
+                (
+                    "start_ts",
+                    models.DateTimeField(
+                        blank=True, help_text="Once.", null=True, verbose_name="from"
+                    ),
+                ),
+                (
+                    "end_ts",
+                    models.DateTimeField(
+                        blank=True, help_text="Once.", null=True, verbose_name="until"
+                    ),
+                ),
+                (
+                    "start_day",
+                    models.SmallIntegerField(
+                        blank=True,
+                        choices=[
+                            (0, "Monday"),
+                            (1, "Tuesday"),
+                            (2, "Wednesday"),
+                            (3, "Thursday"),
+                            (4, "Friday"),
+                            (5, "Saturday"),
+                            (6, "Sunday"),
+                        ],
+                        null=True,
+                        verbose_name="from day",
+                    ),
+                ),
+                (
+                    "start_time",
+                    models.TimeField(blank=True, null=True, verbose_name="from time"),
+                ),
+                (
+                    "end_day",
+                    models.SmallIntegerField(
+                        blank=True,
+                        choices=[
+                            (0, "Monday"),
+                            (1, "Tuesday"),
+                            (2, "Wednesday"),
+                            (3, "Thursday"),
+                            (4, "Friday"),
+                            (5, "Saturday"),
+                            (6, "Sunday"),
+                        ],
+                        null=True,
+                        verbose_name="to day",
+                    ),
+                ),
+                (
+                    "end_time",
+                    models.TimeField(blank=True, null=True, verbose_name="to time"),
+                ),
+                (
+                    "time_zone",
+                    models.CharField(
+                        default="UTC",
+                        help_text="Weekly: the zone whose wall clock the days and times are read on.",
+                        max_length=64,
+                        validators=[django_dsched.models.validators.validate_time_zone],
+                        verbose_name="time zone",
+                    ),
+                ),
+            ],
+            options={
+                "verbose_name": "blackout window",
+                "verbose_name_plural": "blackout windows",
+                "db_table": "calendar_window_t",
+                "ordering": ["window_id"],
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            models.Q(
+                                models.Q(
+                                    ("end_ts__gt", models.F("start_ts")),
+                                    ("end_ts__isnull", False),
+                                    ("kind", "ONE_OFF"),
+                                    ("start_ts__isnull", False),
+                                ),
+                                models.Q(
+                                    ("end_day__isnull", False),
+                                    ("end_day__range", (0, 6)),
+                                    ("end_time__isnull", False),
+                                    ("kind", "WEEKLY"),
+                                    ("start_day__isnull", False),
+                                    ("start_day__range", (0, 6)),
+                                    ("start_time__isnull", False),
+                                ),
+                                _connector="OR",
+                            ),
+                            django_dsched.models.conditions.OneOf("kind", ["ONE_OFF", "WEEKLY"]),
+                        ),
+                        name="dsched_window_complete",
+                        violation_error_message="A one-off window needs a start and a later end; a weekly one its days (0 to 6) and times.",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            django.db.models.lookups.GreaterThanOrEqual(
+                                django.db.models.functions.comparison.Least(
+                                    models.F("start_ts"), models.F("end_ts")
+                                ),
+                                models.Value(datetime.datetime(1, 1, 2, 0, 0, tzinfo=datetime.timezone.utc)),
+                            ),
+                            django.db.models.lookups.LessThan(
+                                django.db.models.functions.comparison.Greatest(
+                                    models.F("start_ts"), models.F("end_ts")
+                                ),
+                                models.Value(datetime.datetime(9999, 12, 31, 0, 0, tzinfo=datetime.timezone.utc)),
+                            ),
+                        ),
+                        name="dsched_window_times_in_range",
                     ),
                 ],
             },

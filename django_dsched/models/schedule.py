@@ -26,6 +26,7 @@ from django_dsched.enums import (
     max_length_of,
 )
 from django_dsched.exceptions import CronError, ValidationError
+from django_dsched.models import recurrence
 from django_dsched.models.conditions import OneOf, differs
 from django_dsched.models.fields import EventDataField
 from django_dsched.models.health import HEALTH_BOUNDS, MONITORED_INDEX, HealthOptions
@@ -43,7 +44,7 @@ from django_dsched.models.validators import (
     validate_time_zone,
 )
 from django_dsched.runtime.clock import database_now
-from django_dsched.timetables import Rules, Timetable, first_slot, timetable_for
+from django_dsched.timetables import Rules, Timetable, first_slot
 from django_dsched.timetables.grid import period_is_acceptable
 
 # The fields that place a schedule's slots; changing one moves next_run_ts.
@@ -55,6 +56,7 @@ GRID_FIELDS = (
     "time_zone",
     "start_ts",
     "jitter_seconds",
+    *recurrence.RECURRENCE_FIELDS,
 )
 # The fields that bound a schedule; changing one may complete it.
 BOUND_FIELDS = ("end_ts", "max_fires")
@@ -99,8 +101,9 @@ class BucketKey(Func):
     output_field = models.SmallIntegerField()
 
 
-# The health thresholds: models/health.py; the overlap and failure policies: models/overlap.py.
-class Schedule(HealthOptions, OverlapFields):
+# The health thresholds: models/health.py; the overlap and failure policies: models/overlap.py;
+# the recurrence rule and calendars: models/recurrence.py.
+class Schedule(HealthOptions, OverlapFields, recurrence.RecurrenceFields):
     # Time-ordered (UUIDv7): see django_dsched/ids.py. Rows made before keep their ids.
     schedule_id = models.UUIDField(_("schedule id"), primary_key=True, default=uuid7)
     host_id = models.UUIDField(
@@ -309,7 +312,7 @@ class Schedule(HealthOptions, OverlapFields):
             ("cancel_schedule", _("Can cancel schedules")),
             ("trigger_schedule", _("Can run schedules now")),
         ]
-        indexes = [  # noqa: RUF005 (schedule health's index ends it: models/health.py)
+        indexes = [
             # Serves the leader's poll: active rows in (next_run_ts, priority DESC) order, so
             # thousands of schedules due at the same instant need no sort.
             models.Index(
@@ -331,7 +334,9 @@ class Schedule(HealthOptions, OverlapFields):
                 condition=models.Q(state=ScheduleState.SET_ASIDE),
                 name="dsched_schedule_set_aside_idx",
             ),
-        ] + [MONITORED_INDEX]
+            recurrence.CALENDARS_INDEX,
+            MONITORED_INDEX,
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["host_id", "schedule_name"], name="dsched_schedule_name_unique"
@@ -426,6 +431,7 @@ class Schedule(HealthOptions, OverlapFields):
             ),
             *OVERLAP_CONSTRAINTS,
             HEALTH_BOUNDS,
+            *recurrence.RECURRENCE_CHECKS,
         ]
 
     def __str__(self) -> str:
@@ -486,6 +492,7 @@ class Schedule(HealthOptions, OverlapFields):
                 if self.schedule_kind == ScheduleKind.ONCE
                 else _("The end must be after the start.")
             )
+        errors.update(self.recurrence_errors())
         if errors:
             raise ValidationError(errors)
         self._check_it_fires()
@@ -512,14 +519,7 @@ class Schedule(HealthOptions, OverlapFields):
 
     # -- timing ---------------------------------------------------------------------------
     def timetable(self, start: datetime | None = None) -> Timetable:
-        return timetable_for(
-            self.schedule_kind,
-            start=start or self.start_ts,
-            unit=self.frequency_unit,
-            every=self.frequency_time,
-            cron=self.cron_expression,
-            time_zone=self.time_zone,
-        )
+        return self.planned_timetable(start or self.start_ts)
 
     def rules(self) -> Rules:
         return Rules(

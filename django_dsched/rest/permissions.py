@@ -45,6 +45,14 @@ OUTBOX: Mapping[str, Capability] = {
     "discard": rules.DISCARD,
 }
 CLUSTER: Mapping[str, Capability] = {"retrieve": rules.VIEW_CLUSTER}
+CALENDARS: Mapping[str, Capability] = {
+    "list": rules.VIEW_CALENDARS,
+    "retrieve": rules.VIEW_CALENDARS,
+    "create": rules.ADD_CALENDARS,
+    "update": rules.CHANGE_CALENDARS,
+    "partial_update": rules.CHANGE_CALENDARS,
+    "destroy": rules.DELETE_CALENDARS,
+}
 
 
 class ActionPermission(BasePermission):

@@ -58,6 +58,7 @@ from django_dsched.rest.serializers.actions import (
     FiresSerializer,
     NoOptions,
     PauseInput,
+    PreviewSerializer,
     RangeInput,
     ResumeInput,
     TriggerResultSerializer,
@@ -456,13 +457,19 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
     # -- reading ahead --------------------------------------------------------------------
     @described(
         summary="The next fire times",
+        description=(
+            "`fires`: the next fire times. `slots`: the same fires with their fates, and the "
+            "slots the schedule's calendars drop among them."
+        ),
         parameters=[PreviewQuery],
-        responses={200: FiresSerializer, **errors(400, *READ_ONE)},
+        responses={200: PreviewSerializer, **errors(400, *READ_ONE)},
     )
     @action(detail=True, methods=["get"])
     def preview(self, request: Request, **kwargs: Any) -> Response:
         count = query(PreviewQuery, request)["count"]
-        return Response(FiresSerializer({"fires": api.preview(self.get_object(), count)}).data)
+        slots = api.preview_slots(self.get_object(), count)
+        fires = list(dict.fromkeys(slot.runs_at for slot in slots if slot.runs_at is not None))
+        return Response(PreviewSerializer({"fires": fires, "slots": slots}).data)
 
     @described(
         summary="What would fire in a range (nothing is written)",

@@ -16,8 +16,10 @@ slots that land on the same instant fire once. Filters with different policies n
 (``Filtered(Filtered(table, [holidays], FORWARD), [freeze], OMIT)``).
 
 :meth:`Filtered.fates` lists each planned slot with its fate (:class:`Fate`), for the
-preview, the audit and the metrics; the :class:`.Timetable` methods give the slots that
-fire, so the fire path, the preview and edits all see the same ones.
+preview, the audit and the metrics; :meth:`Filtered.origins` tells which planned slots fire
+at a given slot (itself, or moved onto it), and :func:`fates_to_record` what a plan that
+moved a schedule on passed by (what the fire path records). The :class:`.Timetable` methods
+give the slots that fire, so the fire path, the preview and edits all see the same ones.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ MAX_SHIFT_DAYS = 31
 MAX_SKIPS = 5000
 # The most slots :meth:`Filtered.fates` lists.
 MAX_FATES = 10_000
+# The most slots :meth:`Filtered.origins` looks at per day next to a DST change.
+MAX_LANDING = 16
 
 
 class Shift(StrEnum):
@@ -166,6 +170,46 @@ class Filtered:
                     found.append(earlier)
             return found
         return [self.fate(slot) for slot in _slots(self.inner, start, end)]
+
+    def origins(self, slot: datetime) -> list[Fate]:
+        """The fates of the planned slots that fire at ``slot`` (one of this timetable's
+        slots): ``slot`` itself when it stays, and those a calendar moved onto it.
+
+        Looks only where such a slot can be: at the same wall-clock time on the days whose
+        slots fire on ``slot``'s day (next to a DST change, within the jump of it)."""
+        found: list[Fate] = []
+        for candidate in self._landing(slot):
+            later = self.fate(candidate)
+            if later.fires_at != slot:
+                continue
+            if not isinstance(self.inner, Filtered):
+                found.append(later)
+                continue
+            for earlier in self.inner.origins(candidate):
+                if later.kind == "shifted":
+                    earlier = Fate(earlier.slot, slot, later.calendar, later.reason)
+                found.append(earlier)
+        return found
+
+    def _landing(self, slot: datetime) -> list[datetime]:
+        """``inner``'s slots that may fire at ``slot``."""
+        day = self._day_of(slot)
+        days = [day]
+        if self.policy != Shift.OMIT and self._day_off(day) is None:
+            days = self._sources(day)
+        clock = wall(slot, self.zone).time()
+        found = []
+        for source in days:
+            at = slot if source == day else instant(datetime.combine(source, clock), self.zone)
+            jump = max(jump_near(at, self.zone), jump_near(slot, self.zone))
+            candidate = self.inner.slot_at_or_after(at - jump)
+            for _ in range(MAX_LANDING):
+                if candidate is None or candidate > at + jump:
+                    break
+                if self._day_of(candidate) == source:
+                    found.append(candidate)
+                candidate = self.inner.slot_after(candidate)
+        return found
 
     # -- the Timetable protocol -------------------------------------------------------------
     def slot_after(self, when: datetime) -> datetime | None:
@@ -350,6 +394,30 @@ def _window_start(calendar: Calendar, when: datetime) -> datetime:
     return when if window is None else window.start_before(when)
 
 
+def with_calendars(
+    table: Timetable, calendars: Sequence[Calendar], policy: str, time_zone: str
+) -> Timetable:
+    """``table`` filtered by ``calendars`` under ``policy`` (itself when there are none)."""
+    return Filtered(table, calendars, policy, time_zone) if calendars else table
+
+
+def fates_to_record(
+    table: Timetable, start: datetime, end: datetime | None, fired: datetime | None
+) -> list[Fate]:
+    """What a plan that moved a schedule on from its slot ``start`` to ``end`` (its next
+    slot; None: none) and fired ``fired`` (or nothing) passed by, to be recorded: the
+    planned slots moved onto ``fired`` (``shifted``), and those in ``[start, end)`` that
+    the calendars dropped (``excluded``). Slots moved elsewhere are recorded when they
+    fire; nothing for a timetable without calendars. At most :data:`MAX_FATES` dropped
+    slots are listed."""
+    if not isinstance(table, Filtered):
+        return []
+    found = [fate for fate in table.origins(fired) if fate.kind == "shifted"] if fired else []
+    stop = end if end is not None else (fired or start) + MICROSECOND
+    found += [fate for fate in table.fates(start, stop) if fate.fires_at is None]
+    return found
+
+
 def fates(table: Timetable, start: datetime, end: datetime) -> list[Fate]:
     """Every planned slot of ``table`` in ``[start, end)`` with its fate (a timetable
     without calendars: each fires at its slot)."""
@@ -358,4 +426,12 @@ def fates(table: Timetable, start: datetime, end: datetime) -> list[Fate]:
     return [Fate(slot, slot) for slot in _slots(table, start, end)]
 
 
-__all__ = ["MAX_SHIFT_DAYS", "Fate", "Filtered", "Shift", "fates"]
+__all__ = [
+    "MAX_SHIFT_DAYS",
+    "Fate",
+    "Filtered",
+    "Shift",
+    "fates",
+    "fates_to_record",
+    "with_calendars",
+]

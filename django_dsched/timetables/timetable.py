@@ -1,8 +1,9 @@
 """A schedule's timetable: the slots it fires at, whatever its kind.
 
 :func:`timetable_for` builds one from a schedule's columns: an interval :class:`Grid` (day to
-year units on the wall clock of ``time_zone``), a :class:`CronTimetable` on that wall clock,
-or a single slot (:class:`Once`). Every slot comes back as a UTC instant.
+year units on the wall clock of ``time_zone``), a :class:`CronTimetable` or an
+:class:`.RRuleTimetable` on that wall clock, or a single slot (:class:`Once`). Every slot
+comes back as a UTC instant. (A schedule's calendars wrap it: :func:`.filtered.with_calendars`.)
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from django_dsched.enums import ScheduleKind
 from django_dsched.exceptions import NoMoreSlots, TimetableError
 from django_dsched.timetables.cron import CronTimetable
 from django_dsched.timetables.grid import Grid
+from django_dsched.timetables.rrule import RRuleTimetable
 
 
 class Timetable(Protocol):
@@ -90,6 +92,7 @@ def timetable_for(
     every: int | None = None,
     cron: str = "",
     time_zone: str = "UTC",
+    rrule: str = "",
 ) -> Timetable:
     if kind == ScheduleKind.INTERVAL:
         if unit is None or every is None:
@@ -99,4 +102,7 @@ def timetable_for(
         return CronTimetable(cron, time_zone)
     if kind == ScheduleKind.ONCE:
         return Once(start)
+    if kind == ScheduleKind.RRULE:
+        # Without DTSTART in the text, the start is DTSTART (on the zone's wall clock).
+        return RRuleTimetable(rrule, time_zone, start)
     raise TimetableError(f"unknown schedule kind {kind!r}")

@@ -538,8 +538,14 @@ BROKEN = {
     "naive start": {"start_ts": datetime(2030, 1, 1)},
     "priority huge": {"priority": 5000},
     "paused until the end of time": {"paused_until": datetime(9999, 12, 31, 12, tzinfo=UTC)},
+    "rrule missing": {"schedule_kind": ScheduleKind.RRULE, "rrule": ""},
+    "rrule bad": {"schedule_kind": ScheduleKind.RRULE, "rrule": "FREQ=FORTNIGHTLY"},
+    "calendar policy unknown": {"calendar_policy": "SIDEWAYS"},
+    "calendars too many": {"calendar_ids": [uuid.uuid4() for _ in range(11)]},
+    "calendars empty": {"calendar_ids": []},
     "fine": {},
     "fine with a key": {"idempotency_key": "order-1"},
+    "rrule fine": {"schedule_kind": ScheduleKind.RRULE, "rrule": "FREQ=DAILY;BYHOUR=9"},
     "once fine": {"schedule_kind": ScheduleKind.ONCE, "frequency_unit": "", "frequency_time": None},
     # The overlap and failure policies (models/overlap.py).
     "overlap unknown": {"overlap_policy": "QUEUE"},
@@ -573,7 +579,7 @@ def test_python_validation_gives_exactly_what_full_clean_gives(case):
     except ValidationError as exc:
         got = exc.message_dict
     assert got == expected
-    assert (case.startswith(("fine", "once fine"))) == (expected == {})
+    assert (case.startswith(("fine", "once fine", "rrule fine"))) == (expected == {})
 
 
 def test_every_check_constraint_has_a_python_twin_and_the_unique_ones_a_mapping():

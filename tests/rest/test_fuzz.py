@@ -47,7 +47,7 @@ RANDOM = os.environ.get("FUZZ_RANDOM") == "1"
 schema = schemathesis.openapi.from_path(str(SCHEMA_PATH))
 
 # The users, by name (tests.rest.hosts.by_username: the letters after "-" are its hosts).
-VIEW = ["view_schedule", "view_outboxmessage", "view_schedulerinstance"]
+VIEW = ["view_schedule", "view_outboxmessage", "view_schedulerinstance", "view_calendar"]
 USERS = {"root-ab": None, "viewer-ab": VIEW, "tenant-a": None}  # None: a superuser
 
 # The fields of a 400 that a schema-valid request may get, by operation: rules the schema
@@ -76,7 +76,23 @@ DEFINITION = {
     "key",
     "host_id",
     "non_field_errors",
+    # A valid recurrence rule for its kind, calendars that exist and the host may use.
+    "rrule",
+    "calendars",
     "overlap_policy",  # a one-shot's is ALLOW_ALL (docs/overlap.md)
+}
+# A calendar: a name not in use, a known country with its years (at most 50), not every
+# day a weekend day, windows that are complete, a host the request may reach.
+CALENDAR = {
+    "name",
+    "host_id",
+    "country",
+    "subdivision",
+    "first_year",
+    "last_year",
+    "weekend_days",
+    "windows",
+    "non_field_errors",
 }
 BEYOND_THE_SCHEMA = {
     ("GET", "/schedules/"): {"cursor"},  # a cursor comes from a next link
@@ -94,6 +110,10 @@ BEYOND_THE_SCHEMA = {
     # range holds at most 10,000 slots.
     ("POST", "/schedules/{id}/backfill/"): {"start", "end", "non_field_errors"},
     ("POST", "/schedules/{id}/pause/"): {"until", "non_field_errors"},  # in the future
+    ("GET", "/calendars/"): {"cursor"},
+    ("POST", "/calendars/"): CALENDAR,
+    ("PUT", "/calendars/{id}/"): CALENDAR,
+    ("PATCH", "/calendars/{id}/"): CALENDAR,
 }
 
 
@@ -103,6 +123,7 @@ class Known:
 
     schedules: list[str] = field(default_factory=list)
     messages: list[str] = field(default_factory=list)
+    calendars: list[str] = field(default_factory=list)
     requests: int = 0
 
 
@@ -131,6 +152,9 @@ def _seed() -> None:
         )
         schedules += made
     KNOWN.schedules = [str(s.pk) for s in schedules]
+    KNOWN.calendars = [
+        str(api.create_calendar("ops", weekend=[6], host_id=host).pk) for host in (HOST_A, HOST_B)
+    ]
     KNOWN.messages = [str(pk) for pk in OutboxMessage.objects.values_list("pk", flat=True)]
 
 
@@ -153,6 +177,8 @@ def _aim(case: Any, choice: tuple[int, bool]) -> Any:
     params = case.path_parameters or {}
     if "id" in params and index >= 0:
         pool = KNOWN.messages if case.path.startswith("/outbox/") else KNOWN.schedules
+        if case.path.startswith("/calendars/"):
+            pool = KNOWN.calendars
         if pool:
             params["id"] = pool[index % len(pool)]
     if case.path == "/schedules/bulk-cancel/" and index >= 0 and KNOWN.schedules:

@@ -23,7 +23,7 @@ from django_dsched import api
 from django_dsched.admin.outbox import OutboxMessageAdmin
 from django_dsched.admin.schedule_actions import ACTIONS
 from django_dsched.enums import DeliveryStatus
-from django_dsched.models import Event, OutboxMessage, Schedule
+from django_dsched.models import Calendar, Event, OutboxMessage, Schedule
 from django_dsched.rest import permissions
 from django_dsched.runtime.clock import database_now
 from tests.rest.conftest import INTERVAL, APIClient, user_with
@@ -32,6 +32,7 @@ pytestmark = pytest.mark.django_db
 
 SCHEMA = Path(__file__).resolve().parents[2] / "docs" / "openapi.yaml"
 VIEW = {"view_schedule", "change_schedule"}
+VIEW_CALENDARS = {"view_calendar", "change_calendar"}
 DEFINITION = {**INTERVAL, "name": "active", "every": 1, "unit": "MINUTES"}
 
 
@@ -100,6 +101,20 @@ ENDPOINTS = {
     "bulk cancel": Endpoint(
         "POST", "schedules/bulk-cancel/", frozenset({"cancel_schedule"}), "{cancel active}"
     ),
+    "list calendars": Endpoint("GET", "calendars/", frozenset(VIEW_CALENDARS)),
+    "create calendar": Endpoint(
+        "POST", "calendars/", frozenset({"add_calendar"}), {"name": "new"}, ok=201
+    ),
+    "read calendar": Endpoint("GET", "calendars/{calendar}/", frozenset(VIEW_CALENDARS)),
+    "replace calendar": Endpoint(
+        "PUT", "calendars/{calendar}/", frozenset({"change_calendar"}), {"name": "ops"}
+    ),
+    "change calendar": Endpoint(
+        "PATCH", "calendars/{calendar}/", frozenset({"change_calendar"}), {"weekend_days": []}
+    ),
+    "delete calendar": Endpoint(
+        "DELETE", "calendars/{calendar}/", frozenset({"delete_calendar"}), ok=204
+    ),
 }
 FIRE = frozenset({"trigger_schedule"})
 # Calls of those endpoints that need more than the endpoint's permission, or answer less.
@@ -145,6 +160,10 @@ CODENAMES = sorted(
         "retry_outboxmessage",
         "discard_outboxmessage",
         "view_schedulerinstance",
+        "view_calendar",
+        "add_calendar",
+        "change_calendar",
+        "delete_calendar",
     }
 )
 # The pairs that allow the calls needing two permissions, and a viewer who may also create.
@@ -177,7 +196,9 @@ def world() -> dict[str, str]:
     OutboxMessage.objects.filter(pk=message.pk).update(status=DeliveryStatus.DELIVERY_FAILED)
     end = start + timedelta(minutes=2)
     window = {"start": start.isoformat(), "end": end.isoformat()}
+    calendar = api.create_calendar("ops", weekend=[6])
     return {
+        "calendar": str(calendar.pk),
         "active": str(active.pk),
         "paused": str(paused.pk),
         "message": str(message.pk),
@@ -200,6 +221,7 @@ def snapshot() -> tuple[Any, ...]:
         sorted(Schedule.objects.values_list("schedule_name", "state", "aggregate_version")),
         Event.objects.count(),
         sorted(OutboxMessage.objects.values_list("id", "status")),
+        sorted(Calendar.objects.values_list("name", "version")),
     )
 
 
@@ -276,7 +298,10 @@ def test_the_matrix_covers_every_operation_of_the_schema():
         for method in operations
     }
     tested = {
-        (e.method, "/" + re.sub(r"\{(active|paused|message)\}", "{id}", e.path.split("?")[0]))
+        (
+            e.method,
+            "/" + re.sub(r"\{(active|paused|message|calendar)\}", "{id}", e.path.split("?")[0]),
+        )
         for e in MATRIX.values()
         if not e.session
     }

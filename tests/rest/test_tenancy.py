@@ -13,7 +13,7 @@ from django.contrib.auth.models import User
 
 from django_dsched import api
 from django_dsched.enums import DeliveryStatus
-from django_dsched.models import Event, OutboxMessage, Schedule
+from django_dsched.models import Calendar, Event, OutboxMessage, Schedule
 from django_dsched.runtime.clock import database_now
 from tests.rest.conftest import INTERVAL, APIClient
 from tests.rest.hosts import HOST_A, HOST_B
@@ -46,7 +46,9 @@ def of_b() -> dict[str, Any]:
     message = OutboxMessage.objects.get()
     OutboxMessage.objects.update(status=DeliveryStatus.DELIVERY_FAILED)
     window = {"start": start.isoformat(), "end": (start + timedelta(minutes=2)).isoformat()}
+    calendar = api.create_calendar("ops", host_id=HOST_B)
     return {
+        "calendar": str(calendar.pk),
         "active": str(active.pk),
         "paused": str(paused.pk),
         "message": str(message.pk),
@@ -60,6 +62,7 @@ def state() -> tuple[Any, ...]:
         sorted(Schedule.objects.values_list("schedule_name", "state", "aggregate_version")),
         Event.objects.count(),
         sorted(OutboxMessage.objects.values_list("id", "status")),
+        sorted(Calendar.objects.values_list("name", "version")),
     )
 
 
@@ -75,7 +78,8 @@ def test_another_hosts_things_are_not_found_exactly_like_missing_ones(name, of_b
     body = of_b["range_body"] if endpoint.body == "{range}" else endpoint.body
     theirs = alice.request(endpoint.method, path, body, **endpoint.headers)
     missing = {
-        k: str(uuid.uuid4()) if k in ("active", "paused", "message") else v for k, v in of_b.items()
+        k: str(uuid.uuid4()) if k in ("active", "paused", "message", "calendar") else v
+        for k, v in of_b.items()
     }
     absent = alice.request(
         endpoint.method, endpoint.path.format(**missing), body, **endpoint.headers

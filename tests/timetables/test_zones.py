@@ -227,7 +227,7 @@ class TestFastPath:
         row = [
             "0190a6f2-0000-7000-8000-000000000001", "INTERVAL", unit, every,
             to_microseconds(anchor), to_microseconds(next_slot), now, "", zone,
-            MisfirePolicy.COALESCE, None, 100, None, None, 0, 0, None,
+            MisfirePolicy.COALESCE, None, 100, None, None, 0, 0, "", None, "OMIT", None, None,
         ]  # fmt: skip
         with override_settings(DSCHED_POLL_INTERVAL=poll):
             for _ in range(8):  # a leader claims a row again while its next run is due

@@ -22,7 +22,7 @@ from django_dsched.firing import outlook
 from django_dsched.health import judge
 from django_dsched.importers.celery_beat import import_celery_beat
 from django_dsched.management import _arguments
-from django_dsched.models import Schedule
+from django_dsched.models import Calendar, Schedule
 from django_dsched.models.schedule import resolve_host
 from django_dsched.runtime.clock import database_now
 from django_dsched.runtime.tables import ours_missing
@@ -57,6 +57,12 @@ def _at(moment: datetime | None, schedule: Schedule) -> str:
     """A time of ``schedule`` as people read it: on its zone's wall clock, then in UTC
     (``2026-12-31 09:00:00 AEDT (2026-12-30 22:00:00 UTC)``; a UTC schedule's once)."""
     return "-" if moment is None else both_times(moment, zone_of(schedule))
+
+
+def calendar_names(ids: list[Any]) -> str:
+    """The calendars ``ids`` by name, in order (a deleted one by its id)."""
+    names = dict(Calendar.objects.filter(pk__in=ids).values_list("pk", "name"))
+    return ", ".join(str(names.get(calendar_id, calendar_id)) for calendar_id in ids)
 
 
 def when(schedule: Schedule) -> str:
@@ -258,6 +264,11 @@ class Command(BaseCommand):
         found = api.get(schedule, host_id=host)
         self.stdout.write(f"{shown(found.schedule_name)} ({found.schedule_id})")
         self.stdout.write(f"  {'timing':<10} {describe(found)}")
+        if found.rrule:
+            self.stdout.write(f"  {'rule':<10} {shown(' / '.join(found.rrule.splitlines()))}")
+        if found.calendar_ids:
+            names = calendar_names(found.calendar_ids)
+            self.stdout.write(f"  {'calendars':<10} {shown(names)}  ({found.calendar_policy})")
         self.stdout.write(f"  {'topic':<10} {found.event_topic}  type {found.event_type}")
         zone = zone_of(found)
         if not is_utc(zone):
@@ -302,15 +313,24 @@ class Command(BaseCommand):
     def do_preview(self, *, host: str | None, schedule: str, count: int, **options: Any) -> None:
         found = api.get(schedule, host_id=host)
         zone = zone_of(found)
-        times = api.preview(found, count, host_id=host)
-        notes = [""] * len(times)
-        if found.overlap_policy != OverlapPolicy.ALLOW_ALL:  # what it does to each, if known
+        # Each fire time; a fire a calendar moved says from where, and why; a slot a
+        # calendar drops says so (api.preview_slots); and what the overlap policy does to
+        # each fire, where that can be told.
+        slots = api.preview_slots(found, count, host_id=host)
+        times = [slot.runs_at for slot in slots if slot.runs_at is not None]
+        notes = iter([""] * len(times))
+        if found.overlap_policy != OverlapPolicy.ALLOW_ALL and times:
             with connections[app_settings.DATABASE].cursor() as cursor:
                 run = outlook.previous_run(cursor, found.pk)
-            notes = outlook.preview_notes(found, times, run, database_now())
-        for when, note in zip(times, notes, strict=True):
-            shown_at = iso_times(when, zone)
-            self.stdout.write(f"{shown_at}  {note}" if note else shown_at)
+            notes = iter(outlook.preview_notes(found, times, run, database_now()))
+        for slot in slots:
+            if slot.runs_at is None:
+                self.stdout.write(f"{iso_times(slot.slot, zone)}  not fired: {shown(slot.reason)}")
+                continue
+            said = [iso_times(slot.runs_at, zone)]
+            said += [shown(slot.reason)] if slot.fate == "shifted" else []
+            said += [note for note in [next(notes)] if note]
+            self.stdout.write("  ".join(said))
 
     def do_policy(
         self,

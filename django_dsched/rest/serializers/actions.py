@@ -9,6 +9,7 @@ from typing import Any
 from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
+from django_dsched.rest.serializers.calendars import SlotSerializer
 from django_dsched.rest.serializers.fields import (
     AwareDateTimeField,
     Boolean,
@@ -53,6 +54,16 @@ class RangeInput(StrictSerializer):
 
 class FiresSerializer(serializers.Serializer[Any]):
     fires = serializers.ListField(child=AwareDateTimeField())
+
+
+class PreviewSerializer(FiresSerializer):
+    slots = SlotSerializer(
+        many=True,
+        help_text=_(
+            "The fires with their fates (shifted by a calendar, or not), and the slots its "
+            "calendars drop among them (excluded), with why."
+        ),
+    )
 
 
 class TriggerResultSerializer(serializers.Serializer[Any]):

@@ -22,9 +22,16 @@ from django_dsched.changes.creates import (
     NO_TIME,
 )
 from django_dsched.changes.specs import OPTIONS
-from django_dsched.enums import FrequencyUnit, MisfirePolicy, OverlapPolicy, ScheduleKind
+from django_dsched.enums import (
+    CalendarPolicy,
+    FrequencyUnit,
+    MisfirePolicy,
+    OverlapPolicy,
+    ScheduleKind,
+)
 from django_dsched.models import Schedule
 from django_dsched.models.health import MAX_SECONDS
+from django_dsched.models.recurrence import MAX_CALENDARS, RRULE_MAX_LENGTH
 from django_dsched.models.validators import KEY_MAX_LENGTH, NAME_MAX_LENGTH
 from django_dsched.rest.serializers.fields import (
     Boolean,
@@ -46,6 +53,7 @@ MODEL_FIELDS: Mapping[str, str] = {
     "every": "frequency_time",
     "unit": "frequency_unit",
     "cron": "cron_expression",
+    "rrule": "rrule",
     "time_zone": "time_zone",
     "start": "start_ts",
     **OPTIONS,  # the options every kind takes, named as in the Python API
@@ -76,7 +84,7 @@ ONLY_ONCE = _(
     "%(field)s is for one-shot (ONCE) schedules; an interval or cron schedule starts at start."
 )
 # Stored as "" when unset; null in the API.
-BLANK_AS_NULL = ("unit", "cron")
+BLANK_AS_NULL = ("unit", "cron", "rrule")
 INT32 = 2**31 - 1
 
 
@@ -119,6 +127,35 @@ class ScheduleInputSerializer(StrictSerializer):
         max_length=64,
         trim_whitespace=False,
         help_text=_("IANA zone whose wall clock a cron expression follows (default UTC)."),
+    )
+    # The recurrence rule and the calendars (models/recurrence.py).
+    rrule = Text(
+        required=False,
+        allow_null=True,
+        allow_blank=True,
+        max_length=RRULE_MAX_LENGTH,
+        trim_whitespace=False,
+        help_text=_(
+            "RRULE schedules: an RFC 5545 rule (FREQ=WEEKLY;INTERVAL=2;BYDAY=TU), or lines "
+            "DTSTART:, RRULE:, RDATE:, EXDATE: separated by newlines. Wall times in "
+            "time_zone (UTC with a Z); without DTSTART, start is DTSTART."
+        ),
+    )
+    calendars = serializers.ListField(
+        child=UUIDText(),
+        required=False,
+        allow_null=True,
+        max_length=MAX_CALENDARS,
+        help_text=_(
+            "Ids of business calendars (the host's own or the operator's) that filter the "
+            "slots: a slot on a day off is dropped or moved (calendar_policy), one in a "
+            "blackout window is dropped. Not for a one-shot."
+        ),
+    )
+    calendar_policy = serializers.ChoiceField(
+        CalendarPolicy.choices,
+        required=False,
+        help_text=_("A slot on a day off: OMIT (dropped, the default), BACKWARD, FORWARD."),
     )
     start = InputTimeField(
         required=False,

@@ -16,6 +16,7 @@ from django_dsched.changes.creates import LATE_FIRES_NOW, LATE_SKIPPED, Late
 from django_dsched.changes.describe import describe, zone_of
 from django_dsched.enums import (
     PLANNED,
+    CalendarPolicy,
     DeliveryStatus,
     FrequencyUnit,
     Health,
@@ -112,6 +113,16 @@ class ScheduleSerializer(serializers.Serializer[Schedule]):
     )
     cron = serializers.CharField(source="cron_expression", read_only=True, allow_null=True)
     time_zone = serializers.CharField(read_only=True)
+    # The recurrence rule and the calendars (models/recurrence.py).
+    rrule = serializers.CharField(read_only=True, allow_null=True)
+    calendars = serializers.ListField(
+        source="calendar_ids",
+        child=serializers.UUIDField(),
+        read_only=True,
+        allow_null=True,
+        help_text=_("The business calendars that filter the slots (null: none)."),
+    )
+    calendar_policy = serializers.ChoiceField(CalendarPolicy.choices, read_only=True)
     start = serializers.SerializerMethodField(
         help_text=_(
             "Interval: the grid's anchor and first fire. Cron: no fire before this. Null for "

@@ -3,7 +3,11 @@
    zone, which start and end are read on (not the server's, as the admin's shortcuts do). */
 "use strict";
 (function () {
-    const rows = { INTERVAL: ".field-frequency_time", CRON: ".field-cron_expression" };
+    const rows = {
+        INTERVAL: ".field-frequency_time",
+        CRON: ".field-cron_expression",
+        RRULE: ".field-rrule",
+    };
     function update(kind) {
         Object.keys(rows).forEach(function (name) {
             document.querySelectorAll(".form-row" + rows[name]).forEach(function (row) {
