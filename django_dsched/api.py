@@ -32,27 +32,27 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db.models import Case, OuterRef, Q, QuerySet, Subquery, When
+from django.db.models import Case, Q, QuerySet, Subquery, When
 from django.utils.translation import gettext as _
 
 from django_dsched.changes import bulk, cancels, creates, edits, on_demand, pauses, permissions
 from django_dsched.changes.calendars import create_calendar, delete_calendar
 from django_dsched.changes.specs import OPTIONS, Cron, Interval, Once, Rrule, Spec, in_callers_words
 from django_dsched.counts import ChangeCount
-from django_dsched.enums import LIVE, PLANNED, UNHEALTHY, DeliveryStatus, Health, OverlapPolicy
+from django_dsched.enums import UNHEALTHY, DeliveryStatus
 from django_dsched.exceptions import BulkValidationError, ValidationError
 from django_dsched.health import judge
-from django_dsched.models import OutboxMessage, Schedule
+from django_dsched.health import status as standing
+from django_dsched.health.status import Status
+from django_dsched.models import Schedule
 from django_dsched.models.order import next_fire_order
 from django_dsched.models.recurrence import Upcoming
 from django_dsched.models.schedule import resolve_host
 from django_dsched.models.validators import storable_text
-from django_dsched.outbox import phases
 from django_dsched.runtime.clock import database_now
 
 ScheduleRef = Schedule | uuid.UUID | str
@@ -382,52 +382,6 @@ def bulk_cancel(
     return bulk.bulk_cancel(refs, keys=keys, host_id=host_id, actor=actor)
 
 
-@dataclass(frozen=True)
-class Status:
-    schedule_id: uuid.UUID
-    name: str
-    state: str
-    next_fire: datetime | None
-    last_fired: datetime | None
-    last_delivery: str | None  # the newest message's delivery status, if any
-    last_error: str
-    fire_count: int
-    misfire_count: int
-    paused_reason: str
-    paused_until: datetime | None
-    version: int
-    # Set when the scheduler set the schedule aside (state SET_ASIDE): why, and when.
-    set_aside_reason: str = ""
-    set_aside_at: datetime | None = None
-    # The newest message's run (outbox.phases): derived status and phases (database times).
-    last_run: str | None = None
-    last_picked: datetime | None = None
-    last_started: datetime | None = None
-    last_completed: datetime | None = None
-    last_failed: datetime | None = None
-    key: str | None = None
-    # Seed 001's status of a delayed message: the newest fire's delivery (PENDING,
-    # DELIVERED, DELIVERY_FAILED); PENDING too while it has not fired and still will;
-    # else the schedule's state (CANCELLED, COMPLETED).
-    message_status: str = DeliveryStatus.PENDING
-    # Its health (django_dsched.health): OK, NEW, LATE, STUCK, FAILING, PAUSED, SET_ASIDE or
-    # ENDED; since when (None for OK), why, and the error behind it (a failing run's, the
-    # set-aside reason); its last run that succeeded, when recorded (schedules that failed
-    # or are monitored).
-    health: str = Health.OK
-    health_since: datetime | None = None
-    health_reason: str = ""
-    health_error: str = ""
-    last_success: datetime | None = None
-    # The overlap and failure policies (docs/overlap.md), what they did, and the run the
-    # next slot is held for (None: none).
-    overlap_policy: str = OverlapPolicy.ALLOW_ALL
-    pause_on_failure: bool = False
-    skip_count: int = 0
-    buffer_count: int = 0
-    held_for: uuid.UUID | None = None
-
-
 def status(
     ref: ScheduleRef | None = None,
     *,
@@ -435,91 +389,19 @@ def status(
     host_id: uuid.UUID | str | None = None,
 ) -> Status:
     """Where a schedule stands: state, health, next and last fire, last delivery result,
-    counts.
+    counts (:class:`~django_dsched.health.status.Status`).
 
     By instance, id, name, or idempotency ``key``; one query (the schedule, its health and
     its newest message together)."""
-    newest = OutboxMessage.objects.filter(aggregate_id=OuterRef("pk")).order_by(
-        "-aggregate_version"
-    )
     selected = Schedule.objects.filter(pk=ref.pk) if isinstance(ref, Schedule) else None
     try:
-        schedule = (
-            judge.with_health(selected if selected is not None else _lookup(ref, key, host_id))
-            .annotate(
-                dsched_delivery=Subquery(newest.values("status")[:1]),
-                dsched_delivery_error=Subquery(newest.values("last_error")[:1]),
-                **{f"dsched_{name}": Subquery(newest.values(name)[:1]) for name in _PHASES},
-            )
-            .get()
-        )
+        schedule = standing.annotated(
+            selected if selected is not None else _lookup(ref, key, host_id)
+        ).get()
     except Schedule.DoesNotExist:
         what = f"with key {key!r}" if key is not None else f"named {ref!r}"
         raise Schedule.DoesNotExist(f"No schedule {what}.") from None
-    delivery: str | None = schedule.dsched_delivery
-    latest = (
-        None
-        if delivery is None
-        else {
-            "status": delivery,
-            "last_error": schedule.dsched_delivery_error,
-            **{name: getattr(schedule, f"dsched_{name}") for name in _PHASES},
-        }
-    )
-    verdict = judge.verdict(schedule)
-    if delivery is not None:
-        message_status = delivery
-    elif schedule.state in LIVE:
-        message_status = DeliveryStatus.PENDING
-    else:
-        message_status = schedule.state
-    return Status(
-        key=schedule.idempotency_key,
-        message_status=message_status,
-        schedule_id=schedule.schedule_id,
-        name=schedule.schedule_name,
-        state=schedule.state,
-        next_fire=schedule.next_run_ts if schedule.state in PLANNED else None,
-        last_fired=schedule.last_fired_ts,
-        last_delivery=latest["status"] if latest else None,
-        # Why the newest fire's message failed: an error kept from a retry that then
-        # succeeded is not one (the message's own last_error keeps it).
-        last_error=(latest["last_error"] or "")
-        if latest and latest["status"] != DeliveryStatus.DELIVERED
-        else "",
-        fire_count=schedule.fire_count,
-        misfire_count=schedule.misfire_count,
-        paused_reason=schedule.paused_reason,
-        paused_until=schedule.paused_until,
-        version=schedule.aggregate_version,
-        set_aside_reason=schedule.set_aside_reason,
-        set_aside_at=schedule.set_aside_ts,
-        health=verdict.state,
-        health_since=verdict.since,
-        health_reason=verdict.reason,
-        health_error=verdict.error,
-        last_success=getattr(schedule, judge.LAST_SUCCESS),
-        overlap_policy=schedule.overlap_policy,
-        pause_on_failure=schedule.pause_on_failure,
-        skip_count=schedule.skip_count,
-        buffer_count=schedule.buffer_count,
-        held_for=schedule.held_by,
-        **_run_fields(latest),
-    )
-
-
-_PHASES = ("picked_ts", "started_ts", "completed_ts", "failed_ts")
-
-
-def _run_fields(latest: dict[str, Any] | None) -> dict[str, Any]:
-    """``Status``'s fields on the newest message's run (none: no message yet)."""
-    if not latest:
-        return {}
-    run = phases.Phases(latest["status"], *(latest[k] for k in _PHASES))
-    return {
-        "last_run": phases.run_status(run).value,
-        **{f"last_{k.removesuffix('_ts')}": latest[k] for k in _PHASES},
-    }
+    return standing.status_of(schedule)
 
 
 def preview(

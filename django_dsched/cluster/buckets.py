@@ -24,7 +24,7 @@ import functools
 import hashlib
 from collections.abc import Iterable, Sequence
 
-from django_dsched.models.schedule import BUCKET_KEY_BITS
+from django_dsched.models.bucket_key import BUCKET_KEY_BITS
 
 # DSCHED_BUCKETS is at most 2**BUCKET_KEY_BITS (the bits of bucket_key: models/schedule.py).
 MAX_BUCKETS = 1 << BUCKET_KEY_BITS

@@ -8,5 +8,7 @@ Judged at read time against the database's clock from what the product already r
 - :mod:`.counts`: the counts by state and topic, and the monitored schedules' own figures,
   for the metrics;
 - :mod:`.slots`: a schedule's recent slots, scheduled against actual (the timeline);
-- :mod:`.activity`: the cluster's fires, deliveries and backlog minute by minute.
+- :mod:`.activity`: the cluster's fires, deliveries and backlog minute by minute;
+- :mod:`.status`: where one schedule stands (``api.status``): state, health, fires and its
+  newest message's run.
 """

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django_dsched.metrics.labels import OTHER, BoundedLabel
 from django_dsched.metrics.registry import DURATION_BUCKETS, LAG_BUCKETS, BatchHistogram
@@ -93,6 +94,12 @@ class SchedulerMetrics:
             buckets=DURATION_BUCKETS,
             registry=registry,
         )
+        self._lease_series(counter, gauge)
+        self._heartbeat_at = time.monotonic()
+        self.heartbeat_age.set_function(lambda: time.monotonic() - self._heartbeat_at)
+
+    def _lease_series(self, counter: Callable[..., Any], gauge: Callable[..., Any]) -> None:
+        """The series of the lease: leadership, renewals, fenced batches, the heartbeat."""
         self.leadership_changes = counter(
             "dsched_leadership_changes",
             "Times this process took or lost the lease.",
@@ -112,8 +119,6 @@ class SchedulerMetrics:
             "Seconds since this process last wrote its lease (leader) or presence (standby) "
             "heartbeat.",
         )
-        self._heartbeat_at = time.monotonic()
-        self.heartbeat_age.set_function(lambda: time.monotonic() - self._heartbeat_at)
 
     # -- fed by the loop ----------------------------------------------------------------------
     def batch(self, result: BatchResult, seconds: float) -> None:

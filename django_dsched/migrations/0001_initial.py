@@ -13,6 +13,7 @@ import django.db.models.lookups
 import django_dsched.history.event_ids
 import django_dsched.history.operations
 import django_dsched.history.partitions
+import django_dsched.models.bucket_key
 import django_dsched.models.calendar
 import django_dsched.models.conditions
 import django_dsched.models.fields
@@ -823,7 +824,7 @@ class Migration(migrations.Migration):
                     "bucket_key",
                     models.GeneratedField(
                         db_persist=True,
-                        expression=django_dsched.models.schedule.BucketKey("schedule_id"),
+                        expression=django_dsched.models.bucket_key.BucketKey("schedule_id"),
                         output_field=models.SmallIntegerField(),
                         verbose_name="bucket key",
                     ),

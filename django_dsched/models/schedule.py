@@ -27,6 +27,7 @@ from django_dsched.enums import (
 )
 from django_dsched.exceptions import CronError, ValidationError
 from django_dsched.models import recurrence
+from django_dsched.models.bucket_key import BucketKey
 from django_dsched.models.conditions import OneOf, differs
 from django_dsched.models.fields import EventDataField
 from django_dsched.models.health import HEALTH_BOUNDS, MONITORED_INDEX, HealthOptions
@@ -83,22 +84,6 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
     def due(self) -> ScheduleQuerySet:
         """Active schedules whose next run is not after the database's now."""
         return self.filter(active=True, next_run_ts__lte=Now())
-
-
-# Bits of Schedule.bucket_key: DSCHED_BUCKETS is at most 2**BUCKET_KEY_BITS (cluster/buckets.py).
-BUCKET_KEY_BITS = 15
-
-
-class BucketKey(Func):
-    """The bucket key of a schedule id: its last two bytes (random in UUIDv4 and UUIDv7
-    alike), kept to BUCKET_KEY_BITS bits. Immutable, so a stored generated column can use it."""
-
-    template = (
-        "((get_byte(uuid_send(%(expressions)s), 14) * 256"
-        " + get_byte(uuid_send(%(expressions)s), 15))"
-        f" & {(1 << BUCKET_KEY_BITS) - 1})"
-    )
-    output_field = models.SmallIntegerField()
 
 
 # The health thresholds: models/health.py; the overlap and failure policies: models/overlap.py;

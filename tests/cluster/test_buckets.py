@@ -20,7 +20,7 @@ from django_dsched.exceptions import BucketCountMismatch
 from django_dsched.firing.batch import fire_batch
 from django_dsched.firing.fence import Fence
 from django_dsched.models import Event, Lease, Schedule
-from django_dsched.models.schedule import BUCKET_KEY_BITS
+from django_dsched.models.bucket_key import BUCKET_KEY_BITS
 from django_dsched.scheduler import Scheduler
 from django_dsched.scheduler.housekeeping import does_chores
 from tests.factories import ScheduleFactory

@@ -108,6 +108,47 @@ def _who(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _schedule_actions(actions: Any, common: argparse.ArgumentParser) -> None:
+    """The actions on one schedule (named or by id), with their own options."""
+    for name, text in (
+        ("show", "One schedule's definition and status."),
+        ("resume", "Resume a paused or set-aside schedule."),
+        ("cancel", "Cancel a schedule for good."),
+        ("trigger", "Fire a schedule once now."),
+        ("preview", "The next fire times."),
+        ("pause", "Pause a schedule."),
+        ("backfill", "Fire the past slots of a range once each."),
+        ("policy", "Set the overlap policy and pause on failure (docs/overlap.md)."),
+    ):
+        sub = actions.add_parser(name, help=text, parents=[common])
+        sub.add_argument("schedule", help="Name or id.")
+        if name == "pause":
+            sub.add_argument("--reason", default="")
+            sub.add_argument("--until", type=aware_datetime, help="Resume by itself then.")
+        elif name == "resume":
+            sub.add_argument(
+                "--catch-up",
+                action="store_true",
+                help="Fire missed slots per the misfire policy (default: go on from now).",
+            )
+        elif name == "preview":
+            sub.add_argument("-n", "--count", type=int, default=10)
+        elif name == "backfill":
+            sub.add_argument("--start", type=aware_datetime, required=True)
+            sub.add_argument("--end", type=aware_datetime, required=True)
+        elif name == "policy":
+            sub.add_argument(
+                "--overlap",
+                choices=OverlapPolicy.values,
+                help="What a due slot does while the previous run is still going.",
+            )
+            sub.add_argument(
+                "--pause-on-failure",
+                action=argparse.BooleanOptionalAction,
+                help="Pause the schedule when one of its runs becomes a dead letter.",
+            )
+
+
 class Command(BaseCommand):
     help = (
         "Operate schedules: list, show, preview, pause, resume, cancel, trigger, backfill, "
@@ -133,43 +174,7 @@ class Command(BaseCommand):
         listing.add_argument(
             "--health", choices=Health.values, help="Only the schedules in this health state."
         )
-        for name, text in (
-            ("show", "One schedule's definition and status."),
-            ("resume", "Resume a paused or set-aside schedule."),
-            ("cancel", "Cancel a schedule for good."),
-            ("trigger", "Fire a schedule once now."),
-            ("preview", "The next fire times."),
-            ("pause", "Pause a schedule."),
-            ("backfill", "Fire the past slots of a range once each."),
-            ("policy", "Set the overlap policy and pause on failure (docs/overlap.md)."),
-        ):
-            sub = actions.add_parser(name, help=text, parents=[common])
-            sub.add_argument("schedule", help="Name or id.")
-            if name == "pause":
-                sub.add_argument("--reason", default="")
-                sub.add_argument("--until", type=aware_datetime, help="Resume by itself then.")
-            elif name == "resume":
-                sub.add_argument(
-                    "--catch-up",
-                    action="store_true",
-                    help="Fire missed slots per the misfire policy (default: go on from now).",
-                )
-            elif name == "preview":
-                sub.add_argument("-n", "--count", type=int, default=10)
-            elif name == "backfill":
-                sub.add_argument("--start", type=aware_datetime, required=True)
-                sub.add_argument("--end", type=aware_datetime, required=True)
-            elif name == "policy":
-                sub.add_argument(
-                    "--overlap",
-                    choices=OverlapPolicy.values,
-                    help="What a due slot does while the previous run is still going.",
-                )
-                sub.add_argument(
-                    "--pause-on-failure",
-                    action=argparse.BooleanOptionalAction,
-                    help="Pause the schedule when one of its runs becomes a dead letter.",
-                )
+        _schedule_actions(actions, common)
         actions.add_parser(
             "sync", help="Sync schedules declared in code to the database.", parents=[common]
         )
