@@ -1,7 +1,7 @@
 """The tables: schedules, their events and outbox messages, the leases, instances, quotas.
 
 - :mod:`.schedule`, :mod:`.event`, :mod:`.outbox`, :mod:`.lease`, :mod:`.instance`,
-  :mod:`.quota`, :mod:`.horizon`: the models, one a module.
+  :mod:`.quota`, :mod:`.horizon`, :mod:`.circuit`: the models, one a module.
 - :mod:`.envelope`: the CloudEvents envelope of a fire, composed from its event's columns.
 - :mod:`.records`: the columns events and outbox messages share.
 - :mod:`.validators`, :mod:`.fields`, :mod:`.conditions`: what a value must be, in Python
@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+from django_dsched.models.circuit import Circuit
 from django_dsched.models.event import Event
 from django_dsched.models.horizon import HistoryHorizon
 from django_dsched.models.instance import SchedulerInstance
@@ -20,6 +21,7 @@ from django_dsched.models.quota import TenantQuota
 from django_dsched.models.schedule import Schedule
 
 __all__ = [
+    "Circuit",
     "Event",
     "HistoryHorizon",
     "Lease",

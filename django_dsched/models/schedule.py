@@ -315,6 +315,16 @@ class Schedule(models.Model):
                 condition=models.Q(active=True),
                 name="dsched_schedule_due_idx",
             ),
+            # Serves the backlog's fair share (firing/claim.py): the hosts with active rows by
+            # a skip scan, and each host's due rows, oldest first, as a range: one tenant's
+            # backlog is never walked through to reach another's.
+            models.Index(
+                "host_id",
+                "next_run_ts",
+                models.F("priority").desc(),
+                condition=models.Q(active=True),
+                name="dsched_schedule_host_due_idx",
+            ),
             # Serves the auto-resume of schedules paused until a time.
             models.Index(
                 fields=["paused_until"],

@@ -53,7 +53,9 @@ R = TypeVar("R")
 # The claim's choice alone: the rows it would take (locked until the transaction ends), each
 # with its place in the batch and its payload's bytes.
 CHOOSE = {
-    skip: f"{chosen(skip)}\nSELECT c.id, c.n, c.bytes FROM candidates c" for skip in (False, True)
+    (skip, held): f"{chosen(skip, held)}\nSELECT c.id, c.n, c.bytes FROM candidates c"
+    for skip in (False, True)
+    for held in (False, True)
 }
 
 # The claim of chosen rows (``%(ids)s``, with their places and bytes), as the claim writes
@@ -132,13 +134,15 @@ def claim_narrowed(
     max_bytes: int | None,
     since_us: int | None,
     skip: Sequence[uuid.UUID] = (),
+    held_back: Sequence[str] = (),
+    rotate: int = 0,
 ) -> tuple[Claimed, list[tuple[uuid.UUID, str]]]:
     """The claim :func:`~.claims.claim_batch` would make, after the database refused it:
     the batch chosen and locked, claimed in halves, each refused message dead-lettered with
     the database's error. Returns the claim, and the messages the database refused to
     dead-letter too (each with its error: the caller passes over them for a while)."""
     connection = connections[using]
-    args = claim_args(claimer, limit, max_bytes, since_us, ON_TIME_WINDOW, skip)
+    args = claim_args(claimer, limit, max_bytes, since_us, ON_TIME_WINDOW, skip, held_back, rotate)
 
     def run(statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         with binding.cursor(connection) as cursor:
@@ -161,7 +165,7 @@ def claim_narrowed(
         return run(DEAD_REFUSED, {**args, "id": id_, "error": why})
 
     with transaction.atomic(using=using):
-        rows, refused_rows = halves(using, claim, run(CHOOSE[bool(skip)], args))
+        rows, refused_rows = halves(using, claim, run(CHOOSE[bool(skip), bool(held_back)], args))
         passed_over = []
         for (id_, _place, _size), error in refused_rows:
             dead, still = halves(using, dead_letter, [(id_, error)])

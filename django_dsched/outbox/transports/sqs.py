@@ -196,6 +196,8 @@ class SQSTransport(Transport):
     alias = "sqs"
     requires = ("boto3", "boto3", "sqs")
     batch_size = MAX_BATCH
+    # SendMessageBatch calls at once (boto3's clients are safe to share across threads).
+    concurrency = 4
     options = frozenset(
         {
             "QUEUE_URL",
