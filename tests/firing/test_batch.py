@@ -190,7 +190,10 @@ def test_the_poll_uses_the_partial_index(db_now):
         plan = "\n".join(r[0] for r in sql("EXPLAIN " + CLAIM, claim_args(500)))
     assert "dsched_schedule_due_idx" in plan
     # Many schedules due at the same instant (an hourly cron) are read in order, not sorted.
-    assert "Sort" not in plan
+    # (The backlog's hosts are put in turn, and its probes of one host each may sort the few
+    # rows a tiny table gives them: tests/firing/test_fairness.py reads a large backlog.)
+    keys = [line for line in plan.splitlines() if "Sort Key" in line]
+    assert all("host_id" in key or "behind." in key for key in keys), keys
 
 
 def test_state_matches_active_after_a_fire(fence, db_now):

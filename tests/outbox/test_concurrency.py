@@ -1,0 +1,223 @@
+"""Concurrent delivery in one relay: the limits hold, a slow destination holds only its own
+messages, and every message held is claimed, renewed and settled once under the relay's
+fence."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from django_dsched.enums import DeliveryStatus
+from django_dsched.models import OutboxMessage
+from django_dsched.outbox.relay import Relay
+from tests.helpers import sql, wait_for
+from tests.outbox_helpers import make_messages, statuses
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+TENANT_A = uuid.UUID(int=0xA)
+TENANT_B = uuid.UUID(int=0xB)
+
+
+class Gauge:
+    """How many calls run at once, and the most that ever did; calls wait on ``gate``."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.now = 0
+        self.most = 0
+        self.done: list[str] = []
+        self.gate = threading.Event()
+
+    def __call__(self, event: dict) -> None:
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+        try:
+            self.gate.wait(10)
+        finally:
+            with self.lock:
+                self.now -= 1
+                self.done.append(event["id"])
+
+
+@contextmanager
+def running(relay: Relay) -> Iterator[threading.Thread]:
+    """``relay.run()`` on a thread while the block runs; stopped after it."""
+    thread = threading.Thread(target=relay.run, daemon=True)
+    thread.start()
+    try:
+        yield thread
+    finally:
+        relay.stop()
+        thread.join(30)
+
+
+@contextmanager
+def hanging_endpoint() -> Iterator[tuple[str, threading.Event, list[str]]]:
+    """A local webhook endpoint whose every request waits until ``release`` is set (or 8 s);
+    its base URL, the event, and the Idempotency-Keys it received."""
+    release = threading.Event()
+    received: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            received.append(self.headers["Idempotency-Key"])
+            release.wait(8)
+            self.send_response(204)
+            self.end_headers()
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", release, received
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_destination_s_concurrency_bounds_its_sends(relay_settings, handle):
+    relay_settings.DSCHED_TRANSPORTS = {"*": {"BACKEND": "handlers", "CONCURRENCY": 3}}
+    gauge = handle(Gauge(), topic="reports")
+    make_messages(10)
+    relay = Relay(instance_id="r1")
+    with running(relay):
+        wait_for(lambda: gauge.now == 3, what="three sends under way")
+        time.sleep(0.2)  # no fourth starts
+        assert gauge.most == 3
+        gauge.gate.set()
+        wait_for(lambda: statuses() == {DeliveryStatus.DELIVERED: 10}, what="all delivered")
+    assert gauge.most == 3
+
+
+def test_a_relay_s_and_a_host_s_concurrency_bound_all_its_sends(relay_settings, handle):
+    relay_settings.DSCHED_TRANSPORTS = {
+        "reports": {"BACKEND": "handlers", "CONCURRENCY": 8, "HOSTS": "*"},
+        "audit": {"BACKEND": "handlers", "CONCURRENCY": 8, "HOSTS": "*"},
+    }
+    gauge = Gauge()
+    handle(gauge, topic="reports", hosts="*")
+    handle(gauge, topic="audit", hosts="*")
+    for topic in ("reports", "audit"):
+        make_messages(6, topic=topic, host_id=TENANT_A)
+    # One host, two routes of eight: the host's limit, 5.
+    relay = Relay(instance_id="r1", concurrency=50, host_concurrency=5)
+    with running(relay):
+        wait_for(lambda: gauge.now == 5, what="five sends under way")
+        time.sleep(0.2)
+        assert gauge.most == 5
+        gauge.gate.set()
+        wait_for(lambda: statuses() == {DeliveryStatus.DELIVERED: 12}, what="all delivered")
+    # Two hosts: the relay's limit, 4.
+    gauge.gate.clear()
+    gauge.most = 0
+    for host in (TENANT_A, TENANT_B):
+        make_messages(6, host_id=host)
+    relay = Relay(instance_id="r2", concurrency=4, host_concurrency=5)
+    with running(relay):
+        wait_for(lambda: gauge.now == 4, what="four sends under way")
+        time.sleep(0.2)
+        assert gauge.most == 4
+        gauge.gate.set()
+        wait_for(lambda: statuses() == {DeliveryStatus.DELIVERED: 24}, what="all delivered")
+
+
+def test_a_slow_destination_does_not_hold_a_fast_one(relay_settings, handle, settings):
+    """Tenant A's webhook hangs; tenant B's handler is fast: B's messages are delivered while
+    A's sends hang, by the same relay, and A's are delivered once its endpoint answers."""
+    settings.DSCHED_WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]
+    settings.DSCHED_WEBHOOK_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    seen: list[str] = []
+    handle(lambda event: seen.append(event["id"]), topic="b", hosts="*")
+    with hanging_endpoint() as (url, release, received):
+        settings.DSCHED_TRANSPORTS = {"b": {"BACKEND": "handlers", "HOSTS": "*"}}
+        settings.DSCHED_TRANSPORTS_BY_HOST = {
+            str(TENANT_A): {
+                "a": {"BACKEND": "webhook", "CONCURRENCY": 2, "OPTIONS": {"URL": url}}
+            }
+        }
+        slow = make_messages(4, topic="a", host_id=TENANT_A)
+        relay = Relay(instance_id="r1")
+        with running(relay):
+            wait_for(lambda: len(received) == 2, what="A's two sends under way")
+            fast = make_messages(20, topic="b", host_id=TENANT_B)
+            wait_for(lambda: len(seen) == 20, what="B's messages delivered while A's hang")
+            wait_for(
+                lambda: OutboxMessage.objects.filter(
+                    id__in=fast, status=DeliveryStatus.DELIVERED
+                ).count()
+                == 20,
+                what="B's outcomes recorded",
+            )
+            assert len(received) == 2  # A's limit: its other two wait, claimed
+            assert not OutboxMessage.objects.filter(id__in=slow, status="DELIVERED").exists()
+            release.set()
+            wait_for(lambda: statuses() == {DeliveryStatus.DELIVERED: 24}, what="A's too")
+    assert sorted(received) == sorted(str(i) for i in slow)
+
+
+def test_the_heartbeat_keeps_every_message_held_queued_and_in_flight(relay_settings, handle):
+    """Messages queued behind a long send stay claimed past the visibility timeout: another
+    relay claims none of them, and each is delivered once."""
+    relay_settings.DSCHED_RELAY_VISIBILITY_TIMEOUT = 1.0
+    gauge = handle(Gauge(), topic="reports")  # concurrency 1: one sends, five wait
+    ids = make_messages(6)
+    relay = Relay(instance_id="r1")
+    with running(relay):
+        wait_for(lambda: gauge.now == 1, what="the first send under way")
+        time.sleep(2.5)  # two and a half visibility timeouts
+        assert Relay(instance_id="thief").run_until_idle() == 0
+        gauge.gate.set()
+        wait_for(lambda: statuses() == {DeliveryStatus.DELIVERED: 6}, what="all delivered")
+    assert sorted(gauge.done) == sorted(str(i) for i in ids)
+    assert OutboxMessage.objects.filter(attempts=1).count() == 6
+
+
+def test_a_relay_killed_mid_flight_loses_nothing(relay_settings, handle):
+    """A relay dies with sends under way and messages queued (its heartbeat stops, nothing
+    is settled or given back): once its claims expire another relay delivers every one, with
+    the same ids; only those the dead relay had sent are sent twice, and its late outcomes
+    are not recorded."""
+    gauge = handle(Gauge(), topic="reports")
+    ids = make_messages(5)
+    dead = Relay(instance_id="dead")
+    dead.step()  # claims the five: one goes out, four wait in its lane
+    wait_for(lambda: gauge.now == 1, what="a send under way")
+    # The process dies: nothing more runs on its thread, its heartbeat stops, no send starts.
+    dead.heartbeat.stop()
+    dead.dispatch.stopping.set()
+    claimed = OutboxMessage.objects.filter(claimed_by="dead").values_list("id", flat=True)
+    assert set(claimed) == set(ids)
+    sql("UPDATE outbox_message_t SET claimed_until = clock_timestamp() - interval '1 second'")
+    gauge.gate.set()  # the dead relay's send returns: its outcome is never recorded
+    assert Relay(instance_id="r2").run_until_idle() == 5
+    rows = OutboxMessage.objects.all()
+    assert {r.id for r in rows if r.status == DeliveryStatus.DELIVERED} == set(ids)
+    assert all(r.attempts == 2 and r.claimed_by == "" for r in rows)  # recorded once
+    assert sorted(set(gauge.done)) == sorted(str(i) for i in ids)
+    assert len(gauge.done) == len(ids) + 1  # the one the dead relay had under way, twice
+    dead.dispatch.close()
+
+
+def test_messages_claimed_while_earlier_ones_are_sent_are_delivered_once(relay_settings, handle):
+    """A relay claims its next batch while it sends one: 300 messages, batches of 20, each
+    delivered once, in order within its destination."""
+    seen: list[str] = []
+    handle(lambda event: seen.append(event["id"]), topic="reports")
+    ids = make_messages(300)
+    relay = Relay(instance_id="r1", batch_size=20)
+    assert relay.run_until_idle() == 300
+    assert seen == [str(i) for i in ids]
+    assert relay.stats.batches >= 15
