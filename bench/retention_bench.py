@@ -54,7 +54,7 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
 from django_dsched.enums import DeliveryStatus  # noqa: E402
-from django_dsched.history import partitions  # noqa: E402
+from django_dsched.history import expiry, partitions  # noqa: E402
 from django_dsched.history.partitions import EVENTS, OUTBOX, make_day  # noqa: E402
 from django_dsched.outbox.claims import CLAIM, backlog_share  # noqa: E402
 from django_dsched.outbox.retention import purge_expired  # noqa: E402
@@ -147,7 +147,7 @@ def measure(way: str, rows: int) -> dict[str, float]:
     sql("CHECKPOINT")
     (lsn,) = sql("SELECT pg_current_wal_lsn()")[0]
     dropping = []  # the second transaction's time: the detached tables' drop
-    real_drop = partitions.drop_detached
+    real_drop = expiry.drop_detached
 
     def timed_drop(using: str | None = None) -> list[str]:
         began = time.perf_counter()
@@ -156,12 +156,12 @@ def measure(way: str, rows: int) -> dict[str, float]:
         finally:
             dropping.append(time.perf_counter() - began)
 
-    partitions.drop_detached = timed_drop  # type: ignore[assignment]
+    expiry.drop_detached = timed_drop  # type: ignore[assignment]
     started = time.perf_counter()
     try:
         purged = purge_expired(days=45)
     finally:
-        partitions.drop_detached = real_drop  # type: ignore[assignment]
+        expiry.drop_detached = real_drop  # type: ignore[assignment]
     seconds = time.perf_counter() - started
     (wal,) = sql("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", [lsn])[0]
     left = sql(

@@ -386,7 +386,11 @@ def status(
         next_fire=schedule.next_run_ts if schedule.state in PLANNED else None,
         last_fired=schedule.last_fired_ts,
         last_delivery=latest["status"] if latest else None,
-        last_error=(latest["last_error"] or "") if latest else "",
+        # Why the newest fire's message failed: an error kept from a retry that then
+        # succeeded is not one (the message's own last_error keeps it).
+        last_error=(latest["last_error"] or "")
+        if latest and latest["status"] != DeliveryStatus.DELIVERED
+        else "",
         fire_count=schedule.fire_count,
         misfire_count=schedule.misfire_count,
         paused_reason=schedule.paused_reason,

@@ -32,6 +32,8 @@ class MisfirePolicy(models.TextChoices):
 class ScheduleOrigin(models.TextChoices):
     ADMIN = "ADMIN", _("admin")
     API = "API", _("Python API")
+    # Made over the REST API (``django_dsched.rest``).
+    REST = "REST", _("REST API")
     CODE = "CODE", _("declared in code")
     # Made by `dsched import-celery-beat` from a django-celery-beat PeriodicTask.
     CELERY_BEAT = "CELERY_BEAT", _("imported from django-celery-beat")

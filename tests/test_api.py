@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from django_dsched import api
-from django_dsched.changes import edits, on_demand, pauses
+from django_dsched.changes import edits, on_demand, pause_ends
 from django_dsched.enums import MisfirePolicy, ScheduleState
 from django_dsched.exceptions import NotPermitted
 from django_dsched.models import Event, OutboxMessage, Schedule
@@ -86,9 +86,9 @@ def test_pause_with_reason_until_a_time_then_resumes_by_itself(db_now):
         "maintenance",
         until,
     )
-    assert pauses.resume_expired_pauses() == 0
+    assert pause_ends.resume_expired_pauses().resumed == 0
     sql("UPDATE schedule_t SET paused_until = now() - interval '1 second'")
-    assert pauses.resume_expired_pauses() == 1
+    assert pause_ends.resume_expired_pauses().resumed == 1
     assert api.status("p").state == ScheduleState.ACTIVE
     assert [kind for _, kind in history(schedule)] == [
         "dsched.schedule.created",

@@ -7,9 +7,10 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db.models import F
 
 from django_dsched import api
-from django_dsched.enums import ScheduleState
+from django_dsched.enums import DeliveryStatus, ScheduleState
 from django_dsched.models import Event, OutboxMessage, Schedule
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -107,7 +108,7 @@ def test_a_backfill_without_a_slot_says_why(nightly, db_now):
 
 
 def test_preview(nightly):
-    lines = run("preview", "nightly", "-n", "3").split()
+    lines = run("preview", "nightly", "-n", "3").splitlines()
     assert len(lines) == 3
 
 
@@ -211,3 +212,20 @@ def test_without_user_the_operator_may_do_everything_and_deployment_actions_need
         run("--user", "someone", "sync")
     with pytest.raises(CommandError, match="No user 'ghost'"):
         run("--user", "ghost", "list")
+
+
+def test_show_has_no_last_error_once_a_retry_delivered(nightly):
+    """A retry that succeeded keeps the failed attempt's text on the message (its history);
+    `last error` is why the newest fire's message failed: "-" once it is delivered."""
+    api.trigger("nightly")
+    OutboxMessage.objects.update(
+        status=DeliveryStatus.PENDING, attempts=1, last_error="AddressRefused: refused ::1"
+    )
+    assert "last error AddressRefused: refused ::1" in run("show", "nightly")
+    OutboxMessage.objects.update(
+        status=DeliveryStatus.DELIVERED, attempts=2, delivered_ts=F("event_ts")
+    )
+    shown = run("show", "nightly")
+    assert "delivery   DELIVERED" in shown
+    assert "last error -" in shown
+    assert api.status("nightly").last_error == ""

@@ -8,6 +8,7 @@ from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
+from django.urls import reverse
 from django.utils.translation import gettext as _
 
 from django_dsched.admin.base import ASSETS, AnyModelAdmin, ReadOnlyAdmin
@@ -60,6 +61,10 @@ class ClusterAdmin(AnyModelAdmin):
             if leader and not leader.released
             else "",
             "acquired": moment(leader.acquired, now) if leader else "",
+            "leases_url": reverse("admin:dsched_lease_changelist")
+            if self.admin_site._registry.get(Lease) is not None
+            and self.admin_site._registry[Lease].has_view_permission(request)
+            else None,
             "instances": [
                 {
                     "row": item.row,
@@ -113,6 +118,13 @@ class ClusterAdmin(AnyModelAdmin):
 
 @admin.register(Lease)
 class LeaseAdmin(ReadOnlyAdmin):
+    """The lease rows, linked from the cluster page: one entry in the admin's index (the
+    cluster's), not two for what users see as one page."""
+
     list_display = ["lease_id", "instance_id", "epoch", "heartbeat", "acquired"]
+
+    def get_model_perms(self, request: HttpRequest) -> dict[str, bool]:
+        return {}  # not listed in the index; its pages stay where the cluster page links
+
     heartbeat = time_display(Lease, "last_heartbeat")
     acquired = time_display(Lease, "acquired_ts")

@@ -5,19 +5,21 @@ Everything here escapes what it shows (``format_html``); data is never marked sa
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 from django.contrib import admin
 from django.db.models import Model
 from django.utils import timezone
 from django.utils.formats import date_format
-from django.utils.html import format_html
-from django.utils.safestring import SafeString
+from django.utils.html import escape, format_html
+from django.utils.safestring import SafeString, mark_safe
 from django.utils.timesince import timesince, timeuntil
 from django.utils.translation import gettext as _
 
+from django_dsched.changes.describe import is_utc, zone_of
 from django_dsched.enums import ScheduleState
 from django_dsched.models import OutboxMessage
 from django_dsched.outbox import phases
@@ -46,6 +48,21 @@ TONES = {
     "standby": "quiet",
     "stale": "bad",
 }
+
+
+# Where a long name, zone or event type may break: after these characters, and inside a
+# run of more than LONG_RUN characters without them (so "Australia/Sydney" breaks only at
+# the slash, never inside "Sydney").
+_BREAK_AFTER = re.compile(r"([/._:\-])")
+_LONG_RUN = re.compile(r"([^/._:\-\s]{24})(?=[^/._:\-\s])")
+
+
+def breakable(text: str) -> SafeString:
+    """``text`` (escaped) with line-break opportunities at its separators (``<wbr>``): a
+    list's narrow column wraps it between words and parts, never mid-word."""
+    escaped = str(escape(text))
+    with_runs = _LONG_RUN.sub(lambda m: m.group(1) + "\0", escaped)
+    return mark_safe(_BREAK_AFTER.sub(r"\1\0", with_runs).replace("\0", "<wbr>"))
 
 
 def badge(value: str, label: str, *, title: str = "") -> SafeString:
@@ -93,27 +110,65 @@ def absolute(moment: datetime) -> SafeString:
     )
 
 
-def moment(value: datetime | None, now: datetime | None, *, quiet: bool = False) -> SafeString:
-    """Absolute time and, under it, how far it is from now."""
+def zoned(moment: datetime, zone: tzinfo) -> SafeString:
+    """A schedule's time as its staff read it: on the wall clock of the schedule's zone,
+    then in UTC (``2026-12-31 09:00:00 AEDT`` / ``2026-12-30 22:00:00 UTC``); a UTC
+    schedule's in UTC only. Never rewritten in the viewer's zone: the schedule's day is
+    the one that matters (a Sydney month-end is not the 30th)."""
+    utc = moment.astimezone(UTC)
+    if is_utc(zone):
+        return format_html(
+            '<time datetime="{}" class="dsched-zoned"><span class="dsched-date">{}</span> '
+            '<span class="dsched-time">{} UTC</span></time>',
+            utc.isoformat(),
+            f"{utc:%Y-%m-%d}",
+            f"{utc:%H:%M:%S}",
+        )
+    local = moment.astimezone(zone)
+    return format_html(
+        '<time datetime="{}" class="dsched-zoned" title="{}"><span class="dsched-date">{}'
+        '</span> <span class="dsched-time">{} {}</span></time> <small class="dsched-utc">'
+        '<span class="dsched-date">{}</span> <span class="dsched-time">{} UTC</span></small>',
+        utc.isoformat(),
+        str(zone),
+        f"{local:%Y-%m-%d}",
+        f"{local:%H:%M:%S}",
+        local.tzname() or str(zone),
+        f"{utc:%Y-%m-%d}",
+        f"{utc:%H:%M:%S}",
+    )
+
+
+def moment(
+    value: datetime | None,
+    now: datetime | None,
+    *,
+    quiet: bool = False,
+    zone: tzinfo | None = None,
+) -> SafeString:
+    """Absolute time and, under it, how far it is from now. With ``zone`` (a schedule's
+    time), on that zone's wall clock and in UTC (:func:`zoned`); else in the viewer's."""
     if value is None:
         return format_html("{}", EMPTY)
+    shown = absolute(value) if zone is None else zoned(value, zone)
     if now is None:
-        return absolute(value)
+        return shown
     return format_html(
         '<span class="dsched-moment{}">{}<br><small>{}</small></span>',
         " dsched-muted" if quiet else "",
-        absolute(value),
+        shown,
         relative(value, now),
     )
 
 
 def time_display(
-    model: type[Model], field: str, *, description: Any = None
+    model: type[Model], field: str, *, description: Any = None, in_zone: bool = False
 ) -> Callable[[Any, Any], SafeString]:
     """A ModelAdmin display method for the datetime ``field`` of ``model``, written as
     every dsched page writes a time (:func:`absolute`: ``2026-11-27 03:14:00 UTC``, then
-    the viewer's zone), not as Django's default (``Nov. 27, 2026, 3:14 a.m.``). Sorts by
-    the field; labelled by its verbose name unless ``description`` says otherwise."""
+    the viewer's zone), not as Django's default (``Nov. 27, 2026, 3:14 a.m.``); with
+    ``in_zone``, a schedule's own time, on its zone's wall clock and in UTC (:func:`zoned`).
+    Sorts by the field; labelled by its verbose name unless ``description`` says otherwise."""
     model_field = model._meta.get_field(field)
     label = description or getattr(model_field, "verbose_name", field)
 
@@ -121,7 +176,9 @@ def time_display(
     def show(model_admin: Any, obj: Any) -> SafeString:
         value = getattr(obj, field, None)
         # Not a time yet (None, or an unsaved row's database default): "-".
-        return absolute(value) if isinstance(value, datetime) else format_html("{}", EMPTY)
+        if not isinstance(value, datetime):
+            return format_html("{}", EMPTY)
+        return zoned(value, zone_of(obj)) if in_zone else absolute(value)
 
     # The field's help text, for its page (base.ShownTimes puts it under the value).
     show.help_text = getattr(model_field, "help_text", "")  # type: ignore[attr-defined]

@@ -14,6 +14,7 @@ from django_dsched.admin.base import ReadOnlyAdmin, pretty_json
 from django_dsched.admin.display import (
     EMPTY,
     absolute,
+    breakable,
     duration,
     run_badge,
     run_duration,
@@ -116,7 +117,9 @@ class OutboxMessageAdmin(TenantScoped, ReadOnlyAdmin):
     @admin.display(description=_("message"), ordering="event_type")
     def message(self, obj: OutboxMessage) -> SafeString:
         return format_html(
-            '{}<br><small class="dsched-muted">{}</small>', obj.event_type, obj.topic
+            '{}<br><small class="dsched-muted">{}</small>',
+            breakable(obj.event_type),
+            breakable(obj.topic),
         )
 
     @admin.display(description=_("attempts"), ordering="attempts")

@@ -5,28 +5,62 @@ from __future__ import annotations
 
 import copy
 import uuid
+from datetime import UTC, datetime, tzinfo
 from typing import TYPE_CHECKING, Any
 
 from django import forms
+from django.contrib.admin.widgets import AdminSplitDateTime
 from django.db import transaction
 from django.forms.models import construct_instance
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from django_dsched.admin.tenancy import allowed_host
 from django_dsched.changes import edits, permissions, quotas
 from django_dsched.changes.creates import Preparer
+from django_dsched.changes.describe import both_times
 from django_dsched.changes.routes import check_routed
 from django_dsched.conf import app_settings
 from django_dsched.enums import ScheduleState
-from django_dsched.exceptions import EditNotPermitted, TimetableError
+from django_dsched.exceptions import CronError, EditNotPermitted, TimetableError
 from django_dsched.models import Schedule
 from django_dsched.runtime.clock import database_now
+from django_dsched.timetables.zones import zone as zone_named
 
 CONFLICT = _(
     "This schedule changed since you opened it (it fired or someone edited it): version "
     "%(seen)d is now %(current)d. Your changes were not saved; reload the page and apply "
     "them again."
 )
+
+
+ZONED_HELP = _(
+    "On the wall clock of the schedule's time zone (the Time zone field above: "
+    "%(zone)s), not yours and not UTC."
+)
+SAVED_AS = _("Saved: %(when)s.")
+
+
+class ZonedSplitDateTime(AdminSplitDateTime):
+    """The admin's date and time boxes, showing a time on ``zone``'s wall clock."""
+
+    zone: tzinfo = UTC
+
+    def decompress(self, value: Any) -> Any:
+        with timezone.override(self.zone):
+            return super().decompress(value)
+
+
+class ZonedSplitDateTimeField(forms.SplitDateTimeField):
+    """A date and a time read on ``zone``'s wall clock (a wall time that a DST change
+    skips or repeats there is refused as ambiguous, naming the zone)."""
+
+    widget = ZonedSplitDateTime
+    zone: tzinfo = UTC
+
+    def compress(self, data_list: Any) -> Any:
+        with timezone.override(self.zone):
+            return super().compress(data_list)
 
 
 # ModelForm is generic for the type checker only (django-stubs).
@@ -90,6 +124,7 @@ class ScheduleForm(ScheduleModelForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._zone_times()
         if self.instance.pk:
             # Shown in the page; when bound, only tells that the field did not change.
             self.fields["seen_version"].initial = self.instance.aggregate_version
@@ -98,6 +133,32 @@ class ScheduleForm(ScheduleModelForm):
             self.fields["host_id"].widget = forms.Select(
                 choices=[(str(host), str(host)) for host in self.hosts]
             )
+
+    def _zone_times(self) -> None:
+        """Start and end are entered and shown on the schedule zone's wall clock: the zone
+        sent with them, else the schedule's (UTC for a new one)."""
+        name = self.data.get(self.add_prefix("time_zone")) if self.is_bound else None
+        name = name or self.instance.time_zone or self.initial.get("time_zone") or "UTC"
+        try:
+            zone: tzinfo = zone_named(str(name))
+        except CronError:
+            zone = UTC  # the time zone field says what is wrong
+        for field_name in ("start_ts", "end_ts"):
+            field = self.fields.get(field_name)
+            if not isinstance(field, forms.SplitDateTimeField):
+                continue
+            zoned = ZonedSplitDateTimeField(
+                required=field.required,
+                label=field.label,
+                widget=ZonedSplitDateTime(),
+            )
+            zoned.zone = zoned.widget.zone = zone
+            helps = [str(field.help_text), str(ZONED_HELP % {"zone": zone})]
+            saved = getattr(self.instance, field_name, None)
+            if self.instance.pk and isinstance(saved, datetime):
+                helps.append(str(SAVED_AS % {"when": both_times(saved, zone)}))
+            zoned.help_text = " ".join(h for h in helps if h)
+            self.fields[field_name] = zoned
 
     def clean_host_id(self) -> Any:
         return allowed_host(self.hosts, self.cleaned_data.get("host_id"))

@@ -14,6 +14,7 @@ from typing import Any
 from django.http import HttpRequest, QueryDict
 
 from django_dsched.admin.display import moment, run_badge, run_duration
+from django_dsched.changes.describe import zone_of
 from django_dsched.models import Event, OutboxMessage, Schedule
 
 PREVIEW_COUNT = 10
@@ -84,7 +85,9 @@ def events(request: HttpRequest, schedule: Schedule, now: datetime) -> Page:
         ),
         "events_before",
         lambda event: {
-            "slot": moment(event.scheduled_ts, None) if event.scheduled_ts else "-",
+            "slot": moment(event.scheduled_ts, None, zone=zone_of(schedule))
+            if event.scheduled_ts
+            else "-",
             "at": moment(event.event_ts, now),
         },
     )

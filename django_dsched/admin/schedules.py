@@ -7,7 +7,17 @@ from typing import Any
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import ValidationError
-from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
+from django.db.models import (
+    Case,
+    Count,
+    F,
+    IntegerField,
+    OuterRef,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+)
 from django.db.models.functions import Coalesce, Now
 from django.http import HttpRequest
 from django.urls import URLPattern, path, reverse
@@ -18,14 +28,14 @@ from django.utils.translation import gettext_lazy as _
 
 from django_dsched.admin import schedule_panels, tenancy
 from django_dsched.admin.base import ASSETS, ShownTimes, unstorable_query
-from django_dsched.admin.display import EMPTY, badge, moment, time_display
+from django_dsched.admin.display import EMPTY, badge, breakable, moment, time_display
 from django_dsched.admin.filters import HostFilter, ScheduleValuesFilter, index_distinct
 from django_dsched.admin.outbox import RETRYING
 from django_dsched.admin.schedule_actions import ScheduleActionsMixin
 from django_dsched.admin.schedule_form import ScheduleForm
 from django_dsched.admin.tenancy import TenantScoped
 from django_dsched.changes import edits
-from django_dsched.changes.describe import describe
+from django_dsched.changes.describe import both_times, describe, is_utc, zone_of
 from django_dsched.enums import PLANNED, DeliveryStatus, ScheduleOrigin, ScheduleState
 from django_dsched.models import OutboxMessage, Schedule, SchedulerInstance
 from django_dsched.models.schedule import resolve_host
@@ -174,10 +184,11 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
         "updated",
     ]
     # Times as every dsched page writes them (not Django's "Nov. 27, 2026, 3:14 a.m.").
+    # The schedule's own times on its zone's wall clock, and in UTC.
     set_aside_at = time_display(Schedule, "set_aside_ts")
-    paused_until_display = time_display(Schedule, "paused_until")
-    next_run_display = time_display(Schedule, "next_run_ts")
-    last_fired = time_display(Schedule, "last_fired_ts")
+    paused_until_display = time_display(Schedule, "paused_until", in_zone=True)
+    next_run_display = time_display(Schedule, "next_run_ts", in_zone=True)
+    last_fired = time_display(Schedule, "last_fired_ts", in_zone=True)
     created = time_display(Schedule, "created_ts")
     updated = time_display(Schedule, "updated_ts")
 
@@ -189,6 +200,40 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return ScheduleChangeList
 
+    def get_ordering(self, request: HttpRequest) -> Any:
+        """Schedules that will fire first, soonest first; then those that ended (completed,
+        cancelled, set aside), most recently fired first: a completed one-shot's old next
+        run no longer sorts it to the top."""
+        return [
+            Case(When(state__in=PLANNED, then=Value(0)), default=Value(1)).asc(),
+            Case(When(state__in=PLANNED, then=F("next_run_ts"))).asc(),
+            F("last_fired_ts").desc(nulls_last=True),
+        ]
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        fieldsets = self._fieldsets(request, obj)
+        if tenancy.hosts(request) is None and not many_hosts(request):
+            # One tenant: its host id is nothing to read or edit at a glance; it stays in a
+            # folded section at the foot (to add a schedule for a first other tenant).
+            first_name, first = fieldsets[0]
+            fields = [f for f in first["fields"] if f != "host_id"]
+            fieldsets = [
+                (first_name, {**first, "fields": fields}),
+                *fieldsets[1:],
+                (
+                    _("Tenant"),
+                    {
+                        "classes": ["collapse"],
+                        "fields": ["host_id"],
+                        "description": _(
+                            "All schedules belong to one tenant (host): leave it as it is "
+                            "unless you serve several."
+                        ),
+                    },
+                ),
+            ]
+        return fieldsets
+
     def get_list_display(self, request: HttpRequest) -> Any:
         if not many_hosts(request):
             return self.list_display
@@ -199,14 +244,14 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
 
     @admin.display(description=_("name"), ordering="schedule_name")
     def name(self, obj: Schedule) -> str:
-        return obj.schedule_name
+        return breakable(obj.schedule_name)
 
     @admin.display(description=_("name"), ordering="schedule_name")
     def name_and_host(self, obj: Schedule) -> str:
         full = str(obj.host_id)
         return format_html(
             '{}<br><small class="dsched-muted">{} <code title="{}">{}</code></small>',
-            obj.schedule_name,
+            breakable(obj.schedule_name),
             _("host"),
             full,
             full[:8],
@@ -214,19 +259,22 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
 
     @admin.display(description=_("frequency"))
     def frequency(self, obj: Schedule) -> str:
-        return describe(obj)
+        return breakable(describe(obj))
 
     @admin.display(description=_("next run"), ordering="next_run_ts")
     def next_run(self, obj: Schedule) -> str:
         if obj.state not in PLANNED:
             return EMPTY
         return moment(
-            obj.next_run_ts, getattr(obj, "db_now", None), quiet=obj.state != ScheduleState.ACTIVE
+            obj.next_run_ts,
+            getattr(obj, "db_now", None),
+            quiet=obj.state != ScheduleState.ACTIVE,
+            zone=zone_of(obj),
         )
 
     @admin.display(description=_("last fire"), ordering="last_fired_ts")
     def last_fire(self, obj: Schedule) -> str:
-        return moment(obj.last_fired_ts, getattr(obj, "db_now", None))
+        return moment(obj.last_fired_ts, getattr(obj, "db_now", None), zone=zone_of(obj))
 
     @admin.display(description=_("state"), ordering="state")
     def state_badge(self, obj: Schedule) -> str:
@@ -234,7 +282,7 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
         if obj.state == ScheduleState.PAUSED:
             title = obj.paused_reason
             if obj.paused_until:
-                title = f"{title} (→ {obj.paused_until:%Y-%m-%d %H:%M %Z})".strip()
+                title = f"{title} (→ {both_times(obj.paused_until, zone_of(obj))})".strip()
         elif obj.state == ScheduleState.SET_ASIDE:
             # The scheduler could not plan it: the error is the point, so it is shown.
             return format_html(
@@ -298,7 +346,7 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
         return super().changelist_view(request, extra_context)
 
     # -- the page of one schedule ---------------------------------------------------------
-    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+    def _fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         fieldsets = super().get_fieldsets(request, obj)
         if obj is None:
             # A new schedule has no status yet (its times are the database's to fill).
@@ -354,11 +402,14 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
             context.update(
                 dsched_now=now,
                 dsched_buttons=self.buttons(request, saved),
-                dsched_preview=[moment(t, now) for t in schedule_panels.preview(saved, now)],
+                dsched_preview=[
+                    moment(t, now, zone=zone_of(saved)) for t in schedule_panels.preview(saved, now)
+                ],
                 dsched_events=schedule_panels.events(request, saved, now),
                 dsched_deliveries=schedule_panels.deliveries(request, saved, now),
                 dsched_from_code=saved.origin == ScheduleOrigin.CODE,
                 dsched_frequency=describe(saved),
+                dsched_zone_is_utc=is_utc(zone_of(saved)),
             )
         return super().render_change_form(request, context, add, change, form_url, obj)
 
@@ -400,3 +451,7 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
             # The form checked the version with the row locked; only a change by code
             # running in this same transaction could get here.
             self.message_user(request, "; ".join(exc.messages), messages.ERROR)
+            return
+        late = getattr(obj, "late", None)
+        if late is not None:  # a one-shot whose time had passed: it fires late, or not
+            self.message_user(request, late.describe(obj.schedule_name), messages.WARNING)

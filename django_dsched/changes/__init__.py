@@ -12,7 +12,9 @@ goes through these names; nothing else writes ``schedule_t``.
 - :mod:`.bulk`: ``bulk_create`` and ``bulk_cancel``, all or nothing with per-item errors.
 - :mod:`.edits`: every edit after a create: what it does to the next run, whether the
   editor may, the save (``save_schedule``).
-- :mod:`.pauses`: pause and resume (compare-and-set), and the pauses that end by themselves.
+- :mod:`.pauses`: pause and resume (compare-and-set).
+- :mod:`.pause_ends`: the pauses that end by themselves (the leader's resumes; a row that
+  cannot be resumed is set aside, the others resume).
 - :mod:`.cancels`: cancel one schedule, a queryset or many ids, in one locking statement.
 - :mod:`.on_demand`: fires on demand: run now, backfill, and the slots of a range.
 - :mod:`.audit`: the audit event each change writes. :mod:`.describe`: timing in words.

@@ -25,7 +25,7 @@ from django.utils.translation import gettext as _
 from django_dsched.changes import cancels, permissions, quotas
 from django_dsched.changes.bulk_insert import CHUNK, Inserter
 from django_dsched.changes.constraints import unique_name_error
-from django_dsched.changes.creates import Prepared, Preparer, existing_by_key
+from django_dsched.changes.creates import Prepared, Preparer, existing_by_key, lateness
 from django_dsched.changes.specs import Spec, spec_field
 from django_dsched.conf import app_settings
 from django_dsched.counts import ChangeCount
@@ -34,10 +34,13 @@ from django_dsched.models import Schedule
 from django_dsched.models.schedule import resolve_host
 from django_dsched.models.validators import storable_text
 from django_dsched.runtime import binding
+from django_dsched.runtime.logs import get_logger
 
 # Items validated before the first statement goes out (then CHUNK at a time, each sent
 # while the next is validated).
 FIRST_CHUNK = 1_000
+
+log = get_logger(__name__)
 
 
 def _bounded(items: Iterable[Any], what: str) -> list[Any]:
@@ -243,7 +246,20 @@ def bulk_create(
         # skipped (keys that exist) takes no place; a refusal undoes the call.
         added = Counter(item.schedule.host_id for item in prepared if item.created)
         quotas.check_added(added)
+        note_late_items(prepared)
         return result
+
+
+def note_late_items(prepared: list[Prepared]) -> None:
+    """Set ``late`` on each created one-shot (:func:`.creates.lateness`); log one line for
+    the call's late ones."""
+    late = 0
+    for item in prepared:
+        if item.created:
+            item.schedule.late = found = lateness(item.schedule)  # type: ignore[attr-defined]
+            late += found is not None
+    if late:
+        log.warning("%d one-shot(s) created after their time (see each one's late)", late)
 
 
 def _settle(items: list[Any], prepared: list[Prepared]) -> list[Schedule]:

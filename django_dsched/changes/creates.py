@@ -35,12 +35,24 @@ from django_dsched.changes.constraints import (
 )
 from django_dsched.changes.routes import check_routed
 from django_dsched.changes.single_insert import insert_one
-from django_dsched.changes.specs import Builder, Cron, Interval, Once, Spec, in_callers_words
+from django_dsched.changes.specs import (
+    Builder,
+    Cron,
+    Interval,
+    Once,
+    Spec,
+    default_name,
+    in_callers_words,
+)
 from django_dsched.conf import app_settings
 from django_dsched.enums import ScheduleKind, ScheduleState
 from django_dsched.exceptions import QuotaExceeded, ValidationError
 from django_dsched.models import Schedule
 from django_dsched.runtime.clock import database_now
+from django_dsched.runtime.logs import get_logger
+from django_dsched.timetables.misfire import backlog_window
+
+log = get_logger(__name__)
 
 # The longest delay= of a one-shot (its time is computed by the database, so the bound is
 # checked here: it keeps the time far inside the supported range).
@@ -104,6 +116,8 @@ class Preparer:
         """An unsaved ``Schedule`` built by a caller (admin, REST, declared schedules): no
         start means now, as ``Schedule.save()`` has it."""
         values = schedule.__dict__  # start_ts and next_run_ts are unset until saved
+        if not schedule.schedule_name:
+            schedule.schedule_name = default_name(schedule)  # as the Python API names it
         if values.get("start_ts") is None:
             schedule.start_ts = self.clock.now()
         data_text = self._validated(schedule)
@@ -204,6 +218,7 @@ def _create(
     else:
         inserted = _insert(item, actor)
     if inserted:
+        note_lateness(item.schedule)
         return item.schedule, True
     key = item.schedule.idempotency_key
     if key is not None:
@@ -215,16 +230,78 @@ def _create(
     raise unique_name_error(item.schedule)
 
 
+@dataclass(frozen=True, slots=True)
+class Late:
+    """A one-shot created after its time: by how much (the database's clock at the insert
+    minus its time) and what the scheduler will do (its misfire rules, as for any missed
+    slot): fire it at once, late, or skip it (the schedule completes without firing,
+    ``misfire_count`` 1) when it is later than its grace (``SKIP``'s grace is
+    ``misfire_grace_seconds``, else ``DSCHED_MISFIRE_GRACE_SECONDS``)."""
+
+    by: timedelta
+    skipped: bool
+
+    @property
+    def outcome(self) -> str:
+        return LATE_SKIPPED if self.skipped else LATE_FIRES_NOW
+
+    def describe(self, name: str) -> str:
+        seconds = int(self.by.total_seconds())
+        if self.skipped:
+            return _(
+                "The one-shot %(name)s was created %(seconds)d s after its time, later than its "
+                "misfire grace: it will be skipped (completed without firing)."
+            ) % {"name": name, "seconds": seconds}
+        return _(
+            "The one-shot %(name)s was created %(seconds)d s after its time: it fires now, "
+            "late. Give misfire_policy SKIP to drop one-shots whose time has passed."
+        ) % {"name": name, "seconds": seconds}
+
+
+LATE_FIRES_NOW, LATE_SKIPPED = "FIRES_NOW", "SKIPPED"
+
+
+def lateness(schedule: Schedule) -> Late | None:
+    """How late the one-shot ``schedule`` was created (its ``created_ts``, the database's
+    clock, after its time), or None: on time, or not a one-shot. A one-shot due for less
+    than the backlog window (a poll) is on time."""
+    if schedule.schedule_kind != ScheduleKind.ONCE:
+        return None
+    created, at = schedule.__dict__.get("created_ts"), schedule.__dict__.get("start_ts")
+    if not isinstance(created, datetime) or not isinstance(at, datetime):
+        return None
+    rules = schedule.rules()
+    late = created - rules.run_time(schedule.timetable(), at)  # as the fire path counts it
+    if late < backlog_window():
+        return None
+    grace = rules.grace()
+    return Late(by=late, skipped=grace is not None and late > grace)
+
+
+def note_lateness(schedule: Schedule) -> None:
+    """Set ``schedule.late`` (:class:`Late` or None) on a created one-shot, and log a late
+    one. Every door reads it: the Python API's caller, REST's answer, the admin's message."""
+    late = lateness(schedule)
+    schedule.late = late  # type: ignore[attr-defined]
+    if late is not None:
+        log.warning("%s", late.describe(schedule.schedule_name))
+
+
 def _insert(item: Prepared, actor: Any) -> bool:
     return insert_one(item.schedule, item.delay, actor=actor, data_text=item.data_text)
 
 
 __all__ = [
+    "LATE_FIRES_NOW",
+    "LATE_SKIPPED",
     "MAX_DELAY",
     "Clock",
+    "Late",
     "Prepared",
     "Preparer",
     "create",
     "create_instance",
     "existing_by_key",
+    "lateness",
+    "note_lateness",
 ]

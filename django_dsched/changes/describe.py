@@ -3,13 +3,17 @@ Friday (Europe/Brussels)", "once at 2026-12-01 09:00 UTC"."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, tzinfo
+
 from cron_descriptor import CasingTypeEnum, FormatException, Options, get_description
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
 from django_dsched.enums import FrequencyUnit, ScheduleKind
+from django_dsched.exceptions import CronError
 from django_dsched.models import Schedule
 from django_dsched.timetables.grid import ABSOLUTE_UNITS
+from django_dsched.timetables.zones import zone as zone_named
 
 
 def describe_interval(unit: str, n: int) -> str:
@@ -40,6 +44,32 @@ def describe_cron(expression: str) -> str:
         return expression
 
 
+def zone_of(schedule: Schedule) -> tzinfo:
+    """The zone a person reads ``schedule``'s times in: its own (UTC when it has none, or
+    one this host does not know: such a row is set aside, and shown in UTC)."""
+    try:
+        return zone_named(schedule.time_zone or "UTC")
+    except CronError:
+        return UTC
+
+
+def is_utc(zone: tzinfo) -> bool:
+    return zone is UTC or str(zone) in ("UTC", "Etc/UTC")
+
+
+def wall_text(moment: datetime, zone: tzinfo) -> str:
+    """``moment`` on ``zone``'s wall clock: ``2026-12-31 09:00:00 AEDT``."""
+    local = moment.astimezone(zone)
+    return f"{local:%Y-%m-%d %H:%M:%S} {local.tzname() or zone}"
+
+
+def both_times(moment: datetime, zone: tzinfo) -> str:
+    """A schedule's time as people read it: on its zone's wall clock, then in UTC
+    (``2026-12-31 09:00:00 AEDT (2026-12-30 22:00:00 UTC)``); a UTC schedule's once."""
+    utc = wall_text(moment, UTC)
+    return utc if is_utc(zone) else f"{wall_text(moment, zone)} ({utc})"
+
+
 def describe(schedule: Schedule) -> str:
     if schedule.schedule_kind == ScheduleKind.CRON:
         return _("%(cron)s (%(zone)s)") % {
@@ -47,7 +77,14 @@ def describe(schedule: Schedule) -> str:
             "zone": schedule.time_zone,
         }
     if schedule.schedule_kind == ScheduleKind.ONCE:
-        return _("once at %(when)s") % {"when": f"{schedule.start_ts:%Y-%m-%d %H:%M:%S %Z}"}
+        at: datetime | None = schedule.start_ts  # None on an unsaved form
+        if at is None:
+            return _("once")
+        place = zone_of(schedule)
+        when = both_times(at, place)
+        if not is_utc(place):
+            when = f"{when}, {schedule.time_zone}"
+        return _("once at %(when)s") % {"when": when}
     if not schedule.frequency_unit or not schedule.frequency_time:
         return ""
     text = describe_interval(schedule.frequency_unit, schedule.frequency_time)

@@ -300,22 +300,8 @@ def planning_error(schedule: Schedule, now: datetime | None = None) -> str | Non
     return None
 
 
-def resume_expired_pauses(limit: int = 100) -> int:
-    """Resume schedules whose pause ended (the leader calls this every heartbeat).
-
-    Each goes on from the end of its pause, not from now: the slot at that time fires
-    (late by at most a heartbeat, within the misfire policy), as do later ones per policy.
-    """
-    with _atomic():
-        due = Schedule.objects.filter(
-            state=ScheduleState.PAUSED, paused_until__lte=database_now()
-        ).select_for_update(skip_locked=True)[:limit]
-        ids = list(due.values_list("pk", flat=True))
-        if not ids:
-            return 0
-        return _resume(
-            Schedule.objects.filter(pk__in=ids),
-            actor="scheduler",
-            catch_up=False,
-            at_pause_end=True,
-        ).changed
+def resume_at_pause_end(schedules: QuerySet[Schedule]) -> ChangeCount:
+    """Resume paused schedules whose pause ended from the end of their pause (the slot at
+    that time fires, later ones per the misfire policy), as the scheduler does
+    (:mod:`.pause_ends`)."""
+    return _resume(schedules, actor="scheduler", catch_up=False, at_pause_end=True)

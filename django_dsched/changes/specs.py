@@ -192,11 +192,14 @@ def _with_choices(field: str, error: Any) -> Any:
     if not choices:
         return error
     value = (error.params or {}).get("value")
+    return ValidationError(not_a_choice(value, choices), code="invalid_choice")
+
+
+def not_a_choice(value: Any, choices: Any) -> str:
+    """The message of a value that is not one of ``choices`` ((value, label) pairs), which
+    lists them: the same at every door (the Python API, REST, the commands)."""
     names = ", ".join(str(choice) for choice, _label in choices)
-    return ValidationError(
-        _("%(value)r is not one of %(names)s.") % {"value": value, "names": names},
-        code="invalid_choice",
-    )
+    return _("%(value)r is not one of %(names)s.") % {"value": value, "names": names}
 
 
 class Builder:
@@ -234,17 +237,20 @@ class Builder:
         values["event_type"] = spec.event_type
         values["origin"] = ScheduleOrigin.API
         values["idempotency_key"] = spec.key
-        values["schedule_name"] = (
-            spec.name
-            if spec.name is not None
-            else (spec.key if spec.key is not None else str(schedule_id))
-        )
+        values["schedule_name"] = spec.name if spec.name is not None else default_name(schedule)
         for option, field in OPTIONS.items():
             value = getattr(spec, option)
             if value is not None:
                 values[field] = value
         values.update(spec.fields())
         return schedule
+
+
+def default_name(schedule: Schedule) -> str:
+    """The name of a schedule created without one, at every door: its idempotency key when
+    it has one, else its id."""
+    key = schedule.idempotency_key
+    return key if key else str(schedule.schedule_id)
 
 
 def database_defaults(schedule: Schedule) -> list[str]:

@@ -9,8 +9,8 @@ from typing import Any
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import DatabaseError, connections
 
+from django_dsched.cluster.bucket_count import LIVE_LEASES, stored_bucket_count
 from django_dsched.cluster.buckets import LOCK_STRIDE, MAX_BUCKETS, is_valid_count
-from django_dsched.cluster.lease import LIVE_LEASES, stored_bucket_count
 from django_dsched.conf import app_settings
 
 

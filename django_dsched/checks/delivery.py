@@ -13,6 +13,7 @@ from django_dsched.checks.settings import is_number
 from django_dsched.conf import app_settings
 from django_dsched.exceptions import ConfigurationError
 from django_dsched.outbox.coverage import unserved
+from django_dsched.outbox.transports.addresses import refusal, resolve
 from django_dsched.outbox.transports.registry import routing_problems, tenancy_problems
 from django_dsched.outbox.transports.webhook import allowed_networks, configured_resolver
 
@@ -28,6 +29,9 @@ HINTS = {
         "lists the tasks it imported."
     ),
 }
+
+# How long the check waits for this machine's resolver to name localhost's addresses.
+LOCAL_LOOKUP_SECONDS = 1.0
 
 
 @register(Tags.compatibility)
@@ -204,6 +208,41 @@ def _webhook_errors() -> list[Error]:
             )
         )
     return errors
+
+
+@register(Tags.compatibility)
+def check_local_webhook_hosts(**kwargs: Any) -> list[CheckMessage]:
+    """An allowlisted ``localhost`` name that resolves to addresses some of which
+    DSCHED_WEBHOOK_ALLOWED_NETWORKS refuses (dsched.W041): a name with one refused address
+    is refused, so every webhook to it would be a dead letter. Only names of this machine
+    (``localhost``, ``*.localhost``) are resolved here: no lookup leaves the host."""
+    try:
+        networks, resolver = allowed_networks(), configured_resolver()
+    except (TypeError, ValueError, ImportError, ConfigurationError):
+        return []  # dsched.E012 says why
+    found: list[CheckMessage] = []
+    for entry in app_settings.WEBHOOK_ALLOWED_HOSTS:
+        host = entry.split(":")[0].lower().rstrip(".") if isinstance(entry, str) else ""
+        if host != "localhost" and not host.endswith(".localhost"):
+            continue
+        try:
+            resolved = resolve(host, 80, resolver, LOCAL_LOOKUP_SECONDS)
+        except OSError:  # TimeoutError too: nothing to say about what cannot be resolved
+            continue
+        refused = [why for why in (refusal(a, networks) for a in resolved) if why is not None]
+        if refused and len(refused) < len(resolved):
+            found.append(
+                Warning(
+                    f"{host} resolves to {', '.join(map(str, resolved))} and "
+                    f"{'; '.join(refused)}: every webhook to {host} would be refused "
+                    "(a name with one refused address is refused).",
+                    hint="Open every address it resolves to in "
+                    'DSCHED_WEBHOOK_ALLOWED_NETWORKS (e.g. ["127.0.0.1/32"] opens both '
+                    "loopbacks), or use the address in the URL.",
+                    id="dsched.W041",
+                )
+            )
+    return found
 
 
 @register(Tags.database)

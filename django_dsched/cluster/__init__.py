@@ -2,6 +2,8 @@
 
 - :mod:`.lease`: the lease rows of ``scheduler_lock_t`` (one leader, or one owner per bucket),
   their epochs and heartbeats, taken and renewed on the database's clock.
+- :mod:`.bucket_count`: the cluster's bucket count, stored on bucket 0's row and agreed at
+  start-up.
 - :mod:`.buckets`: which bucket a schedule is in, and who owns each (rendezvous hashing).
 - :mod:`.presence`: each instance's row for the cluster page.
 - :mod:`.split_brain`: two hosts of a multi-host URL accepting writes stop this instance.

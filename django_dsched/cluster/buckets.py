@@ -5,7 +5,7 @@
   (the generated column's expression, ``BucketKey``, is in :mod:`django_dsched.models.schedule`).
   With ``DSCHED_BUCKETS = n`` (a power of two) its bucket is ``bucket_key & (n - 1)``, so
   changing ``n`` rewrites no row: it needs only every scheduler stopped (see
-  :func:`django_dsched.cluster.lease.agree_bucket_count`).
+  :func:`django_dsched.cluster.bucket_count.agree_bucket_count`).
 * Ownership is rendezvous (highest-random-weight) hashing of (bucket, instance) over the
   live instances: every instance computes the same ranking from the same membership; the
   top instance owns the bucket, the next ``replicas - 1`` stand by. When an instance joins

@@ -31,22 +31,32 @@ Rules (all times are the database's clock):
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import connections
+from django.db import DatabaseError, connections
 
-from django_dsched.cluster.buckets import LOCK_STRIDE, bucket_of_lock, lock_id, rankings
-from django_dsched.exceptions import BucketCountMismatch
+from django_dsched.cluster.buckets import bucket_of_lock, lock_id, rankings
+from django_dsched.runtime.logs import get_logger
+from django_dsched.runtime.refusals import refusal, refused
+
+logger = get_logger(__name__)
+
+# A lease is expired when its last heartbeat is older than a lease, or later than a lease
+# from now: no renewal writes a time ahead of the database's clock, so such a heartbeat was
+# written by hand (say 'infinity', which would hold the lease for ever) or the server's clock
+# was set back by more than a lease; either way it holds nothing (a live holder's next
+# fence fails and it steps down: one election).
+EXPIRED = """(l.last_heartbeat < clock_timestamp() - make_interval(secs => %(lease)s)
+             OR l.last_heartbeat > clock_timestamp() + make_interval(secs => %(lease)s))"""
 
 # Takers never wait on a lease row: a row locked by its holder's fire in flight (taken FOR
 # SHARE by the fence) or by another taker is passed over (SKIP LOCKED) and looked at again
 # next round. A frozen holder's fire keeps its lock only until its session's
 # idle-in-transaction timeout (half a lease), which ends before its lease does.
-FREE = """(l.last_heartbeat < clock_timestamp() - make_interval(secs => %(lease)s)
+FREE = f"""({EXPIRED}
             OR (%(fast)s AND l.holder_pid <> 0
                 AND NOT EXISTS (SELECT FROM pg_stat_activity a WHERE a.pid = l.holder_pid)))"""
 
@@ -254,106 +264,15 @@ WHERE role IN ('owner', 'standby')
 """
 
 # Every bucket's lease as this instance must judge it.
-LEASES = """
+LEASES = f"""
 SELECT l.lock_id, l.instance_id, l.epoch, l.acquired_ts,
        l.last_heartbeat = 'epoch'::timestamptz AS released,
-       l.last_heartbeat < clock_timestamp() - make_interval(secs => %(lease)s) AS expired,
+       {EXPIRED} AS expired,
        (%(fast)s AND l.holder_pid <> 0
         AND NOT EXISTS (SELECT FROM pg_stat_activity a WHERE a.pid = l.holder_pid)) AS gone
 FROM scheduler_lock_t l
 WHERE l.lock_id = ANY(%(locks)s::int[])
 """
-
-STORED_COUNT = "SELECT buckets FROM scheduler_lock_t WHERE lock_id = %(base)s"
-
-# Every bucket has its row (released, so the owners take them at once). Epochs only grow:
-# rows are never deleted, even when the count shrinks.
-CREATE_ROWS = """
-INSERT INTO scheduler_lock_t
-    (lock_id, instance_id, epoch, last_heartbeat, acquired_ts, holder_pid, buckets)
-SELECT lock_id, '', 0, 'epoch'::timestamptz, clock_timestamp(), 0, %(count)s
-FROM unnest(%(locks)s::int[]) AS u(lock_id)
-ON CONFLICT (lock_id) DO NOTHING
-"""
-
-# Leases of this cluster (lock_id = base + bucket * stride) that some instance still holds.
-LIVE_LEASES = """
-SELECT count(*) FROM scheduler_lock_t
-WHERE lock_id %% %(stride)s = %(base)s AND lock_id >= %(base)s
-  AND last_heartbeat > clock_timestamp() - make_interval(secs => %(lease)s)
-"""
-
-
-def agree_bucket_count(using: Any, *, base: int, count: int, lease_seconds: float) -> None:
-    """Make sure the cluster's stored bucket count is ``count`` and every bucket has its
-    lease row; raise :class:`~django_dsched.exceptions.BucketCountMismatch` while a live
-    lease of the cluster uses another count.
-
-    The count lives on bucket 0's lease row. It may change only while no lease of the
-    cluster is live (every scheduler stopped, or their leases expired): the change takes
-    the table in EXCLUSIVE mode, which waits for every fire in flight (they hold their
-    fence FOR SHARE) and holds off every acquire and renewal until it commits; from then on
-    those of the old count match nothing (``SAME_COUNT``). Never a split brain.
-    """
-
-    connection = connections[using] if isinstance(using, str) else using
-    params: dict[str, Any] = {
-        "base": base,
-        "count": count,
-        "lease": float(lease_seconds),
-        "stride": LOCK_STRIDE,
-        "locks": [lock_id(base, b) for b in range(count)],
-    }
-    if stored_bucket_count(connection, base) == count:
-        if count > 1:
-            with connection.cursor() as cursor:
-                cursor.execute(CREATE_ROWS, params)
-        return
-    with _transaction(connection) as cursor:
-        cursor.execute("LOCK TABLE scheduler_lock_t IN EXCLUSIVE MODE")
-        cursor.execute(STORED_COUNT, params)
-        row = cursor.fetchone()
-        if row is not None and row[0] != count:
-            cursor.execute(LIVE_LEASES, params)
-            (live,) = cursor.fetchone()
-            if live:
-                raise BucketCountMismatch(
-                    f"DSCHED_BUCKETS is {count} here but the cluster in this database "
-                    f"(DSCHED_LEASE_ID {base}) runs with {row[0]} bucket(s), and {live} of "
-                    "its leases are live. Every instance must use the same count: to change "
-                    "it, stop every scheduler of the cluster, wait one lease "
-                    f"({lease_seconds:g} s), then start them all with the new count."
-                )
-            cursor.execute(
-                "UPDATE scheduler_lock_t SET buckets = %(count)s WHERE lock_id = %(base)s",
-                params,
-            )
-        cursor.execute(CREATE_ROWS, params)
-
-
-@contextmanager
-def _transaction(connection: Any) -> Iterator[Any]:
-    """A transaction on ``connection`` (a Django connection, maybe not the thread's own)."""
-    with connection.cursor() as cursor:
-        if connection.in_atomic_block:
-            yield cursor
-            return
-        cursor.execute("BEGIN")
-        try:
-            yield cursor
-        except BaseException:
-            cursor.execute("ROLLBACK")
-            raise
-        cursor.execute("COMMIT")
-
-
-def stored_bucket_count(using: Any, base: int) -> int | None:
-    """The bucket count the cluster in the database uses (None: no lease row yet)."""
-    connection = connections[using] if isinstance(using, str) else using
-    with connection.cursor() as cursor:
-        cursor.execute(STORED_COUNT, {"base": base})
-        row = cursor.fetchone()
-    return None if row is None else int(row[0])
 
 
 @dataclass(frozen=True, slots=True)
@@ -498,6 +417,53 @@ class BucketLeases:
         )
 
     # -- SQL -----------------------------------------------------------------------------
+    def _each(
+        self, statement: str, buckets: list[int], params: Callable[[list[int]], dict[str, Any]]
+    ) -> list[tuple[Any, ...]]:
+        """``statement``'s rows for ``buckets``, in one statement; if the database refuses a
+        lease row's write (a rule added by hand on ``scheduler_lock_t``), bucket by bucket,
+        leaving out (and logging) the buckets refused: one bucket's row cannot cost this
+        instance its other buckets."""
+        try:
+            return self._fetch(statement, params(buckets))
+        except DatabaseError as exc:
+            if not refused(exc) or len(buckets) == 1:
+                raise
+        rows = []
+        for bucket in buckets:
+            try:
+                rows += self._fetch(statement, params([bucket]))
+            except DatabaseError as exc:
+                if not refused(exc):
+                    raise
+                logger.error(
+                    "the database refuses bucket %d's lease row (%s): this instance leaves "
+                    "that bucket instance=%s",
+                    bucket,
+                    refusal(exc),
+                    self.instance_id,
+                )
+        return rows
+
+    def _fetch(self, statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """Run ``statement``; inside a transaction (a batch renewing its lease) under a
+        savepoint, so a refusal leaves the transaction usable."""
+        connection = self.connection
+        with connection.cursor() as cursor:
+            if not connection.in_atomic_block:
+                cursor.execute(statement, params)
+                return list(cursor.fetchall())
+            cursor.execute("SAVEPOINT dsched_lease")
+            try:
+                cursor.execute(statement, params)
+                rows = list(cursor.fetchall())
+            except DatabaseError:
+                cursor.execute("ROLLBACK TO SAVEPOINT dsched_lease")
+                raise
+            finally:
+                cursor.execute("RELEASE SAVEPOINT dsched_lease")
+            return rows
+
     def look(self) -> View:
         """Read the live instances and every bucket's lease (two queries)."""
 
@@ -519,13 +485,14 @@ class BucketLeases:
         if not wanted:
             return []
         sent = time.monotonic()
-        params = self._params(
-            locks=[self.locks[b] for b in wanted],
-            top=[True] * len(owner) + [False] * len(standby),
+        top = dict.fromkeys(owner, True) | dict.fromkeys(standby, False)
+        rows = self._each(
+            ACQUIRE_MANY,
+            wanted,
+            lambda some: self._params(
+                locks=[self.locks[b] for b in some], top=[top[b] for b in some]
+            ),
         )
-        with self.connection.cursor() as cursor:
-            cursor.execute(ACQUIRE_MANY, params)
-            rows = cursor.fetchall()
         taken = []
         for lock, epoch in rows:
             bucket = bucket_of_lock(self.base, lock)
@@ -548,9 +515,7 @@ class BucketLeases:
             return False
         buckets = sorted(self.held)
         sent = time.monotonic()
-        with self.connection.cursor() as cursor:
-            cursor.execute(RENEW_MANY, self._held_params(buckets))
-            kept = {row[0] for row in cursor.fetchall()}
+        kept = {row[0] for row in self._each(RENEW_MANY, buckets, self._held_params)}
         for bucket in buckets:
             if self.locks[bucket] not in kept:
                 del self.held[bucket]

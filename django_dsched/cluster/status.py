@@ -13,7 +13,7 @@ from django_dsched.cluster.buckets import lock_id, ranking
 from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus
 from django_dsched.history import event_ids
-from django_dsched.history.partitions import HistoryDays, held_days
+from django_dsched.history.expiry import HistoryDays, held_days
 from django_dsched.models import (
     Circuit,
     Event,

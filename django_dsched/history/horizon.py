@@ -31,6 +31,7 @@ from django.db import connections, transaction
 
 from django_dsched.conf import app_settings
 from django_dsched.models.horizon import ROW
+from django_dsched.runtime.loops import bound_transaction
 
 # The cutoff of a purge keeping ``%(seconds)s`` of history (database clock), and the horizon
 # moved to it unless it is already later. Returns the cutoff.
@@ -59,6 +60,7 @@ def advance(days_kept: float, using: str | None = None) -> datetime:
     clock), in a transaction of its own; return that cutoff, the one the purge deletes by."""
     alias = using or app_settings.DATABASE
     with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+        bound_transaction(cursor)  # frozen here, it holds the horizon half a lease at most
         cursor.execute(ADVANCE, {"seconds": float(days_kept) * 86400, "row": ROW})
         (cutoff,) = cursor.fetchone()
     assert isinstance(cutoff, datetime)

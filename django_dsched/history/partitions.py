@@ -31,19 +31,17 @@ from __future__ import annotations
 
 import re
 import uuid
-from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from dataclasses import dataclass
+from datetime import date, timedelta
 
 from django.db import DatabaseError, OperationalError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
 from django_dsched.conf import app_settings
-from django_dsched.enums import DeliveryStatus
-from django_dsched.history import horizon
-from django_dsched.models.times import storable
 from django_dsched.runtime.logs import get_logger
-from django_dsched.runtime.loops import first_line
+from django_dsched.runtime.loops import bound_transaction, first_line, hold_bounds
+from django_dsched.runtime.refusals import refusal, refused
 
 logger = get_logger(__name__)
 
@@ -134,57 +132,15 @@ class Made:
     moved: int = 0
     # Days left for the next pass: a lock not had within LOCK_TIMEOUT_MS.
     skipped: tuple[date, ...] = ()
+    # Days left for the next pass because the database refused to move a row of theirs out
+    # of the default partition (an operator's trigger or CHECK), each with its error.
+    refused: tuple[tuple[date, str], ...] = ()
     # Event partitions given the exactly-once index they lacked (made by hand or by another
     # tool), those left for the next pass (a lock), and those it could not be made on (two
     # events of one slot in it, say: logged as an error).
     indexed: tuple[str, ...] = ()
     index_skipped: tuple[str, ...] = ()
     index_failed: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Held:
-    """A day older than the retention that is kept, and why."""
-
-    day: date
-    pending: int  # messages PENDING (waiting, retrying, or being delivered)
-    dead: int  # dead letters (DELIVERY_FAILED): retry or discard them to release the day
-    # The latest delivery in the day when it is within the retention (a late fire's: its
-    # delivery): the day goes once that too is older.
-    latest: datetime | None = None
-
-    def describe(self) -> str:
-        reasons = []
-        if self.pending:
-            reasons.append(f"{self.pending} pending message(s)")
-        if self.dead:
-            reasons.append(f"{self.dead} dead letter(s)")
-        if self.latest is not None:
-            reasons.append(f"delivered at {self.latest:%Y-%m-%d %H:%M:%S} UTC")
-        return f"{self.day:%Y-%m-%d} held by {', '.join(reasons)}"
-
-
-@dataclass(frozen=True, slots=True)
-class Dropped:
-    """What :func:`drop_expired` did (or, counting, would do)."""
-
-    dropped: tuple[date, ...] = ()
-    held: tuple[Held, ...] = ()
-    # Days past the retention whose drop could not get its lock in time (next pass).
-    skipped: tuple[date, ...] = ()
-    # Counting only (purge_history --dry-run): rows in the days that would go.
-    events: int = 0
-    outbox: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class HistoryDays:
-    """The day partitions at a glance (the cluster page, ``dsched cluster``)."""
-
-    first: date | None
-    last: date | None
-    count: int
-    held: tuple[Held, ...] = field(default=())
 
 
 def _connection(using: str | None) -> BaseDatabaseWrapper:
@@ -239,7 +195,7 @@ def _today(cursor: CursorWrapper) -> date:
 
 def _lock_timeout(cursor: CursorWrapper) -> None:
     """Bound this transaction's lock waits, and take the days' advisory lock (within it)."""
-    cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{LOCK_TIMEOUT_MS}ms"])
+    bound_transaction(cursor, {**hold_bounds(), "lock_timeout": f"{LOCK_TIMEOUT_MS}ms"})
     cursor.execute("SELECT pg_advisory_xact_lock(%s)", [ADVISORY_LOCK])
 
 
@@ -297,6 +253,7 @@ def make_ahead(*, ahead: int = DAYS_AHEAD, using: str | None = None) -> Made:
         today = _today(cursor)
     have = set(days(using))
     made, skipped, moved = [], [], 0
+    refused_days: list[tuple[date, str]] = []
     for n in range(ahead + 1):
         day = today + timedelta(days=n)
         if day in have:
@@ -308,10 +265,30 @@ def make_ahead(*, ahead: int = DAYS_AHEAD, using: str | None = None) -> Made:
                 raise
             logger.warning("history: could not make %s's partitions yet (a lock)", day)
             skipped.append(day)
+        except DatabaseError as exc:
+            if not refused(exc):
+                raise
+            # A row of the day the database refuses to move out of the default partition
+            # (an operator's trigger or CHECK): that day waits, the others are made.
+            logger.warning(
+                "history: could not make %s's partitions: the database refused to move a row "
+                "of that day from the default partition (%s); the next pass tries again",
+                day,
+                refusal(exc),
+            )
+            refused_days.append((day, refusal(exc)))
         else:
             made.append(day)
     indexed, index_skipped, index_failed = ensure_one_per_slot(using)
-    return Made(tuple(made), moved, tuple(skipped), indexed, index_skipped, index_failed)
+    return Made(
+        tuple(made),
+        moved,
+        tuple(skipped),
+        tuple(refused_days),
+        indexed,
+        index_skipped,
+        index_failed,
+    )
 
 
 # The partitions of event_store_t (its tables: a partition partitioned in turn is not
@@ -419,178 +396,3 @@ def ensure_one_per_slot(
 # Why a day past the retention is still kept: each part is read through a partial index
 # (pending: the relay's ready index; dead: the dead letters' index) or the end of an index
 # (the latest delivery), so asking costs a few pages however big the day.
-HOLDS = f"""
-SELECT (SELECT count(*) FROM {{outbox}} WHERE status = %(pending)s),
-       (SELECT count(*) FROM {{outbox}} WHERE status = %(dead)s),
-       -- (A time Python reads whatever the row holds: models/times.py.)
-       (SELECT {storable("latest", nullable=False)}
-        FROM (SELECT max(delivered_ts) AS latest FROM {{outbox}}
-              WHERE status = %(delivered)s) d)
-"""
-
-
-def _holds(cursor: CursorWrapper, day: date, outbox: str, cutoff: datetime) -> Held | None:
-    cursor.execute(
-        HOLDS.format(outbox=outbox),
-        {
-            "pending": DeliveryStatus.PENDING.value,
-            "dead": DeliveryStatus.DELIVERY_FAILED.value,
-            "delivered": DeliveryStatus.DELIVERED.value,
-        },
-    )
-    pending, dead, latest = cursor.fetchone()
-    recent = latest if latest is not None and latest >= cutoff else None
-    if pending or dead or recent is not None:
-        return Held(day, pending, dead, recent)
-    return None
-
-
-def cutoff_of(days_kept: float, using: str | None = None) -> datetime:
-    """The cutoff of a retention keeping ``days_kept`` days, now (database clock)."""
-    with _connection(using).cursor() as cursor:
-        cursor.execute(
-            "SELECT statement_timestamp() - make_interval(secs => %s)", [float(days_kept) * 86400]
-        )
-        (cutoff,) = cursor.fetchone()
-    assert isinstance(cutoff, datetime)
-    return cutoff
-
-
-def _expired_days(cutoff: datetime, using: str | None) -> list[tuple[date, str, str]]:
-    """The days wholly before ``cutoff`` that have both partitions (day, outbox partition,
-    event partition)."""
-    last = cutoff.astimezone(UTC).date()
-    outbox, events = day_partitions(OUTBOX, using), day_partitions(EVENTS, using)
-    return [
-        (day, outbox[day], events[day])
-        for day in sorted(set(outbox) & set(events))
-        if day + timedelta(days=1) <= last
-    ]
-
-
-def drop_expired(*, days_kept: float, using: str | None = None, dry_run: bool = False) -> Dropped:
-    """Drop the days older than ``days_kept`` that nothing holds (oldest first), each in its
-    own short transaction; with ``dry_run`` count what would go instead.
-
-    The history's horizon is moved to the cutoff first, in a transaction of its own
-    (:func:`.horizon.advance`): no backfill reaches before it once a day before it may be
-    gone."""
-    connection = _connection(using)
-    dropped, held, skipped = [], [], []
-    events = outbox = 0
-    cutoff = cutoff_of(days_kept, using) if dry_run else horizon.advance(days_kept, using)
-    candidates = _expired_days(cutoff, using)
-    if not dry_run:
-        drop_detached(using)  # what a pass that died half way left
-    for day, outbox_name, events_name in candidates:
-        with connection.cursor() as cursor:
-            hold = _holds(cursor, day, outbox_name, cutoff)
-            if hold is not None:
-                held.append(hold)
-                continue
-            if dry_run:
-                cursor.execute(
-                    f"SELECT (SELECT count(*) FROM {outbox_name}),"
-                    f" (SELECT count(*) FROM {events_name})"
-                )
-                in_outbox, in_events = cursor.fetchone()
-                outbox, events = outbox + in_outbox, events + in_events
-                dropped.append(day)
-                continue
-        try:
-            hold = _drop(day, outbox_name, events_name, cutoff, using)
-        except OperationalError as exc:
-            if not _lock_not_available(exc):
-                raise
-            logger.warning("history: could not drop %s yet (a lock); next pass", day)
-            skipped.append(day)
-            continue
-        if hold is None:
-            dropped.append(day)
-        else:
-            held.append(hold)
-    if dropped and not dry_run:
-        logger.info(
-            "retention: dropped the history of %s (events and messages)",
-            ", ".join(d.isoformat() for d in dropped),
-        )
-    return Dropped(tuple(dropped), tuple(held), tuple(skipped), events, outbox)
-
-
-# A detached day's tables are renamed so, and dropped in a transaction of their own.
-EXPIRED_SUFFIX = "_expired"
-
-
-def _drop(day: date, outbox: str, events: str, cutoff: datetime, using: str | None) -> Held | None:
-    """Drop one day's partitions unless, asked again under their locks, something holds it.
-
-    Two transactions: the first detaches the partitions (and renames them ``…_expired``)
-    under the parents' ``ACCESS EXCLUSIVE`` lock, a catalog change of a few milliseconds; the
-    second drops the detached tables, whose commit removes the files (0.2 s per 200,000 rows
-    measured) while holding locks on those tables only, which nothing else uses. A drop in the
-    first transaction would hold the parents' lock, and so every fire and claim, through that
-    removal."""
-    connection = _connection(using)
-    with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
-        _lock_timeout(cursor)
-        cursor.execute(
-            "SELECT to_regclass(%s) IS NULL OR to_regclass(%s) IS NULL", [outbox, events]
-        )
-        if cursor.fetchone()[0]:  # dropped by another meanwhile
-            return None
-        # Nothing is written to the day while it is asked and detached. The parents first,
-        # as every query locks them (parent, then partitions): locking a day's partitions
-        # first would deadlock with a claim started in between, and this pass, whose lock
-        # timeout is shorter than deadlock_timeout, would lose every time.
-        cursor.execute(
-            f"LOCK TABLE ONLY {OUTBOX}, ONLY {EVENTS}, {outbox}, {events} IN ACCESS EXCLUSIVE MODE"
-        )
-        hold = _holds(cursor, day, outbox, cutoff)
-        if hold is not None:
-            return hold
-        for table, name in ((OUTBOX, outbox), (EVENTS, events)):
-            cursor.execute(f"ALTER TABLE {table} DETACH PARTITION {name}")
-            cursor.execute(f"ALTER TABLE {name} RENAME TO {name[:40]}{EXPIRED_SUFFIX}")
-    drop_detached(using)
-    return None
-
-
-def drop_detached(using: str | None = None) -> list[str]:
-    """Drop the tables of days detached by retention (``…_expired``; also those a pass left
-    behind when its process died between the two transactions)."""
-    connection = _connection(using)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT c.oid::regclass::text FROM pg_class c"
-            " WHERE c.relkind = 'r' AND NOT c.relispartition"
-            " AND c.relnamespace IN (SELECT oid FROM pg_namespace"
-            " WHERE nspname = ANY(current_schemas(false)))"
-            " AND c.relname ~ %s",
-            [f"^({OUTBOX}|{EVENTS})_.*{EXPIRED_SUFFIX}$"],
-        )
-        names = [name for (name,) in cursor.fetchall()]
-    if names:
-        with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
-            _lock_timeout(cursor)
-            cursor.execute(f"DROP TABLE IF EXISTS {', '.join(names)}")
-    return names
-
-
-def held_days(*, days_kept: float | None = None, using: str | None = None) -> HistoryDays:
-    """The day partitions, and those past the retention that are held (and why)."""
-    kept = app_settings.RETENTION_DAYS if days_kept is None else days_kept
-    found = days(using)
-    held: list[Held] = []
-    if kept is not None and found:
-        cutoff = cutoff_of(kept, using)
-        with _connection(using).cursor() as cursor:
-            for day, outbox, _events in _expired_days(cutoff, using):
-                hold = _holds(cursor, day, outbox, cutoff)
-                if hold is not None:
-                    held.append(hold)
-    return HistoryDays(
-        first=found[0] if found else None,
-        last=found[-1] if found else None,
-        count=len(found),
-        held=tuple(held),
-    )

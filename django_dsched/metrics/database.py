@@ -31,6 +31,8 @@ COUNT_LIMIT = 100_000
 
 logger = get_logger(__name__)
 
+# The ages pass over times at the edges of their type (a row written by hand with
+# '-infinity', which cannot be subtracted from): one such row never blinds every gauge.
 # Each subquery is an index probe or a bounded index walk:
 # due: dsched_schedule_due_idx; set aside: dsched_schedule_set_aside_idx; pending: the
 # relays' dsched_outbox_ready_idx, its oldest claimable entry per priority (a skip scan
@@ -42,7 +44,7 @@ SELECT
                            WHERE active AND next_run_ts <= statement_timestamp()
                            LIMIT %(limit)s) d),
     extract(epoch FROM statement_timestamp() - (
-        SELECT next_run_ts FROM schedule_t WHERE active
+        SELECT next_run_ts FROM schedule_t WHERE active AND isfinite(next_run_ts)
         ORDER BY next_run_ts LIMIT 1)),
     (SELECT count(*) FROM (SELECT FROM schedule_t WHERE state = %(set_aside)s
                            LIMIT %(limit)s) a),
@@ -57,6 +59,7 @@ SELECT
         SELECT min((SELECT GREATEST(o.event_ts, o.next_attempt_ts, o.claimed_until)
                     FROM outbox_message_t o
                     WHERE o.status = %(pending)s AND o.priority = l.priority
+                      AND isfinite(GREATEST(o.event_ts, o.next_attempt_ts, o.claimed_until))
                     ORDER BY GREATEST(o.event_ts, o.next_attempt_ts, o.claimed_until)
                     LIMIT 1))
         FROM levels l WHERE l.priority IS NOT NULL)),

@@ -211,8 +211,11 @@ class Migration(migrations.Migration):
                 ("aggregate_version", models.BigIntegerField(verbose_name="aggregate version")),
                 ("event_type", models.CharField(max_length=126, verbose_name="event type")),
                 ("event_ts", models.DateTimeField(verbose_name="event time")),
-                ("payload", models.JSONField(verbose_name="payload")),
-                ("metadata", models.JSONField(default=dict, verbose_name="metadata")),
+                ("payload", django_dsched.models.fields.ReadableJSONField(verbose_name="payload")),
+                (
+                    "metadata",
+                    django_dsched.models.fields.ReadableJSONField(default=dict, verbose_name="metadata"),
+                ),
                 (
                     "scheduled_ts",
                     models.DateTimeField(
@@ -774,6 +777,7 @@ class Migration(migrations.Migration):
                         choices=[
                             ("ADMIN", "admin"),
                             ("API", "Python API"),
+                            ("REST", "REST API"),
                             ("CODE", "declared in code"),
                             ("CELERY_BEAT", "imported from django-celery-beat"),
                         ],
@@ -945,7 +949,7 @@ class Migration(migrations.Migration):
                     ),
                     models.CheckConstraint(
                         condition=django_dsched.models.conditions.OneOf(
-                            "origin", ["ADMIN", "API", "CODE", "CELERY_BEAT"]
+                            "origin", ["ADMIN", "API", "REST", "CODE", "CELERY_BEAT"]
                         ),
                         name="dsched_schedule_origin_valid",
                     ),

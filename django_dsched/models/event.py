@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from django_dsched.models.fields import ReadableJSONField
 from django_dsched.models.records import EventRecord
 from django_dsched.models.times import EVENT_TIMES, in_range
 
@@ -13,8 +14,8 @@ class Event(EventRecord):
     outbox message (same id) delivers the CloudEvents envelope composed from this row
     (:mod:`django_dsched.models.envelope`). A change's payload is the change."""
 
-    payload = models.JSONField(_("payload"))
-    metadata = models.JSONField(_("metadata"), default=dict)
+    payload = ReadableJSONField(_("payload"))
+    metadata = ReadableJSONField(_("metadata"), default=dict)
     scheduled_ts = models.DateTimeField(
         _("scheduled for"), null=True, help_text=_("The grid slot this fire is for.")
     )

@@ -1,9 +1,15 @@
-"""``event_data``'s field: JSON that is checked for depth and size before it is parsed or
-serialised, so hostile input is a field error and never a ``RecursionError``.
+"""JSON fields that a value nested too deep cannot break.
 
-Django's ``JSONField`` parses form text with ``json.loads`` and checks model values with
-``json.dumps``; both recurse once per nesting level and fail with ``RecursionError`` (an
-error page, a crashed command) on input some ten thousand levels deep.
+Django's ``JSONField`` parses form text and stored values with ``json.loads`` and checks
+model values with ``json.dumps``; both recurse once per nesting level and fail with
+``RecursionError`` (an error page, a crashed command) on input some ten thousand levels deep.
+
+* ``event_data``'s field (:class:`EventDataField`) checks depth and size before it parses or
+  serialises, so hostile input is a field error at every door.
+* Reading (:class:`ReadableJSONField`, which both it and the events' payload and metadata
+  are): a stored value Python cannot parse (written by hand past every door) reads as a
+  text saying so, :data:`UNREADABLE`, so a list that holds it still answers, and a form
+  showing it cannot save it back as data (``event_data`` must be a JSON object).
 """
 
 from __future__ import annotations
@@ -35,7 +41,21 @@ class EventDataFormField(forms.JSONField):
         return super().bound_data(data, initial)
 
 
-class EventDataField(models.JSONField):
+# What a stored JSON value Python cannot parse reads as.
+UNREADABLE = "(unreadable: nested deeper than Python can parse; written past every door)"
+
+
+class ReadableJSONField(models.JSONField):
+    """``JSONField`` whose stored values are read without a ``RecursionError``."""
+
+    def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
+        try:
+            return super().from_db_value(value, expression, connection)
+        except RecursionError:
+            return UNREADABLE
+
+
+class EventDataField(ReadableJSONField):
     """``JSONField`` that checks the nesting depth first (iteratively), then the rest."""
 
     def validate(self, value: Any, model_instance: models.Model | None) -> None:

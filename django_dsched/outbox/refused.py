@@ -8,8 +8,9 @@ the batch, other tenants' included, and would fail again at every try.
 
 So when one fails with a refusal of a row's data
 (:func:`~django_dsched.runtime.refusals.refused`), it runs again in one transaction, in halves
-under savepoints, until each refused row is alone (:func:`halves`, as the fire path finds a
-refused schedule); the other rows are written as before. What becomes of a refused row:
+under savepoints, until each refused row is alone
+(:func:`~django_dsched.runtime.narrowing.halves`, as the fire path finds a refused schedule);
+the other rows are written as before. What becomes of a refused row:
 
 * a claim (:func:`claim_narrowed`): the batch is chosen and locked as the claim chooses it,
   then claimed in halves; a refused message is dead-lettered with the database's error
@@ -45,7 +46,8 @@ from django_dsched.outbox.claims import (
     claimed,
 )
 from django_dsched.runtime import binding
-from django_dsched.runtime.refusals import refusal, refused
+from django_dsched.runtime.narrowing import halves
+from django_dsched.runtime.refusals import refused
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -86,31 +88,6 @@ RETURNING m.id, m.topic, m.event_type, NULL::text, m.attempts, m.priority, m.eve
           0::bigint, 0::bigint, (extract(epoch FROM statement_timestamp()) * 1000000)::bigint,
           m.host_id, m.last_error
 """  # fmt: skip
-
-
-def halves(
-    using: str, run: Callable[[list[T]], list[R]], items: list[T]
-) -> tuple[list[R], list[tuple[T, str]]]:
-    """``run(part)`` over ``items`` in halves, each in a savepoint of the caller's
-    transaction on ``using``, until each part the database refuses is one item: what the
-    parts returned, and each refused item with the database's error."""
-    done: list[R] = []
-    refused_items: list[tuple[T, str]] = []
-    pending = [items]
-    while pending:
-        part = pending.pop()
-        try:
-            with transaction.atomic(using=using):
-                done += run(part)
-        except DatabaseError as exc:
-            if not refused(exc):
-                raise
-            if len(part) == 1:
-                refused_items.append((part[0], refusal(exc, ERROR_MAX_CHARS)))
-            else:
-                half = len(part) // 2
-                pending += [part[half:], part[:half]]  # the first half goes next
-    return done, refused_items
 
 
 def narrowed(

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from django_dsched.enums import DeliveryStatus
 from django_dsched.outbox.claims import DeliveryOutcome, Message
 from django_dsched.outbox.outcomes import Recorded
-from django_dsched.outbox.tally import DEAD_LETTER, measure, transport_label
+from django_dsched.outbox.tally import DEAD_LETTER, envelope_of, measure, transport_label
 from django_dsched.outbox.transports import Transports
 from django_dsched.runtime.logs import get_logger
 
@@ -51,8 +51,8 @@ def log_context(relay_id: str, message: Message) -> dict[str, Any]:
         "message_id": str(message.id),
         "topic": message.topic,
         "attempt": message.attempt,
-        "schedule": message.payload.get("subject"),
-        "slot": message.payload.get("scheduledtime"),
+        "schedule": envelope_of(message).get("subject"),
+        "slot": envelope_of(message).get("scheduledtime"),
     }
 
 

@@ -11,7 +11,7 @@ handles them).
 ``event_store_t`` and ``outbox_message_t`` are partitioned by day (:mod:`django_dsched.history`):
 a day whose every row is expired goes as a whole (``DROP TABLE`` of its two partitions: no
 row is read, next to no WAL), and a day holding a pending message or a dead letter is kept
-until they settle (:func:`~django_dsched.history.partitions.drop_expired`). The default
+until they settle (:func:`~django_dsched.history.expiry.drop_expired`). The default
 partitions (ids of no day: a fire for a day not made, rows written by hand) are purged row
 by row as before: each batch is its own short transaction that deletes at most
 ``DSCHED_RETENTION_BATCH_SIZE`` rows picked with ``FOR UPDATE SKIP LOCKED``, so it never
@@ -21,30 +21,35 @@ leader (:func:`purge_expired`).
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from datetime import date, datetime
+from typing import Any
 
-from django.db import connections, transaction
+from django.db import DatabaseError, connections, transaction
 
 from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus
 from django_dsched.history import event_ids, horizon
-from django_dsched.history.partitions import Held, cutoff_of, drop_expired
+from django_dsched.history.expiry import Held, cutoff_of, drop_expired
 from django_dsched.runtime.logs import get_logger
+from django_dsched.runtime.loops import bound_transaction
+from django_dsched.runtime.narrowing import halves
+from django_dsched.runtime.refusals import refused
 
 logger = get_logger(__name__)
 
 # ``%(cutoff)s``: the purge's cutoff, to which the history's horizon was moved first
 # (history/horizon.py): nothing at or after it is deleted.
-PURGE_OUTBOX = """
-DELETE FROM outbox_message_t_default
-WHERE id IN (
+# ``%(skip)s``: rows the database refused to delete earlier in this pass (a trigger an
+# operator added): passed over, so one cannot stop the others' deletes.
+EXPIRED_OUTBOX = """
     SELECT id FROM outbox_message_t_default
     WHERE status = %(delivered)s AND delivered_ts < %(cutoff)s
+      AND id <> ALL(%(skip)s::uuid[])
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-)
-"""
+    FOR UPDATE SKIP LOCKED"""
+PURGE_OUTBOX = f"DELETE FROM outbox_message_t_default WHERE id IN ({EXPIRED_OUTBOX}\n)"
 
 # A message keeps its event, whatever its status: it reads its payload from it (the same id
 # is in the same partition of both tables: an event of the default partition has its message
@@ -69,17 +74,20 @@ EXPIRED_IDS = (
     + "\n      AND e.event_ts < %(cutoff)s"
 )
 
-PURGE_EVENTS = f"""
-DELETE FROM event_store_t_default
-WHERE id IN (
+EXPIRED_EVENTS = f"""
     SELECT e.id FROM event_store_t_default e
     WHERE {EXPIRED_IDS}
       AND NOT EXISTS ({KEEPS_EVENT.format(also="")}
       )
+      AND e.id <> ALL(%(skip)s::uuid[])
     LIMIT %(limit)s
-    FOR UPDATE OF e SKIP LOCKED
-)
-"""
+    FOR UPDATE OF e SKIP LOCKED"""
+PURGE_EVENTS = f"DELETE FROM event_store_t_default WHERE id IN ({EXPIRED_EVENTS}\n)"
+# The tables the two purges delete from, and the rows they would take (for narrowing).
+PURGES = {
+    PURGE_OUTBOX: ("outbox_message_t_default", EXPIRED_OUTBOX),
+    PURGE_EVENTS: ("event_store_t_default", EXPIRED_EVENTS),
+}
 
 COUNT_OUTBOX = """
 SELECT count(*) FROM outbox_message_t_default
@@ -115,25 +123,67 @@ class Purged:
     day_events: int = 0
 
 
-def _params(cutoff: datetime, limit: int = 0) -> dict[str, datetime | int | str]:
-    return {"delivered": DeliveryStatus.DELIVERED.value, "cutoff": cutoff, "limit": limit}
+def _params(cutoff: datetime, limit: int = 0) -> dict[str, Any]:
+    return {
+        "delivered": DeliveryStatus.DELIVERED.value,
+        "cutoff": cutoff,
+        "limit": limit,
+        "skip": [],
+    }
 
 
 def _purge(
-    sql: str, params: dict[str, datetime | int | str], using: str, max_batches: int | None
+    sql: str, params: dict[str, Any], using: str, max_batches: int | None
 ) -> tuple[int, bool]:
     total, batches = 0, 0
     limit = params["limit"]
     assert isinstance(limit, int)
+    skip: list[uuid.UUID] = []
     while max_batches is None or batches < max_batches:
         with transaction.atomic(using=using), connections[using].cursor() as cursor:
-            cursor.execute(sql, params)
-            deleted = cursor.rowcount
+            bound_transaction(cursor)  # a frozen pass holds its row locks half a lease at most
+            try:
+                with transaction.atomic(using=using):
+                    cursor.execute(sql, {**params, "skip": skip})
+                    deleted = chosen = cursor.rowcount
+            except DatabaseError as exc:
+                if not refused(exc):
+                    raise
+                deleted, refused_ids = _purge_narrowing(sql, {**params, "skip": skip}, using)
+                skip += refused_ids
+                chosen = deleted + len(refused_ids)
         total += deleted
         batches += 1
-        if deleted < limit:
+        if chosen < limit:
             return total, False
     return total, True
+
+
+def _purge_narrowing(sql: str, params: dict[str, Any], using: str) -> tuple[int, list[uuid.UUID]]:
+    """The batch ``sql`` would delete, after the database refused the delete of one of its
+    rows (an operator's trigger): deleted in halves under savepoints, the refused rows left
+    in place, logged and returned (the rest of the pass passes over them; the next pass tries
+    again)."""
+    table, expired = PURGES[sql]
+    with connections[using].cursor() as cursor:
+        cursor.execute(expired, params)
+        ids = [row[0] for row in cursor.fetchall()]
+
+    def delete(part: list[uuid.UUID]) -> list[int]:
+        with connections[using].cursor() as cursor:
+            cursor.execute(f"DELETE FROM {table} WHERE id = ANY(%s::uuid[])", [part])
+            return [cursor.rowcount]
+
+    deleted, refused_rows = halves(using, delete, ids)
+    for id_, error in refused_rows:
+        logger.warning(
+            "retention: the database refused to delete %s from %s (%s): left in place, the "
+            "others deleted",
+            id_,
+            table,
+            error,
+        )
+    return sum(deleted), [id_ for id_, _ in refused_rows]
 
 
 def purge_expired(

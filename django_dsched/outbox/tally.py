@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import datetime
+from typing import Any
 
 from django_dsched.enums import DeliveryStatus
 from django_dsched.outbox.claims import DeliveryOutcome, Message, Settled
@@ -38,6 +39,17 @@ def transport_label(transports: Transports, message: Message) -> str:
     return transport.alias or transport.__name__
 
 
+def envelope_of(message: Message) -> dict[str, Any]:
+    """A message's decoded envelope, for its log lines and metrics; empty when its text
+    cannot be decoded (nested past Python's recursion limit, say): a report of one message
+    never stops a batch's others (the transport fails that message alone)."""
+    try:
+        payload = message.payload
+    except (ValueError, RecursionError):
+        return {}
+    return payload if isinstance(payload, dict) else {}
+
+
 def measure(
     label: str,
     outcome: DeliveryOutcome,
@@ -50,7 +62,7 @@ def measure(
         tally[label, LOST] += 1
     elif outcome.delivered:
         tally[label, DELIVERED] += 1
-        slot = slot_of(outcome.message.payload)
+        slot = slot_of(envelope_of(outcome.message))
         if slot is not None and result.delivered_ts is not None:
             latencies.append((result.delivered_ts - slot).total_seconds())
     elif result.status == DeliveryStatus.DELIVERY_FAILED:

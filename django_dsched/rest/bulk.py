@@ -55,7 +55,7 @@ from django_dsched.rest.serializers.schedule_input import (
     api_names,
     model_values,
 )
-from django_dsched.rest.serializers.schedule_output import existing_only
+from django_dsched.rest.serializers.schedule_output import existing_only, late_answer
 
 JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
 WHY = {
@@ -249,7 +249,7 @@ class BulkCreateView(BulkView):
                 found[index] = {"host_id": [_("You may not use this host.")]}
                 continue
             schedules[index] = blanks.make(
-                host_id=host, origin=ScheduleOrigin.API, **model_values(values, clock.now)
+                host_id=host, origin=ScheduleOrigin.REST, **model_values(values, clock.now)
             )
         return schedules, found
 
@@ -294,6 +294,7 @@ def summary(schedule: Schedule, outcome: str) -> dict[str, Any]:
         "state": schedule.state,
         "next_run": _time.to_representation(schedule.next_run_ts) if planned else None,
         "version": schedule.aggregate_version,
+        "late": late_answer(schedule),
     }
 
 

@@ -187,7 +187,7 @@ class ScheduleViewSet(TenantViewSet[Schedule]):
             raise PermissionDenied(_("This request may not reach any host."))
         if host not in allowed:
             raise drf_serializers.ValidationError({"host_id": [_("You may not use this host.")]})
-        schedule = Schedule(host_id=host, origin=ScheduleOrigin.API, **model_values(values))
+        schedule = Schedule(host_id=host, origin=ScheduleOrigin.REST, **model_values(values))
         outcome: list[tuple[Schedule, bool]] = []
         self._save(
             lambda: outcome.append(creates.create_instance(schedule, actor=request.user)),

@@ -15,7 +15,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from django.db.backends.utils import CursorWrapper
 
 from django_dsched.conf import app_settings
-from django_dsched.exceptions import NotPrimary
+from django_dsched.exceptions import DschedError, NotPrimary
 from django_dsched.runtime.connections import behind_pooler, describe_failure, server_of
 from django_dsched.runtime.logs import get_logger
 from django_dsched.runtime.tables import MissingTables, ours_missing, require_tables
@@ -51,6 +51,44 @@ def first_line(exc: BaseException) -> str:
 
 # After a lock wait gave up (lock_timeout), the loop goes round again this soon.
 LOCK_WAIT_RETRY = 0.1
+
+# The longest a statement of ours waits on a lock held elsewhere (seconds; at most a
+# quarter of the lease).
+LOCK_WAIT_MAX = 1.0
+
+
+def hold_bounds(lease_seconds: float | None = None) -> dict[str, str]:
+    """The settings that bound, for one transaction of ours, how long a frozen holder holds
+    its locks and how long we wait on someone else's (``DSCHED_LEASE_SECONDS`` unless
+    given).
+
+    ``idle_in_transaction_session_timeout``: half a lease. A process stopped inside a
+    transaction (SIGSTOP, a VM pause, a debugger, Ctrl-Z) leaves its session idle in that
+    transaction; the server ends the session half a lease after its last statement, and
+    every lock it held with it. Every transaction of ours that takes locks others wait on
+    sets it: the loops' (fires, resumes), history upkeep's (making and dropping days,
+    retention's deletes), the bucket count's agreement; so a frozen holder stalls the
+    others at most half a lease, within the lease, so no lease is lost to it.
+    ``lock_timeout``: a quarter of the lease, at most :data:`LOCK_WAIT_MAX` (history upkeep
+    sets a shorter one of its own); a statement waiting longer gives up, and its loop goes
+    round again with its session (:func:`lock_wait_timed_out`).
+    Set per transaction (``set_config(..., true)``), never per session: behind a
+    transaction-mode pooler a session setting would stay on the backend for the next client.
+    """
+    lease = float(app_settings.LEASE_SECONDS if lease_seconds is None else lease_seconds)
+    return {
+        "idle_in_transaction_session_timeout": str(int(lease * 500)),
+        "lock_timeout": str(int(min(LOCK_WAIT_MAX, lease / 4) * 1000)),
+    }
+
+
+def bound_transaction(cursor: CursorWrapper, settings: dict[str, str] | None = None) -> None:
+    """Apply ``settings`` (:func:`hold_bounds` unless given) to the transaction ``cursor``
+    is in, for that transaction only, in one statement."""
+    settings = hold_bounds() if settings is None else settings
+    calls = ", ".join(["set_config(%s, %s, true)"] * len(settings))
+    cursor.execute(f"SELECT {calls}", [v for item in settings.items() for v in item])
+
 
 # While the database stays away, a loop logs one line at the first failed attempt, then
 # again when the reason changes or this many seconds after its last line.
@@ -198,6 +236,17 @@ class DatabaseLoop:
                 "database error; retrying in %.1fs %s=%s", delay, self.kind, self.instance_id
             )
             return delay
+        except DschedError:
+            raise  # deliberate: a configuration the loop must not run with
+        except Exception:
+            # Not the database's: code tripping on something (a row's value no check
+            # foresaw). The round's transaction rolled back; the loop goes on after a
+            # backoff, so one row cannot stop the process and every other row with it.
+            delay = self._backoff.next()
+            logger.exception(
+                "round failed; retrying in %.1fs %s=%s", delay, self.kind, self.instance_id
+            )
+            return delay
         self._backoff.reset()
         self.connected = True
         if self.waiting_for_tables:
@@ -306,8 +355,7 @@ class DatabaseLoop:
         settings = self.transaction_settings()
         with transaction.atomic(using=self.using), connection.cursor() as cursor:
             if settings:
-                calls = ", ".join(["set_config(%s, %s, true)"] * len(settings))
-                cursor.execute(f"SELECT {calls}", [v for item in settings.items() for v in item])
+                bound_transaction(cursor, settings)
             yield cursor
 
     def _close(self) -> None:

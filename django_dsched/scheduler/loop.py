@@ -12,12 +12,8 @@ from typing import TYPE_CHECKING
 from django.db import DatabaseError, connections, transaction
 
 from django_dsched.cluster import presence
-from django_dsched.cluster.lease import (
-    BucketLeases,
-    LeaseHolder,
-    agree_bucket_count,
-    stored_bucket_count,
-)
+from django_dsched.cluster.bucket_count import agree_bucket_count, stored_bucket_count
+from django_dsched.cluster.lease import BucketLeases, LeaseHolder
 from django_dsched.cluster.split_brain import HostWatch
 from django_dsched.conf import app_settings
 from django_dsched.exceptions import BucketCountMismatch
@@ -27,10 +23,10 @@ from django_dsched.firing.next_due import NextDue, next_due
 from django_dsched.firing.plan import REASON_MAX
 from django_dsched.firing.throttle import Throttle, read_rates
 from django_dsched.runtime.logs import get_logger
-from django_dsched.runtime.loops import DatabaseLoop
+from django_dsched.runtime.loops import DatabaseLoop, hold_bounds
 from django_dsched.runtime.refusals import refusal, refused
 from django_dsched.scheduler.batch_log import log_batch
-from django_dsched.scheduler.housekeeping import does_chores, housekeeping
+from django_dsched.scheduler.housekeeping import Housekeeping, does_chores
 from django_dsched.scheduler.quarantine import QUARANTINE_LEASES, Quarantine
 from django_dsched.scheduler.rebalance import rebalance
 from django_dsched.scheduler.retention_worker import RetentionWorker, worker_for
@@ -50,10 +46,6 @@ LOCKED_RETRY_MAX = 0.5
 # Planning a batch may take this fraction of the lease at most; rows left over go to the
 # next batch (see firing.plan.plan()).
 PLAN_BUDGET_OF_LEASE = 0.25
-
-# The longest a statement of the loop waits on a lock held elsewhere (seconds; at most a
-# quarter of the lease).
-LOCK_WAIT_MAX = 1.0
 
 # A write to schedule_t that makes a schedule due within this many seconds NOTIFYs the leader
 # (the trigger in migrations/0001_initial.py spells the same interval); one due later is found
@@ -106,6 +98,7 @@ class Scheduler(DatabaseLoop):
             )
         self.plan_budget = self.lease.lease_seconds * PLAN_BUDGET_OF_LEASE
         self.stats = Stats()
+        self.chores = Housekeeping(self, self.stats, self.lease.lease_seconds)
         self._next_heartbeat = 0.0
         self._standing_by = False
         self._next_presence = 0.0
@@ -252,7 +245,7 @@ class Scheduler(DatabaseLoop):
             self._next_heartbeat = now + self.heartbeat_seconds
             if self.metrics is not None:
                 self.metrics.heartbeat()
-            housekeeping(self)
+            self.chores.run()
         wait = self._fire_due()
         if wait <= 0:
             return 0.0  # more may be due, or a heartbeat is due: go round at once
@@ -293,7 +286,7 @@ class Scheduler(DatabaseLoop):
                         self.instance_id,
                     )
                 if does_chores(self.lease):
-                    housekeeping(self)
+                    self.chores.run()
             self._next_heartbeat = now + self.heartbeat_seconds
         if now >= self._next_look:
             if rebalance(lease, self.instance_id, self.stats, self.metrics):
@@ -484,16 +477,24 @@ class Scheduler(DatabaseLoop):
             role = "owner" if self.lease.is_leader else "standby"
         else:
             role = "leader" if self.lease.is_leader else "standby"
-        with connections[self.using].cursor() as cursor:
-            presence.report(
-                cursor,
-                self.instance_id,
-                role,
-                self.lease.epoch,
-                lease_id=app_settings.LEASE_ID,
-                buckets=self.lease.count if isinstance(self.lease, BucketLeases) else 1,
-            )
-        self._presence_at = time.monotonic()
+        try:
+            with connections[self.using].cursor() as cursor:
+                presence.report(
+                    cursor,
+                    self.instance_id,
+                    role,
+                    self.lease.epoch,
+                    lease_id=app_settings.LEASE_ID,
+                    buckets=self.lease.count if isinstance(self.lease, BucketLeases) else 1,
+                )
+        except DatabaseError as exc:
+            # The database refuses this instance's row (a rule added by hand): the cluster
+            # page misses it (with buckets it is no bucket's owner); it goes on leading.
+            if not refused(exc):
+                raise
+            logger.error("presence row refused (%s) instance=%s", refusal(exc), self.instance_id)
+        else:
+            self._presence_at = time.monotonic()
         if self.metrics is not None and role == "standby":
             self.metrics.heartbeat()
         # With buckets every instance's presence is its membership: report every heartbeat.
@@ -517,20 +518,14 @@ class Scheduler(DatabaseLoop):
         return f"dsched:{self.instance_id}"[:63]
 
     def transaction_settings(self) -> dict[str, str]:
-        # Per transaction, not per session: behind a pooler a session setting would stay on
-        # the backend for the next client.
-        # A leader frozen mid-transaction (SIGSTOP, VM pause) loses its session and row locks
-        # after half a lease idle: before its lease expires, so a taker finds the lease rows
-        # free of its fence's FOR SHARE by then. (A batch's transaction is idle for at most
-        # its planning budget, a quarter of the lease.)
-        idle_timeout_ms = int(self.lease.lease_seconds * 500)
-        # No statement of the loop waits longer than this on a lock held elsewhere (an admin
-        # or API transaction, a frozen peer's): it gives up, the loop goes round again.
-        lock_timeout_ms = int(min(LOCK_WAIT_MAX, self.lease.lease_seconds / 4) * 1000)
-        return {
-            "idle_in_transaction_session_timeout": str(idle_timeout_ms),
-            "lock_timeout": str(lock_timeout_ms),
-        }
+        # Per transaction, not per session (runtime.loops.hold_bounds): a leader frozen
+        # mid-transaction (SIGSTOP, VM pause) loses its session and row locks after half a
+        # lease idle, before its lease expires, so a taker finds the lease rows free of its
+        # fence's FOR SHARE by then (a batch's transaction is idle for at most its planning
+        # budget, a quarter of the lease); and no statement of the loop waits longer than a
+        # quarter of the lease (at most 1 s) on a lock held elsewhere (an admin or API
+        # transaction, a frozen peer's): it gives up, the loop goes round again.
+        return hold_bounds(self.lease.lease_seconds)
 
     def split_brain(self) -> str | None:
         """Two different servers of the URL accept writes now (what they are), else None."""

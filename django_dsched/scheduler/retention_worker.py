@@ -16,6 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 from django.db import DatabaseError, connections
 
@@ -26,6 +27,8 @@ from django_dsched.runtime.logs import get_logger
 from django_dsched.runtime.loops import first_line
 
 logger = get_logger(__name__)
+
+T = TypeVar("T")
 
 # Batches per table in one pass (each its own short transaction); what is left waits for
 # the next pass, ``pause`` seconds later.
@@ -86,29 +89,40 @@ class RetentionWorker:
             connections[self.using].close()
 
     def _purge(self) -> float:
-        """One pass; returns the seconds until the next."""
+        """One pass; returns the seconds until the next.
 
-        try:
-            made = make_ahead(using=self.using)
-            purged = (
-                Purged()
-                if app_settings.RETENTION_DAYS is None
-                else purge_expired(max_batches=BATCHES_PER_PASS, using=self.using)
+        Making the days ahead and retention are independent: one failing (a lock, the
+        database refusing a row it would move or delete, the connection lost) is logged and
+        does not keep the other from running; the next pass tries again after a pause."""
+        made = self._attempt("making the days ahead", lambda: make_ahead(using=self.using))
+        purged: Purged | None = Purged()
+        if app_settings.RETENTION_DAYS is not None:
+            purged = self._attempt(
+                "retention",
+                lambda: purge_expired(max_batches=BATCHES_PER_PASS, using=self.using),
             )
-        except DatabaseError as exc:
-            logger.warning(
-                "retention pass failed (%s); retrying in %.0fs instance=%s",
-                first_line(exc),
-                self.pause,
-                self.instance_id,
-            )
-            connections[self.using].close()
+        if made is None or purged is None:
             return self.pause
         self.passes += 1
         # Rows left over, and days (or a day's index) whose lock was not had, are taken
         # after a pause, not in one long stretch.
         again = purged.more or purged.skipped or made.skipped or made.index_skipped
         return self.pause if again else self.interval
+
+    def _attempt(self, what: str, work: Callable[[], T]) -> T | None:
+        try:
+            return work()
+        except DatabaseError as exc:
+            logger.warning(
+                "%s failed (%s); retrying in %.0fs instance=%s",
+                what,
+                first_line(exc),
+                self.pause,
+                self.instance_id,
+            )
+            if not connections[self.using].is_usable():
+                connections[self.using].close()
+            return None
 
 
 def worker_for(

@@ -22,3 +22,5 @@ class Stats:
     deferred: int = 0  # claimed rows left for the next batch by the planning budget
     locked_waits: int = 0  # rounds that waited because a due row was locked elsewhere
     throttled: int = 0  # claimed rows left unplanned: their host was over its fire rate
+    pauses_set_aside: int = 0  # ended pauses the database refused to resume (set aside)
+    pauses_passed_over: int = 0  # ... and refused to set aside as well (passed over)

@@ -12,8 +12,9 @@ from django.core.management import call_command
 from django.db import connection
 from django.urls import reverse
 
+from django_dsched.cluster.bucket_count import agree_bucket_count
 from django_dsched.cluster.buckets import ranking
-from django_dsched.cluster.lease import BucketLeases, agree_bucket_count
+from django_dsched.cluster.lease import BucketLeases
 from django_dsched.models import SchedulerInstance
 from django_dsched.runtime.clock import database_now
 

@@ -52,8 +52,11 @@ def test_main_pages(logged_in, wait, live_server, screenshots):
         assert state in table
     failed = browser.find_element(By.CSS_SELECTOR, "#result_list a.dsched-badge.dsched-bad")
     assert failed.text == "1 dead"
-    first = browser.find_element(By.CSS_SELECTOR, "#result_list time")
-    assert "GMT+1" in first.text or "GMT+2" in first.text or "CET" in first.text
+    # Each schedule's times on its own zone's clock (UTC beside a zoned one's), never the
+    # viewer's: the Brussels cron's in CET or CEST, the UTC schedules' in UTC.
+    shown = [t.text for t in browser.find_elements(By.CSS_SELECTOR, "#result_list time")]
+    assert any("CET" in t or "CEST" in t for t in shown), shown
+    assert any(t.endswith(" UTC") for t in shown), shown
     shoot(browser, screenshots, "changelist")
 
     # The schedule's page: buttons, preview, recent events and deliveries.

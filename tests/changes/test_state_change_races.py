@@ -10,7 +10,8 @@ import pytest
 from django.db import connection, connections, transaction
 
 from django_dsched.changes import cancels, pauses
-from django_dsched.cluster.lease import LeaseHolder, agree_bucket_count
+from django_dsched.cluster.bucket_count import agree_bucket_count
+from django_dsched.cluster.lease import LeaseHolder
 from django_dsched.counts import ChangeCount
 from django_dsched.enums import ScheduleState
 from django_dsched.firing.batch import fire_batch

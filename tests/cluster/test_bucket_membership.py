@@ -10,7 +10,8 @@ import pytest
 from django.db import connections
 
 from django_dsched.cluster import presence
-from django_dsched.cluster.lease import BucketLeases, agree_bucket_count, decide
+from django_dsched.cluster.bucket_count import agree_bucket_count
+from django_dsched.cluster.lease import BucketLeases, decide
 from tests.helpers import sql
 
 pytestmark = pytest.mark.django_db(transaction=True)

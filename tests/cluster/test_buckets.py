@@ -13,8 +13,9 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 from django_dsched import api
+from django_dsched.cluster.bucket_count import _transaction, agree_bucket_count
 from django_dsched.cluster.buckets import LOCK_STRIDE, bucket_of, owned
-from django_dsched.cluster.lease import BucketLeases, _transaction, agree_bucket_count, decide
+from django_dsched.cluster.lease import BucketLeases, decide
 from django_dsched.exceptions import BucketCountMismatch
 from django_dsched.firing.batch import fire_batch
 from django_dsched.firing.fence import Fence

@@ -20,8 +20,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from django_dsched.cluster import presence
+from django_dsched.cluster.bucket_count import agree_bucket_count
 from django_dsched.cluster.buckets import LOCK_STRIDE, ranking
-from django_dsched.cluster.lease import BucketLeases, agree_bucket_count, decide
+from django_dsched.cluster.lease import BucketLeases, decide
 from tests.helpers import sql
 
 pytestmark = pytest.mark.django_db(transaction=True)

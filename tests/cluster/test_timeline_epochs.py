@@ -13,8 +13,9 @@ from django.db import connection
 
 from django_dsched import api
 from django_dsched.cluster import lease as lease_sql
+from django_dsched.cluster.bucket_count import agree_bucket_count
 from django_dsched.cluster.buckets import lock_id
-from django_dsched.cluster.lease import TIMELINE, BucketLeases, LeaseHolder, agree_bucket_count
+from django_dsched.cluster.lease import TIMELINE, BucketLeases, LeaseHolder
 from django_dsched.models import Event
 from tests.factories import ScheduleFactory
 from tests.fire_path import fire

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from django_dsched import api
-from django_dsched.changes import pauses
+from django_dsched.changes import pause_ends
 from django_dsched.enums import MisfirePolicy, ScheduleKind, ScheduleState
 from django_dsched.models import Event, Schedule
 from django_dsched.scheduler import Scheduler
@@ -300,7 +300,7 @@ def test_a_pause_until_a_slot_fires_that_slot(db_now):
     assert api.preview(schedule.pk, 2) == [until, until + timedelta(hours=1)]
     # Time passes to just after the end of the pause; the leader's heartbeat resumes it.
     shift_back(schedule, until - db_now() + timedelta(seconds=2))
-    assert pauses.resume_expired_pauses() == 1
+    assert pause_ends.resume_expired_pauses().resumed == 1
     schedule.refresh_from_db()
     slot = schedule.next_slot_ts
     assert (schedule.state, schedule.paused_until) == (ScheduleState.ACTIVE, None)

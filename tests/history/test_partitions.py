@@ -23,7 +23,7 @@ from django_dsched import api
 from django_dsched.changes import edits
 from django_dsched.checks.partitions import check_history_partitions
 from django_dsched.enums import DeliveryStatus
-from django_dsched.history import partitions
+from django_dsched.history import expiry, partitions
 from django_dsched.history.event_ids import change_id, event_id
 from django_dsched.history.partitions import (
     DAYS_AHEAD,
@@ -298,7 +298,7 @@ def test_pending_messages_and_dead_letters_hold_their_day_until_they_settle(days
 
     purged = purge_expired()
     assert purged.days == ()
-    assert purged.held == (partitions.Held(day, pending=1, dead=1),)
+    assert purged.held == (expiry.Held(day, pending=1, dead=1),)
     assert Event.objects.filter(id__in=[*delivered, pending, dead]).count() == 52
     call_command("purge_history")
     out = capsys.readouterr().out
@@ -312,7 +312,7 @@ def test_pending_messages_and_dead_letters_hold_their_day_until_they_settle(days
         "UPDATE outbox_message_t SET status = 'DELIVERED', delivered_ts = %s WHERE id = %s",
         [datetime(day.year, day.month, day.day, 2, tzinfo=UTC), pending],
     )
-    assert purge_expired().held == (partitions.Held(day, pending=0, dead=1),)
+    assert purge_expired().held == (expiry.Held(day, pending=0, dead=1),)
     # An operator discards it: the day goes, the dead letter's event with it.
     dead_letters.discard(OutboxMessage.objects.filter(pk=dead))
     assert purge_expired().days == (day,)

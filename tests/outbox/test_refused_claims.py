@@ -48,10 +48,12 @@ def status_of(ids: list[uuid.UUID]) -> dict[str, int]:
 
 
 @pytest.fixture
-def delivered(handle) -> list[str]:
+def delivered(handle, settings) -> list[str]:
+    # The messages are several tenants': their route and handlers serve every host.
+    settings.DSCHED_TRANSPORTS = {"*": {"BACKEND": "handlers", "HOSTS": "*"}}
     seen: list[str] = []
-    handle(lambda event: seen.append(event["id"]), topic="reports")
-    handle(lambda event: seen.append(event["id"]), topic="poison")
+    handle(lambda event: seen.append(event["id"]), topic="reports", hosts="*")
+    handle(lambda event: seen.append(event["id"]), topic="poison", hosts="*")
     return seen
 
 

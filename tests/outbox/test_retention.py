@@ -11,7 +11,7 @@ import pytest
 from django.core.management import call_command
 
 from django_dsched.enums import DeliveryStatus
-from django_dsched.history.partitions import cutoff_of
+from django_dsched.history.expiry import cutoff_of
 from django_dsched.models import Event, OutboxMessage
 from django_dsched.outbox import retention
 from django_dsched.outbox.retention import count_expired, purge_expired

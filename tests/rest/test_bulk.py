@@ -90,7 +90,7 @@ def test_a_mix_of_kinds_is_created_in_item_order_with_their_audit_events(root):
     assert {r["outcome"] for r in body["results"]} == {"created"}
     for result, item in zip(body["results"], GOOD, strict=True):
         schedule = Schedule.objects.get(pk=result["id"])
-        assert schedule.origin == "API"
+        assert schedule.origin == "REST"
         assert schedule.event_topic == item["topic"]
         # Each result is the schedule as a read of it shows it.
         read = root.get(f"schedules/{result['id']}/").body

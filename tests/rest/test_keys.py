@@ -42,7 +42,7 @@ def test_the_same_key_twice_creates_once_and_answers_the_existing_schedule(root)
 
 @pytest.mark.parametrize(
     ("key", "fragment"),
-    [("", "may not be blank"), ("a\tb", "printable characters only")],
+    [("", "must not be empty"), ("a\tb", "printable characters only")],
 )
 def test_a_bad_key_is_a_400_naming_the_field(root, key, fragment):
     response = root.post("schedules/", {**REMINDER, "key": key})

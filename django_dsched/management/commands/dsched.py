@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import argparse
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -12,7 +12,7 @@ from django.db import DatabaseError, connections
 from django_dsched import api
 from django_dsched.changes import permissions as rules
 from django_dsched.changes import unchanged
-from django_dsched.changes.describe import describe
+from django_dsched.changes.describe import both_times, describe, is_utc, zone_of
 from django_dsched.cluster.status import cluster_status
 from django_dsched.conf import app_settings
 from django_dsched.declared import sync
@@ -49,21 +49,28 @@ NEEDS = {
 OPERATOR_ONLY = ("sync", "import-celery-beat")
 
 
-def _at(moment: datetime) -> str:
-    """A moment as the schedules' descriptions write it (``2026-11-27 05:28:37 UTC``)."""
-    return f"{moment.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+def _at(moment: datetime | None, schedule: Schedule) -> str:
+    """A time of ``schedule`` as people read it: on its zone's wall clock, then in UTC
+    (``2026-12-31 09:00:00 AEDT (2026-12-30 22:00:00 UTC)``; a UTC schedule's once)."""
+    return "-" if moment is None else both_times(moment, zone_of(schedule))
 
 
 def when(schedule: Schedule) -> str:
     """What comes next for ``schedule``: its next fire when it is active, else its state
     ("paused until ...", "completed", "cancelled", "set aside")."""
     if schedule.state == ScheduleState.ACTIVE:
-        return f"next {_at(schedule.next_run_ts)}"
+        return f"next {_at(schedule.next_run_ts, schedule)}"
     if schedule.state == ScheduleState.PAUSED:
         if schedule.paused_until is not None:
-            return f"paused until {_at(schedule.paused_until)}"
+            return f"paused until {_at(schedule.paused_until, schedule)}"
         return "paused until resumed"
     return str(schedule.get_state_display())
+
+
+def iso_times(moment: datetime, zone: tzinfo) -> str:
+    """A preview line: ISO 8601 on the schedule's zone, then in UTC (a UTC schedule's once)."""
+    utc = moment.astimezone(UTC).isoformat()
+    return utc if is_utc(zone) else f"{moment.astimezone(zone).isoformat()}  {utc}"
 
 
 class Command(BaseCommand):
@@ -183,11 +190,18 @@ class Command(BaseCommand):
         self.stdout.write(f"{shown(found.schedule_name)} ({found.schedule_id})")
         self.stdout.write(f"  {'timing':<10} {describe(found)}")
         self.stdout.write(f"  {'topic':<10} {found.event_topic}  type {found.event_type}")
+        zone = zone_of(found)
+        if not is_utc(zone):
+            self.stdout.write(f"  {'zone':<10} {found.time_zone} (times: there, then UTC)")
+        if found.start_ts is not None:
+            self.stdout.write(f"  {'start':<10} {_at(found.start_ts, found)}")
+        if found.end_ts is not None:
+            self.stdout.write(f"  {'end':<10} {_at(found.end_ts, found)}")
         active = status.state == ScheduleState.ACTIVE
         for label, value in (
             ("state", status.state),
-            ("next", status.next_fire if active else when(found)),
-            ("last", status.last_fired),
+            ("next", _at(status.next_fire, found) if active else when(found)),
+            ("last", _at(status.last_fired, found)),
             ("delivery", status.last_delivery),
             ("run", status.last_run),
             ("fires", status.fire_count),
@@ -199,16 +213,19 @@ class Command(BaseCommand):
         self.stdout.write(f"  {'last error':<10} {shown(status.last_error) or '-'}")
         if status.paused_reason or status.paused_until:
             reason = shown(status.paused_reason)
-            self.stdout.write(f"  {'paused':<10} {reason} until {status.paused_until}")
+            until = _at(status.paused_until, found) if status.paused_until else "resumed"
+            self.stdout.write(f"  {'paused':<10} {reason} until {until}")
         if status.set_aside_reason:
-            aside = status.set_aside_at
+            aside = _at(status.set_aside_at, found)
             self.stdout.write(
                 f"  {'set aside':<10} {shown(status.set_aside_reason)} (since {aside})"
             )
 
     def do_preview(self, *, host: str | None, schedule: str, count: int, **options: Any) -> None:
-        for when in api.preview(schedule, count, host_id=host):
-            self.stdout.write(when.isoformat())
+        found = api.get(schedule, host_id=host)
+        zone = zone_of(found)
+        for when in api.preview(found, count, host_id=host):
+            self.stdout.write(iso_times(when, zone))
 
     def _report(self, done: bool, yes: str, change: str, host: str | None, schedule: str) -> None:
         """``yes``, or an error saying why ``change`` did nothing (the schedule's state)."""

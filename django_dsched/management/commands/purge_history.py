@@ -5,12 +5,14 @@ from datetime import UTC, date
 from typing import Any
 
 from django.core.management.base import BaseCommand
+from django.db import DatabaseError
 
 from django_dsched.conf import app_settings
 from django_dsched.history import horizon
 from django_dsched.history.partitions import make_ahead
 from django_dsched.management._arguments import positive_days, positive_int
 from django_dsched.outbox.retention import Purged, count_expired, purge_expired
+from django_dsched.runtime.loops import first_line
 
 
 class Command(BaseCommand):
@@ -49,24 +51,7 @@ class Command(BaseCommand):
         **options: Any,
     ) -> None:
         if not dry_run:
-            made = make_ahead()
-            if verbosity and made.made:
-                self.stdout.write(f"Made the partitions of {_days(made.made)}.")
-            if made.skipped:
-                self.stdout.write(
-                    f"Could not make the partitions of {_days(made.skipped)} yet (a lock)."
-                )
-            for name in made.indexed:
-                self.stdout.write(f"Made the unique (aggregate_id, scheduled_ts) index of {name}.")
-            if made.index_skipped:
-                self.stdout.write(
-                    f"Could not index {', '.join(made.index_skipped)} yet (a lock); run again."
-                )
-            for name in made.index_failed:
-                self.stderr.write(
-                    f"Could not make the unique (aggregate_id, scheduled_ts) index of {name}: "
-                    "see the error logged."
-                )
+            self._make_days(verbosity)
         if days is None and app_settings.RETENTION_DAYS is None:
             self.stdout.write("Retention is off (DSCHED_RETENTION_DAYS = None); nothing to do.")
             return
@@ -97,6 +82,38 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"History is complete since {since.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC: "
                 "no backfill reaches before it."
+            )
+
+    def _make_days(self, verbosity: int) -> None:
+        """Make the days ahead. Not having made them (a lock, a row the database refuses to
+        move into its day, the connection lost) is said and does not keep retention from
+        running: fires go into the default partition meanwhile."""
+        try:
+            made = make_ahead()
+        except DatabaseError as exc:
+            self.stderr.write(f"Could not make the days ahead ({first_line(exc)}).")
+            return
+        if verbosity and made.made:
+            self.stdout.write(f"Made the partitions of {_days(made.made)}.")
+        if made.skipped:
+            self.stdout.write(
+                f"Could not make the partitions of {_days(made.skipped)} yet (a lock)."
+            )
+        for day, error in made.refused:
+            self.stderr.write(
+                f"Could not make the partitions of {day:%Y-%m-%d}: the database refused to move "
+                f"a row of that day out of the default partition ({error})."
+            )
+        for name in made.indexed:
+            self.stdout.write(f"Made the unique (aggregate_id, scheduled_ts) index of {name}.")
+        if made.index_skipped:
+            self.stdout.write(
+                f"Could not index {', '.join(made.index_skipped)} yet (a lock); run again."
+            )
+        for name in made.index_failed:
+            self.stderr.write(
+                f"Could not make the unique (aggregate_id, scheduled_ts) index of {name}: "
+                "see the error logged."
             )
 
     def _held(self, purged: Purged) -> None:

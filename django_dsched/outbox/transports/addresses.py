@@ -10,8 +10,10 @@ special-purpose ranges that are not globally reachable (loopback, private, share
 link-local and with it the cloud metadata services, unspecified, multicast, broadcast,
 reserved, documentation, benchmarking, unique-local, site-local, discard) and IPv6 forms
 that carry an IPv4 address (mapped, translated, NAT64, 6to4), which are judged by the IPv4
-address they carry. Literal hosts in any form ``inet_aton`` accepts (``127.1``,
-``0x7f000001``, ``2130706433``, ``0177.0.0.1``) are read as the address they denote.
+address they carry. The loopback addresses ``127.0.0.1`` and ``::1`` (both ``localhost``)
+are one: a network that opens either opens both. Literal hosts in any form ``inet_aton``
+accepts (``127.1``, ``0x7f000001``, ``2130706433``, ``0177.0.0.1``) are read as the address
+they denote.
 """
 
 from __future__ import annotations
@@ -63,6 +65,12 @@ REFUSED_NETWORKS: tuple[tuple[IPNetwork, str], ...] = tuple(
         ("fec0::/10", "site-local (deprecated)"),
         ("ff00::/8", "multicast"),
     )
+)
+
+# The two loopback addresses ``localhost`` names, one per family: one machine either way.
+LOOPBACK: tuple[IPAddress, ...] = (
+    ipaddress.IPv4Address("127.0.0.1"),
+    ipaddress.IPv6Address("::1"),
 )
 
 # IPv6 prefixes whose last 32 bits are an IPv4 address the packet ends up at.
@@ -128,6 +136,10 @@ def refusal(address: IPAddress, allowed: Sequence[IPNetwork]) -> str | None:
     carried = carried_ipv4(address)
     if carried is not None:
         candidates.append(carried)
+    if address in LOOPBACK:
+        # This machine by either family: a network opening one loopback opens the other
+        # (``localhost`` resolves to both on a dual-stack host).
+        candidates.extend(LOOPBACK)
     for candidate in candidates:
         if any(candidate.version == n.version and candidate in n for n in allowed):
             return None

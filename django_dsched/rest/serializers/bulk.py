@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.utils.translation import gettext_lazy as _
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from django_dsched.enums import ScheduleKind, ScheduleState
@@ -15,6 +16,7 @@ from django_dsched.rest.serializers.fields import (
     Text,
     UUIDText,
 )
+from django_dsched.rest.serializers.schedule_output import LATE_SCHEMA
 
 # The bulk answers are built as dicts (rest/bulk.py: 10,000 items); these describe them.
 
@@ -41,6 +43,13 @@ class BulkCreatedSerializer(serializers.Serializer[Any]):
         help_text=_("When the next fire is due (null unless active or paused)."),
     )
     version = serializers.IntegerField(required=False)
+    late = serializers.SerializerMethodField(
+        help_text=_("As a single create's `late`: a one-shot created after its time, else null.")
+    )
+
+    @extend_schema_field(LATE_SCHEMA)
+    def get_late(self, item: Any) -> Any:
+        return item.get("late")
 
 
 class BulkCreateResultSerializer(serializers.Serializer[Any]):

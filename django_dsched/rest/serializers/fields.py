@@ -15,6 +15,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from django_dsched.changes.specs import not_a_choice
 from django_dsched.exceptions import ValidationError as DschedValidationError
 from django_dsched.models.validators import NAME_MAX_LENGTH, validate_aware
 
@@ -84,6 +85,21 @@ class JSONTyped(serializers.Field[Any, Any, Any, Any]):
         ):
             self.fail("invalid")
         return super().to_internal_value(data)
+
+
+class Choice(serializers.ChoiceField):
+    """One of ``choices``; a value that is not says so listing them, in the Python API's
+    words (:func:`.specs.not_a_choice`)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if data == "" and self.allow_blank:
+            return ""
+        try:
+            return self.choice_strings_to_values[str(data)]
+        except KeyError:
+            raise serializers.ValidationError(
+                not_a_choice(data, self.choices.items()), code="invalid_choice"
+            ) from None
 
 
 class Text(JSONTyped, serializers.CharField):

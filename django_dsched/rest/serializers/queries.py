@@ -7,12 +7,18 @@ from rest_framework import serializers
 
 from django_dsched.enums import DeliveryStatus, ScheduleKind, ScheduleState
 from django_dsched.models.validators import KEY_MAX_LENGTH, NAME_MAX_LENGTH
-from django_dsched.rest.serializers.fields import InputTimeField, StrictSerializer, Text, UUIDText
+from django_dsched.rest.serializers.fields import (
+    Choice,
+    InputTimeField,
+    StrictSerializer,
+    Text,
+    UUIDText,
+)
 
 
 class ScheduleListQuery(StrictSerializer):
-    state = serializers.ChoiceField(ScheduleState.choices, required=False)
-    kind = serializers.ChoiceField(ScheduleKind.choices, required=False)
+    state = Choice(ScheduleState.choices, required=False)
+    kind = Choice(ScheduleKind.choices, required=False)
     # Query filters match what is sent, whitespace included (DRF would trim " " to a blank
     # value and refuse it, where the schema takes it).
     topic = serializers.CharField(required=False, max_length=NAME_MAX_LENGTH, trim_whitespace=False)
@@ -64,11 +70,11 @@ class PreviewQuery(StrictSerializer):
 
 
 class EventsQuery(StrictSerializer):
-    kind = serializers.ChoiceField(["fire", "change"], required=False)
+    kind = Choice(["fire", "change"], required=False)
 
 
 class DeliveriesQuery(StrictSerializer):
-    status = serializers.ChoiceField(DeliveryStatus.choices, required=False)
+    status = Choice(DeliveryStatus.choices, required=False)
 
 
 class OutboxQuery(DeliveriesQuery):

@@ -20,6 +20,7 @@ from django_dsched.enums import FrequencyUnit, MisfirePolicy, ScheduleKind
 from django_dsched.models import Schedule
 from django_dsched.models.validators import KEY_MAX_LENGTH, NAME_MAX_LENGTH
 from django_dsched.rest.serializers.fields import (
+    Choice,
     IdentifierField,
     InputTimeField,
     Integer,
@@ -76,8 +77,16 @@ INT32 = 2**31 - 1
 class ScheduleInputSerializer(StrictSerializer):
     """A schedule's definition (create, replace with PUT, change with PATCH)."""
 
-    name = Text(max_length=NAME_MAX_LENGTH, trim_whitespace=False)
-    kind = serializers.ChoiceField(ScheduleKind.choices)
+    name = Text(
+        required=False,
+        max_length=NAME_MAX_LENGTH,
+        trim_whitespace=False,
+        help_text=_(
+            "Unique per host. Default: the key when there is one, else the schedule's id (as "
+            "in the Python API). A PUT without it keeps the name."
+        ),
+    )
+    kind = Choice(ScheduleKind.choices)
     every = Integer(
         required=False,
         allow_null=True,
@@ -85,7 +94,7 @@ class ScheduleInputSerializer(StrictSerializer):
         max_value=INT32,
         help_text=_("Interval schedules: how many units lie between two fires."),
     )
-    unit = serializers.ChoiceField(
+    unit = Choice(
         FrequencyUnit.choices,
         required=False,
         allow_null=True,
@@ -138,7 +147,7 @@ class ScheduleInputSerializer(StrictSerializer):
         max_value=INT32,
         help_text=_("The schedule completes after this many fires."),
     )
-    misfire_policy = serializers.ChoiceField(MisfirePolicy.choices, required=False)
+    misfire_policy = Choice(MisfirePolicy.choices, required=False)
     misfire_grace_seconds = Integer(
         required=False,
         allow_null=True,
@@ -162,6 +171,8 @@ class ScheduleInputSerializer(StrictSerializer):
     key = Text(
         required=False,
         allow_null=True,
+        # The model's message (the Python API's), on the field.
+        error_messages={"blank": _("An idempotency key must not be empty.")},
         max_length=KEY_MAX_LENGTH,
         trim_whitespace=False,
         help_text=_(
@@ -209,11 +220,12 @@ def model_values(
 
 
 def definition_defaults() -> dict[str, Any]:
-    """The model's default of each writable field but ``start`` and ``key`` (what a PUT
-    resets: a schedule keeps its start, and the idempotency key it was created with)."""
+    """The model's default of each writable field but ``name``, ``start`` and ``key``
+    (what a PUT resets: a schedule keeps its name, its start, and the idempotency key it
+    was created with)."""
     fields = {f.name: f for f in Schedule._meta.get_fields() if hasattr(f, "get_default")}
     return {
         model: fields[model].get_default()
         for api, model in MODEL_FIELDS.items()
-        if api not in ("start", "key")
+        if api not in ("name", "start", "key")
     }

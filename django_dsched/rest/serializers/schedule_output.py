@@ -11,7 +11,8 @@ from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from django_dsched.changes.describe import describe
+from django_dsched.changes.creates import LATE_FIRES_NOW, LATE_SKIPPED, Late
+from django_dsched.changes.describe import describe, zone_of
 from django_dsched.enums import (
     PLANNED,
     DeliveryStatus,
@@ -26,6 +27,37 @@ from django_dsched.models import Schedule
 from django_dsched.rest.serializers.audience import ForAudience
 from django_dsched.rest.serializers.fields import AwareDateTimeField, ObjectField
 from django_dsched.rest.serializers.schedule_input import BLANK_AS_NULL
+
+# The times ``local`` gives, each an ISO 8601 time on the schedule zone's wall clock.
+LOCAL_TIMES = ("start", "at", "end", "next_run", "last_fired", "paused_until")
+LOCAL_SCHEMA = {
+    "type": "object",
+    "properties": {
+        name: {"type": "string", "format": "date-time", "nullable": True} for name in LOCAL_TIMES
+    },
+    "required": list(LOCAL_TIMES),
+    "additionalProperties": False,
+}
+
+
+LATE_SCHEMA = {
+    "type": "object",
+    "nullable": True,
+    "properties": {
+        "by_seconds": {"type": "number"},
+        "outcome": {"type": "string", "enum": [LATE_FIRES_NOW, LATE_SKIPPED]},
+    },
+    "required": ["by_seconds", "outcome"],
+    "additionalProperties": False,
+}
+
+
+def late_answer(schedule: Schedule) -> dict[str, Any] | None:
+    """A created one-shot's lateness (:func:`.creates.lateness`) as answers give it."""
+    late: Late | None = getattr(schedule, "late", None)
+    if late is None:
+        return None
+    return {"by_seconds": round(late.by.total_seconds(), 3), "outcome": late.outcome}
 
 
 class ScheduleSerializer(serializers.Serializer[Schedule]):
@@ -77,6 +109,12 @@ class ScheduleSerializer(serializers.Serializer[Schedule]):
         help_text=_("When the next fire is due (null unless active or paused).")
     )
     description = serializers.SerializerMethodField(help_text=_("The timing in words."))
+    local = serializers.SerializerMethodField(
+        help_text=_(
+            "The schedule's times on the wall clock of its time_zone (ISO 8601 with that "
+            "zone's offset then): the same instants as the UTC fields of the same names."
+        )
+    )
     created = AwareDateTimeField(source="created_ts", read_only=True)
     updated = AwareDateTimeField(source="updated_ts", read_only=True)
 
@@ -104,6 +142,22 @@ class ScheduleSerializer(serializers.Serializer[Schedule]):
     def get_description(self, schedule: Schedule) -> str:
         return describe(schedule)
 
+    @extend_schema_field(LOCAL_SCHEMA)
+    def get_local(self, schedule: Schedule) -> dict[str, str | None]:
+        zone = zone_of(schedule)
+        once = schedule.schedule_kind == ScheduleKind.ONCE
+        times = {
+            "start": None if once else schedule.start_ts,
+            "at": schedule.start_ts if once else None,
+            "end": schedule.end_ts,
+            "next_run": schedule.next_run_ts if schedule.state in PLANNED else None,
+            "last_fired": schedule.last_fired_ts,
+            "paused_until": schedule.paused_until,
+        }
+        return {
+            name: None if t is None else t.astimezone(zone).isoformat() for name, t in times.items()
+        }
+
     def to_representation(self, instance: Schedule) -> dict[str, Any]:
         data: dict[str, Any] = super().to_representation(instance)
         for name in BLANK_AS_NULL:
@@ -118,6 +172,26 @@ class ScheduleDetailSerializer(ScheduleSerializer):
         read_only=True,
         help_text=_("The next fire times, computed by the code that fires the schedule."),
     )
+    late = serializers.SerializerMethodField(
+        help_text=_(
+            "Only in the answer to the create of a one-shot whose time had passed (else "
+            "null): by how many seconds, and what the scheduler does with it: FIRES_NOW "
+            "(late), or SKIPPED (later than its misfire grace: it completes without firing; "
+            "misfire_policy SKIP drops late one-shots)."
+        )
+    )
+    next_fires_local = serializers.SerializerMethodField(
+        help_text=_("next_fires on the wall clock of the schedule's time_zone.")
+    )
+
+    @extend_schema_field(LATE_SCHEMA)
+    def get_late(self, schedule: Schedule) -> dict[str, Any] | None:
+        return late_answer(schedule)
+
+    @extend_schema_field({"type": "array", "items": {"type": "string", "format": "date-time"}})
+    def get_next_fires_local(self, schedule: Schedule) -> list[str]:
+        zone = zone_of(schedule)
+        return [t.astimezone(zone).isoformat() for t in getattr(schedule, "next_fires", [])]
 
 
 def schedule_detail(schedule: Schedule, next_fires: list[datetime]) -> dict[str, Any]:
