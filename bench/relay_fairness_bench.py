@@ -116,7 +116,7 @@ candidates AS (
 
 def use_code(code: str) -> None:
     """Make the relays of this process claim with ``code`` ("old" or "new")."""
-    claims.CLAIM = previous_claim() if code == "old" else CURRENT_CLAIM
+    claims.CLAIMS[False, False] = previous_claim() if code == "old" else CURRENT_CLAIM
 
 
 def codes_for(compare: bool, run: int) -> list[str]:

@@ -130,7 +130,7 @@ class Dispatcher:
                 if lane is None:
                     continue
                 if lane.breaker.is_open():
-                    self._defer(lane, [message])
+                    self._hold_back(lane, [message])
                     continue
                 if not lane.queue:
                     self._turns.append(lane)
@@ -197,13 +197,12 @@ class Dispatcher:
             )
 
     def trim(self) -> None:
-        """Give back what lanes hold beyond twice their room (their pace is known): another
-        relay may send it sooner."""
+        """Give back what lanes hold beyond their room (once their pace is known, and they
+        hold twice that and :data:`.lanes.TRIM_FLOOR`): another relay may send it sooner."""
         with self._cond:
             for lane in self.lanes.values():
-                if lane.seconds_per_message > 0 and len(lane.queue) > 2 * lane.room():
-                    while len(lane.queue) > lane.room():
-                        self.handed.released.append(lane.queue.pop())
+                for _ in range(lane.excess()):
+                    self.handed.released.append(lane.queue.pop())
 
     def busy(self) -> bool:
         """Whether anything is queued or under way."""
@@ -404,14 +403,20 @@ class Dispatcher:
                 lane.host,
                 self.relay_id,
             )
-            self._defer(lane, list(lane.queue))
+            self._hold_back(lane, list(lane.queue))
             lane.queue.clear()
         if breaker.changed:
             self.breaker_changes += 1
 
-    def _defer(self, lane: Lane, messages: list[Message]) -> None:
-        """Messages of an open lane: to give back until its circuit ends (lock held)."""
+    def _hold_back(self, lane: Lane, messages: list[Message]) -> None:
+        """Messages of an open lane, to give back (lock held): while a send of it hangs, at
+        once (another relay may send them: the hang may be this process's); else until its
+        circuit ends (the destination fails for every relay)."""
         if not messages:
+            return
+        if lane.breaker.stuck:
+            self.handed.released.extend(messages)
+            self.wake()
             return
         seconds = max(lane.breaker.seconds_left(), 1.0)
         note = (
@@ -444,7 +449,7 @@ class Dispatcher:
             lane = job.lane
             lane.breaker.hung("a send has run longer than DSCHED_RELAY_MAX_RUN_SECONDS")
             self.breaker_changes += 1
-            self._defer(lane, list(lane.queue))
+            self._hold_back(lane, list(lane.queue))
             lane.queue.clear()
 
     def breakers(self) -> list[Lane]:

@@ -23,8 +23,9 @@ from django_dsched.outbox.transports import Transport
 
 # A lane holds (queued, not sent yet) about this many seconds of sending at its measured pace,
 # and at least two rounds of its sends: claims pass over its messages beyond that (other
-# relays take them), and a relay gives back what it holds beyond twice that.
+# relays take them), and a relay gives back what it holds beyond twice that and TRIM_FLOOR.
 QUEUE_SECONDS = 1.0
+TRIM_FLOOR = 100
 # How much a new measurement of a lane's pace counts (an exponential moving average).
 PACE_WEIGHT = 0.3
 
@@ -69,6 +70,12 @@ class Lane:
 
     def full(self) -> bool:
         return len(self.queue) >= self.room()
+
+    def excess(self) -> int:
+        """Messages queued beyond what the lane should hold (0 until its pace is known)."""
+        if self.seconds_per_message <= 0 or len(self.queue) <= max(2 * self.room(), TRIM_FLOOR):
+            return 0
+        return len(self.queue) - self.room()
 
     def take(self) -> list[Message]:
         """The next send's messages, oldest first."""

@@ -367,7 +367,7 @@ class Relay(DatabaseLoop):
         if handed.deferred:
             self._defer(handed.deferred)
         if handed.released:
-            self._release(handed.released, why="held more than it sends soon")
+            self._release(handed.released, why="held back")
         if handed.done:
             self.heartbeat.drop(o.message.id for o in handed.done)
             labels = self.reports.take_labels()

@@ -277,9 +277,8 @@ def test_the_fair_share_reads_each_host_s_range_not_another_s_backlog():
 
     def walk(node):
         if node.get("Relation Name") == "schedule_t":
-            scans.append(
-                (node["Node Type"], node.get("Index Name"), node["Actual Rows"], node["Actual Loops"])
-            )
+            kind, index = node["Node Type"], node.get("Index Name")
+            scans.append((kind, index, node["Actual Rows"], node["Actual Loops"]))
         for child in node.get("Plans", ()):
             walk(child)
 

@@ -144,9 +144,7 @@ def test_a_slow_destination_does_not_hold_a_fast_one(relay_settings, handle, set
     with hanging_endpoint() as (url, release, received):
         settings.DSCHED_TRANSPORTS = {"b": {"BACKEND": "handlers", "HOSTS": "*"}}
         settings.DSCHED_TRANSPORTS_BY_HOST = {
-            str(TENANT_A): {
-                "a": {"BACKEND": "webhook", "CONCURRENCY": 2, "OPTIONS": {"URL": url}}
-            }
+            str(TENANT_A): {"a": {"BACKEND": "webhook", "CONCURRENCY": 2, "OPTIONS": {"URL": url}}}
         }
         slow = make_messages(4, topic="a", host_id=TENANT_A)
         relay = Relay(instance_id="r1")
@@ -155,10 +153,12 @@ def test_a_slow_destination_does_not_hold_a_fast_one(relay_settings, handle, set
             fast = make_messages(20, topic="b", host_id=TENANT_B)
             wait_for(lambda: len(seen) == 20, what="B's messages delivered while A's hang")
             wait_for(
-                lambda: OutboxMessage.objects.filter(
-                    id__in=fast, status=DeliveryStatus.DELIVERED
-                ).count()
-                == 20,
+                lambda: (
+                    OutboxMessage.objects.filter(
+                        id__in=fast, status=DeliveryStatus.DELIVERED
+                    ).count()
+                    == 20
+                ),
                 what="B's outcomes recorded",
             )
             assert len(received) == 2  # A's limit: its other two wait, claimed

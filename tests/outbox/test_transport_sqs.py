@@ -271,6 +271,8 @@ def test_a_silent_endpoint_fails_the_batch_after_timeout_once(settings):
         silent.listen(64)  # the kernel completes connections; nobody ever reads or answers
         endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
         settings.DSCHED_TRANSPORTS = route(endpoint, f"{endpoint}/123456789012/q", TIMEOUT=1)
+        # One call at a time (the relay would send the three at once, each waiting once).
+        settings.DSCHED_TRANSPORTS["*"]["CONCURRENCY"] = 1
         make_messages(25)  # three calls' worth
         relay = Relay(instance_id="r1", batch_size=100)
         relay.transports.for_topic("reports", DEFAULT_HOST)  # boto3's client built beforehand
