@@ -171,8 +171,9 @@ def main() -> None:
                 way(url, options.requests, options.in_flight)
                 seconds, used = time.monotonic() - began, cpu() - spent
                 rate = options.requests / seconds
-                results[name].append((rate, 1000 * used / options.requests))
-                print(f"  run {run + 1} {name:<13} {rate:8,.0f}/s  cpu {results[name][-1][1]:.3f} s/1k")
+                per_1k = 1000 * used / options.requests
+                results[name].append((rate, per_1k))
+                print(f"  run {run + 1} {name:<13} {rate:8,.0f}/s  cpu {per_1k:.3f} s/1k")
     finally:
         server.terminate()
     for name, rows in results.items():

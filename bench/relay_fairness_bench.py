@@ -55,7 +55,7 @@ from django.db import connection  # noqa: E402
 
 from django_dsched.handlers import registry  # noqa: E402
 from django_dsched.outbox import claims  # noqa: E402
-from django_dsched.outbox.claims import Claimer  # noqa: E402
+from django_dsched.outbox.messages import Claimer  # noqa: E402
 from django_dsched.outbox.relay import Relay  # noqa: E402
 from django_dsched.outbox.transports import Transports  # noqa: E402
 

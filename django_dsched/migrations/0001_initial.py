@@ -864,10 +864,8 @@ class Migration(migrations.Migration):
                         name="dsched_schedule_due_idx",
                     ),
                     models.Index(
-                        models.F("host_id"),
-                        models.F("next_run_ts"),
-                        models.OrderBy(models.F("priority"), descending=True),
                         condition=models.Q(("active", True)),
+                        fields=["host_id", "next_run_ts", "-priority"],
                         name="dsched_schedule_host_due_idx",
                     ),
                     models.Index(

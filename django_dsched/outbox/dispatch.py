@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from django.db import connections
 
 from django_dsched.outbox.breaker import Breaker, BreakerRules
-from django_dsched.outbox.claims import DeliveryOutcome, Message
 from django_dsched.outbox.heartbeat import ClaimHeartbeat
 from django_dsched.outbox.lanes import Job, Lane, concurrency
+from django_dsched.outbox.messages import DeliveryOutcome, Message
 from django_dsched.outbox.retries import Retries
 from django_dsched.outbox.transports import Transport, Transports
 from django_dsched.outbox.transports.base import host_of

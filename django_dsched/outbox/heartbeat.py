@@ -38,8 +38,8 @@ from collections.abc import Callable, Iterable, Sequence
 
 from django.db import connections
 
-from django_dsched.outbox.claims import Claimer, Message
 from django_dsched.outbox.holding import extend
+from django_dsched.outbox.messages import Claimer, Message
 from django_dsched.runtime.logs import get_logger
 
 logger = get_logger(__name__)

@@ -17,7 +17,8 @@ from typing import Any
 
 from django.db import connections
 
-from django_dsched.outbox.claims import FENCE, Claimer, Message, statuses
+from django_dsched.outbox.claims import FENCE, statuses
+from django_dsched.outbox.messages import Claimer, Message
 from django_dsched.outbox.refused import narrowed
 
 # Keep claims alive while the relay holds them; returns the ids still ours. A message whose

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django_dsched.outbox.breaker import Breaker
-from django_dsched.outbox.claims import Message
+from django_dsched.outbox.messages import Message
 from django_dsched.outbox.transports import Transport
 
 # A lane holds (queued, not sent yet) about this many seconds of sending at its measured pace,

@@ -39,12 +39,11 @@ from django_dsched.outbox.claims import (
     ERROR_MAX_CHARS,
     ON_TIME_WINDOW,
     PAYLOAD,
-    Claimed,
-    Claimer,
     chosen,
     claim_args,
     claimed,
 )
+from django_dsched.outbox.messages import Claimed, Claimer
 from django_dsched.runtime import binding
 from django_dsched.runtime.narrowing import halves
 from django_dsched.runtime.refusals import refused

@@ -40,17 +40,12 @@ from django.db import DatabaseError, Error, connections
 from django_dsched.conf import app_settings
 from django_dsched.outbox.breaker import BreakerRules
 from django_dsched.outbox.circuits import Circuits
-from django_dsched.outbox.claims import (
-    Claimed,
-    Claimer,
-    Message,
-    claim_batch,
-    seconds_until_claimable,
-)
+from django_dsched.outbox.claims import claim_batch, seconds_until_claimable
 from django_dsched.outbox.dispatch import Deferred, Dispatcher, Limits
 from django_dsched.outbox.handlers import autodiscover
 from django_dsched.outbox.heartbeat import ClaimHeartbeat
 from django_dsched.outbox.holding import defer, release
+from django_dsched.outbox.messages import Claimed, Claimer, Message
 from django_dsched.outbox.outcomes import record
 from django_dsched.outbox.pace import Pace
 from django_dsched.outbox.quarantine import Quarantine

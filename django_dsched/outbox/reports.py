@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django_dsched.enums import DeliveryStatus
-from django_dsched.outbox.claims import DeliveryOutcome, Message
+from django_dsched.outbox.messages import DeliveryOutcome, Message
 from django_dsched.outbox.outcomes import Recorded
 from django_dsched.outbox.tally import DEAD_LETTER, envelope_of, measure, transport_label
 from django_dsched.outbox.transports import Transports

@@ -24,14 +24,13 @@ from django_dsched.models import OutboxMessage, envelope
 from django_dsched.outbox.claims import (
     CLAIM,
     NEXT_CLAIMABLE,
-    Claimer,
-    DeliveryOutcome,
     backlog_share,
     claim,
     claim_batch,
     seconds_until_claimable,
     settle,
 )
+from django_dsched.outbox.messages import Claimer, DeliveryOutcome
 from django_dsched.outbox.relay import Relay
 from tests.helpers import other_session, sql
 from tests.outbox_helpers import make_messages

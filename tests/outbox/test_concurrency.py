@@ -221,3 +221,78 @@ def test_messages_claimed_while_earlier_ones_are_sent_are_delivered_once(relay_s
     assert relay.run_until_idle() == 300
     assert seen == [str(i) for i in ids]
     assert relay.stats.batches >= 15
+
+
+def test_a_failing_destination_is_held_back_and_its_messages_kept(relay_settings, handle):
+    """Tenant A's handler fails every send: after three in a row its circuit opens. A's other
+    messages are given back until it ends, their attempt not counted; the circuit shows in
+    relay_circuit_t (the cluster page, dsched cluster); B's messages go on. Once A's handler
+    works again, the circuit's probe goes through, it closes, and everything is delivered."""
+    relay_settings.DSCHED_TRANSPORTS = {"*": {"BACKEND": "handlers", "HOSTS": "*"}}
+    relay_settings.DSCHED_RELAY_CIRCUIT_FAILURES = 3
+    relay_settings.DSCHED_RELAY_CIRCUIT_SECONDS = 1.0
+    relay_settings.DSCHED_RELAY_MAX_ATTEMPTS = 10
+    broken = threading.Event()
+    broken.set()
+    seen: list[str] = []
+
+    def a(event: dict) -> None:
+        if broken.is_set():
+            raise ConnectionError("A's service is down")
+        seen.append(event["id"])
+
+    handle(a, topic="a", hosts="*")
+    handle(lambda event: seen.append(event["id"]), topic="b", hosts="*")
+    a_ids = make_messages(10, topic="a", host_id=TENANT_A)
+    relay = Relay(instance_id="r1")
+    with running(relay):
+        wait_for(
+            lambda: (
+                sql("SELECT state, failures FROM relay_circuit_t WHERE relay_id = 'r1'")
+                == [("open", 3)]
+            ),
+            what="A's circuit open",
+        )
+        b_ids = make_messages(5, topic="b", host_id=TENANT_B)
+        wait_for(
+            lambda: OutboxMessage.objects.filter(id__in=b_ids, status="DELIVERED").count() == 5,
+            what="B's messages delivered while A's circuit is open",
+        )
+        rows = list(OutboxMessage.objects.filter(id__in=a_ids))
+        assert all(r.status == DeliveryStatus.PENDING for r in rows)  # kept, not dead
+        failed = [r for r in rows if r.attempts == 1]
+        held = [r for r in rows if r.attempts == 0]
+        assert len(failed) == 3 and len(held) == 7
+        assert all(r.last_error.startswith("circuit open:") for r in held)
+        assert all(r.next_attempt_ts is not None for r in held)
+        ((route, host, error),) = sql("SELECT route, host, last_error FROM relay_circuit_t")
+        assert route == "DSCHED_TRANSPORTS['*']" and host == str(TENANT_A)
+        assert "A's service is down" in error
+        broken.clear()
+        wait_for(
+            lambda: statuses() == {DeliveryStatus.DELIVERED: 15}, timeout=30, what="all delivered"
+        )
+        wait_for(lambda: not sql("SELECT 1 FROM relay_circuit_t"), what="the circuit closed")
+    assert sorted(seen) == sorted(str(i) for i in a_ids + b_ids)
+    # The held messages were attempted once (when delivered), the failed ones twice.
+    attempts = sorted(OutboxMessage.objects.filter(id__in=a_ids).values_list("attempts", flat=True))
+    assert attempts == [1] * 7 + [2] * 3
+
+
+def test_one_tenant_s_backlog_does_not_hold_up_another_s_deliveries(relay_settings, handle):
+    """A's 400 messages and B's 20 wait (both backlog, A's older): each batch takes both
+    hosts' oldest, half the batch each at most, so B's are delivered in the first batch, not
+    after A's drain."""
+    relay_settings.DSCHED_TRANSPORTS = {"*": {"BACKEND": "handlers", "HOSTS": "*"}}
+    seen: list[str] = []
+    handle(lambda event: seen.append(event["id"]), topic="reports", hosts="*")
+    a_ids = make_messages(400, host_id=TENANT_A, age=600)
+    b_ids = make_messages(20, host_id=TENANT_B, age=60)
+    relay = Relay(instance_id="r1", batch_size=50)
+    try:
+        relay.step()
+        relay.drain()
+        assert {str(i) for i in b_ids} <= set(seen)  # all of B's in the first batch
+        assert [i for i in seen if i not in {str(b) for b in b_ids}] == [str(i) for i in a_ids[:25]]
+    finally:
+        relay.shutdown()

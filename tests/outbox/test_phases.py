@@ -14,8 +14,9 @@ from django_dsched.contrib.celery import ExactlyOnceTask
 from django_dsched.enums import DeliveryStatus, RunStatus
 from django_dsched.models import OutboxMessage
 from django_dsched.outbox import dead_letters, phases
-from django_dsched.outbox.claims import Claimer, claim
+from django_dsched.outbox.claims import claim
 from django_dsched.outbox.heartbeat import ClaimHeartbeat
+from django_dsched.outbox.messages import Claimer
 from django_dsched.outbox.relay import Relay
 from tests.factories import ScheduleFactory
 from tests.helpers import other_session, sql, wait_for

@@ -20,8 +20,9 @@ import pytest
 
 from django_dsched.enums import DeliveryStatus
 from django_dsched.models import OutboxMessage
-from django_dsched.outbox.claims import Claimed, claim_batch
+from django_dsched.outbox.claims import claim_batch
 from django_dsched.outbox.holding import extend
+from django_dsched.outbox.messages import Claimed
 from django_dsched.outbox.relay import Relay
 from django_dsched.runtime import binding
 from tests.helpers import sql

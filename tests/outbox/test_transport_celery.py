@@ -17,7 +17,7 @@ from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus
 from django_dsched.exceptions import PermanentDeliveryError
 from django_dsched.models import OutboxMessage
-from django_dsched.outbox.claims import Message
+from django_dsched.outbox.messages import Message
 from django_dsched.outbox.relay import Relay
 from django_dsched.outbox.transports.celery import CeleryTransport, broker_kind, task_message
 from django_dsched.outbox.transports.registry import config_problems

@@ -17,7 +17,7 @@ from django_dsched.checks.delivery import check_delivery_settings
 from django_dsched.enums import DeliveryStatus
 from django_dsched.exceptions import DeliveryError, PermanentDeliveryError
 from django_dsched.models import Event, OutboxMessage, Schedule
-from django_dsched.outbox.claims import Message
+from django_dsched.outbox.messages import Message
 from django_dsched.outbox.relay import Relay
 from django_dsched.outbox.transports.sqs import SQSTransport, entry_failure
 from tests.brokers import free_port

@@ -11,7 +11,7 @@ from importlib import import_module
 from typing import Any, ClassVar, Generic, TypeVar
 
 from django_dsched.exceptions import PermanentDeliveryError
-from django_dsched.outbox.claims import Message
+from django_dsched.outbox.messages import Message
 
 # The fire path writes the host into the CloudEvent's source: '/django-dsched/<host_id>'.
 SOURCE_PREFIX = "/django-dsched/"

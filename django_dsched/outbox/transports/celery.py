@@ -59,7 +59,7 @@ from django.utils.module_loading import import_string
 
 from django_dsched.conf import app_settings
 from django_dsched.exceptions import PermanentDeliveryError
-from django_dsched.outbox.claims import Message
+from django_dsched.outbox.messages import Message
 from django_dsched.outbox.transports.base import (
     PerThread,
     Problem,

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from django_dsched.exceptions import DeliveryError
-from django_dsched.outbox.claims import Message
+from django_dsched.outbox.messages import Message
 from django_dsched.outbox.transports.base import (
     PerThread,
     Problem,

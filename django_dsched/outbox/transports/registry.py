@@ -35,7 +35,7 @@ from django_dsched.exceptions import (
     PermanentDeliveryError,
     TransportConfigError,
 )
-from django_dsched.outbox.claims import Message
+from django_dsched.outbox.messages import Message
 from django_dsched.outbox.transports.base import Problem, Transport, host_key, host_of
 from django_dsched.outbox.transports.grants import (
     hosts_problem,

@@ -46,7 +46,7 @@ from urllib.parse import quote, urlsplit
 from django_dsched import __version__
 from django_dsched.conf import app_settings
 from django_dsched.exceptions import DeliveryError, PermanentDeliveryError
-from django_dsched.outbox.claims import Message
+from django_dsched.outbox.messages import Message
 from django_dsched.outbox.transports.base import (
     Problem,
     Transport,

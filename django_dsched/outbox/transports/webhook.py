@@ -40,7 +40,7 @@ from django.utils.module_loading import import_string
 from django_dsched import __version__
 from django_dsched.conf import app_settings
 from django_dsched.exceptions import ConfigurationError, DeliveryError, PermanentDeliveryError
-from django_dsched.outbox.claims import Message
+from django_dsched.outbox.messages import Message
 from django_dsched.outbox.transports.addresses import (
     IPNetwork,
     Resolver,
