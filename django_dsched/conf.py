@@ -262,10 +262,11 @@ class AppSettings:
     )
     RELAY_MAX_RUN_SECONDS: Setting[float | None] = Setting(
         None,
-        "Longest a relay keeps renewing the claims of a batch whose send (an in-process "
-        "handler, a webhook, a broker) has not returned, in seconds; past it the relay gives "
-        "the batch up, its claims expire and another relay delivers them again. None: no "
-        "limit (a hung handler holds its batch while its relay lives).",
+        "Longest a relay keeps renewing the claims of a send (an in-process handler, a "
+        "webhook, a broker) that has not returned, in seconds; past it the relay gives that "
+        "send's claims up (they expire and another relay delivers them again) and holds its "
+        "destination back while it hangs. None: no limit (a hung handler holds its messages "
+        "while its relay lives).",
     )
     RELAY_CONCURRENCY = Setting(
         32,
