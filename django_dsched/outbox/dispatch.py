@@ -41,8 +41,17 @@ logger = get_logger("django_dsched.outbox.relay")
 
 # A send thread with nothing to do for this long ends (and closes its connections).
 IDLE_SECONDS = 10.0
-# The relay is woken to settle once this many outcomes wait (else after SETTLE_WAIT).
+# A send thread sends a lane's messages one after the other (a transport that sends one per
+# call: handlers, webhooks, RabbitMQ) for up to this many, while they go through and take no
+# longer than RUN_SECONDS together, before it takes its turn again: one lock a run, not one a
+# message. A slow destination's run is its one message (the rest go back to its lane, for
+# its other sends).
+RUN_MESSAGES = 64
+RUN_SECONDS = 0.02
+# The relay records the outcomes handed back once this many wait, or nothing is queued or
+# under way, or the oldest has waited SETTLE_WAIT seconds.
 SETTLE_MIN = 200
+SETTLE_WAIT = 0.05
 # Most topics a lane remembers, for the claims to pass over while it is full or open.
 TOPICS_KEPT = 100
 
@@ -103,6 +112,10 @@ class Dispatcher:
         self.lanes: dict[tuple[object, str | None], Lane] = {}
         self._turns: deque[Lane] = deque()  # lanes with queued messages, in turn
         self.held: dict[uuid.UUID, Message] = {}  # claimed, not settled (or given back)
+        self._hosts: dict[object, str | None] = {}  # host_of() by the claim's host id
+        # When the relay's thread wakes next by itself (monotonic): a send thread wakes it
+        # sooner only when it should settle before then.
+        self.wakes_at = 0.0
         self.held_bytes = 0
         self.handed = Handed()
         self.jobs: set[int] = set()  # ids of the jobs under way
@@ -144,7 +157,12 @@ class Dispatcher:
     def _lane_of(self, message: Message, failed: list[DeliveryOutcome]) -> Lane | None:
         """The message's lane (made when first needed); None when it has no route, its
         failure added to ``failed``."""
-        host = host_of(message)
+        key = message.host_id
+        host = self._hosts.get(key, "")
+        if host == "":
+            if len(self._hosts) >= 10_000:
+                self._hosts.clear()
+            host = self._hosts[key] = host_of(message)
         try:
             route = self.transports.route_for(message.topic, host)
             lane = self.lanes.get((route, host))
@@ -207,7 +225,10 @@ class Dispatcher:
     def busy(self) -> bool:
         """Whether anything is queued or under way."""
         with self._cond:
-            return bool(self.jobs) or any(lane.queue for lane in self._turns)
+            return self.busy_locked()
+
+    def busy_locked(self) -> bool:
+        return bool(self.jobs) or any(lane.queue for lane in self._turns)
 
     def settle_due(self, wait: float) -> float | None:
         """Seconds until the outcomes handed back should be settled (0: now); None if none."""
@@ -216,7 +237,7 @@ class Dispatcher:
                 return None
             if self.handed.deferred or self.handed.released or len(self.handed.done) >= SETTLE_MIN:
                 return 0.0
-            if not self.jobs and not any(lane.queue for lane in self._turns):
+            if not self.busy_locked():
                 return 0.0
             since = self.handed.done_since or time.monotonic()
             return max(0.0, since + wait - time.monotonic())
@@ -249,18 +270,19 @@ class Dispatcher:
         return True
 
     # -- sends -------------------------------------------------------------------------------
-    def _start(self) -> None:
-        """Wake or start send threads for the sends the limits allow now (lock held)."""
+    def _start(self, taking: int = 0) -> None:
+        """Wake or start send threads for the sends the limits allow now, but ``taking`` that
+        a thread about to look for work itself takes (lock held)."""
         if self._closed:
             return
-        startable = self._startable()
+        startable = self._startable() - taking
         while startable > self._idle and self._threads < self.limits.sends:
             self._threads += 1
             self._idle += 1  # counted idle until it takes a job
             threading.Thread(
                 target=self._work, name=f"dsched-send-{self.relay_id}", daemon=True
             ).start()
-        if startable:
+        if startable > 0:
             self._cond.notify(startable)
 
     def _startable(self) -> int:
@@ -294,7 +316,8 @@ class Dispatcher:
                 continue
             if not self._may_send(lane):
                 continue
-            chunk = lane.take()
+            free = lane.limit - lane.sending
+            chunk = lane.take(min(RUN_MESSAGES, -(-len(lane.queue) // free)))
             if not lane.queue:
                 self._turns.remove(lane)
             lane.sending += 1
@@ -332,33 +355,66 @@ class Dispatcher:
             connections.close_all()  # what a handler opened on this thread
 
     def _send(self, job: Job) -> None:
+        """Send a job's messages, a chunk (the transport's batch) a call, while they go
+        through (a run: :data:`RUN_MESSAGES`, :data:`RUN_SECONDS`); what is left goes back."""
         lane = job.lane
         lost = self.heartbeat.lost() if self.heartbeat.lost_any else set()
-        chunk = [m for m in job.messages if m.id not in lost]
-        outcomes: list[DeliveryOutcome] = []
-        if chunk and lane.transport is not None:
-            self.attempted(chunk)
-            hands_off = lane.transport.hands_off
-            started = time.monotonic()
-            if not hands_off:  # the heartbeat marks a long run RUNNING while it runs
-                self.heartbeat.running(id(job), [m.id for m in chunk], started)
-            try:
-                results = lane.transport.send_many(chunk)
-            except Exception as exc:  # a transport bug must not end the thread
-                logger.exception("transport failed unexpectedly relay=%s", self.relay_id)
-                results = [exc] * len(chunk)
-            ended = time.monotonic()
-            self.heartbeat.running(id(job), (), None)
-            began = None if hands_off else started
-            outcomes = [
-                self.retries.outcome(m, result, began, ended)
-                for m, result in zip(chunk, results, strict=True)
-            ]
-            lane.measured(len(chunk), ended - started)
-        self._finish(job, outcomes, [m for m in job.messages if m.id in lost])
+        job.todo = [m for m in job.messages if m.id not in lost]
+        sends: list[list[DeliveryOutcome]] = []
+        while True:
+            with self._cond:  # gave_up() gives back what is not handed to the transport
+                done = job.handed
+                if done >= len(job.todo) or (
+                    done
+                    and (
+                        self.stopping.is_set()
+                        or job.given_up
+                        or time.monotonic() - job.started >= RUN_SECONDS
+                    )
+                ):
+                    break
+                chunk = job.todo[done : done + lane.batch]
+                job.handed += len(chunk)
+            outcomes = self._send_chunk(job, chunk)
+            sends.append(outcomes)
+            if not any(o.delivered or o.permanent for o in outcomes):
+                break  # a failed send ends the run: its circuit is judged first
+        dropped = [m for m in job.messages if m.id in lost]
+        self._finish(job, sends, dropped, job.todo[job.handed :])
 
-    def _finish(self, job: Job, outcomes: list[DeliveryOutcome], lost: list[Message]) -> None:
-        """Hand a job's outcomes back, update its lane's circuit, go on (lock taken)."""
+    def _send_chunk(self, job: Job, chunk: list[Message]) -> list[DeliveryOutcome]:
+        """One call of the transport: each message's outcome."""
+        transport = job.lane.transport
+        assert transport is not None
+        self.attempted(chunk)
+        hands_off = transport.hands_off
+        started = time.monotonic()
+        if not hands_off:  # the heartbeat marks a long run RUNNING while it runs
+            self.heartbeat.running(id(job), [m.id for m in chunk], started)
+        try:
+            results = transport.send_many(chunk)
+        except Exception as exc:  # a transport bug must not end the thread
+            logger.exception("transport failed unexpectedly relay=%s", self.relay_id)
+            results = [exc] * len(chunk)
+        ended = time.monotonic()
+        if not hands_off:
+            self.heartbeat.running(id(job), (), None)
+        job.lane.measured(len(chunk), ended - started)
+        began = None if hands_off else started
+        return [
+            self.retries.outcome(m, result, began, ended)
+            for m, result in zip(chunk, results, strict=True)
+        ]
+
+    def _finish(
+        self,
+        job: Job,
+        sends: list[list[DeliveryOutcome]],
+        lost: list[Message],
+        unsent: list[Message],
+    ) -> None:
+        """Hand a job's outcomes back, put what it did not send back in its lane, judge the
+        lane's circuit send by send, go on (lock taken)."""
         lane = job.lane
         if lost:
             self.heartbeat.drop(m.id for m in lost)
@@ -369,17 +425,22 @@ class Dispatcher:
             self._by_host[lane.host] -= 1
             for message in lost:
                 self._forget(message)
+            was_full = lane.full()
+            if unsent:
+                if not lane.queue:
+                    self._turns.append(lane)
+                lane.queue.extendleft(reversed(unsent))
             if job.given_up:
                 lane.breaker.returned()
                 self.breaker_changes += 1
-            elif outcomes:
+            for outcomes in sends:
                 self._judge(lane, outcomes)
-            was_full = lane.full()
-            self._hand(outcomes)
+            self._hand([o for outcomes in sends for o in outcomes])
             if was_full and not lane.full():
                 self.wake()  # the claims may take its messages again
-            self._start()
-            self._cond.notify_all()  # wait_sends
+            self._start(taking=1)
+            if not self.jobs:
+                self._cond.notify_all()  # wait_sends
 
     def _judge(self, lane: Lane, outcomes: list[DeliveryOutcome]) -> None:
         """A send's outcomes tell its destination's health (lock held)."""
@@ -433,10 +494,14 @@ class Dispatcher:
             return
         first = not self.handed.done
         self.handed.done.extend(outcomes)
+        now = time.monotonic()
         if first:
-            self.handed.done_since = time.monotonic()
-        idle = not self.jobs and not any(lane.queue for lane in self._turns)
-        if first or idle or len(self.handed.done) >= SETTLE_MIN:
+            self.handed.done_since = now
+        # Wake the relay's thread only if it would not settle soon enough by itself.
+        if self.wakes_at > now + SETTLE_WAIT and (
+            first or len(self.handed.done) >= SETTLE_MIN or not self.busy_locked()
+        ):
+            self.wakes_at = now
             self.wake()
 
     def gave_up(self, job_id: int) -> None:
@@ -446,6 +511,10 @@ class Dispatcher:
             if job is None or job.given_up:
                 return
             job.given_up = True
+            unsent, job.todo = job.todo[job.handed :], job.todo[: job.handed]
+            if unsent:  # the rest of its run: not sent, given back at once
+                self.handed.released.extend(unsent)
+                self.wake()
             lane = job.lane
             lane.breaker.hung("a send has run longer than DSCHED_RELAY_MAX_RUN_SECONDS")
             self.breaker_changes += 1

@@ -77,9 +77,11 @@ class Lane:
             return 0
         return len(self.queue) - self.room()
 
-    def take(self) -> list[Message]:
-        """The next send's messages, oldest first."""
-        chunk = [self.queue.popleft() for _ in range(min(self.batch, len(self.queue)))]
+    def take(self, run: int = 1) -> list[Message]:
+        """The next job's messages, oldest first: a chunk of the transport's batch, or for a
+        transport that sends one per call, a run of up to ``run``."""
+        size = self.batch if self.batch > 1 else run
+        chunk = [self.queue.popleft() for _ in range(min(size, len(self.queue)))]
         if not self.queue:
             self.topics.clear()
         return chunk
@@ -103,3 +105,7 @@ class Job:
     messages: list[Message]
     started: float = field(default_factory=time.monotonic)
     given_up: bool = False  # the heartbeat gave its claims up (it hung)
+    # The messages it sends (its own, less those reported lost), and how many of them went
+    # to the transport so far: those after, given back at once if it hangs.
+    todo: list[Message] = field(default_factory=list)
+    handed: int = 0

@@ -6,12 +6,13 @@ host by host in turn; at most ``RELAY_BATCH_SIZE`` messages and ``RELAY_BATCH_BY
 payload a claim) with ``SKIP LOCKED`` and a visibility timeout (:mod:`.claims`), and sends
 them concurrently, each destination (a route, for one host) in a lane of its own within its
 limits, on worker threads (:mod:`.dispatch`), with a circuit breaker per destination
-(:mod:`.breaker`). Its own thread claims again as room frees, and records the outcomes the
-threads hand back, many in one statement: DELIVERED, a retry after a jittered exponential
+(:mod:`.breaker`). It claims again as room frees, on a claim thread of its own
+(:mod:`.claiming`), and its own thread records the outcomes the send threads hand back, many
+in one statement: DELIVERED, a retry after a jittered exponential
 delay, or DELIVERY_FAILED (a dead letter) once the attempts are used up. If the database
 refuses that statement for one row's values, the outcomes are recorded one by one, a refused
-one as a failed attempt (:mod:`.outcomes`). Claims, outcomes and give-backs all go through
-the relay's one session, fenced on the claim.
+one as a failed attempt (:mod:`.outcomes`). Outcomes, renewals and give-backs all go
+through the relay's one session, fenced on the claim.
 
 Delivery is at least once: a relay that dies after sending and before recording leaves the
 message claimed until its visibility timeout (the claim heartbeat, :mod:`.heartbeat`, keeps
@@ -40,11 +41,12 @@ from django.db import DatabaseError, Error, connections
 from django_dsched.conf import app_settings
 from django_dsched.outbox.breaker import BreakerRules
 from django_dsched.outbox.circuits import Circuits
+from django_dsched.outbox.claiming import Claiming
 from django_dsched.outbox.claims import claim_batch, seconds_until_claimable
-from django_dsched.outbox.dispatch import Deferred, Dispatcher, Limits
+from django_dsched.outbox.dispatch import SETTLE_WAIT, Deferred, Dispatcher, Limits
 from django_dsched.outbox.handlers import autodiscover
 from django_dsched.outbox.heartbeat import ClaimHeartbeat
-from django_dsched.outbox.holding import defer, release
+from django_dsched.outbox.holding import defer, extend, release
 from django_dsched.outbox.messages import Claimed, Claimer, Message
 from django_dsched.outbox.outcomes import record
 from django_dsched.outbox.pace import Pace
@@ -66,8 +68,6 @@ logger = get_logger(__name__)
 # A relay holds (claimed, not recorded) at most this many batches of messages, and of bytes:
 # it claims the next batch while it sends the one before.
 HELD_BATCHES = 2
-# Outcomes handed back wait at most this long (seconds) to be recorded together.
-SETTLE_WAIT = 0.05
 
 
 class Relay(DatabaseLoop):
@@ -135,6 +135,7 @@ class Relay(DatabaseLoop):
             self.stopping,
         )
         self.circuits = Circuits(self.instance_id, metrics)
+        self.claiming = Claiming(self.instance_id, self.using, self._claim_here, self.waker.wake)
         self._claimed_last = 0
         self._claim_full = True  # the last claim came back full (or none yet): claim again
         self._claim_at = 0.0  # claim again by then (monotonic): a retry's backoff, a poll
@@ -173,13 +174,14 @@ class Relay(DatabaseLoop):
         super().run(max_iterations=max_iterations)
 
     def idle(self) -> bool:
-        """Whether the last claim found nothing and nothing is held."""
-        return self._claimed_last == 0 and not self.dispatch.held
+        """Whether the last claim found nothing, none runs and nothing is held."""
+        return self._claimed_last == 0 and not self.dispatch.held and not self.claiming.running
 
     def shutdown(self) -> None:
         try:
             self._stop_sending()
         finally:
+            self.claiming.close()
             self.heartbeat.stop()
             self.transports.close()
             self._close()
@@ -192,10 +194,15 @@ class Relay(DatabaseLoop):
         )
 
     def _stop_sending(self) -> None:
-        """Give the queued messages back, wait for the sends under way (at most a visibility
-        timeout: their claims have expired by then) and record them."""
+        """Give the queued messages back (and a claim in flight's), wait for the sends under
+        way (at most a visibility timeout: their claims have expired by then) and record
+        them."""
         queued = self.dispatch.close()
         try:
+            taken = self.claiming.take(wait=self.claimer.visibility_timeout)
+            if taken is not None:
+                self.reports.dead_at_claim(taken[0].dead, taken[0].why)
+                queued += taken[0].live
             if queued:
                 self._release(queued)
             self.dispatch.wait_sends(self.claimer.visibility_timeout)
@@ -213,19 +220,24 @@ class Relay(DatabaseLoop):
         """Record what the sends handed back, claim more if there is room; return how long
         to sleep (the send threads and NOTIFY wake the relay sooner)."""
         self._ensure_session()
+        self._take_claim()
         self.write_back()
         self.circuits.write(self.dispatch, connections[self.using])
         if self.reports.metrics is not None:
             self.reports.metrics.holding(len(self.dispatch.jobs), len(self.dispatch.held))
         if self.stopping.is_set():
             return 0.0
-        if self._claim_wanted() and self._claim_more():
-            return 0.0
+        if not self.claiming.running and self._claim_wanted():
+            self._claim_more()
+        if self.idle():
+            self.claiming.idle()
         return self._sleep()
 
     def drain(self, timeout: float = 30.0) -> None:
-        """Wait for everything held to be sent and record it (tests, ``--once``)."""
+        """Wait for the claim in flight, and for everything held to be sent, and record it
+        (tests)."""
         deadline = time.monotonic() + timeout
+        self._take_claim(wait=timeout)
         while self.dispatch.held and time.monotonic() < deadline:
             self.dispatch.wait_sends(max(0.0, deadline - time.monotonic()))
             self.write_back(force=True)
@@ -240,6 +252,7 @@ class Relay(DatabaseLoop):
             wait = min(wait, settle)
         if not self._claim_full:
             wait = min(wait, max(0.0, self._claim_at - time.monotonic()))
+        self.dispatch.wakes_at = time.monotonic() + wait
         return wait
 
     # -- claiming ------------------------------------------------------------------------
@@ -259,24 +272,44 @@ class Relay(DatabaseLoop):
             return True
         return bool(self._held_back) and self.dispatch.held_back() != self._held_back
 
-    def _claim_more(self) -> bool:
-        """Claim what there is room for; whether the claim came back full."""
+    def _claim_more(self) -> None:
+        """Claim what there is room for: on the claim thread while the relay holds messages
+        (it sends and records them meanwhile), else at once on its own session."""
         held = len(self.dispatch.held)
         room = HELD_BATCHES * self.batch_size - held
         bytes_room = HELD_BATCHES * self.batch_bytes - self.dispatch.held_bytes
         if held and (room < self.batch_size or bytes_room < self.batch_bytes):
-            return False  # a batch's room at least, else claims come back small
-        limit = min(self.claim_limit(), room)
+            return  # a batch's room at least, else claims come back small
         self._notifications = self.waker.notifications
         self._held_back = self.dispatch.held_back()
-        claimed = self._claim(limit, min(self.batch_bytes, bytes_room), self._since)
+        limit = min(self.claim_limit(), room)
+        max_bytes = min(self.batch_bytes, bytes_room)
+        if held:
+            self.claiming.start(limit, max_bytes, self._since, self._held_back)
+        else:
+            began = time.monotonic()
+            self._took(self._claim(limit, max_bytes, self._since), limit, began)
+
+    def _take_claim(self, wait: float = 0.0) -> None:
+        """Take the claim the claim thread ended, if any (waiting at most ``wait`` s)."""
+        taken = self.claiming.take(wait)
+        if taken is not None:
+            self._took(*taken)
+
+    def _took(self, claimed: Claimed, limit: int, began: float) -> None:
+        """Hand a claim's messages to the sends (renewed first if the claim began longer than
+        a heartbeat interval ago: taken over meanwhile, a message is not sent)."""
         live, dead = claimed.live, claimed.dead
-        self._claimed_last = len(live) + len(dead)
+        if live and time.monotonic() - began > self.heartbeat.interval:
+            with self.heartbeat.writing:
+                kept, _ = extend(self.using, self.claimer, live)
+            live = [m for m in live if m.id in kept]
+        self._claimed_last = len(claimed.live) + len(dead)
         self._claim_full = self._claimed_last >= limit
         if claimed.at_us is not None:
             self._since = claimed.at_us
         if self._claimed_last:
-            size = sum(m.size for m in live) + sum(m.size for m in dead)
+            size = sum(m.size for m in claimed.live) + sum(m.size for m in dead)
             self.pace.message_bytes = size / self._claimed_last
             self.stats.batches += 1
             self.stats.claimed += len(live)
@@ -284,7 +317,6 @@ class Relay(DatabaseLoop):
         self.dispatch.add(live)
         if not self._claim_full:
             self._claim_at = time.monotonic() + self._until_claimable()
-        return self._claim_full
 
     def _until_claimable(self) -> float:
         """Seconds until a message not claimed yet becomes claimable (a retry's backoff, a
@@ -299,8 +331,17 @@ class Relay(DatabaseLoop):
             )
         return self.poll_interval if until is None else min(self.poll_interval, max(0.0, until))
 
-    def _claim(self, limit: int, max_bytes: int, since: int | None) -> Claimed:
-        """Claim a batch on the relay's session."""
+    def _claim_here(
+        self, limit: int, max_bytes: int, since: int | None, held_back: list[str]
+    ) -> Claimed:
+        """Claim a batch on the calling thread's session (the claim thread's)."""
+        return self._claim(limit, max_bytes, since, held_back)
+
+    def _claim(
+        self, limit: int, max_bytes: int, since: int | None, held_back: list[str] | None = None
+    ) -> Claimed:
+        """Claim a batch on the calling thread's session."""
+        held_back = self._held_back if held_back is None else held_back
         skip = self.quarantine.skipped()
         try:
             with binding.cursor(connections[self.using]) as cursor:
@@ -311,12 +352,12 @@ class Relay(DatabaseLoop):
                     max_bytes,
                     since_us=since,
                     skip=skip,
-                    held_back=self._held_back,
+                    held_back=held_back,
                 )
         except DatabaseError as exc:
             if not refused(exc) or connections[self.using].in_atomic_block:
                 raise
-            return self._claim_narrowed(exc, limit, max_bytes, since, skip)
+            return self._claim_narrowed(exc, limit, max_bytes, since, skip, held_back)
 
     def _claim_narrowed(
         self,
@@ -325,6 +366,7 @@ class Relay(DatabaseLoop):
         max_bytes: int,
         since: int | None,
         skip: list[uuid.UUID],
+        held_back: list[str],
     ) -> Claimed:
         """The database refused the claim for a row's data: claim again, narrowed down to
         the refused messages (:mod:`.refused`), which are dead-lettered with the error, or
@@ -335,7 +377,7 @@ class Relay(DatabaseLoop):
             self.instance_id,
         )
         claimed, passed_over = claim_narrowed(
-            self.using, self.claimer, limit, max_bytes, since, skip
+            self.using, self.claimer, limit, max_bytes, since, skip, held_back
         )
         self.quarantine.add(id_ for id_, _ in passed_over)
         for id_, error in passed_over:

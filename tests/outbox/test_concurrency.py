@@ -193,8 +193,9 @@ def test_a_relay_killed_mid_flight_loses_nothing(relay_settings, handle):
     gauge = handle(Gauge(), topic="reports")
     ids = make_messages(5)
     dead = Relay(instance_id="dead")
-    dead.step()  # claims the five: one goes out, four wait in its lane
-    wait_for(lambda: gauge.now == 1, what="a send under way")
+    # It claims the five (on its claim thread, handed to the sends at its next step): one
+    # goes out, four wait behind it.
+    wait_for(lambda: dead.step() >= 0 and gauge.now == 1, what="a send under way")
     # The process dies: nothing more runs on its thread, its heartbeat stops, no send starts.
     dead.heartbeat.stop()
     dead.dispatch.stopping.set()
@@ -209,6 +210,7 @@ def test_a_relay_killed_mid_flight_loses_nothing(relay_settings, handle):
     assert sorted(set(gauge.done)) == sorted(str(i) for i in ids)
     assert len(gauge.done) == len(ids) + 1  # the one the dead relay had under way, twice
     dead.dispatch.close()
+    dead.claiming.close()  # its claim thread's session
 
 
 def test_messages_claimed_while_earlier_ones_are_sent_are_delivered_once(relay_settings, handle):
