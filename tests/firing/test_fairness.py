@@ -241,16 +241,25 @@ def behind(count: int, due_ago: timedelta) -> list[Schedule]:
 def test_one_tenant_s_backlog_does_not_hold_up_another_s(fence):
     """A scheduler starts with tenant A 3,000 schedules behind and tenant B's ten a few
     seconds behind: both are backlog, and B's is the younger. Oldest first, B fired nothing
-    until A's had drained; host by host, B's ten fire in the first batch, and A's drain goes
-    on at the batch's full rate."""
+    until A's had drained (60 batches of 50); host by host, B's ten fire in the first batch,
+    then on time in every round, and A's drain goes on at the batch's full rate."""
     backlog(3000, timedelta(minutes=30))
     behind(10, timedelta(seconds=5))
-    first = fire(fence, 500, since=None)
+    first = fire(fence, 50, since=None)
     assert fired(TENANT_B) == 10
-    assert first.claimed == 500 and fired(TENANT_A) == 490
-    # Then B's schedules are on time (their next second), A's backlog fills the batches.
-    result = fire(fence, 500, first.claimed_at)
-    assert result.claimed == 500
+    assert first.claimed == 50 and fired(TENANT_A) == 40
+    since = first.claimed_at
+    for round_ in range(3):
+        # B's schedules come due again (their next second): on time, claimed first.
+        sql(
+            "UPDATE schedule_t SET next_run_ts = clock_timestamp() WHERE host_id = %s",
+            [TENANT_B],
+        )
+        result = fire(fence, 50, since)
+        since = result.claimed_at
+        assert result.claimed == 50  # A's backlog fills the rest of each batch
+        assert fired(TENANT_B) == 10 * (round_ + 2)
+    assert fired(TENANT_A) == 40 * 4
 
 
 def test_several_tenants_behind_share_the_batch(fence):
