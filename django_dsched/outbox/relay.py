@@ -199,10 +199,7 @@ class Relay(DatabaseLoop):
         them."""
         queued = self.dispatch.close()
         try:
-            taken = self.claiming.take(wait=self.claimer.visibility_timeout)
-            if taken is not None:
-                self.reports.dead_at_claim(taken[0].dead, taken[0].why)
-                queued += taken[0].live
+            queued += self._claimed_in_flight()
             if queued:
                 self._release(queued)
             self.dispatch.wait_sends(self.claimer.visibility_timeout)
@@ -214,6 +211,23 @@ class Relay(DatabaseLoop):
                 first_line(exc),
                 self.instance_id,
             )
+
+    def _claimed_in_flight(self) -> list[Message]:
+        """Stopping: the messages of the claim in flight, once it ends (none if it failed:
+        whatever it claimed expires after the visibility timeout)."""
+        try:
+            taken = self.claiming.take(wait=self.claimer.visibility_timeout)
+        except Error as exc:
+            logger.warning(
+                "stopping: the claim in flight failed (%s) relay=%s",
+                first_line(exc),
+                self.instance_id,
+            )
+            return []
+        if taken is None:
+            return []
+        self.reports.dead_at_claim(taken[0].dead, taken[0].why)
+        return taken[0].live
 
     # -- one iteration -------------------------------------------------------------------
     def step(self) -> float:
