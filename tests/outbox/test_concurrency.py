@@ -186,29 +186,30 @@ def test_the_heartbeat_keeps_every_message_held_queued_and_in_flight(relay_setti
 
 
 def test_a_relay_killed_mid_flight_loses_nothing(relay_settings, handle):
-    """A relay dies with sends under way and messages queued (its heartbeat stops, nothing
-    is settled or given back): once its claims expire another relay delivers every one, with
-    the same ids; only those the dead relay had sent are sent twice, and its late outcomes
-    are not recorded."""
+    """A relay dies with several sends under way and messages waiting behind them (its
+    heartbeat stops, nothing is settled or given back): once its claims expire another relay
+    delivers every one, with the same ids; only those the dead relay had under way are sent
+    twice, and its late outcomes are not recorded."""
+    relay_settings.DSCHED_TRANSPORTS = {"*": {"BACKEND": "handlers", "CONCURRENCY": 3}}
     gauge = handle(Gauge(), topic="reports")
-    ids = make_messages(5)
+    ids = make_messages(7)
     dead = Relay(instance_id="dead")
-    # It claims the five (on its claim thread, handed to the sends at its next step): one
-    # goes out, four wait behind it.
-    wait_for(lambda: dead.step() >= 0 and gauge.now == 1, what="a send under way")
+    # It claims the seven: three go out at once, four wait behind them.
+    wait_for(lambda: dead.step() >= 0 and gauge.now == 3, what="three sends under way")
     # The process dies: nothing more runs on its thread, its heartbeat stops, no send starts.
     dead.heartbeat.stop()
     dead.dispatch.stopping.set()
     claimed = OutboxMessage.objects.filter(claimed_by="dead").values_list("id", flat=True)
     assert set(claimed) == set(ids)
     sql("UPDATE outbox_message_t SET claimed_until = clock_timestamp() - interval '1 second'")
-    gauge.gate.set()  # the dead relay's send returns: its outcome is never recorded
-    assert Relay(instance_id="r2").run_until_idle() == 5
+    gauge.gate.set()  # the dead relay's sends return: their outcomes are never recorded
+    assert Relay(instance_id="r2").run_until_idle() == 7
     rows = OutboxMessage.objects.all()
     assert {r.id for r in rows if r.status == DeliveryStatus.DELIVERED} == set(ids)
     assert all(r.attempts == 2 and r.claimed_by == "" for r in rows)  # recorded once
+    # The three the dead relay had under way, twice; no other.
+    wait_for(lambda: len(gauge.done) == len(ids) + 3, what="the dead relay's sends to return")
     assert sorted(set(gauge.done)) == sorted(str(i) for i in ids)
-    assert len(gauge.done) == len(ids) + 1  # the one the dead relay had under way, twice
     dead.dispatch.close()
     dead.claiming.close()  # its claim thread's session
 
