@@ -74,7 +74,7 @@ from relay_ceiling import CEILING_CLAIM, CEILING_SETTLE  # noqa: E402 (needs Dja
 from django_dsched.enums import DeliveryStatus  # noqa: E402
 from django_dsched.handlers import registry  # noqa: E402
 from django_dsched.outbox import claims, relay  # noqa: E402
-from django_dsched.outbox.claims import Claimer, Message  # noqa: E402
+from django_dsched.outbox.messages import Claimer, Message  # noqa: E402
 from django_dsched.outbox.relay import Relay  # noqa: E402
 from django_dsched.outbox.transports import Transports  # noqa: E402
 

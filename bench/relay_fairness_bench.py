@@ -55,7 +55,7 @@ from django.db import connection  # noqa: E402
 
 from django_dsched.handlers import registry  # noqa: E402
 from django_dsched.outbox import claims  # noqa: E402
-from django_dsched.outbox.claims import Claimer  # noqa: E402
+from django_dsched.outbox.messages import Claimer  # noqa: E402
 from django_dsched.outbox.relay import Relay  # noqa: E402
 from django_dsched.outbox.transports import Transports  # noqa: E402
 
@@ -116,7 +116,7 @@ candidates AS (
 
 def use_code(code: str) -> None:
     """Make the relays of this process claim with ``code`` ("old" or "new")."""
-    claims.CLAIM = previous_claim() if code == "old" else CURRENT_CLAIM
+    claims.CLAIMS[False, False] = previous_claim() if code == "old" else CURRENT_CLAIM
 
 
 def codes_for(compare: bool, run: int) -> list[str]:

@@ -250,8 +250,8 @@ class AppSettings:
     )
     RELAY_BATCH_SIZE = Setting(
         1000,
-        "Most messages one relay claims per round trip (fewer when the last batch was slow to "
-        "send: a claim asks for about a second of sending).",
+        "Most messages one relay claims per round trip; it holds (claimed, not recorded) two "
+        "batches at most.",
     )
     # 8 MiB is 128 events of 64 KiB: a relay then stays well under 200 MB RSS whatever its
     # batch size (docs/performance.md).
@@ -276,10 +276,33 @@ class AppSettings:
     )
     RELAY_MAX_RUN_SECONDS: Setting[float | None] = Setting(
         None,
-        "Longest a relay keeps renewing the claims of a batch whose send (an in-process "
-        "handler, a webhook, a broker) has not returned, in seconds; past it the relay gives "
-        "the batch up, its claims expire and another relay delivers them again. None: no "
-        "limit (a hung handler holds its batch while its relay lives).",
+        "Longest a relay keeps renewing the claims of a send (an in-process handler, a "
+        "webhook, a broker) that has not returned, in seconds; past it the relay gives that "
+        "send's claims up (they expire and another relay delivers them again) and holds its "
+        "destination back while it hangs. None: no limit (a hung handler holds its messages "
+        "while its relay lives).",
+    )
+    RELAY_CONCURRENCY = Setting(
+        32,
+        "Most sends one relay has under way at once (its send threads): a slow destination "
+        "holds at most its own limits of them, the others go on.",
+    )
+    RELAY_HOST_CONCURRENCY = Setting(
+        16,
+        "Most sends one relay has under way at once for one host (tenant), all its routes "
+        "together; a route's CONCURRENCY bounds each (route, host).",
+    )
+    RELAY_CIRCUIT_FAILURES = Setting(
+        5,
+        "Sends to one destination (a route, for one host) that fail in a row (timeouts, "
+        "refused connections, 5xx, a raising handler; not a permanent failure) before the "
+        "relay holds it back for DSCHED_RELAY_CIRCUIT_SECONDS, keeping its messages and "
+        "counting no attempt meanwhile. 0: never.",
+    )
+    RELAY_CIRCUIT_SECONDS = Setting(
+        30.0,
+        "How long a destination whose circuit opened is held back (s), doubling each time it "
+        "opens again before it closes, up to DSCHED_RELAY_RETRY_MAX; then one send probes it.",
     )
     RELAY_RETRY_BASE = Setting(
         2.0,

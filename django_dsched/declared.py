@@ -55,8 +55,8 @@ from django_dsched.exceptions import ConfigurationError, ValidationError
 from django_dsched.models import Schedule
 from django_dsched.models.schedule import resolve_host
 from django_dsched.models.validators import validate_plain_text
-from django_dsched.outbox.claims import Message
 from django_dsched.outbox.handlers import registry
+from django_dsched.outbox.messages import Message
 from django_dsched.runtime.logs import get_logger
 
 F = TypeVar("F", bound=Callable[..., Any])

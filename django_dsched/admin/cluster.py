@@ -94,6 +94,18 @@ class ClusterAdmin(AnyModelAdmin):
                 for item in status.buckets or []
             ],
             "buckets_held": sum(1 for item in status.buckets or [] if item.live),
+            "circuits": [
+                {
+                    "row": item.row,
+                    "badge": badge("stale", _("stale"))
+                    if item.stale
+                    else badge("stale", _("open"))
+                    if item.seconds_left > 0
+                    else badge("standby", _("probing")),
+                    "until": moment(item.row.until_ts, now),
+                }
+                for item in status.circuits or []
+            ],
             "recent": age(status.recent_seconds),
             "oldest_due": moment(status.oldest_due, now) if status.oldest_due else "",
             "oldest_pending_at": (

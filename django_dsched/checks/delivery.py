@@ -80,6 +80,27 @@ def _relay_size_errors() -> list[Error]:
                 "DSCHED_RELAY_MAX_ATTEMPTS must be a whole number from 1 to 1000.", id="dsched.E009"
             )
         )
+    return errors + _relay_limit_errors()
+
+
+def _relay_limit_errors() -> list[Error]:
+    """How many sends a relay runs at once, and when a destination is held back (E008, E009)."""
+    errors = []
+    for name, least in (("RELAY_CONCURRENCY", 1), ("RELAY_HOST_CONCURRENCY", 1)):
+        value = getattr(app_settings, name)
+        if not (isinstance(value, int) and not isinstance(value, bool) and least <= value <= 1024):
+            errors.append(
+                Error(f"DSCHED_{name} must be a whole number from 1 to 1024.", id="dsched.E008")
+            )
+    failures = app_settings.RELAY_CIRCUIT_FAILURES
+    if not (isinstance(failures, int) and not isinstance(failures, bool) and 0 <= failures <= 1000):
+        errors.append(
+            Error(
+                "DSCHED_RELAY_CIRCUIT_FAILURES must be a whole number from 0 (never hold a "
+                "destination back) to 1000.",
+                id="dsched.E009",
+            )
+        )
     return errors
 
 
@@ -97,6 +118,7 @@ def _relay_timing_errors() -> list[Error]:
             "RELAY_VISIBILITY_TIMEOUT",
             "RELAY_RETRY_BASE",
             "RELAY_RETRY_MAX",
+            "RELAY_CIRCUIT_SECONDS",
         )
     }
     bad = [

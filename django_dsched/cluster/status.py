@@ -1,5 +1,6 @@
 """The cluster at a glance: the leader, the instances, the backlog, the fire and delivery
-rates. A fixed number of queries, each served by an index; ages on the database's clock."""
+rates, the destinations relays hold back. A fixed number of queries, each served by an
+index; ages on the database's clock."""
 
 from __future__ import annotations
 
@@ -13,7 +14,14 @@ from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus
 from django_dsched.history import event_ids
 from django_dsched.history.expiry import HistoryDays, held_days
-from django_dsched.models import Event, Lease, OutboxMessage, Schedule, SchedulerInstance
+from django_dsched.models import (
+    Circuit,
+    Event,
+    Lease,
+    OutboxMessage,
+    Schedule,
+    SchedulerInstance,
+)
 from django_dsched.runtime.clock import database_now
 
 # Instances shown: seen within this many lease periods (and at least a minute).
@@ -22,6 +30,8 @@ RECENT_LEASES = 12
 INSTANCE_LIMIT = 200
 # Most buckets listed.
 BUCKET_LIMIT = 4096
+# Most open circuits listed.
+CIRCUIT_LIMIT = 200
 
 
 @dataclass(frozen=True)
@@ -56,6 +66,15 @@ class Bucket:
 
 
 @dataclass(frozen=True)
+class HeldBack:
+    """A destination a relay holds back (its circuit is open, or half-open: probing)."""
+
+    row: Circuit
+    seconds_left: float  # until the relay probes it again (0: probing now, or its relay died)
+    stale: bool  # its time ended long ago: the relay that wrote it is likely gone
+
+
+@dataclass(frozen=True)
 class ClusterStatus:
     now: datetime
     lease_seconds: float
@@ -74,6 +93,8 @@ class ClusterStatus:
     buckets: list[Bucket] | None = None  # with buckets: each one's lease, owner and standbys
     # The history's day partitions, and the days past the retention kept (and why).
     history: HistoryDays | None = None
+    # The destinations relays hold back (relay_circuit_t), oldest first.
+    circuits: list[HeldBack] | None = None
 
 
 def _seconds(later: datetime, earlier: datetime) -> float:
@@ -123,6 +144,20 @@ def _buckets(now: datetime, lease_seconds: float, instances: list[Instance]) -> 
             )
         )
     return result
+
+
+def _circuits(now: datetime) -> list[HeldBack]:
+    rows = Circuit.objects.order_by("opened_ts", "id")[:CIRCUIT_LIMIT]
+    # A row whose probe is this much overdue: its relay stopped without deleting it.
+    stale_after = float(app_settings.RELAY_VISIBILITY_TIMEOUT)
+    return [
+        HeldBack(
+            row=row,
+            seconds_left=_seconds(row.until_ts, now),
+            stale=_seconds(now, row.until_ts) > stale_after,
+        )
+        for row in rows
+    ]
 
 
 def cluster_status() -> ClusterStatus:
@@ -186,4 +221,5 @@ def cluster_status() -> ClusterStatus:
         .first(),
         buckets=_buckets(now, lease, instances) if app_settings.BUCKETS > 1 else None,
         history=held_days(),
+        circuits=_circuits(now),
     )

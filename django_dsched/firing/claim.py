@@ -1,4 +1,5 @@
-"""The claim: which due schedules a batch takes, oldest first, on-time work before the backlog.
+"""The claim: which due schedules a batch takes, oldest first, on-time work before the backlog,
+the backlog host by host.
 
 ``SELECT ... FOR UPDATE SKIP LOCKED``: the database's clock (``statement_timestamp()``)
 decides what is due, and is returned with the rows.
@@ -6,6 +7,7 @@ decides what is due, and is returned with the rows.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Collection
 from typing import Any
 
@@ -89,6 +91,66 @@ SINCE = """COALESCE('epoch'::timestamptz + %(since)s::bigint * interval '1 micro
                   statement_timestamp() - make_interval(secs => %(window)s))"""
 
 
+# Most hosts (tenants) one claim's fair share of the backlog visits; past that many the walk
+# goes on at the next claim (it starts after a host drawn at random each claim).
+FAIR_HOSTS = 256
+
+# The backlog, host by host: the hosts with active schedules, walked by a skip scan of
+# dsched_schedule_host_due_idx (one probe a host, only when a backlog waits) from after
+# %(host_after)s round to it, at most FAIR_HOSTS of them; those with a row due before
+# ``since`` (one probe each) each take an equal share of what the on-time rows leave of the
+# batch (``fair``), oldest first. So one tenant's backlog of a million rows does not hold up
+# another's: each claim takes rows of every host that is behind. What is left of the batch
+# (a host had fewer than its share) goes to ``backlog``, oldest first, as before. One host's
+# rows are asked as ``host_id >= h AND host_id <= h``, ordered by host then time: with
+# ``host_id = h`` the planner may walk the due index (by time alone) filtering on the host,
+# and read through another tenant's whole backlog to find its rows.
+FAIR = """
+hosts(host_id, n, wrapped) AS (
+    SELECT COALESCE(a.h, f.h), 1, a.h IS NULL
+    FROM (SELECT (SELECT host_id FROM schedule_t WHERE active AND host_id > %(host_after)s
+                  ORDER BY host_id LIMIT 1) AS h) a,
+         (SELECT (SELECT host_id FROM schedule_t WHERE active
+                  ORDER BY host_id LIMIT 1) AS h) f
+    WHERE (SELECT yes FROM waiting)
+    UNION ALL
+    SELECT x.h, h.n + 1, h.wrapped OR x.wraps
+    FROM hosts h
+    CROSS JOIN LATERAL (
+        SELECT COALESCE(nx.h, CASE WHEN NOT h.wrapped THEN
+                   (SELECT host_id FROM schedule_t WHERE active ORDER BY host_id LIMIT 1) END)
+                   AS h,
+               nx.h IS NULL AS wraps
+        FROM (SELECT (SELECT s.host_id FROM schedule_t s WHERE s.active
+                        AND s.host_id > h.host_id ORDER BY s.host_id LIMIT 1) AS h) nx
+    ) x
+    WHERE h.host_id IS NOT NULL AND h.n < %(fair_hosts)s
+      AND NOT (h.wrapped AND h.host_id >= %(host_after)s)
+),
+behind AS MATERIALIZED (
+    SELECT h.host_id, h.n, count(*) OVER () AS hosts
+    FROM hosts h
+    WHERE h.host_id IS NOT NULL AND NOT (h.wrapped AND h.host_id > %(host_after)s)
+      AND (SELECT next_run_ts FROM schedule_t
+           WHERE {where} AND host_id >= h.host_id AND host_id <= h.host_id
+             AND next_run_ts <= (SELECT ts FROM since)
+           ORDER BY host_id, next_run_ts LIMIT 1) IS NOT NULL
+),
+fair AS MATERIALIZED (
+    SELECT c.* FROM (SELECT * FROM behind ORDER BY n) b
+    CROSS JOIN LATERAL (
+        SELECT {columns} FROM schedule_t
+        WHERE {where} AND host_id >= b.host_id AND host_id <= b.host_id
+          AND next_run_ts <= (SELECT ts FROM since) AND schedule_id <> ALL(%(again)s::uuid[])
+        ORDER BY host_id, next_run_ts, priority DESC
+        LIMIT (greatest(0, %(limit)s - (SELECT count(*) FROM fresh)
+                        - (SELECT count(*) FROM again)) + b.hosts - 1) / b.hosts
+        FOR UPDATE SKIP LOCKED
+    ) c
+    LIMIT greatest(0, %(limit)s - (SELECT count(*) FROM fresh) - (SELECT count(*) FROM again))
+),"""
+
+
 def claim_statement(
     *, buckets: bool = False, every_bucket: bool = False, skip: bool = False, hosts: bool = False
 ) -> str:
@@ -105,9 +167,10 @@ def claim_statement(
     id), so no row is claimed twice; all skip rows locked by others. A claim shorter than
     the batch therefore left no due row that was free (what NEXT_DUE relies on), but those
     of held-back hosts, and but a share left for a backlog locked by others. ``fresh`` and
-    ``backlog`` walk the due index. ``hosts`` (a fire rate is set somewhere): each row's
-    host comes back (before the bucket key), and the rows of held-back hosts are passed
-    over."""
+    ``backlog`` walk the due index. Before ``backlog``, ``fair`` (:data:`FAIR`) takes an
+    equal share of what is left for each host behind, walking the host due index.
+    ``hosts`` (a fire rate is set somewhere): each row's host comes back (before the bucket
+    key), and the rows of held-back hosts are passed over."""
     columns = (
         CLAIM_COLUMNS + (", host_id::text" if hosts else "") + (", bucket_key" if buckets else "")
     )
@@ -118,8 +181,9 @@ def claim_statement(
         where += f" AND {NOT_QUARANTINED}"
     if hosts:
         where += f" AND {NOT_HELD_BACK}"
+    fair = FAIR.format(where=where, columns=columns)
     return f"""
-WITH since AS MATERIALIZED (SELECT {SINCE} AS ts),
+WITH RECURSIVE since AS MATERIALIZED (SELECT {SINCE} AS ts),
 -- Whether anything waits besides the on-time rows (one probe of the due index): only then
 -- does the on-time part leave the backlog its share. The oldest row's time, not EXISTS: the
 -- planner cannot know `since`, guesses a third of the rows qualify, and would answer an
@@ -146,16 +210,19 @@ again AS MATERIALIZED (
       AND next_run_ts <= (SELECT ts FROM since)
     LIMIT greatest(0, %(limit)s - (SELECT count(*) FROM fresh))
     FOR UPDATE SKIP LOCKED
-),
+),{fair}
 backlog AS MATERIALIZED (
     SELECT {columns} FROM schedule_t
     WHERE {where} AND next_run_ts <= (SELECT ts FROM since)
       AND schedule_id <> ALL(%(again)s::uuid[])
+      AND schedule_id <> ALL(ARRAY(SELECT schedule_id::uuid FROM fair))
     ORDER BY next_run_ts, priority DESC
-    LIMIT greatest(0, %(limit)s - (SELECT count(*) FROM fresh) - (SELECT count(*) FROM again))
+    LIMIT greatest(0, %(limit)s - (SELECT count(*) FROM fresh) - (SELECT count(*) FROM again)
+                      - (SELECT count(*) FROM fair))
     FOR UPDATE SKIP LOCKED
 )
-SELECT * FROM fresh UNION ALL SELECT * FROM again UNION ALL SELECT * FROM backlog
+SELECT * FROM fresh UNION ALL SELECT * FROM again UNION ALL SELECT * FROM fair
+UNION ALL SELECT * FROM backlog
 """
 
 
@@ -181,9 +248,14 @@ def claim_args(
     skip: Collection[str] = (),
     again: Collection[str] = (),
     held_back: Collection[str] = (),
+    host_after: uuid.UUID | None = None,
 ) -> dict[str, Any]:
-    """The parameters of a claim of ``limit`` rows (see :func:`claim_statement`)."""
+    """The parameters of a claim of ``limit`` rows (see :func:`claim_statement`);
+    ``host_after``: where the backlog's walk of the hosts starts (random: each claim starts
+    elsewhere, so past :data:`FAIR_HOSTS` hosts every one gets its turn)."""
     return {
+        "host_after": host_after if host_after is not None else uuid.uuid4(),
+        "fair_hosts": FAIR_HOSTS,
         "held_back": list(held_back),
         "limit": limit,
         "since": since_us,

@@ -31,7 +31,7 @@ class RelayMetrics:
     prometheus_client's)."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        from prometheus_client import REGISTRY, Counter
+        from prometheus_client import REGISTRY, Counter, Gauge
 
         registry = REGISTRY if registry is None else registry
         self.transports = BoundedLabel()
@@ -55,9 +55,33 @@ class RelayMetrics:
             LAG_BUCKETS,
         )
         registry.register(self.latency)
+        self.open_circuits = Gauge(
+            "dsched_relay_open_circuits",
+            "Destinations (a route, for one host) this process holds back: their circuit is "
+            "open or half-open after sends failed in a row (the admin's cluster page and "
+            "dsched cluster name them).",
+            registry=registry,
+        )
+        self.sends = Gauge(
+            "dsched_relay_sends_in_flight",
+            "Sends this process has under way (at most DSCHED_RELAY_CONCURRENCY).",
+            registry=registry,
+        )
+        self.held = Gauge(
+            "dsched_relay_held_messages",
+            "Messages this process holds: claimed, not recorded yet (queued, sent or sending).",
+            registry=registry,
+        )
 
     def attempted(self, transport: str, count: int) -> None:
         self.attempts.labels(self.transports(transport)).inc(count)
+
+    def circuits(self, count: int) -> None:
+        self.open_circuits.set(count)
+
+    def holding(self, sends: int, held: int) -> None:
+        self.sends.set(sends)
+        self.held.set(held)
 
     def settled(self, outcomes: Tally[tuple[str, str]], latencies: Iterable[float]) -> None:
         """Record one settle statement: counts per (transport, outcome), and the

@@ -191,6 +191,57 @@ class Migration(migrations.Migration):
                 "ordering": ["instance_id"],
             },
         ),
+        migrations.CreateModel(
+            name="Circuit",
+            fields=[
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("relay_id", models.CharField(max_length=255, verbose_name="relay")),
+                (
+                    "route",
+                    models.CharField(
+                        help_text="The route's table and key in the settings.",
+                        max_length=512,
+                        verbose_name="route",
+                    ),
+                ),
+                (
+                    "host",
+                    models.CharField(
+                        blank=True, db_default="", max_length=36, verbose_name="host id"
+                    ),
+                ),
+                (
+                    "transport",
+                    models.CharField(
+                        blank=True, db_default="", max_length=64, verbose_name="transport"
+                    ),
+                ),
+                ("state", models.CharField(max_length=16, verbose_name="state")),
+                ("failures", models.IntegerField(db_default=0, verbose_name="failures in a row")),
+                (
+                    "last_error",
+                    models.TextField(blank=True, db_default="", verbose_name="last error"),
+                ),
+                ("opened_ts", models.DateTimeField(verbose_name="opened")),
+                ("until_ts", models.DateTimeField(verbose_name="held back until")),
+            ],
+            options={
+                "verbose_name": "open circuit",
+                "verbose_name_plural": "open circuits",
+                "db_table": "relay_circuit_t",
+                "ordering": ["relay_id", "route"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("relay_id", "route", "host"), name="dsched_circuit_unique"
+                    )
+                ],
+            },
+        ),
         django_dsched.history.operations.CreatePartitionedModel(
             name="Event",
             fields=[
@@ -413,6 +464,15 @@ class Migration(migrations.Migration):
                         ),
                         condition=models.Q(("status", "PENDING")),
                         name="dsched_outbox_ready_idx",
+                    ),
+                    models.Index(
+                        models.OrderBy(models.F("priority"), descending=True),
+                        models.F("host_id"),
+                        django.db.models.functions.comparison.Greatest(
+                            "event_ts", "next_attempt_ts", "claimed_until"
+                        ),
+                        condition=models.Q(("status", "PENDING")),
+                        name="dsched_outbox_host_ready_idx",
                     ),
                     models.Index(
                         condition=models.Q(("status", "DELIVERED")),
@@ -1018,6 +1078,11 @@ class Migration(migrations.Migration):
                         models.OrderBy(models.F("priority"), descending=True),
                         condition=models.Q(("active", True)),
                         name="dsched_schedule_due_idx",
+                    ),
+                    models.Index(
+                        condition=models.Q(("active", True)),
+                        fields=["host_id", "next_run_ts", "-priority"],
+                        name="dsched_schedule_host_due_idx",
                     ),
                     models.Index(
                         condition=models.Q(("state", "PAUSED")),

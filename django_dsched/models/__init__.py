@@ -1,8 +1,8 @@
 """The tables: schedules, their events and outbox messages, the leases, instances, quotas.
 
 - :mod:`.schedule`, :mod:`.event`, :mod:`.outbox`, :mod:`.lease`, :mod:`.instance`,
-  :mod:`.quota`, :mod:`.horizon`, :mod:`.calendar`: the models, one a module;
-  :mod:`.health`: a schedule's health thresholds and its runs' outcomes in a row;
+  :mod:`.quota`, :mod:`.horizon`, :mod:`.calendar`, :mod:`.circuit`: the models, one a
+  module; :mod:`.health`: a schedule's health thresholds and its runs' outcomes in a row;
   :mod:`.recurrence`: a schedule's recurrence rule and calendars.
 - :mod:`.envelope`: the CloudEvents envelope of a fire, composed from its event's columns.
 - :mod:`.records`: the columns events and outbox messages share.
@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 from django_dsched.models.calendar import Calendar, CalendarWindow
+from django_dsched.models.circuit import Circuit
 from django_dsched.models.event import Event
 from django_dsched.models.health import ScheduleHealth
 from django_dsched.models.horizon import HistoryHorizon
@@ -28,6 +29,7 @@ from django_dsched.models.schedule import Schedule
 __all__ = [
     "Calendar",
     "CalendarWindow",
+    "Circuit",
     "Event",
     "HistoryHorizon",
     "Lease",

@@ -141,6 +141,16 @@ class OutboxMessage(EventRecord):
                 condition=models.Q(status=DeliveryStatus.PENDING),
                 name="dsched_outbox_ready_idx",
             ),
+            # Serves the relays' backlog, host by host (outbox/claims.py): a skip scan of the
+            # hosts with pending rows at a priority, then each host's rows claimable now as a
+            # range, so one tenant's backlog is never read past to reach another's.
+            models.Index(
+                models.F("priority").desc(),
+                "host_id",
+                Greatest("event_ts", "next_attempt_ts", "claimed_until"),
+                condition=models.Q(status=DeliveryStatus.PENDING),
+                name="dsched_outbox_host_ready_idx",
+            ),
             # Serves retention: delivered rows by delivery time.
             models.Index(
                 fields=["delivered_ts"],

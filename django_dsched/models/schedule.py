@@ -261,8 +261,7 @@ class Schedule(HealthOptions, OverlapFields, recurrence.RecurrenceFields):
         help_text=_("Times missed slots were skipped or coalesced."),
     )
     last_fired_ts = models.DateTimeField(_("last fired"), null=True, editable=False)
-    # Which bucket fires this schedule: bucket_key & (DSCHED_BUCKETS - 1). Computed by the
-    # database from the id on every insert path (cluster/buckets.py).
+    # Its bucket: bucket_key & (DSCHED_BUCKETS - 1), computed by the database (cluster/buckets.py).
     bucket_key = models.GeneratedField(
         expression=BucketKey("schedule_id"),
         output_field=models.SmallIntegerField(),
@@ -298,13 +297,18 @@ class Schedule(HealthOptions, OverlapFields, recurrence.RecurrenceFields):
             ("trigger_schedule", _("Can run schedules now")),
         ]
         indexes = [
-            # Serves the leader's poll: active rows in (next_run_ts, priority DESC) order, so
-            # thousands of schedules due at the same instant need no sort.
+            # The poll: active rows in (next_run_ts, priority DESC) order, a burst unsorted.
             models.Index(
                 "next_run_ts",
                 models.F("priority").desc(),
                 condition=models.Q(active=True),
                 name="dsched_schedule_due_idx",
+            ),
+            # The backlog host by host (firing/claim.py FAIR): each host's due rows a range.
+            models.Index(
+                fields=["host_id", "next_run_ts", "-priority"],
+                condition=models.Q(active=True),
+                name="dsched_schedule_host_due_idx",
             ),
             # Serves the auto-resume of schedules paused until a time, and the health counts.
             models.Index(
@@ -312,8 +316,7 @@ class Schedule(HealthOptions, OverlapFields, recurrence.RecurrenceFields):
                 condition=models.Q(state=ScheduleState.PAUSED),
                 name="dsched_schedule_paused_idx",
             ),
-            # The set-aside count of the metrics (django_dsched.metrics.database): few rows,
-            # never written by fires.
+            # The metrics' set-aside count (metrics/database.py): few rows, no fire writes.
             models.Index(
                 fields=["set_aside_ts"],
                 condition=models.Q(state=ScheduleState.SET_ASIDE),
@@ -326,8 +329,7 @@ class Schedule(HealthOptions, OverlapFields, recurrence.RecurrenceFields):
             models.UniqueConstraint(
                 fields=["host_id", "schedule_name"], name="dsched_schedule_name_unique"
             ),
-            # Idempotent creates: one schedule per (host, key); schedules without a key
-            # are not in the index.
+            # Idempotent creates: one per (host, key); rows without a key are not indexed.
             models.UniqueConstraint(
                 fields=["host_id", "idempotency_key"],
                 condition=models.Q(idempotency_key__isnull=False),

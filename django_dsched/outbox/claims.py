@@ -20,10 +20,17 @@ A backlog never starves on-time work: within each priority the claim takes first
 that became claimable since this relay's previous claim that found rows (that claim's
 database time, kept by the relay, less ``ON_TIME_WINDOW`` for messages committed after it:
 ``since``): a new message, a retry whose backoff ended, a message whose claim expired; then
-the older ones (the backlog), oldest first. Each is a range of the index (``> since`` and
-``<= since``). While a priority has a backlog, on-time rows take at most ``limit - share``
-of the batch, so the backlog drains at a tenth of the batch at least, and at the batch's
-full rate when nothing is on time.
+the older ones (the backlog). Each is a range of the index (``> since`` and ``<= since``).
+While a priority has a backlog, on-time rows take at most ``limit - share`` of the batch, so
+the backlog drains at a tenth of the batch at least, and at the batch's full rate when
+nothing is on time.
+
+No tenant's backlog waits behind another's: the backlog is taken host by host, an equal
+share of the batch each (oldest first within a host), from the hosts that have one at that
+priority (a skip scan of ``dsched_outbox_host_ready_idx``, ``(priority DESC, host_id,
+GREATEST(...))``, asked only at a priority that has a backlog), the hosts in a turn that
+moves by one each claim. And a relay passes over the messages of the destinations it holds
+enough of, or whose circuit is open (``held_back``, ``host topic`` pairs: :mod:`.dispatch`).
 
 ``(claimed_by, attempts)`` is the claim's fencing token: every claim bumps ``attempts``, and
 every later write for that claim (extend, release, outcome) matches both, so a relay whose
@@ -34,12 +41,9 @@ All times are the database's (``statement_timestamp()``, ``clock_timestamp()``).
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from django_dsched.enums import DeliveryStatus
@@ -47,6 +51,7 @@ from django_dsched.models import envelope
 from django_dsched.models.times import OUT_OF_RANGE, readable, storable
 from django_dsched.models.validators import make_storable_text
 from django_dsched.outbox import run_health
+from django_dsched.outbox.messages import Claimed, Claimer, DeliveryOutcome, Message, Settled
 
 # Longest error text stored per message.
 ERROR_MAX_CHARS = 2000
@@ -114,59 +119,131 @@ BEHIND = f"""(SELECT true FROM outbox_message_t o
 
 # Messages the relay's quarantine passes over for a while (outbox/quarantine.py).
 NOT_SKIPPED = "\n                AND o.id <> ALL(%(skip)s::uuid[])"
+# Messages of the destinations the relay passes over (``host topic``: outbox/dispatch.py).
+NOT_HELD = "\n                AND (o.host_id::text || ' ' || o.topic) <> ALL(%(held)s::text[])"
 
 
-def chosen(skip: bool = False) -> str:
+def _filters(skip: bool, held: bool) -> str:
+    return (NOT_SKIPPED if skip else "") + (NOT_HELD if held else "")
+
+
+# One host's rows are asked as ``host_id >= h AND host_id <= h``, ordered by host then time:
+# with ``host_id = h`` the planner may walk the ready index (ordered by time alone) filtering
+# on the host, expecting the host's rows anywhere, and read through another tenant's whole
+# backlog to find them; a range it cannot take for one value, with the host in the order,
+# leaves it the host ready index.
+
+# The hosts with a backlog at each priority that has one (``BEHIND`` at ``l``), by a skip scan
+# of dsched_outbox_host_ready_idx (one probe a host with pending messages there), each with
+# its turn in this claim (the turn moves by %(rotate)s, one a claim) and the count of hosts.
+TENANTS = f"""
+tenants(priority, host_id) AS (
+    SELECT l.priority, (SELECT o.host_id FROM outbox_message_t o
+                        WHERE o.status = %(pending)s AND o.priority = l.priority
+                        ORDER BY o.host_id LIMIT 1)
+    FROM levels l
+    WHERE l.priority IS NOT NULL AND {"{BEHIND}"}
+    UNION ALL
+    SELECT t.priority, (SELECT o.host_id FROM outbox_message_t o
+                        WHERE o.status = %(pending)s AND o.priority = t.priority
+                          AND o.host_id > t.host_id
+                        ORDER BY o.host_id LIMIT 1)
+    FROM tenants t
+    WHERE t.host_id IS NOT NULL
+),
+behind AS MATERIALIZED (
+    SELECT priority, host_id,
+           (row_number() OVER w - 1 + %(rotate)s) %% count(*) OVER w AS turn,
+           count(*) OVER w AS hosts
+    FROM tenants t
+    -- Whether the host has a backlog: the first entry of its range (not EXISTS, which the
+    -- planner would answer by hashing every pending row); the host as a range (above).
+    WHERE t.host_id IS NOT NULL AND (
+        SELECT true FROM outbox_message_t o
+        WHERE o.status = %(pending)s AND o.priority = t.priority
+          AND o.host_id >= t.host_id AND o.host_id <= t.host_id
+          AND {AVAILABLE_TS} <= (SELECT ts FROM since) AND {TOPICS}
+        ORDER BY o.host_id, {AVAILABLE_TS} LIMIT 1)
+    WINDOW w AS (PARTITION BY priority ORDER BY host_id
+                 ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)
+)"""
+
+
+def chosen(skip: bool = False, held: bool = False) -> str:
     """The claim's choice: the CTEs ``locked`` (the rows taken, locked) and ``candidates``
-    (those within the byte cap, with their order); ``skip``: passing over ``%(skip)s``."""
+    (those within the byte cap, with their order); ``skip``: passing over ``%(skip)s``;
+    ``held``: passing over the destinations ``%(held)s``."""
+    filters = _filters(skip, held)
+    behind_at_l = BEHIND.replace("\n", " ")
     return f"""
 WITH {PRIORITIES},
 since AS MATERIALIZED (SELECT {SINCE} AS ts),
--- Per priority, two ranges of the ready index (``r``), each in the order its rows became
--- claimable, so rows waiting on a backoff or a live claim are never read: first the rows
--- claimable since this relay's previous claim (part 0: on time; while the priority has a
--- backlog, no more than the batch less the backlog's share), then the older ones (part 1:
--- the backlog), which fill the batch. Both are ``after <= available <= until`` (on time:
--- after ``since``, i.e. from a microsecond past it), so one parameterized index scan serves
--- both. Each locked row's payload is turned into text once: its length is what the byte
--- cap counts, the text what is returned. The payload is its event's, one primary-key probe
--- of event_store_t by the shared id.
+{TENANTS.replace("{BEHIND}", behind_at_l)},
+-- Per priority, two parts (``r``): first the rows claimable since this relay's previous
+-- claim (part 0: on time; while the priority has a backlog, no more than the batch less the
+-- backlog's share), one range of the ready index in the order they became claimable, so
+-- rows waiting on a backoff or a live claim are never read; then the older ones (part 1: the
+-- backlog), host by host in turn (``behind``), an equal share of the batch each, oldest
+-- first, each a range of the host ready index. Each locked row's payload is turned into text
+-- once: its length is what the byte cap counts, the text what is returned. The payload is
+-- its event's, one primary-key probe of event_store_t by the shared id.
 locked AS (
     SELECT x.*, octet_length(x.body) AS bytes
-    FROM (SELECT c.id, c.priority, c.available_ts, {PAYLOAD}::text AS body,
-                 r.part
+    FROM (SELECT c.id, c.priority, c.available_ts, {PAYLOAD}::text AS body, r.part, c.turn
           FROM levels l
           CROSS JOIN LATERAL (VALUES
-              (0, (SELECT ts FROM since) + interval '1 microsecond', statement_timestamp(),
-               CASE WHEN {CROWDED} IS NULL THEN %(limit)s
-                    WHEN {BEHIND} THEN %(on_time)s ELSE %(limit)s END),
-              (1, '-infinity'::timestamptz, (SELECT ts FROM since), %(limit)s)
-          ) r(part, after, until, most)
+              (0, CASE WHEN {CROWDED} IS NULL THEN %(limit)s
+                       WHEN {BEHIND} THEN %(on_time)s ELSE %(limit)s END),
+              (1, %(limit)s)
+          ) r(part, most)
           CROSS JOIN LATERAL (
-              SELECT o.id, o.priority, {AVAILABLE_TS} AS available_ts
-              FROM outbox_message_t o
-              WHERE o.status = %(pending)s AND o.priority = l.priority
-                AND {AVAILABLE_TS} >= r.after AND {AVAILABLE_TS} <= r.until
-                AND {TOPICS}{NOT_SKIPPED if skip else ""}
-              ORDER BY {AVAILABLE_TS}
-              LIMIT r.most
-              FOR UPDATE OF o SKIP LOCKED
+              SELECT * FROM (
+                  SELECT o.id, o.priority, {AVAILABLE_TS} AS available_ts, 0::bigint AS turn
+                  FROM outbox_message_t o
+                  WHERE r.part = 0 AND o.status = %(pending)s AND o.priority = l.priority
+                    AND {AVAILABLE_TS} > (SELECT ts FROM since)
+                    AND {AVAILABLE_TS} <= statement_timestamp()
+                    AND {TOPICS}{filters}
+                  ORDER BY {AVAILABLE_TS}
+                  LIMIT r.most
+                  FOR UPDATE OF o SKIP LOCKED) on_time
+              UNION ALL
+              SELECT h.* FROM (
+                  SELECT * FROM behind b
+                  WHERE r.part = 1 AND b.priority = l.priority ORDER BY b.turn) b
+              CROSS JOIN LATERAL (
+                  SELECT o.id, o.priority, {AVAILABLE_TS} AS available_ts, b.turn
+                  FROM outbox_message_t o
+                  WHERE o.status = %(pending)s AND o.priority = l.priority
+                    AND o.host_id >= b.host_id AND o.host_id <= b.host_id
+                    AND {AVAILABLE_TS} <= (SELECT ts FROM since)
+                    AND {TOPICS}{filters}
+                  ORDER BY o.host_id, {AVAILABLE_TS}
+                  LIMIT (%(limit)s + b.hosts - 1) / b.hosts
+                  FOR UPDATE OF o SKIP LOCKED) h
           ) c
           LIMIT %(limit)s) x
 ),
 -- The batch: the prefix of those within max_bytes of payload (JSON text), at least one, in
 -- an order that spreads the backlog's share through each priority (``spread``: the share's
 -- backlog rows to every batch-less-share on-time ones, the first after the first on-time
--- one), so a byte cap keeps that share too. ``n``: the order of delivery, on time first.
+-- one; the backlog's rows a host at a time in turn: each host's first, then each one's
+-- second, ...), so a byte cap keeps that share too, and each host's. ``n``: the order of
+-- delivery, on time first.
 candidates AS (
-    SELECT id, row_number() OVER (ORDER BY priority DESC, part, available_ts, id) AS n, bytes
-    FROM (SELECT id, priority, part, available_ts, bytes,
+    SELECT id, row_number() OVER (ORDER BY priority DESC, part, rank, turn, available_ts, id)
+               AS n,
+           bytes
+    FROM (SELECT id, priority, part, available_ts, bytes, rank, turn,
                  row_number() OVER w AS k, sum(bytes) OVER w AS running
           FROM (SELECT *, (row_number() OVER (PARTITION BY priority, part
-                                              ORDER BY available_ts, id) - 1)
+                                              ORDER BY rank, turn, available_ts, id) - 1)
                           * CASE part WHEN 0 THEN %(share)s ELSE %(on_time)s END AS spread
-                FROM locked) p
-          WINDOW w AS (ORDER BY priority DESC, spread, part, available_ts, id
+                FROM (SELECT *, CASE part WHEN 0 THEN 0 ELSE
+                                    row_number() OVER (PARTITION BY priority, part, turn
+                                                       ORDER BY available_ts, id) END AS rank
+                      FROM locked) ranked) p
+          WINDOW w AS (ORDER BY priority DESC, spread, part, rank, turn, available_ts, id
                        ROWS UNBOUNDED PRECEDING)) s
     WHERE k = 1 OR %(max_bytes)s::bigint IS NULL OR running <= %(max_bytes)s::bigint
 )"""
@@ -207,9 +284,10 @@ CLAIM_RETURNING = """RETURNING m.id, m.topic, m.event_type, l.body, m.attempts, 
           m.host_id, CASE WHEN m.status = %(dead)s THEN m.last_error END"""
 
 
-def claim_statement(skip: bool = False) -> str:
-    """The claim (``skip``: passing over the quarantined ids)."""
-    return f"""{chosen(skip)}
+def claim_statement(skip: bool = False, held: bool = False) -> str:
+    """The claim (``skip``: passing over the quarantined ids; ``held``: over the destinations
+    the relay holds enough of)."""
+    return f"""{chosen(skip, held)}
 UPDATE outbox_message_t m
 {CLAIM_SET}
 FROM candidates c
@@ -221,8 +299,10 @@ WHERE m.id = c.id
 """
 
 
-CLAIMS = {skip: claim_statement(skip) for skip in (False, True)}
-CLAIM = CLAIMS[False]
+CLAIMS = {
+    (skip, held): claim_statement(skip, held) for skip in (False, True) for held in (False, True)
+}
+CLAIM = CLAIMS[False, False]
 
 # The least part of a batch the backlog gets while on-time work would fill it.
 BACKLOG_SHARE = 0.1
@@ -279,7 +359,7 @@ SELECT id, status, next_attempt_ts, delivered_ts FROM settled
 # %(within)s seconds ahead; None if none does. Per priority, the first row of the same index
 # range, so rows claimable only later than that are never read.
 NEXT_CLAIMABLES = {
-    skip: f"""
+    (skip, held): f"""
 WITH {PRIORITIES}
 SELECT extract(epoch FROM min(n.available_ts) - clock_timestamp())
 FROM levels l
@@ -288,106 +368,15 @@ CROSS JOIN LATERAL (
     FROM outbox_message_t o
     WHERE o.status = %(pending)s AND o.priority = l.priority
       AND {AVAILABLE_TS} <= statement_timestamp() + make_interval(secs => %(within)s)
-      AND {TOPICS}{NOT_SKIPPED if skip else ""}
+      AND {TOPICS}{_filters(skip, held)}
     ORDER BY {AVAILABLE_TS}
     LIMIT 1
 ) n
 """
     for skip in (False, True)
-}  # (skip: passing over the quarantined ids) -> the statement
-NEXT_CLAIMABLE = NEXT_CLAIMABLES[False]
-
-
-class Message:
-    """One claimed outbox message, as transports see it.
-
-    ``payload`` is its CloudEvents envelope as a dict; ``text`` the envelope's JSON text as the
-    claim read it (None for a message made in Python), which is what goes on the wire
-    (:func:`~django_dsched.outbox.transports.base.encode`). A claimed message is decoded only
-    when something asks for ``payload`` (a handler, a task, the log of a failure): a broker
-    transport sends the text as it is.
-    """
-
-    __slots__ = (
-        "_payload",
-        "attempt",
-        "event_ts",
-        "event_type",
-        "host_id",
-        "id",
-        "priority",
-        "size",
-        "text",
-        "topic",
-    )
-
-    def __init__(
-        self,
-        id: uuid.UUID,
-        topic: str,
-        event_type: str,
-        payload: dict[str, Any] | None,
-        attempt: int,
-        priority: int = 0,
-        event_ts: datetime | None = None,
-        size: int = 0,  # bytes of payload as JSON text, as the claim counted them
-        *,
-        text: str | None = None,
-        host_id: uuid.UUID | None = None,  # the schedule's host (tenant), as claimed
-    ) -> None:
-        self.id = id
-        self.topic = topic
-        self.event_type = event_type
-        self._payload = payload
-        self.attempt = attempt
-        self.priority = priority
-        self.event_ts = event_ts
-        self.size = size
-        self.text = text
-        self.host_id = host_id
-
-    @property
-    def payload(self) -> dict[str, Any]:
-        if self._payload is None:
-            self._payload = json.loads(self.text) if self.text is not None else {}
-        return self._payload
-
-    def __repr__(self) -> str:
-        return f"Message(id={self.id}, topic={self.topic!r}, attempt={self.attempt})"
-
-
-@dataclass(frozen=True, slots=True)
-class DeliveryOutcome:
-    message: Message
-    error: str = ""
-    permanent: bool = False
-    delay: float = 0.0
-    # When the send started and ended (time.monotonic()); started None: the transport hands
-    # the work off to a worker, which reports the run's phases itself (outbox.phases).
-    started: float | None = None
-    ended: float | None = None
-
-    @property
-    def delivered(self) -> bool:
-        return not self.error
-
-
-@dataclass(frozen=True, slots=True)
-class Settled:
-    id: uuid.UUID
-    status: str
-    next_attempt_ts: datetime | None
-    delivered_ts: datetime | None = None  # the database time the delivery was recorded
-
-
-@dataclass(frozen=True, slots=True)
-class Claimer:
-    """Who claims, and the claim's rules."""
-
-    relay_id: str
-    visibility_timeout: float
-    max_attempts: int
-    topics: Sequence[str] | None = None
+    for held in (False, True)
+}  # (passing over the quarantined ids, over held destinations) -> the statement
+NEXT_CLAIMABLE = NEXT_CLAIMABLES[False, False]
 
 
 def statuses() -> dict[str, str]:
@@ -396,19 +385,6 @@ def statuses() -> dict[str, str]:
         "delivered": DeliveryStatus.DELIVERED.value,
         "dead": DeliveryStatus.DELIVERY_FAILED.value,
     }
-
-
-@dataclass(frozen=True, slots=True)
-class Claimed:
-    """What a claim took, and when."""
-
-    live: list[Message]  # to deliver, in order
-    dead: list[Message]  # dead-lettered at claim
-    # The claim's database time (microseconds since the epoch): the ``since_us`` of the next
-    # claim; None if it found nothing.
-    at_us: int | None = None
-    # Why each message of ``dead`` was dead-lettered (its error as stored).
-    why: dict[uuid.UUID, str] = field(default_factory=dict)
 
 
 def backlog_share(limit: int) -> int:
@@ -424,11 +400,15 @@ def claim_args(
     since_us: int | None = None,
     window: float = ON_TIME_WINDOW,
     skip: Sequence[uuid.UUID] = (),
+    held_back: Sequence[str] = (),
+    rotate: int = 0,
 ) -> dict[str, Any]:
     """The parameters of :data:`CLAIM` (see :func:`claim_batch`)."""
     share = backlog_share(limit)
     return {
         "skip": list(skip),
+        "held": list(held_back),
+        "rotate": rotate,
         **statuses(),
         "relay": claimer.relay_id,
         "visibility": claimer.visibility_timeout,
@@ -452,19 +432,23 @@ def claim_batch(
     since_us: int | None = None,
     window: float = ON_TIME_WINDOW,
     skip: Sequence[uuid.UUID] = (),
+    held_back: Sequence[str] = (),
+    rotate: int = 0,
 ) -> Claimed:
     """Claim up to ``limit`` messages holding at most ``max_bytes`` of payload (JSON text;
-    always at least one message, whatever its size; None: no cap), passing over ``skip``.
+    always at least one message, whatever its size; None: no cap), passing over ``skip`` and
+    the messages of ``held_back`` (``"<host id> <topic>"``).
 
     Claim order: higher priority first; within a priority, the messages that became
     claimable after ``window`` seconds before ``since_us`` (the ``at_us`` of this relay's
     previous claim that found rows; None: before now), oldest first, then the older ones
-    (the backlog), oldest first, which fill the batch and get at least
-    ``backlog_share(limit)`` of it while they last (of the byte cap's prefix too). Returns
-    the messages in that order, with the claim's time.
+    (the backlog), which fill the batch and get at least ``backlog_share(limit)`` of it while
+    they last (of the byte cap's prefix too), host by host: each host with a backlog gets
+    an equal share of the batch, its oldest first, the hosts in a turn moved by ``rotate``.
+    Returns the messages in that order, with the claim's time.
     """
-    args = claim_args(claimer, limit, max_bytes, since_us, window, skip)
-    cursor.execute(CLAIMS[bool(skip)], args)
+    args = claim_args(claimer, limit, max_bytes, since_us, window, skip, held_back, rotate)
+    cursor.execute(CLAIMS[bool(skip), bool(held_back)], args)
     return claimed(cursor.fetchall())
 
 
@@ -576,16 +560,19 @@ def seconds_until_claimable(
     *,
     within: float = 86_400.0,
     skip: Sequence[uuid.UUID] = (),
+    held_back: Sequence[str] = (),
 ) -> float | None:
     """Seconds until the next pending message may be claimable (≤ 0: now); None if none
-    becomes claimable in the next ``within`` seconds. ``skip``: ids passed over."""
+    becomes claimable in the next ``within`` seconds. ``skip``: ids passed over;
+    ``held_back``: destinations passed over (``"<host id> <topic>"``)."""
     cursor.execute(
-        NEXT_CLAIMABLES[bool(skip)],
+        NEXT_CLAIMABLES[bool(skip), bool(held_back)],
         {
             "pending": DeliveryStatus.PENDING.value,
             "topics": topics or None,
             "within": within,
             "skip": list(skip),
+            "held": list(held_back),
         },
     )
     (delay,) = cursor.fetchone()

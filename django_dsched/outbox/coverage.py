@@ -17,8 +17,8 @@ from django.db import DatabaseError, connections
 from django_dsched.conf import app_settings
 from django_dsched.enums import LIVE
 from django_dsched.exceptions import ConfigurationError, PermanentDeliveryError
-from django_dsched.outbox.claims import Message
 from django_dsched.outbox.handlers import HandlerRegistry, Registration, autodiscover, registry
+from django_dsched.outbox.messages import Message
 from django_dsched.outbox.transports.in_process import HandlerTransport
 from django_dsched.outbox.transports.registry import Transports, backend_class
 from django_dsched.runtime.logs import get_logger

@@ -36,7 +36,7 @@ from django.utils.module_loading import autodiscover_modules
 from django_dsched.conf import app_settings
 from django_dsched.exceptions import ConfigurationError
 from django_dsched.models.validators import identifier_validator
-from django_dsched.outbox.claims import Message
+from django_dsched.outbox.messages import Message
 from django_dsched.outbox.transports.base import SOURCE_PREFIX, host_key
 from django_dsched.outbox.transports.base import host_of as message_host
 from django_dsched.outbox.transports.grants import Hosts, hosts_problem, operator_host, parse_hosts

@@ -13,15 +13,17 @@ database refuses to renew (a rule an operator added) is narrowed down to
 A relay that stops (killed, frozen by SIGSTOP, its host gone) stops heartbeating too: its
 claims expire after the timeout and another relay delivers them again.
 
-The beat also records when the message the relay is running now started (``started_ts``), so
-a long run shows as RUNNING while it runs; the settle statement writes it for every message.
+The beat also records when each message the relay is sending now started (``started_ts``),
+so a long run shows as RUNNING while it runs; the settle statement writes it for every
+message. A relay sends several chunks at once (:mod:`.dispatch`): each is tracked apart.
 
 With ``DSCHED_RELAY_MAX_RUN_SECONDS`` set, a send that has not returned after that long (a
-hung handler, an endpoint that never answers) makes the heartbeat give the whole batch up: it
-renews none of its claims again and reports them all lost, so they expire and another relay
-delivers them (a new attempt), while this relay, if its send ever returns, sends none of the
-rest. The late send's own outcome is still settled, fenced on its claim as always: it counts
-only if nobody took the message over meanwhile.
+hung handler, an endpoint that never answers) makes the heartbeat give that send's claims
+up: it renews them no more and reports them lost, so they expire and another relay
+delivers them (a new attempt), and tells the relay (``on_give_up``), which holds its
+destination back while the send hangs (:mod:`.breaker`). The late send's own outcome is
+still settled, fenced on its claim as always: it counts only if nobody took the message
+over meanwhile. The relay's other sends go on.
 
 The thread opens its connection at the first renewal of a batch and closes it when the batch
 is done, so a relay whose batches finish within an interval never opens it.
@@ -32,12 +34,12 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from django.db import connections
 
-from django_dsched.outbox.claims import Claimer, Message
 from django_dsched.outbox.holding import extend
+from django_dsched.outbox.messages import Claimer, Message
 from django_dsched.runtime.logs import get_logger
 
 logger = get_logger(__name__)
@@ -71,11 +73,13 @@ class ClaimHeartbeat:
         # Whether any claim is reported lost (read without the lock, once per send, by the
         # relay: it asks for the set only then).
         self.lost_any = False
-        self._running: tuple[tuple[uuid.UUID, ...], float] | None = None
+        # The sends under way: their messages and since when (monotonic), by send.
+        self._running: dict[int, tuple[tuple[uuid.UUID, ...], float]] = {}
         self._marked: set[uuid.UUID] = set()
+        # Called (from the heartbeat's thread) with a send given up.
+        self.on_give_up: Callable[[int], None] = lambda send: None
         self._next_beat = 0.0
         self._thread: threading.Thread | None = None
-        # hold() comes from the relay's thread and from its claim-ahead thread.
         self._starting = threading.Lock()
 
     # -- the relay's side ------------------------------------------------------------------
@@ -104,12 +108,15 @@ class ClaimHeartbeat:
                 for id_ in ids:
                     pop(id_, None)
 
-    def running(self, ids: Sequence[uuid.UUID], since: float | None) -> None:
-        """The relay is running ``ids`` since ``since`` (monotonic); None: nothing now."""
-        # No wake-up here (this is called around every send): while a batch is held the
+    def running(self, send: int, ids: Sequence[uuid.UUID], since: float | None) -> None:
+        """Send ``send`` runs ``ids`` since ``since`` (monotonic); no ids: it ended."""
+        # No wake-up here (this is called around every send): while claims are held the
         # thread looks at least every MARK_RUNNING_AFTER seconds.
         with self._lock:
-            self._running = (tuple(ids), since) if ids and since is not None else None
+            if ids and since is not None:
+                self._running[send] = (tuple(ids), since)
+            else:
+                self._running.pop(send, None)
 
     def lost(self) -> set[uuid.UUID]:
         """Claims found taken over by another relay (not to be sent)."""
@@ -157,16 +164,19 @@ class ClaimHeartbeat:
                 return None
             now = time.monotonic()
             wait = min(self._next_beat - now, MARK_RUNNING_AFTER)
-            mark = self._unmarked_run()
+            mark = self._unmarked_since()
             if mark is not None:
-                wait = min(wait, mark[1] + MARK_RUNNING_AFTER - now)
+                wait = min(wait, mark + MARK_RUNNING_AFTER - now)
         return max(0.0, wait)
 
-    def _unmarked_run(self) -> tuple[tuple[uuid.UUID, ...], float] | None:
-        if self._running is None:
-            return None
-        ids, _ = self._running
-        return self._running if any(i not in self._marked for i in ids) else None
+    def _unmarked_since(self) -> float | None:
+        """When the oldest send with a message not marked running yet started (lock held)."""
+        starts = [
+            since
+            for ids, since in self._running.values()
+            if any(i not in self._marked for i in ids)
+        ]
+        return min(starts) if starts else None
 
     def _due(self) -> bool:
         now = time.monotonic()
@@ -175,21 +185,19 @@ class ClaimHeartbeat:
                 return False
             if now >= self._next_beat:
                 return True
-            mark = self._unmarked_run()
-            return mark is not None and now >= mark[1] + MARK_RUNNING_AFTER
+            mark = self._unmarked_since()
+            return mark is not None and now >= mark + MARK_RUNNING_AFTER
 
-    def _give_up(self, running: Sequence[uuid.UUID], running_for: float) -> None:
-        """The send in hand has run past the maximum: renew nothing of the batch again and
-        report every claim lost, so the relay sends none of the rest if it ever returns.
-
-        A send that returns just as the batch is given up may let the relay start the next
-        chunk before it sees the loss: that chunk can then be delivered twice (once here,
-        once by the relay that takes it over), never lost, as with any expired claim."""
+    def _give_up(self, send: int, running: Sequence[uuid.UUID], running_for: float) -> None:
+        """A send has run past the maximum: renew its claims no more and report them lost,
+        so the relay sends none of them if it ever returns (its outcome is settled, fenced)."""
         with self._lock:
-            given_up = set(self._held)
+            given_up = set(running) & self._held.keys()
             self._lost |= given_up
             self.lost_any = bool(self._lost)
-            self._held.clear()
+            for id_ in given_up:
+                del self._held[id_]
+            self._running.pop(send, None)
         logger.error(
             "gave up %d claim(s) relay=%s: a send has run %.0f s, longer than "
             "DSCHED_RELAY_MAX_RUN_SECONDS (%g s), ids=%s; they expire after the visibility "
@@ -201,6 +209,7 @@ class ClaimHeartbeat:
             ", ".join(str(i) for i in running),
             extra={"message_id": str(running[0])} if running else None,
         )
+        self.on_give_up(send)
 
     def refused_renewals(self, refused: list[tuple[Message, str]]) -> None:
         """Log the claims the database refused to renew (they count as lost: not sent)."""
@@ -217,22 +226,25 @@ class ClaimHeartbeat:
     def beat(self) -> None:
         """Renew every held claim now (one statement); note the ones lost."""
         with self._lock:
-            messages = list(self._held.values())
-            running = self._running
+            running = dict(self._running)
             self._next_beat = time.monotonic() + self.interval
+        now = time.monotonic()
+        for send, (ids, since) in running.items():
+            if self.max_run is not None and now - since > self.max_run:
+                self._give_up(send, ids, now - since)
+        with self._lock:
+            messages = list(self._held.values())
+            ago = {
+                id_: now - since
+                for ids, since in self._running.values()
+                for id_ in ids
+                if id_ in self._held
+            }
         if not messages:
             return
-        ids: tuple[uuid.UUID, ...] = ()
-        running_for = 0.0
-        if running is not None:
-            ids, since = running
-            running_for = time.monotonic() - since
-            if self.max_run is not None and running_for > self.max_run:
-                self._give_up(ids, running_for)
-                return
         try:
             with self.writing:
-                held, refused = extend(self.using, self.claimer, messages, ids, running_for)
+                held, refused = extend(self.using, self.claimer, messages, ago)
         except Exception:  # the database is away: try again next beat, on a new connection
             logger.warning(
                 "heartbeat could not renew %d claim(s) relay=%s",
@@ -249,7 +261,7 @@ class ClaimHeartbeat:
             lost &= self._held.keys()  # settled meanwhile: not lost
             self._lost |= lost
             self.lost_any = bool(self._lost)
-            self._marked.update(ids)
+            self._marked.update(ago)
         if lost:
             logger.warning(
                 "%d claim(s) expired before the heartbeat and were taken over relay=%s",

@@ -12,31 +12,31 @@ claimed again) nor given back (it expires), and the others are written.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.db import connections
 
-from django_dsched.outbox.claims import FENCE, Claimer, Message, statuses
+from django_dsched.outbox.claims import FENCE, statuses
+from django_dsched.outbox.messages import Claimer, Message
 from django_dsched.outbox.refused import narrowed
 
-# Keep a claim alive during a long batch; returns the ids still ours. The message whose run is
-# under way (%(running)s, if any, run by the relay itself) gets its start time, %(running_for)s
-# seconds ago by the relay's monotonic clock, unless it has one.
+# Keep claims alive while the relay holds them; returns the ids still ours. A message whose
+# run is under way (its ``ago`` not NULL: run by the relay itself, started that many seconds
+# ago by the relay's monotonic clock) gets its start time unless it has one.
 EXTEND = f"""
 UPDATE outbox_message_t m
 SET claimed_until = clock_timestamp() + make_interval(secs => %(visibility)s),
-    started_ts = CASE WHEN m.id = ANY(%(running)s::uuid[])
-                      THEN COALESCE(m.started_ts,
-                                    clock_timestamp() - make_interval(secs => %(running_for)s))
-                      ELSE m.started_ts END
-FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS c(id, attempts)
+    started_ts = CASE WHEN c.ago IS NULL THEN m.started_ts
+                      ELSE COALESCE(m.started_ts,
+                                    clock_timestamp() - make_interval(secs => c.ago)) END
+FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(ago)s::float8[]) AS c(id, attempts, ago)
 WHERE m.id = c.id AND m.attempts = c.attempts AND {FENCE}
 RETURNING m.id
 """
 
-# Give back claims not attempted (a relay stopping gracefully): claimable again at once, and
-# the unused attempt is not counted.
+# Give back claims not attempted (a relay stopping gracefully, or holding more than it can
+# send soon): claimable again at once, and the unused attempt is not counted.
 RELEASE = f"""
 UPDATE outbox_message_t m
 SET claimed_by = '', claimed_until = NULL, attempts = m.attempts - 1, picked_ts = NULL,
@@ -46,18 +46,39 @@ WHERE m.id = c.id AND m.attempts = c.attempts AND {FENCE}
 RETURNING m.id
 """
 
+# Give back claims of a destination whose circuit is open (outbox/breaker.py), not attempted:
+# claimable again once the circuit's time is over (%(delay)s seconds), the attempt not
+# counted, and the reason in last_error.
+DEFER = f"""
+UPDATE outbox_message_t m
+SET claimed_by = '', claimed_until = NULL, attempts = m.attempts - 1, picked_ts = NULL,
+    started_ts = NULL,
+    next_attempt_ts = clock_timestamp() + make_interval(secs => %(delay)s),
+    last_error = %(note)s
+FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS c(id, attempts)
+WHERE m.id = c.id AND m.attempts = c.attempts AND {FENCE}
+RETURNING m.id
+"""
+
 
 def _written(
-    using: str, statement: str, params: dict[str, Any], messages: Sequence[Message]
+    using: str,
+    statement: str,
+    params: dict[str, Any],
+    messages: Sequence[Message],
+    ago: Mapping[uuid.UUID, float] | None = None,
 ) -> tuple[set[uuid.UUID], list[tuple[Message, str]]]:
     """``statement`` over the claims of ``messages`` on connection ``using``, narrowed to the
-    rows the database refuses: the ids it wrote, and the refused messages with the error."""
+    rows the database refuses: the ids it wrote, and the refused messages with the error.
+    ``ago``: for EXTEND, how long ago each message's run started (the others: not running)."""
 
     def run(part: list[Message]) -> list[uuid.UUID]:
         tokens: dict[str, Any] = {
             "ids": [m.id for m in part],
             "attempts": [m.attempt for m in part],
         }
+        if ago is not None:
+            tokens["ago"] = [ago.get(m.id) for m in part]
         with connections[using].cursor() as cursor:
             cursor.execute(statement, {**params, **tokens})
             return [row[0] for row in cursor.fetchall()]
@@ -72,23 +93,16 @@ def extend(
     using: str,
     claimer: Claimer,
     messages: Sequence[Message],
-    running: Sequence[uuid.UUID] = (),
-    running_for: float = 0.0,
+    running: Mapping[uuid.UUID, float] | None = None,
 ) -> tuple[set[uuid.UUID], list[tuple[Message, str]]]:
     """Push the claims' expiry out again: the ids this relay still holds, and the messages
     the database refused to renew (each with its error; not held either).
 
-    ``running``: messages the relay is running now, for ``running_for`` seconds (their
-    ``started_ts`` is set if not yet).
+    ``running``: the messages the relay is running now, each with how many seconds ago its
+    run started (their ``started_ts`` is set if not yet).
     """
-    params = {
-        **statuses(),
-        "relay": claimer.relay_id,
-        "visibility": claimer.visibility_timeout,
-        "running": list(running),
-        "running_for": max(0.0, running_for),
-    }
-    return _written(using, EXTEND, params, messages)
+    params = {**statuses(), "relay": claimer.relay_id, "visibility": claimer.visibility_timeout}
+    return _written(using, EXTEND, params, messages, running or {})
 
 
 def release(
@@ -97,3 +111,13 @@ def release(
     """Give unattempted claims back: the ids that were still ours, and the messages the
     database refused to release (each with its error; they expire)."""
     return _written(using, RELEASE, {**statuses(), "relay": claimer.relay_id}, messages)
+
+
+def defer(
+    using: str, claimer: Claimer, messages: Sequence[Message], seconds: float, note: str
+) -> tuple[set[uuid.UUID], list[tuple[Message, str]]]:
+    """Give claims of an open circuit back until it ends (``seconds``), the attempt not
+    counted, ``note`` as the last error: the ids given back, and the messages the database
+    refused (each with its error; they expire)."""
+    params = {**statuses(), "relay": claimer.relay_id, "delay": seconds, "note": note}
+    return _written(using, DEFER, params, messages)

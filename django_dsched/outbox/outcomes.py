@@ -33,7 +33,8 @@ from typing import Any
 from django.db import DatabaseError, connections, transaction
 
 from django_dsched.models.validators import make_storable_text
-from django_dsched.outbox.claims import Claimer, DeliveryOutcome, Message, Settled, settle
+from django_dsched.outbox.claims import settle
+from django_dsched.outbox.messages import Claimer, DeliveryOutcome, Message, Settled
 from django_dsched.runtime.refusals import refusal, refused
 
 # Longest refusal quoted in the error of the failed attempt recorded in its place.

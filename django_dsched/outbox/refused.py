@@ -39,12 +39,11 @@ from django_dsched.outbox.claims import (
     ERROR_MAX_CHARS,
     ON_TIME_WINDOW,
     PAYLOAD,
-    Claimed,
-    Claimer,
     chosen,
     claim_args,
     claimed,
 )
+from django_dsched.outbox.messages import Claimed, Claimer
 from django_dsched.runtime import binding
 from django_dsched.runtime.narrowing import halves
 from django_dsched.runtime.refusals import refused
@@ -55,7 +54,9 @@ R = TypeVar("R")
 # The claim's choice alone: the rows it would take (locked until the transaction ends), each
 # with its place in the batch and its payload's bytes.
 CHOOSE = {
-    skip: f"{chosen(skip)}\nSELECT c.id, c.n, c.bytes FROM candidates c" for skip in (False, True)
+    (skip, held): f"{chosen(skip, held)}\nSELECT c.id, c.n, c.bytes FROM candidates c"
+    for skip in (False, True)
+    for held in (False, True)
 }
 
 # The claim of chosen rows (``%(ids)s``, with their places and bytes), as the claim writes
@@ -109,13 +110,15 @@ def claim_narrowed(
     max_bytes: int | None,
     since_us: int | None,
     skip: Sequence[uuid.UUID] = (),
+    held_back: Sequence[str] = (),
+    rotate: int = 0,
 ) -> tuple[Claimed, list[tuple[uuid.UUID, str]]]:
     """The claim :func:`~.claims.claim_batch` would make, after the database refused it:
     the batch chosen and locked, claimed in halves, each refused message dead-lettered with
     the database's error. Returns the claim, and the messages the database refused to
     dead-letter too (each with its error: the caller passes over them for a while)."""
     connection = connections[using]
-    args = claim_args(claimer, limit, max_bytes, since_us, ON_TIME_WINDOW, skip)
+    args = claim_args(claimer, limit, max_bytes, since_us, ON_TIME_WINDOW, skip, held_back, rotate)
 
     def run(statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         with binding.cursor(connection) as cursor:
@@ -138,7 +141,7 @@ def claim_narrowed(
         return run(DEAD_REFUSED, {**args, "id": id_, "error": why})
 
     with transaction.atomic(using=using):
-        rows, refused_rows = halves(using, claim, run(CHOOSE[bool(skip)], args))
+        rows, refused_rows = halves(using, claim, run(CHOOSE[bool(skip), bool(held_back)], args))
         passed_over = []
         for (id_, _place, _size), error in refused_rows:
             dead, still = halves(using, dead_letter, [(id_, error)])

@@ -1,26 +1,32 @@
 """The ``run_relay`` loop: claim pending outbox messages, deliver them, record the outcome.
 
-Any number of relays run at once, anywhere. Each round, a relay claims a batch (higher priority
-first; within a priority, what became claimable since its previous claim first, then the
-backlog, oldest first, with a share of the batch kept for it; at most ``RELAY_BATCH_SIZE``
-messages and ``RELAY_BATCH_BYTES`` of payload) with ``SKIP LOCKED`` and a visibility timeout
-(:mod:`.claims`), sends each message with the transport its topic is configured for
-(:mod:`.transports`), then records every outcome in one statement: DELIVERED, a retry after a
-jittered exponential delay, or DELIVERY_FAILED (a dead letter) once the attempts are used up.
-If the database refuses that statement for one row's values, the outcomes are recorded one by
-one, a refused one as a failed attempt (:mod:`.outcomes`).
+Any number of relays run at once, anywhere. A relay claims messages (higher priority first;
+within a priority, what became claimable since its previous claim first, then the backlog,
+host by host in turn; at most ``RELAY_BATCH_SIZE`` messages and ``RELAY_BATCH_BYTES`` of
+payload a claim) with ``SKIP LOCKED`` and a visibility timeout (:mod:`.claims`), and sends
+them concurrently, each destination (a route, for one host) in a lane of its own within its
+limits, on worker threads (:mod:`.dispatch`), with a circuit breaker per destination
+(:mod:`.breaker`). It claims again as room frees, on a claim thread of its own
+(:mod:`.claiming`), and its own thread records the outcomes the send threads hand back, many
+in one statement: DELIVERED, a retry after a jittered exponential
+delay, or DELIVERY_FAILED (a dead letter) once the attempts are used up. If the database
+refuses that statement for one row's values, the outcomes are recorded one by one, a refused
+one as a failed attempt (:mod:`.outcomes`). Outcomes, renewals and give-backs all go
+through the relay's one session, fenced on the claim.
 
 Delivery is at least once: a relay that dies after sending and before recording leaves the
-message claimed until its visibility timeout, then another relay sends it again, with the same
-id (the idempotency key consumers dedupe on).
+message claimed until its visibility timeout (the claim heartbeat, :mod:`.heartbeat`, keeps
+every claim the relay holds alive while it lives), then another relay sends it again, with
+the same id (the idempotency key consumers dedupe on).
 
 An idle relay sleeps until the next retry is due or the poll interval passes; the fire
-statement's NOTIFY on ``dsched_outbox`` wakes it at once.
+statement's NOTIFY on ``dsched_outbox`` wakes it at once, as does a send thread with outcomes
+to record.
 
-Its parts: :mod:`.pace` (how many rows a claim asks for), :mod:`.ahead` (claiming the next
-batch while this one is sent), :mod:`.chunks` (a batch cut by transport), :mod:`.retries`
-(what a failed send becomes), :mod:`.reports` (stats, log lines, metrics), :mod:`.tally` (the
-metrics' outcome labels).
+Its parts: :mod:`.pace` (how many rows a claim asks for), :mod:`.dispatch` and :mod:`.lanes`
+(the sends), :mod:`.breaker` and :mod:`.circuits` (destinations' health), :mod:`.retries`
+(what a failed send becomes), :mod:`.reports` (stats, log lines, metrics), :mod:`.tally`
+(the metrics' outcome labels).
 """
 
 from __future__ import annotations
@@ -30,22 +36,18 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from django.db import DatabaseError, connections
+from django.db import DatabaseError, Error, connections
 
 from django_dsched.conf import app_settings
-from django_dsched.outbox.ahead import ClaimAhead
-from django_dsched.outbox.chunks import chunks
-from django_dsched.outbox.claims import (
-    Claimed,
-    Claimer,
-    DeliveryOutcome,
-    Message,
-    claim_batch,
-    seconds_until_claimable,
-)
+from django_dsched.outbox.breaker import BreakerRules
+from django_dsched.outbox.circuits import Circuits
+from django_dsched.outbox.claiming import Claiming
+from django_dsched.outbox.claims import claim_batch, seconds_until_claimable
+from django_dsched.outbox.dispatch import SETTLE_WAIT, Deferred, Dispatcher, Limits
 from django_dsched.outbox.handlers import autodiscover
 from django_dsched.outbox.heartbeat import ClaimHeartbeat
-from django_dsched.outbox.holding import extend, release
+from django_dsched.outbox.holding import defer, extend, release
+from django_dsched.outbox.messages import Claimed, Claimer, Message
 from django_dsched.outbox.outcomes import record
 from django_dsched.outbox.pace import Pace
 from django_dsched.outbox.quarantine import Quarantine
@@ -55,7 +57,7 @@ from django_dsched.outbox.retries import Retries
 from django_dsched.outbox.transports import Transports
 from django_dsched.runtime import binding
 from django_dsched.runtime.logs import get_logger
-from django_dsched.runtime.loops import DatabaseLoop
+from django_dsched.runtime.loops import DatabaseLoop, first_line
 from django_dsched.runtime.refusals import refusal, refused
 
 if TYPE_CHECKING:
@@ -63,8 +65,9 @@ if TYPE_CHECKING:
 
 logger = get_logger(__name__)
 
-# Renew claims once this share of the visibility timeout has passed since the last renewal.
-RENEW_AFTER = 0.5
+# A relay holds (claimed, not recorded) at most this many batches of messages, and of bytes:
+# it claims the next batch while it sends the one before.
+HELD_BATCHES = 2
 
 
 class Relay(DatabaseLoop):
@@ -83,6 +86,8 @@ class Relay(DatabaseLoop):
         transports: Transports | None = None,
         using: str | None = None,
         metrics: RelayMetrics | None = None,
+        concurrency: int | None = None,
+        host_concurrency: int | None = None,
     ) -> None:
         super().__init__(instance_id, using)
         self.batch_size = batch_size or app_settings.RELAY_BATCH_SIZE
@@ -110,9 +115,33 @@ class Relay(DatabaseLoop):
         self.reports = Reports(
             self.instance_id, self.claimer.max_attempts, self.transports, self.stats, metrics
         )
+        self.limits = Limits(
+            sends=concurrency or int(app_settings.RELAY_CONCURRENCY),
+            per_host=host_concurrency or int(app_settings.RELAY_HOST_CONCURRENCY),
+        )
+        self.dispatch = Dispatcher(
+            self.instance_id,
+            self.transports,
+            self.limits,
+            self.heartbeat,
+            self.retries,
+            BreakerRules(
+                failures=int(app_settings.RELAY_CIRCUIT_FAILURES),
+                seconds=float(app_settings.RELAY_CIRCUIT_SECONDS),
+                max_seconds=float(app_settings.RELAY_RETRY_MAX),
+            ),
+            self.waker.wake,
+            self.reports.attempted,
+            self.stopping,
+        )
+        self.circuits = Circuits(self.instance_id, metrics)
+        self.claiming = Claiming(self.instance_id, self.using, self._claim_here, self.waker.wake)
         self._claimed_last = 0
+        self._claim_full = True  # the last claim came back full (or none yet): claim again
+        self._claim_at = 0.0  # claim again by then (monotonic): a retry's backoff, a poll
+        self._notifications = -1  # the waker's count at the last claim
+        self._held_back: list[str] = []  # what the last claim passed over
         self.pace = Pace()
-        self.ahead = ClaimAhead(self.claimer, self.heartbeat, self.using, self._claim, self._renew)
         # The database time of the last claim that found rows: what became claimable after it
         # is on time and claimed before the backlog (claims.claim_batch).
         self._since: int | None = None
@@ -126,19 +155,33 @@ class Relay(DatabaseLoop):
         were delivered. Used by ``run_relay --once``."""
         delivered_before = self.stats.delivered
         errors_before = self.stats.db_errors
+        self.dispatch.reopen()
+        self._claim_full = True  # look at once
         try:
             while not self.stopping.is_set():
-                self._guarded(self.step)
-                if self._claimed_last == 0 or self.stats.db_errors > errors_before:
+                wait = self._guarded(self.step)
+                if self.stats.db_errors > errors_before or self.idle():
                     break
+                if wait > 0:
+                    self.waker.wait(wait)
         finally:
             self.shutdown()
         return self.stats.delivered - delivered_before
 
+    def run(self, *, max_iterations: int | None = None) -> None:
+        self.dispatch.reopen()
+        self._claim_full = True  # look at once
+        super().run(max_iterations=max_iterations)
+
+    def idle(self) -> bool:
+        """Whether the last claim found nothing, none runs and nothing is held."""
+        return self._claimed_last == 0 and not self.dispatch.held and not self.claiming.running
+
     def shutdown(self) -> None:
         try:
-            self.ahead.end(self._give_back)
+            self._stop_sending()
         finally:
+            self.claiming.close()
             self.heartbeat.stop()
             self.transports.close()
             self._close()
@@ -150,61 +193,185 @@ class Relay(DatabaseLoop):
             self.stats.dead_lettered,
         )
 
+    def _stop_sending(self) -> None:
+        """Give the queued messages back (and a claim in flight's), wait for the sends under
+        way (at most a visibility timeout: their claims have expired by then) and record
+        them."""
+        queued = self.dispatch.close()
+        try:
+            queued += self._claimed_in_flight()
+            if queued:
+                self._release(queued)
+            self.dispatch.wait_sends(self.claimer.visibility_timeout)
+            self.write_back(force=True)
+            self.circuits.forget(connections[self.using])
+        except Error as exc:  # the claims expire after the visibility timeout
+            logger.warning(
+                "stopping: could not record or give back what this relay holds (%s) relay=%s",
+                first_line(exc),
+                self.instance_id,
+            )
+
+    def _claimed_in_flight(self) -> list[Message]:
+        """Stopping: the messages of the claim in flight, once it ends (none if it failed:
+        whatever it claimed expires after the visibility timeout)."""
+        try:
+            taken = self.claiming.take(wait=self.claimer.visibility_timeout)
+        except Error as exc:
+            logger.warning(
+                "stopping: the claim in flight failed (%s) relay=%s",
+                first_line(exc),
+                self.instance_id,
+            )
+            return []
+        if taken is None:
+            return []
+        self.reports.dead_at_claim(taken[0].dead, taken[0].why)
+        return taken[0].live
+
     # -- one iteration -------------------------------------------------------------------
     def step(self) -> float:
-        """Claim and deliver one batch; return how long to sleep before the next round."""
+        """Record what the sends handed back, claim more if there is room; return how long
+        to sleep (the send threads and NOTIFY wake the relay sooner)."""
         self._ensure_session()
-        connection = connections[self.using]
-        self.ahead.planned = None
-        ahead = self.ahead.take()
-        if ahead is None:
-            limit = self.claim_limit()
-            claimed, _ = self._claim(limit, self.batch_bytes, self._since)
-        else:
-            claimed, limit = ahead
-        live, dead = claimed.live, claimed.dead
-        self._claimed_last = len(live) + len(dead)
-        if claimed.at_us is not None:
-            self._since = claimed.at_us
-        in_hand = sum(m.size for m in live)
-        if self._claimed_last:
-            self.pace.message_bytes = (in_hand + sum(m.size for m in dead)) / self._claimed_last
-        self.reports.dead_at_claim(dead, claimed.why)
-        if self._claimed_last:
-            self.stats.batches += 1
-            self.stats.claimed += len(live)
-            self.ahead.plan(self._claimed_last, limit, in_hand, self.batch_bytes)
-            self.deliver(live)
+        self._take_claim()
+        self.write_back()
+        self.circuits.write(self.dispatch, connections[self.using])
+        if self.reports.metrics is not None:
+            self.reports.metrics.holding(len(self.dispatch.jobs), len(self.dispatch.held))
+        if self.stopping.is_set():
             return 0.0
-        self.ahead.idle()
-        with connection.cursor() as cursor:
-            until = seconds_until_claimable(
-                cursor, self.topics, within=self.poll_interval, skip=self.quarantine.skipped()
-            )
-        wait = self.poll_interval if until is None else max(0.0, until)
-        return min(wait, self.poll_interval)
+        if not self.claiming.running and self._claim_wanted():
+            self._claim_more()
+        if self.idle():
+            self.claiming.idle()
+        return self._sleep()
+
+    def drain(self, timeout: float = 30.0) -> None:
+        """Wait for the claim in flight, and for everything held to be sent, and record it
+        (tests)."""
+        deadline = time.monotonic() + timeout
+        self._take_claim(wait=timeout)
+        while self.dispatch.held and time.monotonic() < deadline:
+            self.dispatch.wait_sends(max(0.0, deadline - time.monotonic()))
+            self.write_back(force=True)
+            if self.dispatch.held and not self.dispatch.busy():
+                self.write_back(force=True)
+                time.sleep(0.01)
+
+    def _sleep(self) -> float:
+        wait = self.poll_interval
+        settle = self.dispatch.settle_due(SETTLE_WAIT)
+        if settle is not None:
+            wait = min(wait, settle)
+        if not self._claim_full:
+            wait = min(wait, max(0.0, self._claim_at - time.monotonic()))
+        self.dispatch.wakes_at = time.monotonic() + wait
+        return wait
 
     # -- claiming ------------------------------------------------------------------------
     def claim_limit(self) -> int:
         """Rows to ask of the next claim (:meth:`.pace.Pace.claim_limit`)."""
         return self.pace.claim_limit(self.batch_size, self.batch_bytes)
 
-    def _claim(self, limit: int, max_bytes: int, since: int | None) -> tuple[Claimed, float]:
-        """Claim a batch on this thread's session (Django's connections are per thread),
-        noting how long the claim took; the batch, and when its claim began."""
-        began = time.monotonic()
+    def _claim_wanted(self) -> bool:
+        """Whether to claim now: the last claim was full, or found something and nothing is
+        held now, or a NOTIFY came since, or a retry (or the poll) is due, or a destination
+        the last claim passed over has room again."""
+        if self._claim_full or (self._claimed_last and not self.dispatch.held):
+            return True
+        if self.waker.notifications != self._notifications:
+            return True
+        if time.monotonic() >= self._claim_at:
+            return True
+        return bool(self._held_back) and self.dispatch.held_back() != self._held_back
+
+    def _claim_more(self) -> None:
+        """Claim what there is room for: on the claim thread while the relay holds messages
+        (it sends and records them meanwhile), else at once on its own session."""
+        held = len(self.dispatch.held)
+        room = HELD_BATCHES * self.batch_size - held
+        bytes_room = HELD_BATCHES * self.batch_bytes - self.dispatch.held_bytes
+        if held and (room < self.batch_size or bytes_room < self.batch_bytes):
+            return  # a batch's room at least, else claims come back small
+        self._notifications = self.waker.notifications
+        self._held_back = self.dispatch.held_back()
+        limit = min(self.claim_limit(), room)
+        max_bytes = min(self.batch_bytes, bytes_room)
+        if held:
+            self.claiming.start(limit, max_bytes, self._since, self._held_back)
+        else:
+            began = time.monotonic()
+            self._took(self._claim(limit, max_bytes, self._since), limit, began)
+
+    def _take_claim(self, wait: float = 0.0) -> None:
+        """Take the claim the claim thread ended, if any (waiting at most ``wait`` s)."""
+        taken = self.claiming.take(wait)
+        if taken is not None:
+            self._took(*taken)
+
+    def _took(self, claimed: Claimed, limit: int, began: float) -> None:
+        """Hand a claim's messages to the sends (renewed first if the claim began longer than
+        a heartbeat interval ago: taken over meanwhile, a message is not sent)."""
+        live, dead = claimed.live, claimed.dead
+        if live and time.monotonic() - began > self.heartbeat.interval:
+            with self.heartbeat.writing:
+                kept, _ = extend(self.using, self.claimer, live)
+            live = [m for m in live if m.id in kept]
+        self._claimed_last = len(claimed.live) + len(dead)
+        self._claim_full = self._claimed_last >= limit
+        if claimed.at_us is not None:
+            self._since = claimed.at_us
+        if self._claimed_last:
+            size = sum(m.size for m in claimed.live) + sum(m.size for m in dead)
+            self.pace.message_bytes = size / self._claimed_last
+            self.stats.batches += 1
+            self.stats.claimed += len(live)
+        self.reports.dead_at_claim(dead, claimed.why)
+        self.dispatch.add(live)
+        if not self._claim_full:
+            self._claim_at = time.monotonic() + self._until_claimable()
+
+    def _until_claimable(self) -> float:
+        """Seconds until a message not claimed yet becomes claimable (a retry's backoff, a
+        claim that expires), at most the poll interval."""
+        with connections[self.using].cursor() as cursor:
+            until = seconds_until_claimable(
+                cursor,
+                self.topics,
+                within=self.poll_interval,
+                skip=self.quarantine.skipped(),
+                held_back=self._held_back,
+            )
+        return self.poll_interval if until is None else min(self.poll_interval, max(0.0, until))
+
+    def _claim_here(
+        self, limit: int, max_bytes: int, since: int | None, held_back: list[str]
+    ) -> Claimed:
+        """Claim a batch on the calling thread's session (the claim thread's)."""
+        return self._claim(limit, max_bytes, since, held_back)
+
+    def _claim(
+        self, limit: int, max_bytes: int, since: int | None, held_back: list[str] | None = None
+    ) -> Claimed:
+        """Claim a batch on the calling thread's session."""
+        held_back = self._held_back if held_back is None else held_back
         skip = self.quarantine.skipped()
         try:
             with binding.cursor(connections[self.using]) as cursor:
-                claimed = claim_batch(
-                    cursor, self.claimer, limit, max_bytes, since_us=since, skip=skip
+                return claim_batch(
+                    cursor,
+                    self.claimer,
+                    limit,
+                    max_bytes,
+                    since_us=since,
+                    skip=skip,
+                    held_back=held_back,
                 )
         except DatabaseError as exc:
             if not refused(exc) or connections[self.using].in_atomic_block:
                 raise
-            claimed = self._claim_narrowed(exc, limit, max_bytes, since, skip)
-        self.pace.claim_seconds = time.monotonic() - began
-        return claimed, began
+            return self._claim_narrowed(exc, limit, max_bytes, since, skip, held_back)
 
     def _claim_narrowed(
         self,
@@ -213,6 +380,7 @@ class Relay(DatabaseLoop):
         max_bytes: int,
         since: int | None,
         skip: list[uuid.UUID],
+        held_back: list[str],
     ) -> Claimed:
         """The database refused the claim for a row's data: claim again, narrowed down to
         the refused messages (:mod:`.refused`), which are dead-lettered with the error, or
@@ -223,7 +391,7 @@ class Relay(DatabaseLoop):
             self.instance_id,
         )
         claimed, passed_over = claim_narrowed(
-            self.using, self.claimer, limit, max_bytes, since, skip
+            self.using, self.claimer, limit, max_bytes, since, skip, held_back
         )
         self.quarantine.add(id_ for id_, _ in passed_over)
         for id_, error in passed_over:
@@ -238,110 +406,48 @@ class Relay(DatabaseLoop):
             )
         return claimed
 
-    def _give_back(self, claimed: Claimed) -> None:
-        """Stopping: count a batch claimed ahead's dead letters, release the rest."""
-        self.reports.dead_at_claim(claimed.dead, claimed.why)
-        if claimed.live:
-            self._release(claimed.live)
-
-    # -- delivery ------------------------------------------------------------------------
-    def deliver(self, messages: Sequence[Message]) -> None:
-        """Send claimed messages in order, renewing the claim as needed, then record outcomes."""
-        messages = list(messages)
-        self.heartbeat.hold(messages)  # renewed from its own thread while the batch runs
-        try:
-            self._deliver(messages)
-        finally:
-            self.heartbeat.running((), None)
-            self.heartbeat.drop(m.id for m in messages)
-
-    def _deliver(self, messages: list[Message]) -> None:
-        renew_at = time.monotonic() + self.claimer.visibility_timeout * RENEW_AFTER
-        outcomes: list[DeliveryOutcome] = []
-        lost: set[uuid.UUID] = set()  # claims another relay took over while this batch ran
-        sent = 0  # messages[:sent] were attempted
-        sending, attempted = 0.0, 0  # seconds in the transports' sends, messages they sent
-        for chunk, send, hands_off in chunks(self.transports, messages):
-            if self.stopping.is_set():
-                break
-            # (Not knowing the pace yet, a relay claims ahead only beside the settle, below.)
-            if self.ahead.due(len(messages) - sent, self.pace):
-                self.ahead.start(self.claim_limit(), self._since)
-            if self.heartbeat.lost_any:
-                lost |= self.heartbeat.lost()
-            if time.monotonic() >= renew_at:
-                self._settle(outcomes)
-                outcomes = []
-                unsent = [m for m in messages[sent:] if m.id not in lost]
-                lost |= {m.id for m in unsent} - self._renew(unsent)
-                renew_at = time.monotonic() + self.claimer.visibility_timeout * RENEW_AFTER
-            sent += len(chunk)
-            if lost:
-                chunk = [m for m in chunk if m.id not in lost]
-                if not chunk:
-                    continue
-            self.reports.attempted(chunk)
-            started = time.monotonic()
-            if not hands_off:  # the heartbeat marks a long run RUNNING while it runs
-                self.heartbeat.running([m.id for m in chunk], started)
-            try:
-                results = send(chunk)
-            except Exception as exc:  # a transport bug must not kill the relay
-                logger.exception("transport failed unexpectedly relay=%s", self.instance_id)
-                results = [exc] * len(chunk)
-            ended = time.monotonic()
-            sending += ended - started
-            attempted += len(chunk)
-            self.heartbeat.running((), None)
-            self.tick()
-            began = None if hands_off else started
-            for m, result in zip(chunk, results, strict=True):
-                outcomes.append(
-                    DeliveryOutcome(m, started=began, ended=ended)
-                    if result is None
-                    else self.retries.outcome(m, result, began, ended)
-                )
-        if attempted:
-            self.pace.send_seconds = sending / attempted
-        if self.ahead.planned is not None and not self.stopping.is_set():
-            self.ahead.start(self.claim_limit(), self._since)  # alongside the settle, at the latest
-        self.ahead.planned = None
-        self._settle(outcomes)
-        unsent = [m for m in messages[sent:] if m.id not in lost]
-        if unsent:
-            self._release(unsent)
-
-    def _settle(self, outcomes: list[DeliveryOutcome]) -> None:
-        if not outcomes:
+    # -- recording -----------------------------------------------------------------------
+    def write_back(self, *, force: bool = False) -> None:
+        """Record the outcomes the send threads handed back, give back the messages of open
+        circuits and those over a lane's room, when due (``force``: now)."""
+        self.dispatch.trim()
+        due = self.dispatch.settle_due(SETTLE_WAIT)
+        if due is None or (due > 0 and not force):
             return
-        self.heartbeat.drop(o.message.id for o in outcomes)
-        labels = self.reports.take_labels()
-        with self.heartbeat.writing, binding.cursor(connections[self.using]) as cursor:
-            recorded = record(self.using, cursor, self.claimer, outcomes, self.retries.delay)
-        self.reports.recorded(recorded, labels)
+        handed = self.dispatch.take()
+        if handed.deferred:
+            self._defer(handed.deferred)
+        if handed.released:
+            self._release(handed.released, why="held back")
+        if handed.done:
+            self.heartbeat.drop(o.message.id for o in handed.done)
+            labels = self.reports.take_labels()
+            with self.heartbeat.writing, binding.cursor(connections[self.using]) as cursor:
+                recorded = record(self.using, cursor, self.claimer, handed.done, self.retries.delay)
+            self.reports.recorded(recorded, labels)
 
-    def _renew(self, messages: list[Message]) -> set[uuid.UUID]:
-        with self.heartbeat.writing:
-            held, refused_ = extend(self.using, self.claimer, messages)
-        self.heartbeat.refused_renewals(refused_)
-        lost = len(messages) - len(held)
-        if lost:
-            self.stats.lost_claims += lost
-            logger.warning(
-                "%d claim(s) expired before renewal and were taken over relay=%s",
-                lost,
-                self.instance_id,
-            )
-        return held
+    def _defer(self, deferred: list[Deferred]) -> None:
+        self.heartbeat.drop(d.message.id for d in deferred)
+        groups: dict[tuple[float, str], list[Message]] = {}
+        for item in deferred:
+            groups.setdefault((round(item.seconds, 1), item.note), []).append(item.message)
+        for (seconds, note), messages in groups.items():
+            with self.heartbeat.writing:
+                held, refused_ = defer(self.using, self.claimer, messages, seconds, note)
+            self.stats.deferred += len(held)
+            self._refused_give_back(refused_)
 
-    def _release(self, messages: list[Message]) -> None:
+    def _release(self, messages: list[Message], *, why: str = "stopping") -> None:
         self.heartbeat.drop(m.id for m in messages)
         with self.heartbeat.writing:
             released, refused_ = release(self.using, self.claimer, messages)
         self.stats.released += len(released)
         logger.info(
-            "stopping: gave back %d claimed message(s) relay=%s", len(released), self.instance_id
+            "%s: gave back %d claimed message(s) relay=%s", why, len(released), self.instance_id
         )
+        self._refused_give_back(refused_)
+
+    def _refused_give_back(self, refused_: list[tuple[Message, str]]) -> None:
         for message, error in refused_:
             logger.error(
                 "could not give back message %s: the database refused it (%s); its claim "

@@ -6,6 +6,7 @@ The log lines are the relay's (logger ``django_dsched.outbox.relay``, docs/deliv
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django_dsched.enums import DeliveryStatus
-from django_dsched.outbox.claims import DeliveryOutcome, Message
+from django_dsched.outbox.messages import DeliveryOutcome, Message
 from django_dsched.outbox.outcomes import Recorded
 from django_dsched.outbox.tally import DEAD_LETTER, envelope_of, measure, transport_label
 from django_dsched.outbox.transports import Transports
@@ -32,6 +33,8 @@ class RelayStats:
     retried: int = 0
     dead_lettered: int = 0
     lost_claims: int = 0
+    # Messages of an open circuit given back until it ends, the attempt not counted.
+    deferred: int = 0
     # Outcomes the database refused: recorded as a failed attempt instead, or (unrecorded)
     # not even that.
     refused: int = 0
@@ -70,19 +73,23 @@ class Reports:
         self.stats = stats
         # Prometheus series to feed (None: metrics off; see django_dsched.metrics).
         self.metrics = metrics
-        # The transport of each message of the batch in hand, for the metrics' labels.
+        # The transport of each message sent and not recorded yet, for the metrics' labels
+        # (written by the send threads).
         self._labels: dict[uuid.UUID, str] = {}
+        self._lock = threading.Lock()
 
     def attempted(self, chunk: Sequence[Message]) -> None:
-        """Count a chunk handed to its transport (the metrics' attempts)."""
+        """Count a chunk handed to its transport (the metrics' attempts; a send thread)."""
         if self.metrics is not None:
             label = transport_label(self.transports, chunk[0])
             self.metrics.attempted(label, len(chunk))
-            self._labels.update((m.id, label) for m in chunk)
+            with self._lock:
+                self._labels.update((m.id, label) for m in chunk)
 
     def take_labels(self) -> dict[uuid.UUID, str]:
         """The transport labels of the chunks attempted since the last call."""
-        labels, self._labels = self._labels, {}
+        with self._lock:
+            labels, self._labels = self._labels, {}
         return labels
 
     def dead_at_claim(self, dead: list[Message], why: Mapping[uuid.UUID, str]) -> None:

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 from django_dsched.exceptions import DeliveryError, PermanentDeliveryError
 from django_dsched.models.validators import make_storable_text
-from django_dsched.outbox.claims import ERROR_MAX_CHARS, DeliveryOutcome, Message
+from django_dsched.outbox.claims import ERROR_MAX_CHARS
+from django_dsched.outbox.messages import DeliveryOutcome, Message
 
 
 def describe(exc: BaseException) -> str:

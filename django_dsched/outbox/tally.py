@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from django_dsched.enums import DeliveryStatus
-from django_dsched.outbox.claims import DeliveryOutcome, Message, Settled
+from django_dsched.outbox.messages import DeliveryOutcome, Message, Settled
 from django_dsched.outbox.transports import Transports
 
 # Outcome labels of dsched_deliveries_total.

@@ -15,6 +15,8 @@ class Waker:
         os.set_blocking(self._read, False)
         os.set_blocking(self._write, False)
         self.notified = False
+        # Notifications seen so far (a loop can tell whether one came since it last looked).
+        self.notifications = 0
 
     def wake(self) -> None:
         try:
@@ -25,6 +27,7 @@ class Waker:
     def on_notify(self, notify: Any) -> None:
         """psycopg notify handler: notifications that arrive during a query land here."""
         self.notified = True
+        self.notifications += 1
 
     def wait(self, timeout: float, pgconn: Any | None = None) -> None:
         """Return after ``timeout`` seconds, or sooner on ``wake()`` or a notification."""
@@ -55,12 +58,11 @@ class Waker:
         except BlockingIOError:
             pass
 
-    @staticmethod
-    def _drain_notifies(pgconn: Any) -> None:
+    def _drain_notifies(self, pgconn: Any) -> None:
         try:
             pgconn.consume_input()
             while pgconn.notifies() is not None:
-                pass
+                self.notifications += 1
         except Exception:  # a broken connection: the next query reports it
             pass
 

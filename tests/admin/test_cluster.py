@@ -4,16 +4,18 @@ rates, oldest undelivered message; reached from the admin index."""
 from __future__ import annotations
 
 from datetime import timedelta
+from io import StringIO
 
 import pytest
 from django.contrib.auth.models import Permission, User
+from django.core.management import call_command
 from django.db import connection
 from django.urls import reverse
 
 from django_dsched.changes import on_demand, pauses
 from django_dsched.cluster.lease import LeaseHolder
 from django_dsched.enums import DeliveryStatus
-from django_dsched.models import Lease, OutboxMessage, SchedulerInstance
+from django_dsched.models import Circuit, Lease, OutboxMessage, SchedulerInstance
 from django_dsched.runtime.clock import database_now
 from tests.factories import ScheduleFactory
 
@@ -129,3 +131,28 @@ def test_instances_are_never_edited_here(admin_client):
     url = reverse("admin:dsched_schedulerinstance_delete", args=["sched-a"])
     assert admin_client.post(url, {"post": "yes"}).status_code == 403
     assert SchedulerInstance.objects.count() == 1
+
+
+def test_destinations_relays_hold_back_are_listed_on_the_page_and_by_dsched(admin_client):
+    now = database_now()
+    Circuit.objects.create(
+        relay_id="relay-7",
+        route="DSCHED_TRANSPORTS['partner']",
+        host="00000000-0000-0000-0000-00000000000a",
+        transport="webhook",
+        state="open",
+        failures=5,
+        last_error="DeliveryError: timed out after 10.0s",
+        opened_ts=now - timedelta(seconds=20),
+        until_ts=now + timedelta(seconds=40),
+    )
+    page = admin_client.get(reverse(CLUSTER)).content.decode()
+    assert 'id="dsched-circuits"' in page
+    assert "DSCHED_TRANSPORTS[&#x27;partner&#x27;]" in page and "relay-7" in page
+    assert "timed out after 10.0s" in page
+    out = StringIO()
+    call_command("dsched", "cluster", stdout=out)
+    text = out.getvalue()
+    assert "open circuits: 1" in text
+    assert "DSCHED_TRANSPORTS['partner'] host 00000000-0000-0000-0000-00000000000a" in text
+    assert "relay relay-7: open, 5 failure(s) in a row, held back" in text

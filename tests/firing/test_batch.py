@@ -190,10 +190,13 @@ def test_the_poll_uses_the_partial_index(db_now):
         sql("SET LOCAL enable_seqscan = off")
         plan = "\n".join(r[0] for r in sql("EXPLAIN " + CLAIM, claim_args(500)))
     assert "dsched_schedule_due_idx" in plan
-    # Many schedules due at the same instant (an hourly cron) are read in order, not sorted
-    # (the "Sort Key" of a Merge Append is the overlap probe's: the newest message of a row
-    # that is not ALLOW_ALL, per day, in version order).
-    assert not re.search(r"^\s*(->\s+)?Sort\s+\(", plan, re.MULTILINE), plan
+    # Many schedules due at the same instant (an hourly cron) are read in order, not sorted.
+    # (A Merge Append's "Sort Key" is the overlap probe's: the newest message of a row that
+    # is not ALLOW_ALL, per day, in version order. The backlog's hosts are put in turn, and
+    # its probes of one host each may sort the few rows a tiny table gives them:
+    # tests/firing/test_fairness.py reads a large backlog.)
+    sorted_by = re.findall(r"^\s*(?:->\s+)?Sort\s+\(.*\n\s*Sort Key: (.*)$", plan, re.MULTILINE)
+    assert all("host_id" in key or "behind." in key for key in sorted_by), plan
 
 
 def test_state_matches_active_after_a_fire(fence, db_now):

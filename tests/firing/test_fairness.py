@@ -11,7 +11,7 @@ from django.db import connection, transaction
 
 from django_dsched.enums import FrequencyUnit
 from django_dsched.firing.batch import BatchOptions, fire_batch
-from django_dsched.firing.claim import CLAIMS, claim_args
+from django_dsched.firing.claim import CLAIM, CLAIMS, claim_args
 from django_dsched.models import Event, Schedule
 from tests.helpers import sql
 
@@ -226,3 +226,75 @@ def test_the_backlog_probe_reads_the_due_index_not_the_table(buckets):
     # Nothing is due: the claim reads a few index pages, not the table's hundreds.
     buffers = plan[0]["Plan"]["Shared Hit Blocks"] + plan[0]["Plan"]["Shared Read Blocks"]
     assert buffers < 50, buffers
+
+
+def behind(count: int, due_ago: timedelta) -> list[Schedule]:
+    """Per-second schedules of tenant B, behind by ``due_ago`` (a scheduler starting late)."""
+    now = sql("SELECT now()")[0][0]
+    made = on_time(count)
+    Schedule.objects.filter(host_id=TENANT_B).update(
+        next_run_ts=now - due_ago, next_slot_ts=now - due_ago
+    )
+    return made
+
+
+def test_one_tenant_s_backlog_does_not_hold_up_another_s(fence):
+    """A scheduler starts with tenant A 3,000 schedules behind and tenant B's ten a few
+    seconds behind: both are backlog, and B's is the younger. Oldest first, B fired nothing
+    until A's had drained (60 batches of 50); host by host, B's ten fire in the first batch,
+    then on time in every round, and A's drain goes on at the batch's full rate."""
+    backlog(3000, timedelta(minutes=30))
+    behind(10, timedelta(seconds=5))
+    first = fire(fence, 50, since=None)
+    assert fired(TENANT_B) == 10
+    assert first.claimed == 50 and fired(TENANT_A) == 40
+    since = first.claimed_at
+    for round_ in range(3):
+        # B's schedules come due again (their next second): on time, claimed first.
+        sql(
+            "UPDATE schedule_t SET next_run_ts = clock_timestamp() WHERE host_id = %s",
+            [TENANT_B],
+        )
+        result = fire(fence, 50, since)
+        since = result.claimed_at
+        assert result.claimed == 50  # A's backlog fills the rest of each batch
+        assert fired(TENANT_B) == 10 * (round_ + 2)
+    assert fired(TENANT_A) == 40 * 4
+
+
+def test_several_tenants_behind_share_the_batch(fence):
+    backlog(300, timedelta(minutes=30))
+    backlog(300, timedelta(minutes=20), prefix="older-")
+    behind(300, timedelta(minutes=10))
+    fire(fence, 90, since=None)
+    # A (its 600 rows one host) and B: 45 each, though every row of A is older than B's.
+    assert (fired(TENANT_A), fired(TENANT_B)) == (45, 45)
+
+
+def test_the_fair_share_reads_each_host_s_range_not_another_s_backlog():
+    """With A's 20,000 rows due and B's ten due later, the claim's backlog reads B's rows
+    through the host due index: never A's backlog to find them (the due index filtered on the
+    host would read all of A's first)."""
+    backlog(20_000, timedelta(minutes=30))
+    behind(10, timedelta(seconds=5))
+    sql("ANALYZE schedule_t")
+    params = claim_args(100, None)
+    with transaction.atomic():
+        ((plan,),) = sql("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + CLAIM, params)
+        transaction.set_rollback(True)
+    scans = []
+
+    def walk(node):
+        if node.get("Relation Name") == "schedule_t":
+            kind, index = node["Node Type"], node.get("Index Name")
+            scans.append((kind, index, node["Actual Rows"], node["Actual Loops"]))
+        for child in node.get("Plans", ()):
+            walk(child)
+
+    walk(plan[0]["Plan"])
+    assert not [s for s in scans if s[0] in ("Seq Scan", "Bitmap Heap Scan")], scans
+    read = sum(rows * loops for _, _, rows, loops in scans)
+    # The batch (100) twice at most (claimed, and A's probed again by the backlog's fill),
+    # and a few probes per host.
+    assert read <= 250, scans
+    assert plan[0]["Plan"]["Actual Rows"] == 100

@@ -29,7 +29,7 @@ from django_dsched.importers.celery_beat import (
     schedule_name,
 )
 from django_dsched.models import Event, OutboxMessage, Schedule, envelope
-from django_dsched.outbox.claims import Message
+from django_dsched.outbox.messages import Message
 from django_dsched.outbox.relay import Relay
 from django_dsched.outbox.transports.celery import task_message
 from tests.brokers import redis_url  # noqa: F401  (fixture)

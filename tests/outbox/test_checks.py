@@ -96,3 +96,25 @@ def test_webhook_network_settings_that_pass(settings):
         "aaaaaaaa-0000-4000-8000-000000000001": {"billing.*": {"BACKEND": "handlers"}}
     }
     assert check_delivery_settings() == []
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "code"),
+    [
+        ("DSCHED_RELAY_CONCURRENCY", 0, "dsched.E008"),
+        ("DSCHED_RELAY_CONCURRENCY", "8", "dsched.E008"),
+        ("DSCHED_RELAY_HOST_CONCURRENCY", 5000, "dsched.E008"),
+        ("DSCHED_RELAY_CIRCUIT_FAILURES", -1, "dsched.E009"),
+        ("DSCHED_RELAY_CIRCUIT_SECONDS", 0, "dsched.E010"),
+    ],
+)
+def test_the_relay_s_limits_and_circuits_are_checked(settings, name, value, code):
+    setattr(settings, name, value)
+    assert code in [e.id for e in check_delivery_settings()]
+
+
+@pytest.mark.parametrize("value", [0, 2000, "4", True])
+def test_a_route_s_concurrency_is_checked(settings, value):
+    settings.DSCHED_TRANSPORTS = {"*": {"BACKEND": "handlers", "CONCURRENCY": value}}
+    errors = [e for e in check_delivery_settings() if e.id == "dsched.E007"]
+    assert any("CONCURRENCY must be a whole number from 1 to 1024" in e.msg for e in errors)

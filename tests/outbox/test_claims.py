@@ -24,14 +24,13 @@ from django_dsched.models import OutboxMessage, envelope
 from django_dsched.outbox.claims import (
     CLAIM,
     NEXT_CLAIMABLE,
-    Claimer,
-    DeliveryOutcome,
     backlog_share,
     claim,
     claim_batch,
     seconds_until_claimable,
     settle,
 )
+from django_dsched.outbox.messages import Claimer, DeliveryOutcome
 from django_dsched.outbox.relay import Relay
 from tests.helpers import other_session, sql
 from tests.outbox_helpers import make_messages
@@ -193,18 +192,32 @@ def test_the_backlog_keeps_a_share_while_on_time_work_fills_the_batch() -> None:
     assert backlog_share(20) == 2 and backlog_share(2) == 1 and backlog_share(1) == 0
 
 
-def test_a_batch_with_nothing_new_is_all_backlog_oldest_first() -> None:
+def interleaved(*hosts: list) -> list:
+    """Each host's first, then each one's second, ... (the backlog's order, host by host)."""
+    return [m for turn in zip(*hosts, strict=True) for m in turn]
+
+
+def test_a_batch_with_nothing_new_is_all_backlog_host_by_host() -> None:
+    """Two tenants behind: each gets half the batch, its oldest first, whichever is older
+    (oldest first across tenants made the younger backlog wait for the older's drain)."""
     older = make_messages(30, age=1200, host_id=TENANT_B)
     backlog = make_messages(30, age=600, host_id=TENANT_A)
 
-    assert claim_since(now_us(), limit=40) == older + backlog[:10]
-    assert claim_since(now_us(), limit=40) == backlog[10:]
+    assert claim_since(now_us(), limit=40) == interleaved(backlog[:20], older[:20])
+    assert claim_since(now_us(), limit=40) == interleaved(backlog[20:], older[20:])
+
+
+def test_a_backlog_of_one_host_is_claimed_oldest_first() -> None:
+    backlog = make_messages(30, age=600, host_id=TENANT_A)
+
+    assert claim_since(now_us(), limit=20) == backlog[:20]
+    assert claim_since(now_us(), limit=20) == backlog[20:]
 
 
 def test_a_retry_whose_backoff_ends_and_an_expired_claim_are_on_time() -> None:
     """Due now: claimed before a backlog that was claimable earlier, however old they are.
-    A retry whose backoff ended before the previous claim queues in the backlog by the end
-    of its backoff."""
+    A retry whose backoff ended before the previous claim queues in its host's backlog by
+    the end of its backoff."""
     backlog = make_messages(300, age=600, host_id=TENANT_A)
     retried, recovered, waited = make_messages(3, age=900, host_id=TENANT_B)
     back_off([waited], -60)  # its backoff ended a minute ago
@@ -212,8 +225,10 @@ def test_a_retry_whose_backoff_ends_and_an_expired_claim_are_on_time() -> None:
     back_off([retried], 0)  # its backoff ends now
     hold([recovered], 0)  # the relay that held it died: its claim expires now
 
-    assert claim_since(since, limit=10) == [retried, recovered, *backlog[:8]]
-    assert claim_since(now_us(), limit=1000) == [*backlog[8:], waited]
+    # Then the backlog, host by host (five each: B has one), its oldest first.
+    first = claim_since(since, limit=10)
+    assert first == [retried, recovered, backlog[0], waited, *backlog[1:5]]
+    assert claim_since(now_us(), limit=1000) == backlog[5:]
 
 
 def test_a_message_committed_just_after_a_claim_is_on_time() -> None:
@@ -359,6 +374,7 @@ def test_a_relay_asks_for_no_more_rows_than_the_byte_cap_takes(settings: Any) ->
         relay.step()
         assert relay.claim_limit() == int(3 * size / small * 1.25) + 1 > 400
     finally:
+        relay.shutdown()
         registry.unregister(ignore, topic="reports")
 
 
@@ -438,6 +454,8 @@ def params(**extra: Any) -> dict[str, Any]:
         "window": 1.0,
         "share": backlog_share(BATCH),
         "on_time": BATCH - backlog_share(BATCH),
+        "rotate": 0,
+        "held": [],
         **extra,
     }
 
@@ -509,7 +527,10 @@ def assert_reads_o_of_batch(
         )
         for s in scans
     }
-    assert indexes <= {"dsched_outbox_ready_idx", "outbox_message_t_pkey"}, (what, shape)
+    # The priorities' skip scan may probe either ready index (both lead with the priority);
+    # the backlog's hosts are a skip scan of the host ready index.
+    ready = {"dsched_outbox_ready_idx", "dsched_outbox_host_ready_idx"}
+    assert indexes <= {*ready, "outbox_message_t_pkey"}, (what, shape)
     # Anything sorted is the batch itself (the byte cap's running sum), never the table.
     sorted_rows = [n["Actual Rows"] for n in nodes(plan["Plan"]) if n["Node Type"] == "Sort"]
     assert all(rows <= BATCH for rows in sorted_rows), (what, sorted_rows)
@@ -556,13 +577,14 @@ def test_a_claim_reads_o_of_batch_rows_however_large_the_backlog() -> None:
             assert plan["Plan"]["Actual Rows"] == BATCH, what
             # Per claimed row: its index entry (locked), then its update by primary key; plus
             # per priority its probe, the two ranges' ends, and B's few read once more (are
-            # they more than the batch less the backlog's share?).
-            assert_reads_o_of_batch(plan, what, max_rows=2 * BATCH + 10, max_buffers=40 * BATCH)
+            # they more than the batch less the backlog's share?), and per host with pending
+            # messages there a probe of the host ready index and of its backlog's first row.
+            assert_reads_o_of_batch(plan, what, max_rows=2 * BATCH + 20, max_buffers=40 * BATCH)
     # On-time messages enough to fill the batch: the claim reads past the batch less the
     # backlog's share of them once more, to know it must keep that share.
     crowded = make_messages(BATCH, host_id=TENANT_B)
     plan = explain(CLAIM, params(since=since))
-    assert_reads_o_of_batch(plan, "crowded", max_rows=3 * BATCH + 10, max_buffers=40 * BATCH)
+    assert_reads_o_of_batch(plan, "crowded", max_rows=3 * BATCH + 20, max_buffers=40 * BATCH)
     share = backlog_share(BATCH)
     assert claim_since(since, limit=BATCH) == (on_time + crowded)[: BATCH - share] + backlog[:share]
 

@@ -18,7 +18,8 @@ import pytest
 from django.db import connection, transaction
 
 from django_dsched.models import OutboxMessage
-from django_dsched.outbox.claims import CLAIM, Claimer, claim_args, claim_batch
+from django_dsched.outbox.claims import CLAIM, claim_args, claim_batch
+from django_dsched.outbox.messages import Claimer
 from tests.helpers import sql
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -17,8 +17,8 @@ from django_dsched.exceptions import (
     TransportConfigError,
 )
 from django_dsched.handlers import HandlerRegistry, host_of
-from django_dsched.outbox.claims import Message
 from django_dsched.outbox.coverage import unserved
+from django_dsched.outbox.messages import Message
 from django_dsched.outbox.transports import registry as registry_module
 from django_dsched.outbox.transports.base import chosen_by_schedule, render
 from django_dsched.outbox.transports.in_process import HandlerTransport

@@ -10,7 +10,7 @@ import uuid
 import pytest
 from django.core.checks import run_checks
 
-from django_dsched.outbox.claims import Message
+from django_dsched.outbox.messages import Message
 from django_dsched.outbox.transports import PermanentDeliveryError
 from django_dsched.outbox.transports.addresses import parse_address, parse_networks, refusal
 from django_dsched.outbox.transports.webhook import WebhookTransport

@@ -6,9 +6,9 @@
 * A row the database refuses to claim (a CHECK ... NOT VALID or a trigger an operator
   added): every claim failed, and nothing was delivered. Now the claim narrows down to it
   under savepoints, dead-letters it with the database's error if it can, else passes over it
-  for a while (the relay's quarantine), and delivers the rest; the claim-ahead thread runs
-  the same claim. The heartbeat's ``EXTEND`` and a stopping relay's ``RELEASE`` likewise
-  lose only the refused row.
+  for a while (the relay's quarantine), and delivers the rest; a claim passing over held-back
+  destinations runs the same narrowing. The heartbeat's ``EXTEND`` and a stopping relay's
+  ``RELEASE`` likewise lose only the refused row.
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ import pytest
 
 from django_dsched.enums import DeliveryStatus
 from django_dsched.models import OutboxMessage
-from django_dsched.outbox.claims import Claimed, claim_batch
+from django_dsched.outbox.claims import claim_batch
+from django_dsched.outbox.holding import extend
+from django_dsched.outbox.messages import Claimed
 from django_dsched.outbox.relay import Relay
 from django_dsched.runtime import binding
 from tests.helpers import sql
@@ -193,18 +195,19 @@ def test_several_refused_messages_in_one_batch_are_each_found(relay_settings, de
     assert status_of(bad) == {DeliveryStatus.DELIVERY_FAILED: 3}
 
 
-def test_the_claim_ahead_thread_runs_the_same_claim(relay_settings, delivered, trigger):
+def test_a_claim_passing_over_held_back_destinations_runs_the_same_narrowing(
+    relay_settings, delivered, trigger
+):
+    """The claim of a relay that passes over destinations it holds enough of (another
+    statement) narrows down to the refused row the same way."""
     healthy = others()
     [bad] = make_messages(1, topic="poison", age=8)
     trigger("NEW.topic = 'poison' AND NEW.claimed_by <> ''")
     relay = Relay(instance_id="r1")
     try:
         relay._ensure_session()
-        relay.ahead.planned = relay.batch_bytes
-        relay.ahead.start(100, None)
-        ahead = relay.ahead.take()
-        assert ahead is not None
-        claimed, _limit = ahead
+        relay._held_back = [f"{uuid.UUID(int=0xF)} reports"]  # a destination with no message
+        claimed = relay._claim(100, relay.batch_bytes, None)
         assert sorted(m.id for m in claimed.live) == sorted(healthy)
         assert [m.id for m in claimed.dead] == [bad]
     finally:
@@ -239,7 +242,8 @@ def test_a_refused_extend_loses_only_that_claim(relay_settings, trigger, claimed
     assert all(after[i] > before[i] for i in healthy)
     assert after[bad] == before[bad]
     assert relay.heartbeat.lost() == {bad}
-    assert relay._renew(claimed.live) == set(healthy)
+    held, refused = extend(relay.using, relay.claimer, claimed.live)
+    assert held == set(healthy) and [m.id for m, _ in refused] == [bad]
 
 
 def test_a_refused_release_keeps_the_others_released(relay_settings, trigger, claimed_batch):

@@ -15,7 +15,8 @@ from django.core.management import call_command
 from django_dsched import api
 from django_dsched.enums import DeliveryStatus
 from django_dsched.models import OutboxMessage
-from django_dsched.outbox.claims import Claimer, DeliveryOutcome, claim, settle
+from django_dsched.outbox.claims import claim, settle
+from django_dsched.outbox.messages import Claimer, DeliveryOutcome
 from django_dsched.outbox.relay import Relay
 from django_dsched.outbox.transports import PermanentDeliveryError
 from django_dsched.scheduler import Scheduler
@@ -66,11 +67,16 @@ def test_what_became_claimable_since_the_last_claim_goes_before_the_backlog(rela
     relay = Relay(instance_id="r1", batch_size=50)
     try:
         relay.step()
+        relay.drain()
         assert seen == [str(i) for i in backlog[:50]]
         on_time = make_messages(3, host_id=uuid.UUID(int=0xB))
         relay.step()
-        assert seen[50:] == [str(i) for i in on_time + backlog[50:97]]
+        relay.drain()
+        # Each host's messages go in their own lane (in parallel), each in its order.
+        assert sorted(seen[50:]) == sorted(str(i) for i in on_time + backlog[50:97])
+        assert [i for i in seen[50:] if i in {str(m) for m in on_time}] == [str(i) for i in on_time]
         relay.step()  # nothing new: a batch of backlog
+        relay.drain()
         assert seen[100:] == [str(i) for i in backlog[97:147]]
     finally:
         relay.shutdown()
@@ -269,7 +275,7 @@ def test_two_relays_never_hold_the_same_message(relay_settings, handle):
 
     delivered = [entry[1] for entry in log]
     assert sorted(delivered) == sorted(str(i) for i in ids)  # each exactly once
-    assert {entry[0] for entry in log} == {"r1", "r2"}
+    assert {entry[0].removeprefix("dsched-send-") for entry in log} == {"r1", "r2"}
     assert statuses() == {DeliveryStatus.DELIVERED: 200}
 
 
@@ -322,9 +328,9 @@ def test_atomic_handlers_leave_no_writes_behind(relay_settings, handle, atomic, 
 
 def test_a_settle_the_database_fails_loses_nothing(relay_settings, handle):
     """A settle that fails with an error that is no refusal of a row (here a trigger's
-    serialization failure; in life a lost session) fails the round: the batch stays claimed,
-    nothing else is claimed meanwhile, and once the claims expire the batch is claimed and
-    delivered again, with the same ids."""
+    serialization failure; in life a lost session) fails the round: what the relay holds
+    (the batch sent, and the one claimed while it was sent) stays claimed, and once the claims
+    expire it is claimed and delivered again, with the same ids."""
     seen: list[str] = []
     handle(lambda event: seen.append(event["id"]), topic="reports")
     ids = make_messages(30)
@@ -344,10 +350,10 @@ def test_a_settle_the_database_fails_loses_nothing(relay_settings, handle):
         sql("DROP FUNCTION dsched_test_no_settle()")
 
     assert relay.stats.db_errors == 1 and relay.stats.delivered == 0
-    assert seen == [str(i) for i in ids[:10]]
+    assert len(seen) in (10, 20) and seen == [str(i) for i in ids[: len(seen)]]
     assert statuses() == {DeliveryStatus.PENDING: 30}
     claimed = OutboxMessage.objects.filter(claimed_by="r1", attempts=1)
-    assert set(claimed.values_list("id", flat=True)) == set(ids[:10])
+    assert set(claimed.values_list("id", flat=True)) >= set(ids[: len(seen)])
 
     sql("UPDATE outbox_message_t SET claimed_until = clock_timestamp() - interval '1 second'")
     assert Relay(instance_id="r2", batch_size=10).run_until_idle() == 30

@@ -17,7 +17,7 @@ from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus
 from django_dsched.exceptions import PermanentDeliveryError
 from django_dsched.models import OutboxMessage
-from django_dsched.outbox.claims import Message
+from django_dsched.outbox.messages import Message
 from django_dsched.outbox.relay import Relay
 from django_dsched.outbox.transports.celery import CeleryTransport, broker_kind, task_message
 from django_dsched.outbox.transports.registry import config_problems
@@ -118,9 +118,9 @@ def test_a_send_to_rabbitmq_is_confirmed_on_a_confirm_channel(settings, rabbitmq
     transport = CeleryTransport(BROKER_URL=rabbitmq_url, QUEUE=f"q-{uuid.uuid4().hex[:8]}")
     try:
         transport.send(Message(uuid.uuid4(), "celery", "t.x", {"data": {}}, 1))
-        channel = transport._connection.default_channel
+        channel = transport._clients.get()[0].default_channel
         # py-amqp put the channel in confirm mode and waited for the broker's ack.
-        assert transport._connection.transport_options["confirm_publish"] is True
+        assert transport._clients.get()[0].transport_options["confirm_publish"] is True
         assert channel._confirm_selected
     finally:
         transport.close()
@@ -135,7 +135,7 @@ def drop_connections(url: str, transport: CeleryTransport) -> None:
         client.client_kill_filter(_type="normal", skipme=True)
         client.close()
     else:
-        transport._connection.connection.transport.sock.shutdown(socket.SHUT_RDWR)
+        transport._clients.get()[0].connection.transport.sock.shutdown(socket.SHUT_RDWR)
 
 
 def test_a_send_after_a_dropped_connection_reconnects(broker):

@@ -17,7 +17,7 @@ from django_dsched.checks.delivery import check_delivery_settings
 from django_dsched.enums import DeliveryStatus
 from django_dsched.exceptions import DeliveryError, PermanentDeliveryError
 from django_dsched.models import Event, OutboxMessage, Schedule
-from django_dsched.outbox.claims import Message
+from django_dsched.outbox.messages import Message
 from django_dsched.outbox.relay import Relay
 from django_dsched.outbox.transports.sqs import SQSTransport, entry_failure
 from tests.brokers import free_port
@@ -271,6 +271,8 @@ def test_a_silent_endpoint_fails_the_batch_after_timeout_once(settings):
         silent.listen(64)  # the kernel completes connections; nobody ever reads or answers
         endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
         settings.DSCHED_TRANSPORTS = route(endpoint, f"{endpoint}/123456789012/q", TIMEOUT=1)
+        # One call at a time (the relay would send the three at once, each waiting once).
+        settings.DSCHED_TRANSPORTS["*"]["CONCURRENCY"] = 1
         make_messages(25)  # three calls' worth
         relay = Relay(instance_id="r1", batch_size=100)
         relay.transports.for_topic("reports", DEFAULT_HOST)  # boto3's client built beforehand

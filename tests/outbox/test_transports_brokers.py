@@ -10,7 +10,7 @@ import pytest
 
 from django_dsched.enums import DeliveryStatus
 from django_dsched.models import OutboxMessage
-from django_dsched.outbox.claims import Message
+from django_dsched.outbox.messages import Message
 from django_dsched.outbox.relay import Relay
 from django_dsched.outbox.transports.rabbitmq import RabbitMQTransport
 from django_dsched.outbox.transports.redis_streams import RedisStreamsTransport
@@ -172,7 +172,8 @@ def test_rabbitmq_reconnects_after_the_broker_drops_the_connection(
     transport = RabbitMQTransport(URL=rabbitmq_url)
     try:
         transport.send(message(queue))
-        transport._connection._impl._transport._sock.shutdown(socket.SHUT_RDWR)  # link lost
+        connection, _ = transport._clients.get()
+        connection._impl._transport._sock.shutdown(socket.SHUT_RDWR)  # link lost
         transport.send(message(queue))
     finally:
         transport.close()
@@ -185,4 +186,4 @@ def test_rabbitmq_down_is_a_connection_error():
     transport = RabbitMQTransport(URL=f"amqp://guest:guest@127.0.0.1:{free_port()}/%2F")
     with pytest.raises(pika.exceptions.AMQPConnectionError):
         transport.send(message())
-    assert transport._connection is None
+    assert transport._clients.get() is None

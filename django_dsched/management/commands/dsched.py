@@ -450,6 +450,28 @@ class Command(BaseCommand):
             write(f"history: {days.count} day(s) from {days.first} to {days.last}")
             for kept in days.held:
                 write(f"  kept past the retention: {kept.describe()}")
+        self._circuits(status.circuits or [])
+
+    def _circuits(self, circuits: list[Any]) -> None:
+        """The destinations relays hold back (open circuits)."""
+        write = self.stdout.write
+        if not circuits:
+            write("open circuits: none")
+            return
+        write(f"open circuits: {len(circuits)}")
+        for item in circuits:
+            row = item.row
+            if item.stale:
+                when = "stale (its relay stopped reporting)"
+            elif item.seconds_left > 0:
+                when = f"held back {item.seconds_left:.0f} s more"
+            else:
+                when = "probing"
+            write(
+                f"  {shown(row.route)} host {row.host or '-'} at relay {shown(row.relay_id)}: "
+                f"{row.state}, {row.failures} failure(s) in a row, {when}; "
+                f"last error: {shown(row.last_error[:200])}"
+            )
 
     def do_sync(self, *, host: str | None, **options: Any) -> None:
         report = sync()

@@ -50,6 +50,23 @@ class Command(BaseCommand):
             ),
         )
         parser.add_argument(
+            "--concurrency",
+            type=positive_int,
+            help=(
+                "Most sends under way at once (send threads) "
+                f"(default: {app_settings.RELAY_CONCURRENCY}, DSCHED_RELAY_CONCURRENCY)."
+            ),
+        )
+        parser.add_argument(
+            "--host-concurrency",
+            type=positive_int,
+            help=(
+                "Most sends under way at once for one host (tenant) "
+                f"(default: {app_settings.RELAY_HOST_CONCURRENCY}, "
+                "DSCHED_RELAY_HOST_CONCURRENCY)."
+            ),
+        )
+        parser.add_argument(
             "--poll-interval",
             type=positive_float,
             help=(
@@ -83,6 +100,8 @@ class Command(BaseCommand):
         instance_id: str | None,
         batch_size: int | None,
         batch_bytes: int | None,
+        concurrency: int | None,
+        host_concurrency: int | None,
         poll_interval: float | None,
         topics: list[str] | None,
         once: bool,
@@ -105,6 +124,8 @@ class Command(BaseCommand):
             instance_id=instance_id,
             batch_size=batch_size,
             batch_bytes=batch_bytes,
+            concurrency=concurrency,
+            host_concurrency=host_concurrency,
             poll_interval=poll_interval,
             topics=topics,
             metrics=metrics,

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib import import_module
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from django_dsched.exceptions import PermanentDeliveryError
-from django_dsched.outbox.claims import Message
+from django_dsched.outbox.messages import Message
 
 # The fire path writes the host into the CloudEvent's source: '/django-dsched/<host_id>'.
 SOURCE_PREFIX = "/django-dsched/"
@@ -18,13 +19,18 @@ SOURCE_PREFIX = "/django-dsched/"
 # A check's id and what it found (Transport.tenancy_problems).
 Problem = tuple[str, str]
 
+T = TypeVar("T")
+
 
 class Transport:
     """Base class. Subclasses implement :meth:`send` and may override :meth:`send_many`.
 
-    A transport is built once per relay from its ``OPTIONS`` (keyword arguments, upper-case
-    names as in settings) and used from one thread. :meth:`send` returns when the message is
-    accepted by the destination and raises otherwise; any exception is a failed attempt,
+    A transport is built once per relay and route from its ``OPTIONS`` (keyword arguments,
+    upper-case names as in settings). A relay sends to one route for one host by up to
+    ``concurrency`` sends at once (the route's ``CONCURRENCY``), so :meth:`send_many` may be
+    called from several threads at once, and must be safe so (a connection per thread where
+    the client library's is not). :meth:`send` returns when the message is accepted by the
+    destination and raises otherwise; any exception is a failed attempt,
     :class:`PermanentDeliveryError` one that is not worth retrying.
     """
 
@@ -33,6 +39,8 @@ class Transport:
     # Messages handed to one send_many() call. The relay renews its claims between calls, so
     # one call must finish well within the visibility timeout.
     batch_size: ClassVar[int] = 1
+    # Sends at once to one route for one host, unless the route's CONCURRENCY says otherwise.
+    concurrency: ClassVar[int] = 1
     # True when a send hands the work to workers elsewhere (a task queue): the message is
     # delivered once they have it, and they report the run's phases themselves
     # (django_dsched.outbox.phases). False: the send is the run; the relay records its phases.
@@ -91,6 +99,50 @@ class Transport:
 
     def close(self) -> None:
         """Release connections; the relay calls it when it stops."""
+
+
+class PerThread(Generic[T]):
+    """A client of each sending thread, for libraries whose connections must not be shared
+    across threads (pika, kombu): ``get`` the calling thread's, ``set`` it, ``drop`` it
+    (closed), ``close_all`` when the relay stops."""
+
+    def __init__(self, close: Callable[[T], None]) -> None:
+        self._close = close
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._all: dict[int, T] = {}
+
+    def get(self) -> T | None:
+        return getattr(self._local, "value", None)
+
+    def set(self, value: T) -> None:
+        self.drop()
+        self._local.value = value
+        with self._lock:
+            self._all[threading.get_ident()] = value
+
+    def drop(self) -> None:
+        """Close the calling thread's client, if any."""
+        value = self.get()
+        if value is None:
+            return
+        self._local.value = None
+        with self._lock:
+            self._all.pop(threading.get_ident(), None)
+        self._quietly(value)
+
+    def close_all(self) -> None:
+        with self._lock:
+            values, self._all = list(self._all.values()), {}
+        self._local = threading.local()
+        for value in values:
+            self._quietly(value)
+
+    def _quietly(self, value: T) -> None:
+        try:
+            self._close(value)
+        except Exception:  # already broken: nothing more to release
+            pass
 
 
 def encode(message: Message) -> bytes:

@@ -59,8 +59,9 @@ from django.utils.module_loading import import_string
 
 from django_dsched.conf import app_settings
 from django_dsched.exceptions import PermanentDeliveryError
-from django_dsched.outbox.claims import Message
+from django_dsched.outbox.messages import Message
 from django_dsched.outbox.transports.base import (
+    PerThread,
     Problem,
     Transport,
     chosen_by_schedule,
@@ -294,8 +295,8 @@ class CeleryTransport(Transport):
             **transport_options,
             **options.get("BROKER_TRANSPORT_OPTIONS", {}),
         }
-        self._connection: Any = None
-        self._producer: Any = None
+        # Each send thread's (connection, producer): kombu's are not safe to share.
+        self._clients: PerThread[tuple[Any, Any]] = PerThread(_release)
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> list[str]:
@@ -394,12 +395,14 @@ class CeleryTransport(Transport):
         return problems
 
     def _open(self) -> Any:
-        if self._producer is None:
-            self._connection = self.app.connection_for_write(
+        client = self._clients.get()
+        if client is None:
+            connection = self.app.connection_for_write(
                 transport_options=self.transport_options, connect_timeout=self.timeout
             )
-            self._producer = self.app.amqp.Producer(self._connection, auto_declare=False)
-        return self._producer
+            client = (connection, self.app.amqp.Producer(connection, auto_declare=False))
+            self._clients.set(client)
+        return client[1]
 
     def send(self, message: Message) -> None:
         name, args, kwargs, options = task_message(message, self.settings)
@@ -423,13 +426,12 @@ class CeleryTransport(Transport):
                 **options,
             )
         except Exception:
-            self.close()  # start the next send on a fresh connection
+            self._clients.drop()  # start the next send on a fresh connection
             raise
 
     def close(self) -> None:
-        connection, self._connection, self._producer = self._connection, None, None
-        if connection is not None:
-            try:
-                connection.release()
-            except Exception:  # already broken: nothing more to release
-                pass
+        self._clients.close_all()
+
+
+def _release(client: tuple[Any, Any]) -> None:
+    client[0].release()

@@ -20,8 +20,8 @@ from django.db import transaction
 
 from django_dsched.conf import app_settings
 from django_dsched.exceptions import DeliveryError, PermanentDeliveryError
-from django_dsched.outbox.claims import Message
 from django_dsched.outbox.handlers import HandlerRegistry, registry
+from django_dsched.outbox.messages import Message
 from django_dsched.outbox.transports.base import Transport
 
 

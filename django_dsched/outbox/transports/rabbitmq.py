@@ -12,6 +12,8 @@ its own (its bindings decide), or a routing key that is fixed or has ``{host}`` 
 ``{topic}`` and ``{type}`` (system check ``dsched.E051``).
 
 A send returns when the broker has confirmed the message (persistent, ``delivery_mode=2``).
+pika's connections are not safe to share across threads: each send thread of a relay (a
+route's ``CONCURRENCY``) has a connection of its own.
 AMQP properties: ``message_id`` (the idempotency key), ``type`` (the event type),
 ``content_type`` ``application/cloudevents+json``, ``app_id`` ``django-dsched``.
 """
@@ -22,8 +24,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from django_dsched.exceptions import DeliveryError
-from django_dsched.outbox.claims import Message
+from django_dsched.outbox.messages import Message
 from django_dsched.outbox.transports.base import (
+    PerThread,
     Problem,
     Transport,
     destination_problem,
@@ -53,8 +56,8 @@ class RabbitMQTransport(Transport):
         self.exchange = options.get("EXCHANGE", "")
         self.routing_key = options.get("ROUTING_KEY", "{topic}")
         self.mandatory = bool(options.get("MANDATORY", True))
-        self._connection: Any = None
-        self._channel: Any = None
+        # Each thread's (connection, channel).
+        self._clients: PerThread[tuple[Any, Any]] = PerThread(_close_connection)
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> list[str]:
@@ -82,12 +85,14 @@ class RabbitMQTransport(Transport):
         ]
 
     def _open(self) -> Any:
-        if self._channel is None or not self._channel.is_open:
-            self.close()
-            self._connection = self.pika.BlockingConnection(self.parameters)
-            self._channel = self._connection.channel()
-            self._channel.confirm_delivery()
-        return self._channel
+        client = self._clients.get()
+        if client is None or not client[1].is_open:
+            connection = self.pika.BlockingConnection(self.parameters)
+            channel = connection.channel()
+            channel.confirm_delivery()
+            self._clients.set((connection, channel))
+            return channel
+        return client[1]
 
     def _publish(self, message: Message) -> None:
         properties = self.pika.BasicProperties(
@@ -115,7 +120,7 @@ class RabbitMQTransport(Transport):
                 # An idle connection the broker dropped (missed heartbeats, restart):
                 # reconnect once. If the first publish did reach the broker, this is a
                 # duplicate, which the at-least-once contract allows.
-                self.close()
+                self._clients.drop()
                 self._publish(message)
         except exceptions.UnroutableError:
             raise DeliveryError(
@@ -125,13 +130,14 @@ class RabbitMQTransport(Transport):
         except exceptions.NackError:
             raise DeliveryError("the broker refused the message (nack)") from None
         except Exception:
-            self.close()  # start the next send on a fresh connection
+            self._clients.drop()  # start the next send on a fresh connection
             raise
 
     def close(self) -> None:
-        connection, self._connection, self._channel = self._connection, None, None
-        if connection is not None and connection.is_open:
-            try:
-                connection.close()
-            except Exception:  # already broken: nothing more to release
-                pass
+        self._clients.close_all()
+
+
+def _close_connection(client: tuple[Any, Any]) -> None:
+    connection, _ = client
+    if connection.is_open:
+        connection.close()

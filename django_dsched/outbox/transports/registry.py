@@ -35,7 +35,7 @@ from django_dsched.exceptions import (
     PermanentDeliveryError,
     TransportConfigError,
 )
-from django_dsched.outbox.claims import Message
+from django_dsched.outbox.messages import Message
 from django_dsched.outbox.transports.base import Problem, Transport, host_key, host_of
 from django_dsched.outbox.transports.grants import (
     hosts_problem,
@@ -53,7 +53,9 @@ ALIASES = {
     "sqs": "django_dsched.outbox.transports.sqs.SQSTransport",
 }
 # The keys of a route entry.
-ENTRY_KEYS = frozenset({"BACKEND", "OPTIONS", "HOSTS"})
+ENTRY_KEYS = frozenset({"BACKEND", "OPTIONS", "HOSTS", "CONCURRENCY"})
+# The most a route's CONCURRENCY may be.
+MAX_CONCURRENCY = 1024
 # Most (host, topic) answers a router keeps: topics are the schedules' (any number, chosen by
 # tenants), so the memo starts over past this many rather than grow without bound.
 ROUTES_KEPT = 10_000
@@ -85,6 +87,13 @@ def config_problems(config: Any) -> list[str]:
         unknown = sorted(set(entry) - ENTRY_KEYS)
         if unknown:
             problems.append(f"{pattern!r}: unknown key(s) {', '.join(unknown)}")
+        limit = entry.get("CONCURRENCY", 1)
+        if not (isinstance(limit, int) and not isinstance(limit, bool)) or not (
+            1 <= limit <= MAX_CONCURRENCY
+        ):
+            problems.append(
+                f"{pattern!r}: CONCURRENCY must be a whole number from 1 to {MAX_CONCURRENCY}"
+            )
         options = entry.get("OPTIONS", {})
         if not isinstance(options, Mapping):
             problems.append(f"{pattern!r}: OPTIONS must be a dict")

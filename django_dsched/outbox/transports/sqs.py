@@ -46,7 +46,7 @@ from urllib.parse import quote, urlsplit
 from django_dsched import __version__
 from django_dsched.conf import app_settings
 from django_dsched.exceptions import DeliveryError, PermanentDeliveryError
-from django_dsched.outbox.claims import Message
+from django_dsched.outbox.messages import Message
 from django_dsched.outbox.transports.base import (
     Problem,
     Transport,
@@ -196,6 +196,8 @@ class SQSTransport(Transport):
     alias = "sqs"
     requires = ("boto3", "boto3", "sqs")
     batch_size = MAX_BATCH
+    # SendMessageBatch calls at once (boto3's clients are safe to share across threads).
+    concurrency = 4
     options = frozenset(
         {
             "QUEUE_URL",

@@ -25,7 +25,7 @@ from django.utils.module_loading import import_string
 
 from django_dsched.exceptions import ConfigurationError, DeliveryError
 from django_dsched.outbox import phases
-from django_dsched.outbox.claims import Message
+from django_dsched.outbox.messages import Message
 from django_dsched.outbox.transports.base import Transport
 
 

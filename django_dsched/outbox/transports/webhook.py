@@ -40,7 +40,7 @@ from django.utils.module_loading import import_string
 from django_dsched import __version__
 from django_dsched.conf import app_settings
 from django_dsched.exceptions import ConfigurationError, DeliveryError, PermanentDeliveryError
-from django_dsched.outbox.claims import Message
+from django_dsched.outbox.messages import Message
 from django_dsched.outbox.transports.addresses import (
     IPNetwork,
     Resolver,
@@ -265,6 +265,9 @@ def configured_resolver() -> Resolver:
 class WebhookTransport(Transport):
     alias = "webhook"
     requires = ("httpcore", "httpcore", "webhooks")
+    # Requests at once to one route for one host: each on a connection of the pool, kept
+    # alive between them (httpcore's pool is safe to share across threads).
+    concurrency = 8
     options = frozenset(
         {"URL", "TIMEOUT", "HEADERS", "SECRET", "MAX_REDIRECTS", "MAX_RESPONSE_BYTES"}
     )
@@ -288,12 +291,17 @@ class WebhookTransport(Transport):
         self.max_redirects = int(options.get("MAX_REDIRECTS", 3))
         self.max_response_bytes = int(options.get("MAX_RESPONSE_BYTES", 64 * 1024))
         self.deadline = Deadline()
+        # One connection per send under way (the relay bounds them: DSCHED_RELAY_CONCURRENCY),
+        # each kept alive for the next.
+        connections = max(1, int(app_settings.RELAY_CONCURRENCY))
         self.pool = httpcore.ConnectionPool(
             network_backend=CheckedBackend(
                 self.deadline, allowed_networks(), configured_resolver()
             ),
             retries=0,
             keepalive_expiry=30.0,
+            max_connections=connections,
+            max_keepalive_connections=connections,
         )
 
     @classmethod

@@ -19,6 +19,7 @@ import ipaddress
 import select
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -35,11 +36,13 @@ from django_dsched.outbox.transports.addresses import (
 )
 
 
-class Deadline:
+class Deadline(threading.local):
     """When the exchange in progress must end (``time.monotonic()``), or None between them.
 
     One per transport, shared by its connections, which may outlive an exchange in the
-    connection pool: each operation reads the deadline of the exchange it serves.
+    connection pool: each operation reads the deadline of the exchange it serves. A relay
+    sends on several threads at once, each its own exchange on its own connection: the
+    deadline is the calling thread's.
     """
 
     def __init__(self) -> None:

@@ -1,0 +1,301 @@
+"""Concurrent delivery in one relay: the limits hold, a slow destination holds only its own
+messages, and every message held is claimed, renewed and settled once under the relay's
+fence."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from django_dsched.enums import DeliveryStatus
+from django_dsched.models import OutboxMessage
+from django_dsched.outbox.relay import Relay
+from tests.helpers import sql, wait_for
+from tests.outbox_helpers import make_messages, statuses
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+TENANT_A = uuid.UUID(int=0xA)
+TENANT_B = uuid.UUID(int=0xB)
+
+
+class Gauge:
+    """How many calls run at once, and the most that ever did; calls wait on ``gate``."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.now = 0
+        self.most = 0
+        self.done: list[str] = []
+        self.gate = threading.Event()
+
+    def __call__(self, event: dict) -> None:
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+        try:
+            self.gate.wait(10)
+        finally:
+            with self.lock:
+                self.now -= 1
+                self.done.append(event["id"])
+
+
+@contextmanager
+def running(relay: Relay) -> Iterator[threading.Thread]:
+    """``relay.run()`` on a thread while the block runs; stopped after it."""
+    thread = threading.Thread(target=relay.run, daemon=True)
+    thread.start()
+    try:
+        yield thread
+    finally:
+        relay.stop()
+        thread.join(30)
+
+
+@contextmanager
+def hanging_endpoint() -> Iterator[tuple[str, threading.Event, list[str]]]:
+    """A local webhook endpoint whose every request waits until ``release`` is set (or 8 s);
+    its base URL, the event, and the Idempotency-Keys it received."""
+    release = threading.Event()
+    received: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            received.append(self.headers["Idempotency-Key"])
+            release.wait(8)
+            self.send_response(204)
+            self.end_headers()
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", release, received
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_destination_s_concurrency_bounds_its_sends(relay_settings, handle):
+    relay_settings.DSCHED_TRANSPORTS = {"*": {"BACKEND": "handlers", "CONCURRENCY": 3}}
+    gauge = handle(Gauge(), topic="reports")
+    make_messages(10)
+    relay = Relay(instance_id="r1")
+    with running(relay):
+        wait_for(lambda: gauge.now == 3, what="three sends under way")
+        time.sleep(0.2)  # no fourth starts
+        assert gauge.most == 3
+        gauge.gate.set()
+        wait_for(lambda: statuses() == {DeliveryStatus.DELIVERED: 10}, what="all delivered")
+    assert gauge.most == 3
+
+
+def test_a_relay_s_and_a_host_s_concurrency_bound_all_its_sends(relay_settings, handle):
+    relay_settings.DSCHED_TRANSPORTS = {
+        "reports": {"BACKEND": "handlers", "CONCURRENCY": 8, "HOSTS": "*"},
+        "audit": {"BACKEND": "handlers", "CONCURRENCY": 8, "HOSTS": "*"},
+    }
+    gauge = Gauge()
+    handle(gauge, topic="reports", hosts="*")
+    handle(gauge, topic="audit", hosts="*")
+    for topic in ("reports", "audit"):
+        make_messages(6, topic=topic, host_id=TENANT_A)
+    # One host, two routes of eight: the host's limit, 5.
+    relay = Relay(instance_id="r1", concurrency=50, host_concurrency=5)
+    with running(relay):
+        wait_for(lambda: gauge.now == 5, what="five sends under way")
+        time.sleep(0.2)
+        assert gauge.most == 5
+        gauge.gate.set()
+        wait_for(lambda: statuses() == {DeliveryStatus.DELIVERED: 12}, what="all delivered")
+    # Two hosts: the relay's limit, 4.
+    gauge.gate.clear()
+    gauge.most = 0
+    for host in (TENANT_A, TENANT_B):
+        make_messages(6, host_id=host)
+    relay = Relay(instance_id="r2", concurrency=4, host_concurrency=5)
+    with running(relay):
+        wait_for(lambda: gauge.now == 4, what="four sends under way")
+        time.sleep(0.2)
+        assert gauge.most == 4
+        gauge.gate.set()
+        wait_for(lambda: statuses() == {DeliveryStatus.DELIVERED: 24}, what="all delivered")
+
+
+def test_a_slow_destination_does_not_hold_a_fast_one(relay_settings, handle, settings):
+    """Tenant A's webhook hangs; tenant B's handler is fast: B's messages are delivered while
+    A's sends hang, by the same relay, and A's are delivered once its endpoint answers."""
+    settings.DSCHED_WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]
+    settings.DSCHED_WEBHOOK_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    seen: list[str] = []
+    handle(lambda event: seen.append(event["id"]), topic="b", hosts="*")
+    with hanging_endpoint() as (url, release, received):
+        settings.DSCHED_TRANSPORTS = {"b": {"BACKEND": "handlers", "HOSTS": "*"}}
+        settings.DSCHED_TRANSPORTS_BY_HOST = {
+            str(TENANT_A): {"a": {"BACKEND": "webhook", "CONCURRENCY": 2, "OPTIONS": {"URL": url}}}
+        }
+        slow = make_messages(4, topic="a", host_id=TENANT_A)
+        relay = Relay(instance_id="r1")
+        with running(relay):
+            wait_for(lambda: len(received) == 2, what="A's two sends under way")
+            fast = make_messages(20, topic="b", host_id=TENANT_B)
+            wait_for(lambda: len(seen) == 20, what="B's messages delivered while A's hang")
+            wait_for(
+                lambda: (
+                    OutboxMessage.objects.filter(
+                        id__in=fast, status=DeliveryStatus.DELIVERED
+                    ).count()
+                    == 20
+                ),
+                what="B's outcomes recorded",
+            )
+            assert len(received) == 2  # A's limit: its other two wait, claimed
+            assert not OutboxMessage.objects.filter(id__in=slow, status="DELIVERED").exists()
+            release.set()
+            wait_for(lambda: statuses() == {DeliveryStatus.DELIVERED: 24}, what="A's too")
+    assert sorted(received) == sorted(str(i) for i in slow)
+
+
+def test_the_heartbeat_keeps_every_message_held_queued_and_in_flight(relay_settings, handle):
+    """Messages queued behind a long send stay claimed past the visibility timeout: another
+    relay claims none of them, and each is delivered once."""
+    relay_settings.DSCHED_RELAY_VISIBILITY_TIMEOUT = 1.0
+    gauge = handle(Gauge(), topic="reports")  # concurrency 1: one sends, five wait
+    ids = make_messages(6)
+    relay = Relay(instance_id="r1")
+    with running(relay):
+        wait_for(lambda: gauge.now == 1, what="the first send under way")
+        time.sleep(2.5)  # two and a half visibility timeouts
+        assert Relay(instance_id="thief").run_until_idle() == 0
+        gauge.gate.set()
+        wait_for(lambda: statuses() == {DeliveryStatus.DELIVERED: 6}, what="all delivered")
+    assert sorted(gauge.done) == sorted(str(i) for i in ids)
+    assert OutboxMessage.objects.filter(attempts=1).count() == 6
+
+
+def test_a_relay_killed_mid_flight_loses_nothing(relay_settings, handle):
+    """A relay dies with several sends under way and messages waiting behind them (its
+    heartbeat stops, nothing is settled or given back): once its claims expire another relay
+    delivers every one, with the same ids; only those the dead relay had under way are sent
+    twice, and its late outcomes are not recorded."""
+    relay_settings.DSCHED_TRANSPORTS = {"*": {"BACKEND": "handlers", "CONCURRENCY": 3}}
+    gauge = handle(Gauge(), topic="reports")
+    ids = make_messages(7)
+    dead = Relay(instance_id="dead")
+    # It claims the seven: three go out at once, four wait behind them.
+    wait_for(lambda: dead.step() >= 0 and gauge.now == 3, what="three sends under way")
+    # The process dies: nothing more runs on its thread, its heartbeat stops, no send starts.
+    dead.heartbeat.stop()
+    dead.dispatch.stopping.set()
+    claimed = OutboxMessage.objects.filter(claimed_by="dead").values_list("id", flat=True)
+    assert set(claimed) == set(ids)
+    sql("UPDATE outbox_message_t SET claimed_until = clock_timestamp() - interval '1 second'")
+    gauge.gate.set()  # the dead relay's sends return: their outcomes are never recorded
+    assert Relay(instance_id="r2").run_until_idle() == 7
+    rows = OutboxMessage.objects.all()
+    assert {r.id for r in rows if r.status == DeliveryStatus.DELIVERED} == set(ids)
+    assert all(r.attempts == 2 and r.claimed_by == "" for r in rows)  # recorded once
+    # The three the dead relay had under way, twice; no other.
+    wait_for(lambda: len(gauge.done) == len(ids) + 3, what="the dead relay's sends to return")
+    assert sorted(set(gauge.done)) == sorted(str(i) for i in ids)
+    dead.dispatch.close()
+    dead.claiming.close()  # its claim thread's session
+
+
+def test_messages_claimed_while_earlier_ones_are_sent_are_delivered_once(relay_settings, handle):
+    """A relay claims its next batch while it sends one: 300 messages, batches of 20, each
+    delivered once, in order within its destination."""
+    seen: list[str] = []
+    handle(lambda event: seen.append(event["id"]), topic="reports")
+    ids = make_messages(300)
+    relay = Relay(instance_id="r1", batch_size=20)
+    assert relay.run_until_idle() == 300
+    assert seen == [str(i) for i in ids]
+    assert relay.stats.batches >= 15
+
+
+def test_a_failing_destination_is_held_back_and_its_messages_kept(relay_settings, handle):
+    """Tenant A's handler fails every send: after three in a row its circuit opens. A's other
+    messages are given back until it ends, their attempt not counted; the circuit shows in
+    relay_circuit_t (the cluster page, dsched cluster); B's messages go on. Once A's handler
+    works again, the circuit's probe goes through, it closes, and everything is delivered."""
+    relay_settings.DSCHED_TRANSPORTS = {"*": {"BACKEND": "handlers", "HOSTS": "*"}}
+    relay_settings.DSCHED_RELAY_CIRCUIT_FAILURES = 3
+    relay_settings.DSCHED_RELAY_CIRCUIT_SECONDS = 1.0
+    relay_settings.DSCHED_RELAY_MAX_ATTEMPTS = 10
+    broken = threading.Event()
+    broken.set()
+    seen: list[str] = []
+
+    def a(event: dict) -> None:
+        if broken.is_set():
+            raise ConnectionError("A's service is down")
+        seen.append(event["id"])
+
+    handle(a, topic="a", hosts="*")
+    handle(lambda event: seen.append(event["id"]), topic="b", hosts="*")
+    a_ids = make_messages(10, topic="a", host_id=TENANT_A)
+    relay = Relay(instance_id="r1")
+    with running(relay):
+        wait_for(
+            lambda: (
+                sql("SELECT state, failures FROM relay_circuit_t WHERE relay_id = 'r1'")
+                == [("open", 3)]
+            ),
+            what="A's circuit open",
+        )
+        b_ids = make_messages(5, topic="b", host_id=TENANT_B)
+        wait_for(
+            lambda: OutboxMessage.objects.filter(id__in=b_ids, status="DELIVERED").count() == 5,
+            what="B's messages delivered while A's circuit is open",
+        )
+        rows = list(OutboxMessage.objects.filter(id__in=a_ids))
+        assert all(r.status == DeliveryStatus.PENDING for r in rows)  # kept, not dead
+        failed = [r for r in rows if r.attempts == 1]
+        held = [r for r in rows if r.attempts == 0]
+        assert len(failed) == 3 and len(held) == 7
+        assert all(r.last_error.startswith("circuit open:") for r in held)
+        assert all(r.next_attempt_ts is not None for r in held)
+        ((route, host, error),) = sql("SELECT route, host, last_error FROM relay_circuit_t")
+        assert route == "DSCHED_TRANSPORTS['*']" and host == str(TENANT_A)
+        assert "A's service is down" in error
+        broken.clear()
+        wait_for(
+            lambda: statuses() == {DeliveryStatus.DELIVERED: 15}, timeout=30, what="all delivered"
+        )
+        wait_for(lambda: not sql("SELECT 1 FROM relay_circuit_t"), what="the circuit closed")
+    assert sorted(seen) == sorted(str(i) for i in a_ids + b_ids)
+    # The held messages were attempted once (when delivered), the failed ones twice.
+    attempts = sorted(OutboxMessage.objects.filter(id__in=a_ids).values_list("attempts", flat=True))
+    assert attempts == [1] * 7 + [2] * 3
+
+
+def test_one_tenant_s_backlog_does_not_hold_up_another_s_deliveries(relay_settings, handle):
+    """A's 400 messages and B's 20 wait (both backlog, A's older): each batch takes both
+    hosts' oldest, half the batch each at most, so B's are delivered in the first batch, not
+    after A's drain."""
+    relay_settings.DSCHED_TRANSPORTS = {"*": {"BACKEND": "handlers", "HOSTS": "*"}}
+    seen: list[str] = []
+    handle(lambda event: seen.append(event["id"]), topic="reports", hosts="*")
+    a_ids = make_messages(400, host_id=TENANT_A, age=600)
+    b_ids = make_messages(20, host_id=TENANT_B, age=60)
+    relay = Relay(instance_id="r1", batch_size=50)
+    try:
+        relay.step()
+        relay.drain()
+        assert {str(i) for i in b_ids} <= set(seen)  # all of B's in the first batch
+        assert [i for i in seen if i not in {str(b) for b in b_ids}] == [str(i) for i in a_ids[:25]]
+    finally:
+        relay.shutdown()
