@@ -18,6 +18,13 @@ from tests.helpers import sql
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+def deliver() -> None:
+    """One relay's round, its sends done and recorded."""
+    relay = Relay(instance_id="relay-1")
+    relay.step()
+    relay.drain()
+
+
 @pytest.fixture
 def failing(relay_settings, handle):
     """Every report fails; two attempts, no wait between them."""
@@ -37,9 +44,11 @@ def test_a_dead_letter_pauses_its_schedule_after_the_whole_retry_chain(fence, db
     assert fire(fence).fired == 2
     relay = Relay(instance_id="relay-1")
     relay.step()  # the first attempt fails: a retry, no pause
+    relay.drain()
     schedule.refresh_from_db()
     assert schedule.state == ScheduleState.ACTIVE
     relay.step()  # the last attempt: a dead letter
+    relay.drain()
     message = OutboxMessage.objects.get(aggregate_id=schedule.pk)
     assert message.status == DeliveryStatus.DELIVERY_FAILED
     schedule.refresh_from_db()
@@ -65,14 +74,14 @@ def test_a_permanent_failure_and_a_dead_letter_at_claim_pause_too(
     handle(refuse, topic="reports")
     schedule = ScheduleFactory(start_ts=db_now() - timedelta(seconds=5), pause_on_failure=True)
     fire(fence)
-    Relay(instance_id="relay-1").step()
+    deliver()
     schedule.refresh_from_db()
     assert schedule.state == ScheduleState.PAUSED
     # Claimed too often without an outcome (its relays died): dead-lettered by the claim.
     again = ScheduleFactory(start_ts=db_now() - timedelta(seconds=5), pause_on_failure=True)
     fire(fence)
     sql("UPDATE outbox_message_t SET attempts = 10 WHERE aggregate_id = %s", [again.pk])
-    Relay(instance_id="relay-1").step()
+    deliver()
     again.refresh_from_db()
     assert again.state == ScheduleState.PAUSED
     assert "after 10 attempt(s)" in again.paused_reason
@@ -84,7 +93,7 @@ def test_a_pause_the_database_refuses_leaves_the_dead_letter_recorded(fence, db_
     sql("UPDATE outbox_message_t SET attempts = 1 WHERE aggregate_id = %s", [schedule.pk])
     sql("ALTER TABLE schedule_t ADD CONSTRAINT never_paused CHECK (state <> 'PAUSED') NOT VALID")
     try:
-        Relay(instance_id="relay-1").step()
+        deliver()
     finally:
         sql("ALTER TABLE schedule_t DROP CONSTRAINT never_paused")
     assert OutboxMessage.objects.get().status == DeliveryStatus.DELIVERY_FAILED
