@@ -13,6 +13,7 @@ from django.contrib.admin.widgets import AdminSplitDateTime
 from django.db import transaction
 from django.forms.models import construct_instance
 from django.utils import timezone
+from django.utils.functional import cached_property
 from django.utils.translation import gettext_lazy as _
 
 from django_dsched.admin.tenancy import allowed_host
@@ -108,7 +109,7 @@ class ScheduleForm(ScheduleModelForm):
             "moved (the policy), a slot in a blackout window is dropped."
         ),
     )
-    # Read only with calendars; not sent (a form of before): OMIT, unchanged.
+    # Read only with calendars; not sent (a form of before): the schedule's, unchanged.
     calendar_policy = forms.TypedChoiceField(
         label=_("on a day off"),
         choices=CalendarPolicy.choices,
@@ -193,9 +194,26 @@ class ScheduleForm(ScheduleModelForm):
             assert isinstance(field, forms.TypedMultipleChoiceField)
             field.choices = calendar_choices(self.hosts)
 
+    # Fields a post may leave out (a client older than them): the schedule keeps its value,
+    # and the edit does not count them as changed.
+    KEPT_WHEN_ABSENT = ("overlap_policy", "calendar_policy")
+
+    def _sent(self, name: str) -> bool:
+        return self.add_prefix(name) in self.data
+
+    @cached_property
+    def changed_data(self) -> list[str]:
+        changed = super().changed_data
+        return [n for n in changed if n not in self.KEPT_WHEN_ABSENT or self._sent(n)]
+
     def clean_overlap_policy(self) -> str:
-        value = self.cleaned_data.get("overlap_policy")
+        value = self.cleaned_data.get("overlap_policy") if self._sent("overlap_policy") else None
         return str(value or self.instance.overlap_policy)
+
+    def clean_calendar_policy(self) -> str:
+        if not self._sent("calendar_policy"):
+            return str(self.instance.calendar_policy)
+        return str(self.cleaned_data.get("calendar_policy") or CalendarPolicy.OMIT.value)
 
     def _zone_times(self) -> None:
         """Start and end are entered and shown on the schedule zone's wall clock: the zone
