@@ -276,6 +276,7 @@ class WebhookTransport(Transport):
         super().__init__(**options)
         import httpcore
 
+        from django_dsched.outbox.transports.webhook_connections import Connections
         from django_dsched.outbox.transports.webhook_network import CheckedBackend, Deadline
 
         self.httpcore = httpcore
@@ -291,17 +292,12 @@ class WebhookTransport(Transport):
         self.max_redirects = int(options.get("MAX_REDIRECTS", 3))
         self.max_response_bytes = int(options.get("MAX_RESPONSE_BYTES", 64 * 1024))
         self.deadline = Deadline()
-        # One connection per send under way (the relay bounds them: DSCHED_RELAY_CONCURRENCY),
-        # each kept alive for the next.
-        connections = max(1, int(app_settings.RELAY_CONCURRENCY))
-        self.pool = httpcore.ConnectionPool(
-            network_backend=CheckedBackend(
-                self.deadline, allowed_networks(), configured_resolver()
-            ),
-            retries=0,
+        # One connection per send under way (the relay's limits bound them), each kept
+        # alive for the next; at most DSCHED_RELAY_CONCURRENCY kept idle.
+        self.connections = Connections(
+            CheckedBackend(self.deadline, allowed_networks(), configured_resolver()),
             keepalive_expiry=30.0,
-            max_connections=connections,
-            max_keepalive_connections=connections,
+            max_idle=max(1, int(app_settings.RELAY_CONCURRENCY)),
         )
 
     @classmethod
@@ -410,13 +406,16 @@ class WebhookTransport(Transport):
             scheme=target.scheme, host=target.host, port=target.port, target=target.path
         )
         try:
-            with self.pool.stream(
-                "POST",
-                url,
-                headers=[("Host", target.host_header), *headers],
-                content=body,
-                extensions={"timeout": timeouts},
-            ) as response:
+            with (
+                self.connections.connection(target.origin) as connection,
+                connection.stream(
+                    "POST",
+                    url,
+                    headers=[("Host", target.host_header), *headers],
+                    content=body,
+                    extensions={"timeout": timeouts},
+                ) as response,
+            ):
                 received = bytearray()
                 try:
                     for chunk in response.iter_stream():
@@ -444,7 +443,7 @@ class WebhookTransport(Transport):
             raise DeliveryError(f"{type(exc).__name__}: {exc}") from None
 
     def close(self) -> None:
-        self.pool.close()
+        self.connections.close()
 
 
 def _destination_problems(template: UrlTemplate) -> list[str]:
