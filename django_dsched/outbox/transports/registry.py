@@ -232,16 +232,17 @@ class Transports:
         self.config = self.table.config
         self._built: dict[Route, Transport] = {}
         # (host, topic) → its route, or why it has none and whether that is to be retried.
-        self._routes: dict[tuple[str, str], Route | tuple[bool, str]] = {}
+        self._routes: dict[tuple[Any, str], Route | tuple[bool, str]] = {}
 
     def route_for(self, topic: str, host: Any = None) -> Route:
         """The route of a topic for a host: the host's table first, then the entries of
         DSCHED_TRANSPORTS granted to it. :class:`NotGranted` when none serves it (for the
         operator's host with no route at all: :class:`TransportConfigError`, retryable)."""
-        host = self.operator if host is None else host_key(host)
+        # Kept by the host as given (the relay gives each message's host as canonical text):
+        # a message whose route is known parses no UUID.
         route = self._routes.get((host, topic))
         if route is None:
-            route = self._find(topic, host)
+            route = self._find(topic, self.operator if host is None else host_key(host))
             if len(self._routes) >= ROUTES_KEPT:
                 self._routes.clear()
             self._routes[(host, topic)] = route
