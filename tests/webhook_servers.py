@@ -85,11 +85,15 @@ class Sink(BaseHTTPRequestHandler):
             pass
 
 
+class SinkServer(ThreadingHTTPServer):
+    request_queue_size = 64  # many connections at once are queued, not refused
+    daemon_threads = True
+
+
 @contextmanager
-def serve_sink() -> Iterator[str]:
-    """Run a :class:`Sink` on 127.0.0.1; yield its base URL."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
-    server.daemon_threads = True
+def serve_sink(handler: type[BaseHTTPRequestHandler] = Sink) -> Iterator[str]:
+    """Run a :class:`Sink` (or ``handler``) on 127.0.0.1; yield its base URL."""
+    server = SinkServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:

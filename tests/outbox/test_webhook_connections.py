@@ -8,8 +8,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
@@ -18,6 +17,7 @@ from django_dsched.outbox.messages import Message
 from django_dsched.outbox.transports.webhook import WebhookTransport
 from django_dsched.outbox.transports.webhook_network import DeadlineStream
 from tests.helpers import wait_for
+from tests.webhook_servers import serve_sink
 
 
 class KeepAlive(BaseHTTPRequestHandler):
@@ -64,29 +64,12 @@ class KeepAlive(BaseHTTPRequestHandler):
         KeepAlive.ended.append(self.client_address[1])
 
 
-class Server(ThreadingHTTPServer):
-    request_queue_size = 64  # sixteen connections at once, not refused
-    daemon_threads = True
-
-
-@contextmanager
-def keep_alive_server() -> Iterator[str]:
-    KeepAlive.ports, KeepAlive.ended = [], []
-    server = Server(("127.0.0.1", 0), KeepAlive)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 @pytest.fixture
 def endpoint(settings) -> Iterator[str]:
     settings.DSCHED_WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]
     settings.DSCHED_WEBHOOK_ALLOWED_NETWORKS = ["127.0.0.0/8"]
-    with keep_alive_server() as url:
+    KeepAlive.ports, KeepAlive.ended = [], []
+    with serve_sink(KeepAlive) as url:
         yield url
 
 
