@@ -31,6 +31,7 @@ from enum import StrEnum
 
 from django_dsched.exceptions import CalendarError
 from django_dsched.timetables.calendars import Calendar
+from django_dsched.timetables.known import Remembered
 from django_dsched.timetables.timetable import Timetable
 from django_dsched.timetables.zones import instant, jump_near, wall, zone
 
@@ -94,6 +95,9 @@ class Filtered:
         except ValueError:
             raise CalendarError(f"policy {policy!r} is not OMIT, BACKWARD or FORWARD") from None
         self.inner = inner
+        # The inner timetable's slots as searched for this filter, each search done once
+        # (a nested filter remembers its own inner timetable's).
+        self._slots: Timetable = inner if isinstance(inner, Filtered) else Remembered(inner)
         self.calendars = tuple(calendars)
         self.zone = zone(time_zone)
 
@@ -169,7 +173,7 @@ class Filtered:
                 else:
                     found.append(earlier)
             return found
-        return [self.fate(slot) for slot in _slots(self.inner, start, end)]
+        return [self.fate(slot) for slot in _slots(self._slots, start, end)]
 
     def origins(self, slot: datetime) -> list[Fate]:
         """The fates of the planned slots that fire at ``slot`` (one of this timetable's
@@ -191,6 +195,17 @@ class Filtered:
                 found.append(earlier)
         return found
 
+    def shifts_onto(self, slot: datetime) -> bool:
+        """Whether a calendar may have moved a planned slot onto ``slot`` (one of this
+        timetable's slots), i.e. :meth:`origins` may hold a ``shifted`` fate: never under
+        ``OMIT``, nor on a business day whose neighbours' slots stay on their own day."""
+        if isinstance(self.inner, Filtered):
+            return True
+        if self.policy == Shift.OMIT:
+            return False
+        day = self._day_of(slot)
+        return self._day_off(day) is not None or len(self._sources(day)) > 1
+
     def _landing(self, slot: datetime) -> list[datetime]:
         """``inner``'s slots that may fire at ``slot``."""
         day = self._day_of(slot)
@@ -202,13 +217,13 @@ class Filtered:
         for source in days:
             at = slot if source == day else instant(datetime.combine(source, clock), self.zone)
             jump = max(jump_near(at, self.zone), jump_near(slot, self.zone))
-            candidate = self.inner.slot_at_or_after(at - jump)
+            candidate = self._slots.slot_at_or_after(at - jump)
             for _ in range(MAX_LANDING):
                 if candidate is None or candidate > at + jump:
                     break
                 if self._day_of(candidate) == source:
                     found.append(candidate)
-                candidate = self.inner.slot_after(candidate)
+                candidate = self._slots.slot_after(candidate)
         return found
 
     # -- the Timetable protocol -------------------------------------------------------------
@@ -241,7 +256,7 @@ class Filtered:
 
     # -- OMIT: drop, and jump past the day off or the window --------------------------------
     def _omit_after(self, when: datetime) -> datetime | None:
-        slot = self.inner.slot_after(when)
+        slot = self._slots.slot_after(when)
         for _ in range(MAX_SKIPS):
             if slot is None:
                 return None
@@ -252,11 +267,11 @@ class Filtered:
                 if blackout is None:
                     return slot
                 resume = _window_end(blackout[0], slot)
-            slot = self.inner.slot_at_or_after(max(resume, slot + MICROSECOND))
+            slot = self._slots.slot_at_or_after(max(resume, slot + MICROSECOND))
         return None
 
     def _omit_at_or_before(self, when: datetime) -> datetime | None:
-        slot = self.inner.slot_at_or_before(when)
+        slot = self._slots.slot_at_or_before(when)
         for _ in range(MAX_SKIPS):
             if slot is None:
                 return None
@@ -267,7 +282,7 @@ class Filtered:
                 if blackout is None:
                     return slot
                 resume = _window_start(blackout[0], slot) - MICROSECOND
-            slot = self.inner.slot_at_or_before(min(resume, slot - MICROSECOND))
+            slot = self._slots.slot_at_or_before(min(resume, slot - MICROSECOND))
         return None
 
     # -- BACKWARD / FORWARD: each business day takes its own slots and its days off's ------
@@ -306,7 +321,7 @@ class Filtered:
             if best is not None:
                 return best
             # Nothing here: go on from the next slot after these days.
-            slot = self.inner.slot_at_or_after(self._day_start(max(sources) + DAY))
+            slot = self._slots.slot_at_or_after(self._day_start(max(sources) + DAY))
             if slot is None:
                 return None
             owner = self._owner(self._day_of(slot), later=True)
@@ -319,18 +334,22 @@ class Filtered:
         self, source: date, business: date, when: datetime, today: date
     ) -> datetime | None:
         """The first slot of ``source`` that fires on ``business`` after ``when``."""
-        start = self._day_start(source)
-        if business == today:
-            moved_when = datetime.combine(source, wall(when, self.zone).time())
-            start = max(start, instant(moved_when, self.zone) - jump_near(when, self.zone))
-        slot = self.inner.slot_at_or_after(start)
+        if source == business == today:
+            # Its slots stay where they are: no wall-clock move, no DST allowance to search.
+            slot = self._slots.slot_after(when)
+        else:
+            start = self._day_start(source)
+            if business == today:
+                moved_when = datetime.combine(source, wall(when, self.zone).time())
+                start = max(start, instant(moved_when, self.zone) - jump_near(when, self.zone))
+            slot = self._slots.slot_at_or_after(start)
         for _ in range(MAX_SKIPS):
             if slot is None or self._day_of(slot) != source:
                 return None
             moved = self._moved(slot, business)
             if moved > when and self._blackout(moved) is None:
                 return moved
-            slot = self.inner.slot_after(slot)
+            slot = self._slots.slot_after(slot)
         return None
 
     def _shift_at_or_before(self, when: datetime) -> datetime | None:
@@ -347,7 +366,7 @@ class Filtered:
                     best = found
             if best is not None:
                 return best
-            slot = self.inner.slot_at_or_before(self._day_start(min(sources)) - MICROSECOND)
+            slot = self._slots.slot_at_or_before(self._day_start(min(sources)) - MICROSECOND)
             if slot is None:
                 return None
             owner = self._owner(self._day_of(slot), later=False)
@@ -360,18 +379,22 @@ class Filtered:
         self, source: date, business: date, when: datetime, today: date
     ) -> datetime | None:
         """The last slot of ``source`` that fires on ``business`` at or before ``when``."""
-        end = self._day_start(source + DAY) - MICROSECOND
-        if business == today:
-            moved_when = datetime.combine(source, wall(when, self.zone).time())
-            end = min(end, instant(moved_when, self.zone) + jump_near(when, self.zone))
-        slot = self.inner.slot_at_or_before(end)
+        if source == business == today:
+            # Its slots stay where they are: no wall-clock move, no DST allowance to search.
+            slot = self._slots.slot_at_or_before(when)
+        else:
+            end = self._day_start(source + DAY) - MICROSECOND
+            if business == today:
+                moved_when = datetime.combine(source, wall(when, self.zone).time())
+                end = min(end, instant(moved_when, self.zone) + jump_near(when, self.zone))
+            slot = self._slots.slot_at_or_before(end)
         for _ in range(MAX_SKIPS):
             if slot is None or self._day_of(slot) != source:
                 return None
             moved = self._moved(slot, business)
             if moved <= when and self._blackout(moved) is None:
                 return moved
-            slot = self.inner.slot_at_or_before(slot - MICROSECOND)
+            slot = self._slots.slot_at_or_before(slot - MICROSECOND)
         return None
 
 
@@ -412,7 +435,9 @@ def fates_to_record(
     slots are listed."""
     if not isinstance(table, Filtered):
         return []
-    found = [fate for fate in table.origins(fired) if fate.kind == "shifted"] if fired else []
+    found = []
+    if fired is not None and table.shifts_onto(fired):
+        found = [fate for fate in table.origins(fired) if fate.kind == "shifted"]
     stop = end if end is not None else (fired or start) + MICROSECOND
     found += [fate for fate in table.fates(start, stop) if fate.fires_at is None]
     return found
