@@ -143,6 +143,10 @@ class WeeklyWindow:
 Window = Blackout | WeeklyWindow
 
 
+# The language of holiday names (the package's default depends on the process's locale).
+HOLIDAY_LANGUAGE = "en_US"
+
+
 @dataclass(frozen=True)
 class Calendar:
     """Excluded dates (with why: the holiday's name, or "excluded"), weekend days and
@@ -183,12 +187,16 @@ class Calendar:
         windows: Iterable[Window] = (),
     ) -> Calendar:
         """The public holidays of ``country`` (ISO 3166 code; ``subdivision``: a state,
-        region or canton code) in ``years``, plus ``added`` dates, less ``removed`` ones."""
+        region or canton code) in ``years``, plus ``added`` dates, less ``removed`` ones.
+        Their names are in English where the holidays package has them, else in the
+        country's own language: whatever the process's locale."""
         span = sorted(set(years))
         if not span or span[-1] - span[0] >= MAX_YEARS:
             raise CalendarError(f"give from 1 to {MAX_YEARS} years of holidays")
         try:
-            found = holidays.country_holidays(country, subdiv=subdivision, years=span)
+            found = holidays.country_holidays(
+                country, subdiv=subdivision, years=span, language=HOLIDAY_LANGUAGE
+            )
         except NotImplementedError as exc:
             raise CalendarError(f"no holidays are known for {country!r}: {exc}") from None
         by_date = {day: str(title) for day, title in found.items()}
