@@ -40,7 +40,8 @@ MICROSECOND = timedelta(microseconds=1)
 # shift moves a slot at most MAX_SHIFT_DAYS; a slot an edit brings back further in the past
 # is not fired (the misfire policies would coalesce or skip it anyway).
 LOOK_BACK = timedelta(days=MAX_SHIFT_DAYS + 1)
-# The most slots one audit event lists (its counts count them all).
+# The most dropped slots one plan of a row looks for and its audit event lists; past them
+# the event says "more": true, and the counts count those listed (a bound on a row's cost).
 LISTED = 50
 STALE = "no longer a slot of the schedule: its calendars changed since it was planned"
 # The audit event's type (a change event: no slot, no outbox message).
@@ -108,15 +109,22 @@ class Fates:
         """Record what a plan of ``schedule_id`` that moved it on from ``start`` to
         ``next_slot``, firing ``fired``, passed by (``stale``: its stored slot, which no
         longer is one)."""
-        found = fates_to_record(table, start, next_slot, fired)
+        found = fates_to_record(table, start, next_slot, fired, limit=LISTED + 1)
+        # Past LISTED dropped slots the rest are not searched for (a bound on the row's
+        # cost): the audit says there were more, and the counts count those found.
+        more = sum(fate.fires_at is None for fate in found) > LISTED
+        if more:
+            found = found[:-1]
         if stale is not None and all(fate.slot != stale for fate in found):
             found.insert(0, Fate(stale, None, "", STALE))
         if not found:
             return
-        counts: dict[str, int] = {}
+        counts: dict[str, Any] = {}
         for fate in found:
             counts[fate.kind] = counts.get(fate.kind, 0) + 1
             self.counts[fate.kind] = self.counts.get(fate.kind, 0) + 1
+        if more:
+            counts["more"] = True
         self.ids.append(schedule_id)
         self.payloads.append(json.dumps({"slots": [_entry(f) for f in found[:LISTED]], **counts}))
 

@@ -159,11 +159,12 @@ class Filtered:
             return Fate(slot, target, *off)
         return Fate(slot, slot)
 
-    def fates(self, start: datetime, end: datetime) -> list[Fate]:
-        """The planned slots in ``[start, end)`` (before any calendar) and their fates."""
+    def fates(self, start: datetime, end: datetime, limit: int = MAX_FATES) -> list[Fate]:
+        """The planned slots in ``[start, end)`` (before any calendar) and their fates, the
+        first ``limit`` of them."""
         if isinstance(self.inner, Filtered):
             found = []
-            for earlier in self.inner.fates(start, end):
+            for earlier in self.inner.fates(start, end, limit):
                 if earlier.fires_at is None:
                     found.append(earlier)
                     continue
@@ -173,7 +174,7 @@ class Filtered:
                 else:
                     found.append(earlier)
             return found
-        return [self.fate(slot) for slot in _slots(self._slots, start, end)]
+        return [self.fate(slot) for slot in _slots(self._slots, start, end, limit)]
 
     def origins(self, slot: datetime) -> list[Fate]:
         """The fates of the planned slots that fire at ``slot`` (one of this timetable's
@@ -398,9 +399,11 @@ class Filtered:
         return None
 
 
-def _slots(table: Timetable, start: datetime, end: datetime) -> Iterator[datetime]:
+def _slots(
+    table: Timetable, start: datetime, end: datetime, limit: int = MAX_FATES
+) -> Iterator[datetime]:
     slot = table.slot_at_or_after(start)
-    for _ in range(MAX_FATES):
+    for _ in range(limit):
         if slot is None or slot >= end:
             return
         yield slot
@@ -425,21 +428,26 @@ def with_calendars(
 
 
 def fates_to_record(
-    table: Timetable, start: datetime, end: datetime | None, fired: datetime | None
+    table: Timetable,
+    start: datetime,
+    end: datetime | None,
+    fired: datetime | None,
+    limit: int = MAX_FATES,
 ) -> list[Fate]:
     """What a plan that moved a schedule on from its slot ``start`` to ``end`` (its next
     slot; None: none) and fired ``fired`` (or nothing) passed by, to be recorded: the
     planned slots moved onto ``fired`` (``shifted``), and those in ``[start, end)`` that
     the calendars dropped (``excluded``). Slots moved elsewhere are recorded when they
-    fire; nothing for a timetable without calendars. At most :data:`MAX_FATES` dropped
-    slots are listed."""
+    fire; nothing for a timetable without calendars. At most ``limit`` dropped slots are
+    listed (each costs a search of the inner timetable: a per-minute cron passing a
+    weekend's freeze drops thousands)."""
     if not isinstance(table, Filtered):
         return []
     found = []
     if fired is not None and table.shifts_onto(fired):
         found = [fate for fate in table.origins(fired) if fate.kind == "shifted"]
     stop = end if end is not None else (fired or start) + MICROSECOND
-    found += [fate for fate in table.fates(start, stop) if fate.fires_at is None]
+    found += [fate for fate in table.fates(start, stop, limit) if fate.fires_at is None]
     return found
 
 
