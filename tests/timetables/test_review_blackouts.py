@@ -12,7 +12,7 @@ import pytest
 
 from django_dsched.timetables import RRuleTimetable
 from django_dsched.timetables.calendars import Blackout, Calendar
-from django_dsched.timetables.filtered import Filtered
+from django_dsched.timetables.filtered import Filtered, fates
 
 FRIDAY = datetime(2026, 1, 2, tzinfo=UTC)
 EVERY_DAY = frozenset[int]()  # no weekend: every day is a business day
@@ -42,3 +42,16 @@ def test_a_freeze_of_years_costs_a_moving_policy_no_more_than_omit(policy):
     assert filtered.slot_after(FRIDAY) == freeze.end
     assert filtered.slot_at_or_before(FRIDAY + timedelta(days=30)) == FRIDAY - timedelta(seconds=1)
     assert time.monotonic() - began < 10  # it took minutes (a day of slots per day)
+
+
+@pytest.mark.parametrize("policy", ["OMIT", "FORWARD", "BACKWARD"])
+@pytest.mark.parametrize("rule", ["FREQ=DAILY", "FREQ=SECONDLY"])
+def test_a_window_to_the_last_storable_day_leaves_no_slot_and_no_overflow(policy, rule):
+    # calendar_window_t stores times before 9999-12-31: the search reaches the last days a
+    # datetime holds (it raised OverflowError, set aside every schedule using the calendar).
+    freeze = Blackout(FRIDAY, datetime(9999, 12, 30, tzinfo=UTC))
+    filtered = table(rule, policy, freeze)
+    assert filtered.slot_after(FRIDAY) is None
+    assert [fate.kind for fate in fates(filtered, FRIDAY, FRIDAY + timedelta(days=1))][:1] == [
+        "excluded"
+    ]
