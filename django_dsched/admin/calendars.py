@@ -82,6 +82,11 @@ class WindowInlineAdmin(WindowInline):
         "time_zone",
     ]
 
+    def get_formset(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> Any:
+        # max_num alone only limits the blank rows shown: refuse a post with more windows.
+        kwargs.setdefault("validate_max", True)
+        return super().get_formset(request, obj, **kwargs)
+
 
 @admin.register(Calendar)
 class CalendarAdmin(tenancy.TenantScoped, ShownTimes):

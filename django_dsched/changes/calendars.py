@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from datetime import date
 from typing import Any
 
+from django.core import exceptions as django_exceptions
 from django.db import transaction
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
@@ -48,10 +49,13 @@ def save_calendar(calendar: Calendar, windows: Sequence[CalendarWindow] | None =
             {"windows": _("A calendar has at most %(most)d windows.") % {"most": MAX_WINDOWS}},
             code="too_many_windows",
         )
-    calendar.full_clean()
-    for window in windows or ():
-        window.calendar = calendar
-        window.full_clean(exclude=["calendar"])
+    try:
+        calendar.full_clean()
+        for window in windows or ():
+            window.calendar = calendar
+            window.full_clean(exclude=["calendar"])
+    except django_exceptions.ValidationError as exc:  # as every other door's, dsched's own
+        raise ValidationError(exc.message_dict, code="invalid_calendar") from None
     with transaction.atomic(using=app_settings.DATABASE):
         calendar.save()
         if windows is not None:

@@ -71,6 +71,25 @@ def filtered(
     return with_calendars(table, [calendars[c] for c in ids], policy, time_zone)
 
 
+def refuse_frozen(
+    table: Timetable, inner: Timetable, after: datetime, end: datetime | None
+) -> None:
+    """Raise :class:`CalendarError` (the row is set aside, with this error) when ``table``,
+    ``inner`` filtered by calendars, has no slot after ``after`` but ``inner`` has one (not
+    after ``end``) beyond what a shift could have moved onto ``after`` (:data:`LOOK_BACK`):
+    the calendars drop every slot as far as the planner looks (a blackout over the whole
+    week, say). Such a row is not completed, which no calendar edit could undo; once its
+    calendars let a slot through, it is resumed."""
+    following = inner.slot_after(after + LOOK_BACK)
+    if following is None or (end is not None and following > end):
+        return
+    raise CalendarError(
+        f"its calendars drop every slot from {following.isoformat()} on, as far as the "
+        "scheduler looks (blackout windows or days off that cover every slot): edit the "
+        "calendars, then resume the schedule"
+    )
+
+
 def go_on_from(
     table: Timetable, start: datetime, stored: datetime, last_change: datetime | None
 ) -> tuple[datetime | None, bool]:
@@ -144,4 +163,4 @@ def _entry(fate: Fate) -> dict[str, Any]:
     }
 
 
-__all__ = ["EVENT_TYPE", "Fates", "batch_calendars", "filtered", "go_on_from"]
+__all__ = ["EVENT_TYPE", "Fates", "batch_calendars", "filtered", "go_on_from", "refuse_frozen"]

@@ -237,10 +237,10 @@ def _plan_one(
         jitter_seconds=jitter_s,
         jitter_key=schedule_id,
     )
-    slot_from, stale = from_microseconds(next_slot), None
+    slot_from, stale, inner = from_microseconds(next_slot), None, table
     if calendar_ids is not None:
         table = calendared.filtered(table, calendar_ids, shift, zone, calendars or {})
-        going_on, stale = _calendar_start(result, row, table, rules)
+        going_on, stale = _calendar_start(result, row, table, rules, inner)
         if going_on is None:
             return
         slot_from = going_on
@@ -248,16 +248,28 @@ def _plan_one(
     decision: Decision | None
     if overlap is not None:
         outcome = decide_overlap(table, rules, previous(overlap), slot_from, now_at, fires, window)
+        _refuse_frozen(table, inner, outcome.decision, slot_from, rules)
         _overlap(result, schedule_id, table, rules, outcome, now)
         if outcome.cancel and outcome.run is not None:
             result.cancels.append((schedule_id, outcome.run, to_microseconds(slot_from)))
         decision = outcome.decision
     else:
         decision = decide(table, rules, slot_from, now_at, fires, window)
+        _refuse_frozen(table, inner, decision, slot_from, rules)
         _add(result, schedule_id, table, rules, decision, now)
     if calendar_ids is not None and decision is not None:
         passed = min(slot_from, from_microseconds(next_slot))
         result.fates.note(schedule_id, table, passed, decision.next_slot, decision.slot, stale)
+
+
+def _refuse_frozen(
+    table: Timetable, inner: Timetable, decision: Decision | None, slot: datetime, rules: Rules
+) -> None:
+    """A calendar-filtered row with nothing after this plan while its rule goes on is set
+    aside, not completed (:func:`.calendared.refuse_frozen`)."""
+    if table is inner or decision is None or decision.next_slot is not None:
+        return
+    calendared.refuse_frozen(table, inner, decision.slot or slot, rules.end)
 
 
 def _add(
@@ -279,7 +291,7 @@ def _add(
 
 
 def _calendar_start(
-    result: Plan, row: tuple[Any, ...], table: Timetable, rules: Rules
+    result: Plan, row: tuple[Any, ...], table: Timetable, rules: Rules, inner: Timetable
 ) -> tuple[datetime | None, datetime | None]:
     """Where a calendar-filtered row goes on from (:func:`.calendared.go_on_from`), and its
     stored slot if that no longer is one. A row with nothing due (its slot moved later by a
@@ -288,6 +300,8 @@ def _calendar_start(
     stored = from_microseconds(next_slot)
     changed = None if last_change is None else from_microseconds(last_change)
     current, stale = calendared.go_on_from(table, from_microseconds(start), stored, changed)
+    if current is None:
+        calendared.refuse_frozen(table, inner, stored - MICROSECOND, rules.end)
     if current is not None and rules.end is not None and current > rules.end:
         current = None
     dropped = stored if stale else None

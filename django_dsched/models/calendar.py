@@ -199,8 +199,21 @@ class Calendar(models.Model):
                     errors["country"] = str(exc)
         elif self.subdivision:
             errors["subdivision"] = _("A subdivision needs its country.")
+        if not self._state.adding and self._moved():
+            # Schedules of other tenants may use it (an operator's calendar is shared).
+            errors["host_id"] = _("A calendar cannot move to another host.")
         if errors:
             raise ValidationError(errors)
+
+    def _moved(self) -> bool:
+        """Whether this saved calendar's host differs from the stored one."""
+        stored = (
+            Calendar.objects.using(app_settings.DATABASE)
+            .filter(pk=self.pk)
+            .values_list("host_id", flat=True)
+            .first()
+        )
+        return stored is not None and stored != self.host_id
 
     def touch(self) -> None:
         """A new version (its windows changed): the next plan reads it again."""

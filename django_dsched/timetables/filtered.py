@@ -348,9 +348,19 @@ class Filtered:
             if slot is None or self._day_of(slot) != source:
                 return None
             moved = self._moved(slot, business)
-            if moved > when and self._blackout(moved) is None:
+            if moved <= when:
+                slot = self._slots.slot_after(slot)
+                continue
+            blackout = self._blackout(moved)
+            if blackout is None:
                 return moved
-            slot = self._slots.slot_after(slot)
+            # Jump past the window (as OMIT does), not a slot at a time.
+            resume = _window_end(blackout[0], moved)
+            if self._day_of(resume) != business:
+                return None  # blacked out to the end of the day
+            slot = self._slots.slot_at_or_after(
+                max(self._moved(resume, source), slot + MICROSECOND)
+            )
         return None
 
     def _shift_at_or_before(self, when: datetime) -> datetime | None:
@@ -393,9 +403,18 @@ class Filtered:
             if slot is None or self._day_of(slot) != source:
                 return None
             moved = self._moved(slot, business)
-            if moved <= when and self._blackout(moved) is None:
+            if moved > when:
+                slot = self.inner.slot_at_or_before(slot - MICROSECOND)
+                continue
+            blackout = self._blackout(moved)
+            if blackout is None:
                 return moved
-            slot = self._slots.slot_at_or_before(slot - MICROSECOND)
+            resume = _window_start(blackout[0], moved) - MICROSECOND
+            if self._day_of(resume) != business:
+                return None  # blacked out from the start of the day
+            slot = self._slots.slot_at_or_before(
+                min(self._moved(resume, source), slot - MICROSECOND)
+            )
         return None
 
 

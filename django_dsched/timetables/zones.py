@@ -78,6 +78,9 @@ def instant(wall_time: datetime, tz: ZoneInfo) -> datetime:
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 DAY = timedelta(days=1)
+# The first and last whole days (since the epoch) a datetime can hold in any zone.
+FIRST_DAY = (datetime(1, 1, 2, tzinfo=UTC) - EPOCH) // DAY
+LAST_DAY = (datetime(9999, 12, 30, tzinfo=UTC) - EPOCH) // DAY
 
 
 def offset(when: datetime, tz: ZoneInfo) -> timedelta:
@@ -92,6 +95,7 @@ def _jump_around_day(tz: ZoneInfo, day: int) -> timedelta:
     offsets = [
         (EPOCH + DAY * (day + shift)).astimezone(tz).utcoffset() or timedelta(0)
         for shift in (-2, -1, 0, 1, 2, 3)
+        if FIRST_DAY <= day + shift <= LAST_DAY  # next to year 1 or 9999: the days there are
     ]
     return max(offsets) - min(offsets)
 
