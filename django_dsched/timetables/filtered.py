@@ -404,7 +404,7 @@ class Filtered:
                 return None
             moved = self._moved(slot, business)
             if moved > when:
-                slot = self.inner.slot_at_or_before(slot - MICROSECOND)
+                slot = self._slots.slot_at_or_before(slot - MICROSECOND)
                 continue
             blackout = self._blackout(moved)
             if blackout is None:
