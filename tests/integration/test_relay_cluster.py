@@ -59,17 +59,19 @@ def test_sigkill_mid_batch_loses_nothing(cluster, delivery_log):
     counts = Counter(id_ for _, id_, _, _ in log)
     assert set(counts) == ids, "a message was never delivered"
     duplicates = {id_ for id_, n in counts.items() if n > 1}
-    # At least once: only what the victim sent in its last, unrecorded batch comes twice.
-    assert len(duplicates) <= BATCH, cluster.logs()
+    # At least once: only what the victim sent and had not recorded comes twice; a relay
+    # holds at most two batches (the one it sends and the one claimed meanwhile).
+    held = 2 * BATCH
+    assert len(duplicates) <= held, cluster.logs()
     by_id = defaultdict(list)
     for pid, id_, _, _ in log:
         by_id[id_].append(pid)
     for id_ in duplicates:
         assert by_id[id_][0] == killed_pid and len(by_id[id_]) == 2
     assert all(n <= 2 for n in counts.values())
-    # The victim's last claim was taken over after the visibility timeout.
+    # The victim's claims were taken over after the visibility timeout.
     retried = sql("SELECT count(*) FROM outbox_message_t WHERE attempts = 2")[0][0]
-    assert len(duplicates) <= retried <= BATCH
+    assert len(duplicates) <= retried <= held
 
 
 def test_two_relays_never_deliver_the_same_message(cluster, delivery_log, monkeypatch):

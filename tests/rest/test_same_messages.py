@@ -80,7 +80,7 @@ def test_rest_says_what_the_python_api_says(root, call, python, rest, field):
 def test_an_unknown_choice_lists_the_choices_at_every_choice_field(root):
     """Every choice REST takes (body and query) lists the choices, as the Python API does."""
     kind = rest_errors(root, "interval", {"kind": "WEEKLY"})["kind"]
-    assert kind == ["'WEEKLY' is not one of INTERVAL, CRON, ONCE."]
+    assert kind == ["'WEEKLY' is not one of INTERVAL, CRON, ONCE, RRULE."]
     for path, params, field in (
         ("schedules/", {"state": "ON"}, "state"),
         ("schedules/", {"kind": "X"}, "kind"),
