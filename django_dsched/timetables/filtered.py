@@ -33,7 +33,7 @@ from django_dsched.exceptions import CalendarError
 from django_dsched.timetables.calendars import Calendar
 from django_dsched.timetables.known import Remembered
 from django_dsched.timetables.timetable import Timetable
-from django_dsched.timetables.zones import instant, jump_near, wall, zone
+from django_dsched.timetables.zones import instant, jump_near, offset, wall, zone
 
 MICROSECOND = timedelta(microseconds=1)
 DAY = timedelta(days=1)
@@ -130,6 +130,20 @@ class Filtered:
 
     def _day_start(self, day: date) -> datetime:
         return instant(datetime.combine(day, time()), self.zone)
+
+    def _margin(self, source: date, business: date, when: datetime) -> timedelta:
+        """How far around ``when``'s wall time on ``source`` a search for the slots that
+        move to ``business`` must look: nothing when neither day has an offset change (the
+        wall times map one to one), else the jump of the change near ``when``."""
+        if not (self._changes_on(source) or self._changes_on(business)):
+            return timedelta(0)
+        return jump_near(when, self.zone)
+
+    def _changes_on(self, day: date) -> bool:
+        """Whether the zone's UTC offset changes during ``day`` (its wall clock)."""
+        return offset(self._day_start(day), self.zone) != offset(
+            self._day_start(day + DAY), self.zone
+        )
 
     def _moved(self, slot: datetime, day: date) -> datetime:
         """``slot`` at the same wall-clock time on ``day``."""
@@ -342,7 +356,8 @@ class Filtered:
             start = self._day_start(source)
             if business == today:
                 moved_when = datetime.combine(source, wall(when, self.zone).time())
-                start = max(start, instant(moved_when, self.zone) - jump_near(when, self.zone))
+                margin = self._margin(source, business, when)
+                start = max(start, instant(moved_when, self.zone) - margin)
             slot = self._slots.slot_at_or_after(start)
         for _ in range(MAX_SKIPS):
             if slot is None or self._day_of(slot) != source:
@@ -397,7 +412,8 @@ class Filtered:
             end = self._day_start(source + DAY) - MICROSECOND
             if business == today:
                 moved_when = datetime.combine(source, wall(when, self.zone).time())
-                end = min(end, instant(moved_when, self.zone) + jump_near(when, self.zone))
+                margin = self._margin(source, business, when)
+                end = min(end, instant(moved_when, self.zone) + margin)
             slot = self._slots.slot_at_or_before(end)
         for _ in range(MAX_SKIPS):
             if slot is None or self._day_of(slot) != source:
