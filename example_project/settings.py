@@ -33,6 +33,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "rest_framework.authtoken",
+    "django.contrib.postgres",  # django-dsched's tables use its ArrayField
     "django_dsched",
     "example_project.demo",
 ]

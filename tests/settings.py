@@ -31,6 +31,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "rest_framework.authtoken",
+    "django.contrib.postgres",
     "django_dsched",
     # The Celery transport's worker-side dedupe, and the importer's source tables.
     "django_dsched.contrib.celery",

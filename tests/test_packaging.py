@@ -96,7 +96,7 @@ def test_the_installed_wheel_migrates_and_fires_in_a_new_project(
         settings.read_text()
         + textwrap.dedent(
             f"""
-            INSTALLED_APPS += ["django_dsched", "jobs"]
+            INSTALLED_APPS += ["django.contrib.postgres", "django_dsched", "jobs"]
             USE_TZ = True
             DATABASES = {{"default": {{"ENGINE": "django.db.backends.postgresql", **{test_db!r}}}}}
             """
