@@ -324,7 +324,7 @@ def check_epochs(run: Run, buckets: int) -> None:
 
 def check_delivered(run: Run, *, at_most: set[str], repeats: int | None) -> None:
     """Every message of the survivor was delivered; nothing outside ``at_most`` was; at
-    most ``repeats`` ids more than once (a batch in flight when the primary died)."""
+    most ``repeats`` ids more than once (what the relay held when the primary died)."""
     survivor_ids = {row[0] for row in run.survivor["outbox"]}
     assert survivor_ids <= set(run.delivered), "a message was never delivered"
     assert set(run.delivered) <= at_most, set(run.delivered) - at_most
@@ -389,9 +389,10 @@ def test_synchronous_standby_exactly_once_across_the_loss_of_the_primary(ha, tmp
     # (never acknowledged, never visible to a relay: see check_delivered).
     unacknowledged = [row for row in run.old["events"] if row[0] not in survivor]
     assert len(unacknowledged) <= SCHEDULES, unacknowledged
-    # Delivered: exactly the survivor's messages; a repeat (same id) only for the relay's
-    # batch in flight, whose settle died with the primary.
-    check_delivered(run, at_most=survivor, repeats=RELAY_BATCH)
+    # Delivered: exactly the survivor's messages; a repeat (same id) only for what the relay
+    # held, whose settle died with the primary: at most two batches (the one it sends and
+    # the one claimed meanwhile, docs/delivery.md).
+    check_delivered(run, at_most=survivor, repeats=2 * RELAY_BATCH)
     assert "Traceback" not in run.logs, run.logs
     assert "database is back after" in run.logs
 
