@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
 from django.utils.html import format_html_join
 from django.utils.translation import gettext_lazy as _
 
 from django_dsched.admin import tenancy
-from django_dsched.admin.base import ASSETS, ShownTimes, unstorable_query
+from django_dsched.admin.base import ASSETS, ShownTimes
 from django_dsched.admin.display import time_display
 from django_dsched.changes import calendars as service
 from django_dsched.changes import permissions as rules
@@ -89,7 +89,7 @@ class WindowInlineAdmin(WindowInline):
 
 
 @admin.register(Calendar)
-class CalendarAdmin(tenancy.TenantScoped, ShownTimes):
+class CalendarAdmin(tenancy.TenantEdited, ShownTimes):
     form = CalendarForm
     inlines = [WindowInlineAdmin]
     list_display = ["name", "host_id", "country", "subdivision", "weekend", "version", "updated"]
@@ -129,18 +129,6 @@ class CalendarAdmin(tenancy.TenantScoped, ShownTimes):
         if allowed is None:
             return queryset
         return queryset.filter(host_id__in=[*allowed, app_settings.DEFAULT_HOST_ID])
-
-    def get_form(
-        self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any
-    ) -> Any:
-        form = super().get_form(request, obj, change=change, **kwargs)
-        return type(form.__name__, (form,), {"hosts": tenancy.hosts(request)})
-
-    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
-        refused = unstorable_query(request)
-        if refused is not None:
-            return refused
-        return super().changelist_view(request, extra_context)
 
     def _own(self, request: HttpRequest, obj: Any) -> bool:
         """Whether ``obj`` (None: any) is of one of the user's hosts (the operator's are

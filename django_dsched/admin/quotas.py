@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.contrib import admin
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
 
 from django_dsched.admin import tenancy
-from django_dsched.admin.base import ASSETS, ShownTimes, unstorable_query
+from django_dsched.admin.base import ASSETS, ShownTimes
 from django_dsched.admin.display import time_display
-from django_dsched.admin.tenancy import TenantScoped
+from django_dsched.admin.tenancy import TenantEdited
 from django_dsched.changes import permissions as rules
 from django_dsched.models import TenantQuota
 
@@ -37,7 +37,7 @@ class QuotaForm(QuotaModelForm):
 
 
 @admin.register(TenantQuota)
-class TenantQuotaAdmin(TenantScoped, ShownTimes):
+class TenantQuotaAdmin(TenantEdited, ShownTimes):
     """Add, change and delete need the model's permissions (the capabilities of
     :mod:`django_dsched.changes.permissions`). A change applies to the next create of the
     host, and to the scheduler's fires at its next heartbeat. A user limited to some
@@ -57,18 +57,6 @@ class TenantQuotaAdmin(TenantScoped, ShownTimes):
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         # The host is the row's key: another host is another row.
         return ["host_id"] if obj is not None else []
-
-    def get_form(
-        self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any
-    ) -> Any:
-        form = super().get_form(request, obj, change=change, **kwargs)
-        return type(form.__name__, (form,), {"hosts": tenancy.hosts(request)})
-
-    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
-        refused = unstorable_query(request)
-        if refused is not None:
-            return refused
-        return super().changelist_view(request, extra_context)
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return rules.allows(request.user, rules.VIEW_QUOTAS)

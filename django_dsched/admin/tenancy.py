@@ -17,11 +17,11 @@ from typing import Any, TypeVar
 
 from django import forms
 from django.db.models import Model, QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.utils.module_loading import import_string
 from django.utils.translation import gettext_lazy as _
 
-from django_dsched.admin.base import AnyModelAdmin
+from django_dsched.admin.base import AnyModelAdmin, unstorable_query
 from django_dsched.changes.permissions import reachable_hosts
 from django_dsched.conf import app_settings
 
@@ -64,3 +64,20 @@ class TenantScoped(AnyModelAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         return scoped(request, super().get_queryset(request))
+
+
+class TenantEdited(TenantScoped):
+    """A tenant-scoped admin whose rows staff edit: its form knows the user's hosts (a row
+    is saved in one of them only), and a list query the database cannot store is refused."""
+
+    def get_form(
+        self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        form = super().get_form(request, obj, change=change, **kwargs)
+        return type(form.__name__, (form,), {"hosts": hosts(request)})
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        refused = unstorable_query(request)
+        if refused is not None:
+            return refused
+        return super().changelist_view(request, extra_context)
