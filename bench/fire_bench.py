@@ -46,6 +46,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import minimal_ceiling
 from setup_django import ROOT, configure
 
 # A production scheduler: no query log (with DEBUG on, Django keeps the last 9,000 statements,
@@ -58,8 +59,8 @@ import psycopg  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
+from django_dsched.history import event_ids  # noqa: E402
 from django_dsched.models import ids  # noqa: E402
-from django_dsched.scheduler import event_ids  # noqa: E402
 
 
 def sql(query: str, params=None):
@@ -210,23 +211,37 @@ def fire_run(schedules: int, batch_size: int) -> dict[str, float]:
     insert_schedules(schedules, "HOURS", 1, "now() - interval '30 minutes'")
     checkpoint()
     before = load()
-    wal_start = wal_lsn()
+    wal_start, server_before = wal_lsn(), server_counters()
     spawned = time.monotonic()
     process = start_scheduler(f"--batch-size={batch_size}")
-    wait_drained(schedules, timeout=1800)
+    wait_drained(schedules, timeout=3600)
     wall = time.monotonic() - spawned
     wal_end = wal_lsn()
     wal = (wal_end - wal_start) / schedules
     rss = peak_rss_mb(process.pid)
-    stop(process)
+    stop(process)  # its backend reports its WAL counters as it ends
+    time.sleep(0.5)
+    server_after = server_counters()
+    fpi, timed, requested = (b - a for a, b in zip(server_before, server_after, strict=True))
     rate, batches, span = firing_rate(schedules)
     print(
         f"  fire {schedules:,}: {rate:,.0f} fires/s ({batches} batches in {span:.3f} s;"
         f" all fired {wall:.2f} s after spawning; peak RSS {rss:.0f} MB; WAL {wal:,.0f} B"
-        f" a fire, {lsn(wal_start)}..{lsn(wal_end)}; load {before})",
+        f" a fire, {fpi / schedules:.3f} full-page images a fire, {lsn(wal_start)}.."
+        f"{lsn(wal_end)}; checkpoints meanwhile {timed} timed, {requested} by WAL size;"
+        f" load {before})",
         flush=True,
     )
     return {"rate": rate, "wall": wall, "rss": rss, "dups": duplicates(), "wal": wal}
+
+
+def server_counters() -> tuple[int, int, int]:
+    """The server's full-page images written to the WAL, and its checkpoints so far (timed,
+    and requested: started because the WAL since the last one neared ``max_wal_size``)."""
+    return sql(
+        "SELECT (SELECT wal_fpi FROM pg_stat_wal), checkpoints_timed, checkpoints_req"
+        " FROM pg_stat_bgwriter"
+    )[0]
 
 
 # The ceiling: the same three writes per fire by hand, in batches (see the module's doc).
@@ -307,6 +322,21 @@ def ceiling_run(schedules: int, batch_size: int) -> dict[str, float]:
     return {"rate": rate, "wall": wall, "dups": duplicates(), "wal": wal}
 
 
+def minimal_run(schedules: int, batch_size: int) -> dict[str, float]:
+    """The minimal ceiling (bench/minimal_ceiling.py) draining ``schedules`` due schedules."""
+    reset()  # the product's tables hold nothing meanwhile, as for the other runs
+    before = load()
+    new_id = "gen_random_uuid()" if RANDOM_IDS else ids.sql("i - 1")
+    result = minimal_ceiling.run(URL, schedules, batch_size, new_id, event_ids.event_id, CHECKPOINT)
+    print(
+        f"  minimal ceiling {schedules:,}: {result['rate']:,.0f} fires/s"
+        f" ({result['batches']} batches in {result['span']:.3f} s; {result['wall']:.2f} s in"
+        f" all; WAL {result['wal']:,.0f} B a fire; load {before})",
+        flush=True,
+    )
+    return {**result, "dups": 0}
+
+
 def peak_rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -329,49 +359,63 @@ def burst(schedules: int, runs: int, batch_size: int, what: str = "burst") -> No
     )
 
 
-def ceiling(schedules: int, runs: int, batch_size: int) -> None:
-    rates = [ceiling_run(schedules, batch_size)["rate"] for _ in range(runs)]
+def ceiling(schedules: int, runs: int, batch_size: int, minimal: bool = False) -> None:
+    run = minimal_run if minimal else ceiling_run
+    rates = [run(schedules, batch_size)["rate"] for _ in range(runs)]
     print(
-        f"ceiling: {schedules:,} due schedules, batch {batch_size}: median "
+        f"{'minimal ' if minimal else ''}ceiling: {schedules:,} due schedules, batch"
+        f" {batch_size}: median "
         f"{statistics.median(rates):,.0f} fires/s (min {min(rates):,.0f}, "
         f"max {max(rates):,.0f}) over {runs} runs"
     )
 
 
-def scale(sizes: list[int], runs: int, batch_size: int, ceiling_batch: int) -> None:
-    """The fire path and the ceiling at each size, in rounds; medians and ratios."""
-    fires: dict[int, list[float]] = {n: [] for n in sizes}
-    ceil: dict[int, list[float]] = {n: [] for n in sizes}
+# The ceilings ``scale`` can run beside the product: by hand on the product's own tables
+# (``tables``: what those tables and indexes cost) or on minimal ones (``minimal``: what a
+# fire costs at the least, bench/minimal_ceiling.py).
+CEILINGS = {"tables": ceiling_run, "minimal": minimal_run}
+
+
+def scale(
+    sizes: list[int], runs: int, batch_size: int, ceiling_batch: int, ceilings: list[str]
+) -> None:
+    """The fire path and each ceiling at each size, in rounds (the order alternating);
+    medians and ratios, each ratio per round (the product against the ceiling measured
+    beside it)."""
+    kinds = ["fire path", *ceilings]
+    rates: dict[tuple[str, int], list[float]] = {(k, n): [] for k in kinds for n in sizes}
     wal: dict[tuple[str, int], list[float]] = {}
 
-    def measured(kind: str, n: int, result: dict[str, float], into: list[float]) -> None:
-        into.append(result["rate"])
+    def measured(kind: str, n: int) -> None:
+        if kind == "fire path":
+            result = fire_run(n, batch_size)
+        else:
+            result = CEILINGS[kind](n, ceiling_batch)
+        rates[kind, n].append(result["rate"])
         wal.setdefault((kind, n), []).append(result["wal"])
 
     for run in range(runs):
         print(f"round {run + 1} (load {load()})", flush=True)
         for n in sizes:
-            pair = [
-                lambda n=n: measured("fire path", n, fire_run(n, batch_size), fires[n]),
-                lambda n=n: measured("ceiling", n, ceiling_run(n, ceiling_batch), ceil[n]),
-            ]
-            for step in pair if run % 2 == 0 else reversed(pair):
-                step()
-    base, base_ceiling = statistics.median(fires[sizes[0]]), statistics.median(ceil[sizes[0]])
-    print(f"scale: medians of {runs} rounds, batch {batch_size} (ceiling {ceiling_batch})")
-    print(
-        "| due schedules | fire path, fires/s | vs first size | ceiling, fires/s |"
-        " vs first size | fire path / ceiling (per round) |"
-    )
-    print("| --- | --- | --- | --- | --- | --- |")
+            for kind in kinds if run % 2 == 0 else reversed(kinds):
+                measured(kind, n)
+    base = statistics.median(rates["fire path", sizes[0]])
+    print(f"scale: medians of {runs} rounds, batch {batch_size} (ceilings {ceiling_batch})")
+    heads = "".join(f" {k} ceiling, fires/s | fire path / {k} (per round) |" for k in ceilings)
+    print(f"| due schedules | fire path, fires/s | vs first size |{heads}")
+    print("| --- | --- | --- |" + " --- | --- |" * len(ceilings))
     for n in sizes:
-        f, c = statistics.median(fires[n]), statistics.median(ceil[n])
-        per_round = [a / b for a, b in zip(fires[n], ceil[n], strict=True)]
-        print(
-            f"| {n:,} | {f:,.0f} ({min(fires[n]):,.0f}-{max(fires[n]):,.0f}) | {f / base:.2f} |"
-            f" {c:,.0f} ({min(ceil[n]):,.0f}-{max(ceil[n]):,.0f}) | {c / base_ceiling:.2f} |"
-            f" {f / c:.2f} ({min(per_round):.2f}-{max(per_round):.2f}) |"
-        )
+        mine = rates["fire path", n]
+        row = f"| {n:,} | {statistics.median(mine):,.0f} ({min(mine):,.0f}-{max(mine):,.0f}) |"
+        row += f" {statistics.median(mine) / base:.2f} |"
+        for kind in ceilings:
+            theirs = rates[kind, n]
+            ratios = [a / b for a, b in zip(mine, theirs, strict=True)]
+            row += (
+                f" {statistics.median(theirs):,.0f} ({min(theirs):,.0f}-{max(theirs):,.0f}) |"
+                f" {statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}) |"
+            )
+        print(row)
     for (kind, n), bytes_per_fire in sorted(wal.items()):
         print(f"WAL per fire, {kind}, {n:,}: median {statistics.median(bytes_per_fire):,.0f} B")
 
@@ -435,7 +479,17 @@ def main() -> None:
     parser.add_argument("--metrics", action="store_true", help="serve metrics (--metrics-port)")
     parser.add_argument("--ceiling-batch-size", type=int, default=500)
     parser.add_argument(
-        "--sizes", default="10000,50000,1000000", help="scale: the sizes, the first the base"
+        "--sizes",
+        default="50000,1000000,5000000",
+        help="scale: the sizes, the first the base",
+    )
+    parser.add_argument(
+        "--ceilings",
+        default="minimal,tables",
+        help="scale: the ceilings run beside the product at each size (minimal, tables)",
+    )
+    parser.add_argument(
+        "--minimal", action="store_true", help="ceiling: on minimal tables (minimal_ceiling.py)"
     )
     parser.add_argument(
         "--random-ids", action="store_true", help="version-4 schedule ids (the old default)"
@@ -467,10 +521,13 @@ def main() -> None:
     if options.what == "drain":
         burst(options.schedules or 1_000_000, options.runs, options.batch_size, "drain")
     if options.what == "ceiling":
-        ceiling(options.schedules or 10_000, options.runs, options.ceiling_batch_size)
+        ceiling(
+            options.schedules or 10_000, options.runs, options.ceiling_batch_size, options.minimal
+        )
     if options.what == "scale":
         sizes = [int(n) for n in options.sizes.split(",")]
-        scale(sizes, options.runs, options.batch_size, options.ceiling_batch_size)
+        ceilings = [c for c in options.ceilings.split(",") if c]
+        scale(sizes, options.runs, options.batch_size, options.ceiling_batch_size, ceilings)
     if options.what in ("burst", "all"):
         burst(options.schedules or 10_000, options.runs, options.batch_size)
     if options.what in ("steady", "all"):

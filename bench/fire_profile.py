@@ -43,6 +43,10 @@ from django_dsched.conf import app_settings  # noqa: E402
 from django_dsched.firing.batch import fire_batch  # noqa: E402
 from django_dsched.firing.fence import Fence  # noqa: E402
 from django_dsched.models import ids  # noqa: E402
+from django_dsched.runtime.loops import NO_JIT, bound_transaction, hold_bounds  # noqa: E402
+
+# --jit: the batches run with the server's JIT setting (as before runtime.loops.NO_JIT).
+JIT = False
 
 TABLES = ("schedule_t", "event_store_t", "outbox_message_t")
 
@@ -63,7 +67,7 @@ class TimedCursor:
     def execute(self, query: str, params: Any = None) -> None:
         started = time.perf_counter()
         self.cursor.execute(query, params)
-        if query.lstrip().startswith("SELECT schedule_id"):
+        if query.lstrip().startswith(("SELECT schedule_id", "WITH RECURSIVE since")):
             key = "claim"
         elif "INSERT INTO outbox_message_t" in query:
             key = "write"
@@ -82,6 +86,9 @@ WAL = "SELECT wal_bytes::float8, wal_fpi::float8 FROM pg_stat_wal"
 
 
 def counters() -> tuple[Any, Any, Any]:
+    if connection.pg_version < 160000:  # no pg_stat_io (a stock PostgreSQL 15): I/O unknown
+        unknown = (float("nan"),) * 3
+        return unknown, unknown, sql(WAL)[0]
     sql("SELECT pg_stat_force_next_flush()")
     time.sleep(1.2)  # other backends flush their statistics at most once a second
     return sql(IO, ["client backend"])[0], sql(IO, ["autovacuum worker"])[0], sql(WAL)[0]
@@ -140,6 +147,9 @@ def drain(count: int, batch_size: int, autovacuum: bool) -> float:
         begun = time.perf_counter()
         with transaction.atomic():
             with connection.cursor() as cursor:
+                # The settings of the scheduler's own transactions (runtime.loops): JIT off.
+                if not JIT:
+                    bound_transaction(cursor, {**NO_JIT, **hold_bounds(3600.0)})
                 timed = TimedCursor(cursor)
                 result = fire_batch(timed, fence, batch_size)
             written = time.perf_counter()
@@ -199,7 +209,10 @@ def main() -> None:
     parser.add_argument("--sizes", default="10000,10000,10000,1000000")
     parser.add_argument("--batch-size", type=int, default=1000)
     parser.add_argument("--no-autovacuum", action="store_true")
+    parser.add_argument("--jit", action="store_true", help="the server's JIT setting (diagnosis)")
     options = parser.parse_args()
+    global JIT
+    JIT = options.jit
     call_command("migrate", verbosity=0)
     (buffers,) = sql("SELECT current_setting('shared_buffers')")[0]
     print(

@@ -238,7 +238,7 @@ def fire_alone(count: int) -> tuple[float, float]:
     insert_schedules(count, "HOURS", 1, "now() - interval '30 minutes'")
     scheduler = start_scheduler()
     try:
-        wait_until(NOTHING_DUE, 600, every=0.1)
+        wait_until(NOTHING_DUE, max(600, count / 500), every=0.1)
     finally:
         stop(scheduler)
     return firing(count)
@@ -420,7 +420,8 @@ def e2e(count: int, runs: int, batch: int, baseline: Path | None) -> None:
                             wait_until(
                                 f"SELECT count(*) = {count} FROM outbox_message_t"
                                 " WHERE status = 'DELIVERED'",
-                                600,
+                                max(600, count / 500),
+                                every=0.5,  # a count of a million rows: not every 50 ms
                             )
                         finally:
                             stop(scheduler)

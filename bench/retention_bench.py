@@ -54,11 +54,10 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
 from django_dsched.enums import DeliveryStatus  # noqa: E402
-from django_dsched.history import expiry, partitions  # noqa: E402
+from django_dsched.history import event_ids, expiry, partitions  # noqa: E402
 from django_dsched.history.partitions import EVENTS, OUTBOX, make_day  # noqa: E402
 from django_dsched.outbox.claims import CLAIM, backlog_share  # noqa: E402
 from django_dsched.outbox.retention import purge_expired  # noqa: E402
-from django_dsched.scheduler import event_ids  # noqa: E402
 from tests.outbox_helpers import waiting_over_days_sql  # noqa: E402
 
 AGE_DAYS = 60
