@@ -7,14 +7,6 @@ from typing import Any
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import ValidationError
-from django.db.models import (
-    Count,
-    IntegerField,
-    OuterRef,
-    QuerySet,
-    Subquery,
-)
-from django.db.models.functions import Coalesce, Now
 from django.http import HttpRequest
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
@@ -26,64 +18,17 @@ from django_dsched.admin import health, schedule_panels, tenancy
 from django_dsched.admin.base import ASSETS, ShownTimes, unstorable_query
 from django_dsched.admin.display import EMPTY, badge, breakable, moment, time_display
 from django_dsched.admin.filters import HostFilter, ScheduleValuesFilter, index_distinct
-from django_dsched.admin.outbox import RETRYING
 from django_dsched.admin.schedule_actions import ScheduleActionsMixin
 from django_dsched.admin.schedule_form import ScheduleForm
+from django_dsched.admin.schedule_list import ScheduleChangeList, SchedulePaginator
 from django_dsched.admin.tenancy import TenantScoped
 from django_dsched.changes import edits
 from django_dsched.changes.describe import both_times, describe, is_utc, zone_of
 from django_dsched.enums import PLANNED, DeliveryStatus, ScheduleOrigin, ScheduleState
-from django_dsched.health import judge
-from django_dsched.models import OutboxMessage, Schedule, SchedulerInstance
+from django_dsched.models import Schedule, SchedulerInstance
 from django_dsched.models.order import next_fire_order
 from django_dsched.models.schedule import resolve_host
 from django_dsched.runtime.clock import database_now
-
-
-def with_list_columns(queryset: QuerySet[Schedule]) -> QuerySet[Schedule]:
-    """The change list's computed columns, in the list's one query (no per-row queries):
-    each schedule's health (worked out for the page's rows only: django_dsched.health), its
-    dead letters (a partial index serves the count) and the database's clock."""
-    dead = (
-        OutboxMessage.objects.filter(
-            aggregate_id=OuterRef("pk"), status=DeliveryStatus.DELIVERY_FAILED
-        )
-        .order_by()
-        .values("aggregate_id")
-        .annotate(n=Count("pk"))
-        .values("n")
-    )
-    return judge.with_health(queryset).annotate(
-        dead_letters=Coalesce(Subquery(dead, output_field=IntegerField()), 0),
-        db_now=Now(),
-    )
-
-
-def count_retrying(schedules: list[Schedule]) -> None:
-    """Set ``retrying`` on each of ``schedules``: its messages whose delivery failed and
-    will be tried again. One query for the page (pending messages are the backlog)."""
-    ids = [schedule.pk for schedule in schedules]
-    counts: dict[Any, int] = {}
-    if ids:
-        counts = dict(
-            OutboxMessage.objects.filter(RETRYING, aggregate_id__in=ids)
-            .order_by()
-            .values("aggregate_id")
-            .annotate(n=Count("pk"))
-            .values_list("aggregate_id", "n")
-        )
-    for schedule in schedules:
-        schedule.retrying = counts.get(schedule.pk, 0)  # type: ignore[attr-defined]
-
-
-class ScheduleChangeList(ChangeList):
-    def get_queryset(self, request: HttpRequest, *args: Any, **kwargs: Any) -> QuerySet[Schedule]:
-        return with_list_columns(super().get_queryset(request, *args, **kwargs))
-
-    def get_results(self, request: HttpRequest) -> None:
-        super().get_results(request)
-        self.result_list = list(self.result_list)  # read once: the page's rows
-        count_retrying(self.result_list)
 
 
 def many_hosts(request: HttpRequest) -> bool:
@@ -128,6 +73,8 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
     search_fields = ["schedule_name", "event_topic", "event_type", "=idempotency_key"]
     ordering = ["next_run_ts"]
     show_full_result_count = False
+    # A page reads its rows, not the table (admin/schedule_list.py).
+    paginator = SchedulePaginator
     save_on_top = False
     fieldsets = [
         (None, {"fields": ["schedule_name", "host_id", "seen_version"]}),

@@ -164,7 +164,7 @@ def filter_health(queryset: QuerySet[Schedule], *states: str) -> QuerySet[Schedu
     else:
         # Several states: the union of each one's candidates (an OR of them would be read
         # as a filter over the whole table; each part of a union reads its own index).
-        parts = [Schedule.objects.filter(_CANDIDATES[s]).values("pk") for s in wanted]
+        parts = [Schedule.objects.filter(_CANDIDATES[s]).order_by().values("pk") for s in wanted]
         candidates = Q(pk__in=parts[0].union(*parts[1:], all=True))
     annotated = queryset if STATE in queryset.query.annotations else with_state(queryset)
     return annotated.filter(candidates, **{f"{STATE}__in": wanted})

@@ -1,0 +1,112 @@
+"""The schedule list's pages: which rows a page shows, and their computed columns, at a cost
+that follows the page, not the table.
+
+A page is read in two steps. First its rows' ids: in the list's default order (what will
+fire, soonest first: :mod:`django_dsched.models.order`) part by part, the active schedules
+a range of ``dsched_schedule_due_idx`` (no sort of the table); in an order a user picked,
+a slice of that order. Then those rows with their computed columns, in one query: their
+health (:mod:`django_dsched.health`), dead letters and the database's clock, worked out for
+the page's rows alone (an ``OFFSET`` does not work them out for the rows it passes over).
+The count is exact up to :data:`~.paging.EXACT_COUNT_LIMIT` rows, the planner's estimate
+beyond (the table's size when nothing is filtered).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.admin.views.main import ChangeList
+from django.core.paginator import Page
+from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
+from django.db.models.functions import Coalesce, Now
+from django.http import HttpRequest
+
+from django_dsched.admin.outbox import RETRYING
+from django_dsched.admin.paging import EXACT_COUNT_LIMIT, EstimatedCountPaginator
+from django_dsched.enums import DeliveryStatus
+from django_dsched.health import judge
+from django_dsched.models import OutboxMessage, Schedule
+from django_dsched.models.order import in_next_fire_order, read_in_parts
+
+
+def with_dead_letters(queryset: QuerySet[Schedule]) -> QuerySet[Schedule]:
+    """``queryset`` with each schedule's dead letters (``dead_letters``: a partial index
+    serves the count), which the list can be sorted by."""
+    dead = (
+        OutboxMessage.objects.filter(
+            aggregate_id=OuterRef("pk"), status=DeliveryStatus.DELIVERY_FAILED
+        )
+        .order_by()
+        .values("aggregate_id")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    return queryset.annotate(dead_letters=Coalesce(Subquery(dead, output_field=IntegerField()), 0))
+
+
+def with_list_columns(queryset: QuerySet[Schedule]) -> QuerySet[Schedule]:
+    """The change list's computed columns, in one query (no per-row queries): each
+    schedule's health, its dead letters and the database's clock."""
+    if "dead_letters" not in queryset.query.annotations:
+        queryset = with_dead_letters(queryset)
+    return judge.with_health(queryset).annotate(db_now=Now())
+
+
+def count_retrying(schedules: list[Schedule]) -> None:
+    """Set ``retrying`` on each of ``schedules``: its messages whose delivery failed and
+    will be tried again. One query for the page (pending messages are the backlog)."""
+    ids = [schedule.pk for schedule in schedules]
+    counts: dict[Any, int] = {}
+    if ids:
+        counts = dict(
+            OutboxMessage.objects.filter(RETRYING, aggregate_id__in=ids)
+            .order_by()
+            .values("aggregate_id")
+            .annotate(n=Count("pk"))
+            .values_list("aggregate_id", "n")
+        )
+    for schedule in schedules:
+        schedule.retrying = counts.get(schedule.pk, 0)  # type: ignore[attr-defined]
+
+
+def page_rows(queryset: QuerySet[Schedule], ids: list[Any]) -> list[Schedule]:
+    """The schedules ``ids`` (of ``queryset``'s database), in that order, with the list's
+    computed columns."""
+    if not ids:
+        return []
+    read = with_list_columns(Schedule.objects.using(queryset.db).filter(pk__in=ids))
+    rows = {row.pk: row for row in read}
+    found = [rows[pk] for pk in ids if pk in rows]
+    count_retrying(found)
+    return found
+
+
+class SchedulePaginator(EstimatedCountPaginator):
+    """A page of the list is the ids of its rows; :class:`ScheduleChangeList` reads the
+    rows. In next-fire order, more than :data:`~.paging.EXACT_COUNT_LIMIT` of them are read
+    part by part (:func:`read_in_parts`); fewer (a filter that picks a few: their indexes
+    find them) are sorted whole, as any other order (a slice of it)."""
+
+    def page(self, number: Any) -> Page:  # type: ignore[type-arg]  # a page of ids
+        number = self.validate_number(number)
+        start = (number - 1) * self.per_page
+        queryset: QuerySet[Schedule] = self.object_list  # type: ignore[assignment]
+        if self.count > EXACT_COUNT_LIMIT and in_next_fire_order(queryset):
+            ids = read_in_parts(queryset, start, self.per_page)
+        else:
+            ids = list(queryset.values_list("pk", flat=True)[start : start + self.per_page])
+        return Page(ids, number, self)
+
+
+class ScheduleChangeList(ChangeList):
+    def get_queryset(self, request: HttpRequest, *args: Any, **kwargs: Any) -> QuerySet[Schedule]:
+        return with_dead_letters(super().get_queryset(request, *args, **kwargs))
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        found = self.result_list
+        if isinstance(found, QuerySet):  # one page, or all: the list's order, whole
+            ids = list(found.values_list("pk", flat=True))
+        else:
+            ids = list(found)
+        self.result_list = page_rows(self.queryset, ids)
