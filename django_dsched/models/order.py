@@ -20,21 +20,26 @@ from django.db.models import Case, F, OrderBy, Q, QuerySet, Value, When
 
 from django_dsched.enums import PLANNED, ScheduleState
 
-# The planned parts in the order of dsched_schedule_due_idx (next_run_ts, priority DESC),
-# then the newest id: the active part is a range of that index (with LIMIT, no sort of the
-# table); the paused part a sort of the paused rows only (dsched_schedule_paused_idx).
-PLANNED_ORDER = ("next_run_ts", "-priority", "-schedule_id")
+# The active part in the order of dsched_schedule_due_idx (next_run_ts, priority DESC): a
+# range of that index (with LIMIT, no sort). Not broken further: a tie-breaker the index
+# does not hold would sort every schedule of a tie (10,000 hourly crons due at :00), so
+# schedules due at the same time with the same priority come in the index's order. The
+# paused part is a sort of the paused rows only (dsched_schedule_paused_idx), the ended
+# part of the ended rows (no index serves their order; read only by pages past the
+# planned ones).
+ACTIVE_ORDER = ("next_run_ts", "-priority")
+PAUSED_ORDER = ("next_run_ts", "-priority", "-schedule_id")
 ENDED_ORDER = (F("last_fired_ts").desc(nulls_last=True), F("schedule_id").desc())
 NEXT_FIRE_PARTS: tuple[tuple[Q, tuple[Any, ...]], ...] = (
-    (Q(active=True), PLANNED_ORDER),
-    (Q(state=ScheduleState.PAUSED), PLANNED_ORDER),
+    (Q(active=True), ACTIVE_ORDER),
+    (Q(state=ScheduleState.PAUSED), PAUSED_ORDER),
     (~Q(state__in=PLANNED), ENDED_ORDER),
 )
 
 
 def next_fire_order() -> list[OrderBy]:
-    """:data:`NEXT_FIRE_PARTS` as one ordering (total: the id breaks ties, and the admin
-    adds nothing to it)."""
+    """:data:`NEXT_FIRE_PARTS` as one ordering (total: the newest id breaks ties, and the
+    admin adds nothing to it)."""
     planned = Q(state__in=PLANNED)
     return [
         Case(
@@ -59,7 +64,8 @@ def in_next_fire_order(queryset: QuerySet[Any]) -> bool:
 def read_in_parts(queryset: QuerySet[Any], start: int, size: int) -> list[Any]:
     """The ids of ``queryset``'s rows ``start`` to ``start + size`` in next-fire order, read
     part by part (:data:`NEXT_FIRE_PARTS`): a part is read only when the page reaches it,
-    and counted only when the page lies wholly past it."""
+    and counted only when the page lies wholly past it. The pages of :func:`next_fire_order`
+    but for the order among active schedules tied on next run and priority."""
     ids: list[Any] = []
     skip = start
     for condition, ordering in NEXT_FIRE_PARTS:
