@@ -155,18 +155,21 @@ class ScheduleValuesFilter(BoundedValuesFilter):
         assert column is not None  # a concrete field
         read: dict[str, tuple[list[Any], bool]] = getattr(self.request, "_dsched_values", {})
         if column not in read:
-            columns = [column] + [
-                Schedule._meta.get_field(name).column  # type: ignore[misc]
-                for name, kind in self._siblings()
-                if kind is type(self) and name != self.field_path
-            ]
+            columns = [column, *(c for c in self._siblings() if c != column)]
             read = scanned_columns(Schedule, columns, limit, self.hosts)
             self.request._dsched_values = read  # type: ignore[attr-defined]
         values, self.complete = read[column]
         return values
 
-    def _siblings(self) -> list[tuple[str, Any]]:
-        return [f for f in self.model_admin.list_filter if isinstance(f, tuple)]
+    def _siblings(self) -> list[str]:
+        """The columns of the list's filters of this kind."""
+        found = []
+        for entry in self.model_admin.list_filter:
+            if isinstance(entry, tuple) and entry[1] is type(self) and isinstance(entry[0], str):
+                field = Schedule._meta.get_field(entry[0])
+                if isinstance(field, models.Field) and field.column:
+                    found.append(field.column)
+        return found
 
 
 class HostFilter(BoundedValuesFilter):
