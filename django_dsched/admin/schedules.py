@@ -11,7 +11,7 @@ from django.http import HttpRequest
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
-from django.utils.safestring import mark_safe
+from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 
 from django_dsched.admin import health, schedule_panels, tenancy
@@ -20,7 +20,12 @@ from django_dsched.admin.display import EMPTY, badge, breakable, moment, time_di
 from django_dsched.admin.filters import HostFilter, ScheduleValuesFilter, index_distinct
 from django_dsched.admin.schedule_actions import ScheduleActionsMixin
 from django_dsched.admin.schedule_form import ScheduleForm
-from django_dsched.admin.schedule_list import ScheduleChangeList, SchedulePaginator
+from django_dsched.admin.schedule_list import (
+    OUTBOX_URL,
+    ScheduleChangeList,
+    SchedulePaginator,
+    checkbox,
+)
 from django_dsched.admin.tenancy import TenantScoped
 from django_dsched.changes import edits
 from django_dsched.changes.describe import both_times, describe, is_utc, zone_of
@@ -201,6 +206,11 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
     def get_list_display_links(self, request: HttpRequest, list_display: Any) -> Any:
         return [list_display[0]]
 
+    def action_checkbox(self, obj: Schedule) -> SafeString:
+        """Django's column (its header is the admin's own), each row's box written as
+        Django writes it, without a form widget rendered per row."""
+        return checkbox(obj)
+
     @admin.display(description=_("name"), ordering="schedule_name")
     def name(self, obj: Schedule) -> str:
         return breakable(obj.schedule_name)
@@ -274,7 +284,8 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
     def deliveries(self, obj: Schedule) -> str:
         """What to worry about: messages being retried and dead letters, each a link to
         the outbox list of those messages, which shows their last error."""
-        url = reverse("admin:dsched_outboxmessage_changelist")
+        # Reversed once for the page's rows (schedule_list.page_rows).
+        url = getattr(obj, OUTBOX_URL, None) or reverse("admin:dsched_outboxmessage_changelist")
         links = []
         for count, query, tone, kind, text, title in (
             (
