@@ -85,7 +85,7 @@ def page_rows(queryset: QuerySet[Schedule], ids: list[Any]) -> list[Schedule]:
     computed columns."""
     if not ids:
         return []
-    read = with_list_columns(Schedule.objects.using(queryset.db).filter(pk__in=ids))
+    read = with_list_columns(Schedule.objects.using(queryset.db).filter(pk__in=ids).order_by())
     rows = {row.pk: row for row in read}
     found = [rows[pk] for pk in ids if pk in rows]
     count_retrying(found)

@@ -36,6 +36,14 @@ from django_dsched.models.schedule import resolve_host
 from django_dsched.runtime.clock import database_now
 
 
+def state_label(state: str) -> str:
+    """A state's label (``get_state_display`` builds the field's choices on every call)."""
+    try:
+        return str(ScheduleState(state).label)
+    except ValueError:
+        return state
+
+
 def many_hosts(request: HttpRequest) -> bool:
     """Whether the schedules belong to more than one host (read once per request, from the
     index on (host_id, schedule_name): two probes)."""
@@ -264,10 +272,10 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
             # The scheduler could not plan it: the error is the point, so it is shown.
             return format_html(
                 '{}<br><small class="dsched-set-aside-reason">{}</small>',
-                badge(obj.state, obj.get_state_display(), title=obj.set_aside_reason),
+                badge(obj.state, state_label(obj.state), title=obj.set_aside_reason),
                 obj.set_aside_reason,
             )
-        return badge(obj.state, obj.get_state_display(), title=title)
+        return badge(obj.state, state_label(obj.state), title=title)
 
     @admin.display(description=_("state · health"), ordering="state")
     def state_and_health(self, obj: Schedule) -> str:
