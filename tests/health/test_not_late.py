@@ -141,23 +141,12 @@ def test_calendar_excluded_slots_catch_up_drops_pauses_and_the_fire_limit_are_no
         weekend=(),
         windows=[Blackout(now - timedelta(minutes=30), now + timedelta(minutes=30), "freeze")],
     )
+    minutely_since = {"every": 1, "unit": "MINUTES", "start": now - timedelta(minutes=20)}
     frozen = api.create_interval(
-        "frozen",
-        every=1,
-        unit="MINUTES",
-        start=now - timedelta(minutes=20),
-        topic="t",
-        event_type="x",
-        calendars=[freeze],
+        "frozen", topic="t", event_type="x", calendars=[freeze], **minutely_since
     )
     window = api.create_interval(
-        "catch-up-window",
-        every=1,
-        unit="MINUTES",
-        start=now - timedelta(minutes=20),
-        topic="t",
-        event_type="x",
-        misfire_grace_seconds=60,
+        "catch-up-window", topic="t", event_type="x", misfire_grace_seconds=60, **minutely_since
     )
     once = ScheduleFactory(start_ts=now - timedelta(seconds=1), max_fires=1)
     paused = ScheduleFactory(start_ts=now - timedelta(minutes=20))
