@@ -1,14 +1,16 @@
 """The schedule list's pages: which rows a page shows, and their computed columns, at a cost
 that follows the page, not the table.
 
-A page is read in two steps. First its rows' ids: in the list's default order (what will
-fire, soonest first: :mod:`django_dsched.models.order`) part by part, the active schedules
-a range of ``dsched_schedule_due_idx`` (no sort of the table); in an order a user picked,
-a slice of that order. Then those rows with their computed columns, in one query: their
-health (:mod:`django_dsched.health`), dead letters and the database's clock, worked out for
-the page's rows alone (an ``OFFSET`` does not work them out for the rows it passes over).
-The count is exact up to :data:`~.paging.EXACT_COUNT_LIMIT` rows, the planner's estimate
-beyond (the table's size when nothing is filtered).
+Past :data:`~.paging.EXACT_COUNT_LIMIT` rows, a page is read in two steps. First its rows'
+ids: in the list's default order (what will fire, soonest first:
+:mod:`django_dsched.models.order`) part by part, the active schedules a range of
+``dsched_schedule_due_idx`` (no sort of the table); in an order a user picked, a slice of
+that order. Then those rows with their computed columns, in one query: their health
+(:mod:`django_dsched.health`), dead letters and the database's clock, worked out for the
+page's rows alone (an ``OFFSET`` would work them out for every row it passes over). Fewer
+rows (a filter that picks a few, found by their indexes) are sorted whole and the page read
+with its columns at once. The count is exact up to that limit, the planner's estimate beyond
+(the table's size when nothing is filtered).
 """
 
 from __future__ import annotations
@@ -80,6 +82,16 @@ def count_retrying(schedules: list[Schedule]) -> None:
 OUTBOX_URL = "dsched_outbox_url"
 
 
+def shown(rows: list[Schedule]) -> list[Schedule]:
+    """``rows`` (read with :func:`with_list_columns`) with what else the page shows of them:
+    their retrying messages, the outbox list's URL."""
+    count_retrying(rows)
+    outbox = reverse("admin:dsched_outboxmessage_changelist")
+    for row in rows:
+        setattr(row, OUTBOX_URL, outbox)
+    return rows
+
+
 def page_rows(queryset: QuerySet[Schedule], ids: list[Any]) -> list[Schedule]:
     """The schedules ``ids`` (of ``queryset``'s database), in that order, with the list's
     computed columns."""
@@ -87,29 +99,28 @@ def page_rows(queryset: QuerySet[Schedule], ids: list[Any]) -> list[Schedule]:
         return []
     read = with_list_columns(Schedule.objects.using(queryset.db).filter(pk__in=ids).order_by())
     rows = {row.pk: row for row in read}
-    found = [rows[pk] for pk in ids if pk in rows]
-    count_retrying(found)
-    outbox = reverse("admin:dsched_outboxmessage_changelist")
-    for row in found:
-        setattr(row, OUTBOX_URL, outbox)
-    return found
+    return shown([rows[pk] for pk in ids if pk in rows])
 
 
 class SchedulePaginator(EstimatedCountPaginator):
-    """A page of the list is the ids of its rows; :class:`ScheduleChangeList` reads the
-    rows. In next-fire order, more than :data:`~.paging.EXACT_COUNT_LIMIT` of them are read
-    part by part (:func:`read_in_parts`); fewer (a filter that picks a few: their indexes
-    find them) are sorted whole, as any other order (a slice of it)."""
+    """A page of the list's rows with their computed columns. More than
+    :data:`~.paging.EXACT_COUNT_LIMIT` rows: the page's ids first (in next-fire order
+    :func:`read_in_parts`; else a slice of the list's order), then those rows. Fewer (a
+    filter that picks a few: their indexes find them): the page's slice of them, sorted
+    whole, read with its columns (worked out after the sort and the limit)."""
 
-    def page(self, number: Any) -> Page:  # type: ignore[type-arg]  # a page of ids
+    def page(self, number: Any) -> Page:  # type: ignore[type-arg]  # a page of schedules
         number = self.validate_number(number)
         start = (number - 1) * self.per_page
+        end = start + self.per_page
         queryset: QuerySet[Schedule] = self.object_list  # type: ignore[assignment]
-        if self.count > EXACT_COUNT_LIMIT and in_next_fire_order(queryset):
+        if self.count <= EXACT_COUNT_LIMIT:
+            return Page(shown(list(with_list_columns(queryset)[start:end])), number, self)
+        if in_next_fire_order(queryset):
             ids = read_in_parts(queryset, start, self.per_page)
         else:
-            ids = list(queryset.values_list("pk", flat=True)[start : start + self.per_page])
-        return Page(ids, number, self)
+            ids = list(queryset.values_list("pk", flat=True)[start:end])
+        return Page(page_rows(queryset, ids), number, self)
 
 
 # A placeholder for a row's id in a URL reversed once per page (a reverse per row costs more
@@ -147,7 +158,4 @@ class ScheduleChangeList(ChangeList):
         super().get_results(request)
         found = self.result_list
         if isinstance(found, QuerySet):  # one page, or all: the list's order, whole
-            ids = list(found.values_list("pk", flat=True))
-        else:
-            ids = list(found)
-        self.result_list = page_rows(self.queryset, ids)
+            self.result_list = shown(list(with_list_columns(found)))
