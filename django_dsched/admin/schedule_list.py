@@ -110,10 +110,12 @@ class SchedulePaginator(EstimatedCountPaginator):
     whole, read with its columns (worked out after the sort and the limit)."""
 
     def page(self, number: Any) -> Page:  # type: ignore[type-arg]  # a page of schedules
+        queryset: QuerySet[Schedule] = self.object_list  # type: ignore[assignment]
+        if getattr(queryset, "model", None) is not Schedule:  # the history page's entries
+            return super().page(number)
         number = self.validate_number(number)
         start = (number - 1) * self.per_page
         end = start + self.per_page
-        queryset: QuerySet[Schedule] = self.object_list  # type: ignore[assignment]
         if self.count <= EXACT_COUNT_LIMIT:
             return Page(shown(list(with_list_columns(queryset)[start:end])), number, self)
         if in_next_fire_order(queryset):
