@@ -18,6 +18,8 @@ from django_dsched.conf import app_settings
 from django_dsched.exceptions import DschedError, NotPrimary
 from django_dsched.runtime.connections import behind_pooler, describe_failure, server_of
 from django_dsched.runtime.logs import get_logger
+from django_dsched.runtime.one_server import IDENTIFY, ServerPin
+from django_dsched.runtime.split_brain import HostWatch
 from django_dsched.runtime.tables import MissingTables, ours_missing, require_tables
 from django_dsched.runtime.wakeup import Waker
 
@@ -154,6 +156,11 @@ class DatabaseLoop:
         # loop last went round (monotonic), and whether its last round reached the database.
         self.last_tick = time.monotonic()
         self.connected = False
+        # The server of the loop's session, which its threads' sessions must share.
+        self.pin = ServerPin(f"{self.kind}={self.instance_id}")
+        # With several hosts in the URL: whether two of them accept writes (split brain),
+        # watched from a thread; None until the first session, then one per loop.
+        self.hosts: HostWatch | None = None
 
     # -- to implement ---------------------------------------------------------------------
     def step(self) -> float:
@@ -184,7 +191,29 @@ class DatabaseLoop:
             if self.last_error:
                 return False, f"not connected to the database: {self.last_error}"
             return False, "not connected to the database"
+        split = self.split_brain()
+        if split:
+            return False, f"two hosts of the database URL accept writes: {split}"
         return True, "connected"
+
+    def watch_interval(self) -> float:
+        """Seconds between two looks at the URL's hosts (:meth:`split_brain`)."""
+        return float(app_settings.LEASE_SECONDS)
+
+    def split_brain(self) -> str | None:
+        """Two different servers of the URL accept writes now (what they are), else None."""
+        return None if self.hosts is None else self.hosts.split
+
+    def _watch_hosts(self) -> None:
+        """Start watching the URL's hosts for a split brain (once, when it lists several)."""
+        if self.hosts is not None:
+            return
+        params = connections[self.using].get_connection_params()
+        self.hosts = HostWatch(
+            params, self.watch_interval(), f"{self.kind} instance={self.instance_id}"
+        )
+        if self.hosts.needed:
+            self.hosts.start()
 
     def tick(self) -> None:
         """The loop is going round (the ``/livez`` answer is the age of the last tick)."""
@@ -372,6 +401,7 @@ class DatabaseLoop:
 
     def _lost_connection(self) -> None:
         self.connected = False
+        self.pin.clear()
         self.on_connection_lost()
         self._session = None
         try:
@@ -391,6 +421,9 @@ class DatabaseLoop:
 
     def _close(self) -> None:
         self.connected = False
+        self.pin.clear()
+        if self.hosts is not None:
+            self.hosts.stop()
         connections[self.using].close()
         self._session = None
 
@@ -403,14 +436,16 @@ class DatabaseLoop:
             return
         server = server_of(connection)
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_is_in_recovery()")
-            (standby,) = cursor.fetchone()
+            cursor.execute(f"SELECT pg_is_in_recovery(), ({IDENTIFY})")
+            standby, identity = cursor.fetchone()
         if standby:
             raise NotPrimary(
                 f"{server} is a standby (in recovery), and the {self.kind} writes: point "
                 "DSCHED_DATABASE at the primary (with several hosts, add "
                 "target_session_attrs=read-write to the URL)"
             )
+        self.pin.set(identity, server)
+        self._watch_hosts()
         self.pooled = behind_pooler(connection)
         self.listening = self.channels != () and (
             not self.pooled if app_settings.LISTEN is None else bool(app_settings.LISTEN)
