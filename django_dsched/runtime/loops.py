@@ -84,6 +84,15 @@ def hold_bounds(lease_seconds: float | None = None) -> dict[str, str]:
     }
 
 
+# The loops' statements take a batch of rows through indexes; PostgreSQL's JIT compiles
+# any statement whose estimated cost passes ``jit_above_cost`` (100,000 by default, ``jit``
+# on since PostgreSQL 12), and the estimates grow with the tables while the work does not:
+# at 1,000,000 schedules the scheduler's claim was estimated at 500,000, and on a stock
+# PostgreSQL 15 compiling its 631 functions took 10 to 15 s against 7 ms to run it
+# (bench/NOTES.md, "A million due"). Off for each transaction of a loop, never per session.
+NO_JIT = {"jit": "off"}
+
+
 def bound_transaction(cursor: CursorWrapper, settings: dict[str, str] | None = None) -> None:
     """Apply ``settings`` (:func:`hold_bounds` unless given) to the transaction ``cursor``
     is in, for that transaction only, in one statement."""
@@ -411,12 +420,12 @@ class DatabaseLoop:
 
     @contextmanager
     def transaction(self) -> Iterator[CursorWrapper]:
-        """A transaction (``atomic``) with :meth:`transaction_settings` applied to it only."""
+        """A transaction (``atomic``) with :meth:`transaction_settings` and :data:`NO_JIT`
+        applied to it only."""
         connection = connections[self.using]
-        settings = self.transaction_settings()
+        settings = {**NO_JIT, **self.transaction_settings()}
         with transaction.atomic(using=self.using), connection.cursor() as cursor:
-            if settings:
-                bound_transaction(cursor, settings)
+            bound_transaction(cursor, settings)
             yield cursor
 
     def _close(self) -> None:

@@ -52,7 +52,7 @@ def test_a_direct_session_is_named_listens_and_offers_its_pid(db_now):
         scheduler.shutdown()
 
 
-def test_the_idle_in_transaction_timeout_is_set_per_transaction_not_per_session(db_now):
+def test_the_timeouts_and_no_jit_are_set_per_transaction_not_per_session(db_now):
     ScheduleFactory.create_batch(3, start_ts=db_now() - timedelta(seconds=5))
     scheduler = Scheduler(instance_id="local")
     try:
@@ -61,13 +61,15 @@ def test_the_idle_in_transaction_timeout_is_set_per_transaction_not_per_session(
         # The session keeps the server's default: a pooler would hand it to others.
         assert own("SELECT current_setting('idle_in_transaction_session_timeout')") == [("0",)]
         assert own("SELECT current_setting('lock_timeout')") == [("0",)]
+        assert own("SELECT current_setting('jit')") == [("on",)]
         with scheduler.transaction() as cursor:
             cursor.execute(
                 "SELECT current_setting('idle_in_transaction_session_timeout'),"
-                " current_setting('lock_timeout')"
+                " current_setting('lock_timeout'), current_setting('jit')"
             )
-            # Half of DSCHED_LEASE_SECONDS (3 s in tests); a quarter of it, at most 1 s.
-            assert cursor.fetchone() == ("1500ms", "750ms")
+            # Half of DSCHED_LEASE_SECONDS (3 s in tests); a quarter of it, at most 1 s; and
+            # no JIT: at 1,000,000 schedules compiling the claim took seconds (runtime.loops).
+            assert cursor.fetchone() == ("1500ms", "750ms", "off")
     finally:
         scheduler.shutdown()
 
