@@ -89,7 +89,9 @@ def hold_bounds(lease_seconds: float | None = None) -> dict[str, str]:
 # on since PostgreSQL 12), and the estimates grow with the tables while the work does not:
 # at 1,000,000 schedules the scheduler's claim was estimated at 500,000, and on a stock
 # PostgreSQL 15 compiling its 631 functions took 10 to 15 s against 7 ms to run it
-# (bench/NOTES.md, "A million due"). Off for each transaction of a loop, never per session.
+# (bench/NOTES.md, "A million due"); the relay's claim of a large backlog, 1.6 s. Off on a
+# loop's direct sessions and its threads' (runtime/one_server.py), and for each transaction
+# of a loop behind a pooler too (which hands a session's settings on to other clients).
 NO_JIT = {"jit": "off"}
 
 
@@ -453,9 +455,9 @@ class DatabaseLoop:
                 "DSCHED_DATABASE at the primary (with several hosts, add "
                 "target_session_attrs=read-write to the URL)"
             )
-        self.pin.set(identity, server)
-        self._watch_hosts()
         self.pooled = behind_pooler(connection)
+        self.pin.set(identity, server, direct=not self.pooled)
+        self._watch_hosts()
         self.listening = self.channels != () and (
             not self.pooled if app_settings.LISTEN is None else bool(app_settings.LISTEN)
         )
@@ -464,8 +466,11 @@ class DatabaseLoop:
             if not self.pooled:
                 # A direct session is this loop's alone; behind a pooler the name would stay
                 # on the backend for the next client, so the loop goes unnamed there.
+                # And no JIT on it (NO_JIT), for every statement, in a transaction or not.
                 cursor.execute(
-                    "SELECT set_config('application_name', %s, false)", [self.application_name()]
+                    "SELECT set_config('application_name', %s, false),"
+                    " set_config('jit', 'off', false)",
+                    [self.application_name()],
                 )
             if self.listening:
                 for channel in self.channels:

@@ -16,7 +16,8 @@ when the loop's own session starts and cleared when it is lost. A thread calls :
 before its statements: the first time on each session, and again after the loop's session
 changed, it asks its server who it is (one round trip); on another server, or while the loop
 has none, its session is closed and :class:`OtherServer` raised, a database error the thread
-handles as it would a lost connection. Its next session tries again.
+handles as it would a lost connection. Its next session tries again. A direct session (not
+through a pooler) also gets the loop's session settings there: no JIT (runtime.loops.NO_JIT).
 """
 
 from __future__ import annotations
@@ -39,11 +40,15 @@ class OtherServer(OperationalError):
     """A thread's session is not on its loop's server (or the loop has none now)."""
 
 
-def identify(connection: Any) -> str:
-    """The server a Django connection (connected) is on."""
+def identify(connection: Any, *, no_jit: bool = False) -> str:
+    """The server a Django connection (connected) is on; ``no_jit``: and turn JIT off for
+    the session (a direct one: runtime.loops.NO_JIT)."""
     with connection.cursor() as cursor:
-        cursor.execute(IDENTIFY)
-        (server,) = cursor.fetchone()
+        if no_jit:
+            cursor.execute(f"SELECT ({IDENTIFY}), set_config('jit', 'off', false)")
+        else:
+            cursor.execute(IDENTIFY)
+        server = cursor.fetchone()[0]
     return str(server)
 
 
@@ -55,6 +60,7 @@ class ServerPin:
         self._lock = threading.Lock()
         self._server: str | None = None
         self._where = ""  # host:port of the loop's session, for the error
+        self._direct = False  # whether the loop's session is direct (not through a pooler)
         self._generation = 0
         # The sessions found on the pinned server, and the generation they were checked at.
         self._checked: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
@@ -63,12 +69,13 @@ class ServerPin:
     def server(self) -> str | None:
         return self._server
 
-    def set(self, server: str, where: str) -> None:
-        """The loop's own session is on ``server`` (at ``where``, host:port)."""
+    def set(self, server: str, where: str, *, direct: bool = False) -> None:
+        """The loop's own session is on ``server`` (at ``where``, host:port; ``direct``: not
+        through a pooler, so its threads' sessions get its settings too)."""
         with self._lock:
             if server != self._server:
                 self._generation += 1
-            self._server, self._where = server, where
+            self._server, self._where, self._direct = server, where, direct
 
     def clear(self) -> None:
         """The loop's own session is gone."""
@@ -83,9 +90,10 @@ class ServerPin:
         raw = connection.connection
         with self._lock:
             server, where, generation = self._server, self._where, self._generation
+            direct = self._direct
             if server is not None and self._checked.get(raw) == generation:
                 return
-        found = None if server is None else identify(connection)
+        found = None if server is None else identify(connection, no_jit=direct)
         if found != server or server is None:
             at = f"{raw.info.host}:{raw.info.port}"
             connection.close()

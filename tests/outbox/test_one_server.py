@@ -74,6 +74,16 @@ def test_a_session_on_the_loops_server_passes_once_per_session_and_another_is_cl
     assert isinstance(error, OtherServer)
     assert "another server than relay=r1's" in str(error) and "127.0.0.1:2" in str(error)
 
+    pin.set(here, "127.0.0.1:1", direct=True)  # a direct session: its settings too
+
+    def settings():
+        pin.check(connection)
+        return sql("SELECT current_setting('jit')", using=connection)
+
+    assert on_a_thread(settings) == {"result": [("off",)]}
+    pin.set(here, "127.0.0.1:1", direct=False)  # behind a pooler: the server's own
+    assert on_a_thread(settings) == {"result": [("on",)]}
+
     pin.clear()  # the loop lost its own session: no thread works meanwhile
     error = on_a_thread(lambda: pin.check(connection))["error"]
     assert isinstance(error, OtherServer) and "has no session of its own" in str(error)
