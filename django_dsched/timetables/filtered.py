@@ -30,6 +30,7 @@ from datetime import date, datetime, time, timedelta
 from enum import StrEnum
 
 from django_dsched.exceptions import CalendarError
+from django_dsched.timetables import moves
 from django_dsched.timetables.calendars import Calendar
 from django_dsched.timetables.known import Remembered
 from django_dsched.timetables.timetable import Timetable
@@ -227,19 +228,54 @@ class Filtered:
         days = [day]
         if self.policy != Shift.OMIT and self._day_off(day) is None:
             days = self._sources(day)
-        clock = wall(slot, self.zone).time()
         found = []
         for source in days:
-            at = slot if source == day else instant(datetime.combine(source, clock), self.zone)
-            jump = max(jump_near(at, self.zone), jump_near(slot, self.zone))
-            candidate = self._slots.slot_at_or_after(at - jump)
-            for _ in range(MAX_LANDING):
-                if candidate is None or candidate > at + jump:
-                    break
-                if self._day_of(candidate) == source:
-                    found.append(candidate)
-                candidate = self._slots.slot_after(candidate)
+            if source == day:
+                found += [slot] if self._slots.slot_at_or_after(slot) == slot else []
+                continue
+            try:
+                instants = moves.landing(slot, source, day, self.zone)
+            except LookupError:
+                found += self._landing_walk(slot, source)
+                continue
+            found += [at for at in instants if self._slots.slot_at_or_after(at) == at]
         return found
+
+    def _landing_walk(self, slot: datetime, source: date) -> list[datetime]:
+        """``inner``'s slots of ``source`` that may fire at ``slot``, looked for slot by
+        slot within the jump of a DST change (a day :mod:`.moves` does not work out)."""
+        at = instant(datetime.combine(source, wall(slot, self.zone).time()), self.zone)
+        jump = max(jump_near(at, self.zone), jump_near(slot, self.zone))
+        candidate, found = self._slots.slot_at_or_after(at - jump), []
+        for _ in range(MAX_LANDING):
+            if candidate is None or candidate > at + jump:
+                break
+            if self._day_of(candidate) == source:
+                found.append(candidate)
+            candidate = self._slots.slot_after(candidate)
+        return found
+
+    def _past(
+        self, slot: datetime, source: date, business: date, when: datetime
+    ) -> datetime | None:
+        """The next slot of ``inner`` after ``slot`` (of ``source``, which moves to
+        ``business`` at or before ``when``) that may move past ``when``: past those
+        that cannot, in a few searches (:mod:`.moves`), not slot by slot."""
+        if source != business:
+            at = moves.skip_forward(slot, source, business, when, self.zone)
+            if at is not None:
+                return self._slots.slot_at_or_after(at)
+        return self._slots.slot_after(slot)
+
+    def _upto(
+        self, slot: datetime, source: date, business: date, when: datetime
+    ) -> datetime | None:
+        """Mirror of :meth:`_past`: the previous slot that may move to ``when`` or before."""
+        if source != business:
+            at = moves.skip_back(slot, source, business, when, self.zone)
+            if at is not None:
+                return self._slots.slot_at_or_before(at)
+        return self._slots.slot_at_or_before(slot - MICROSECOND)
 
     # -- the Timetable protocol -------------------------------------------------------------
     def slot_after(self, when: datetime) -> datetime | None:
@@ -364,7 +400,7 @@ class Filtered:
                 return None
             moved = self._moved(slot, business)
             if moved <= when:
-                slot = self._slots.slot_after(slot)
+                slot = self._past(slot, source, business, when)
                 continue
             blackout = self._blackout(moved)
             if blackout is None:
@@ -420,7 +456,7 @@ class Filtered:
                 return None
             moved = self._moved(slot, business)
             if moved > when:
-                slot = self._slots.slot_at_or_before(slot - MICROSECOND)
+                slot = self._upto(slot, source, business, when)
                 continue
             blackout = self._blackout(moved)
             if blackout is None:
