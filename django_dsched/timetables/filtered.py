@@ -24,10 +24,11 @@ give the slots that fire, so the fire path, the preview and edits all see the sa
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from enum import StrEnum
+from typing import Any, TypeVar, cast
 
 from django_dsched.exceptions import CalendarError
 from django_dsched.timetables import moves
@@ -46,6 +47,9 @@ MAX_SKIPS = 5000
 MAX_FATES = 10_000
 # The most slots :meth:`Filtered.origins` looks at per day next to a DST change.
 MAX_LANDING = 16
+# The most answers a filter keeps (past it, it starts again).
+MAX_ANSWERS = 4096
+T = TypeVar("T")
 
 
 class Shift(StrEnum):
@@ -101,6 +105,18 @@ class Filtered:
         self._slots: Timetable = inner if isinstance(inner, Filtered) else Remembered(inner)
         self.calendars = tuple(calendars)
         self.zone = zone(time_zone)
+        # Answers already given: the filter is immutable (a calendar edit builds a new one),
+        # so the rows of a batch that share it (firing/calendared.py) ask each search once.
+        self._answers: dict[tuple[Any, ...], Any] = {}
+
+    def _answer(self, key: tuple[Any, ...], work: Callable[[], T]) -> T:
+        if key in self._answers:
+            return cast(T, self._answers[key])
+        found = work()
+        if len(self._answers) >= MAX_ANSWERS:
+            self._answers.clear()
+        self._answers[key] = found
+        return found
 
     # -- days -------------------------------------------------------------------------------
     def _day_off(self, day: date) -> tuple[str, str] | None:
@@ -177,6 +193,11 @@ class Filtered:
     def fates(self, start: datetime, end: datetime, limit: int = MAX_FATES) -> list[Fate]:
         """The planned slots in ``[start, end)`` (before any calendar) and their fates, the
         first ``limit`` of them."""
+        return list(
+            self._answer(("fates", start, end, limit), lambda: self._fates(start, end, limit))
+        )
+
+    def _fates(self, start: datetime, end: datetime, limit: int) -> list[Fate]:
         if isinstance(self.inner, Filtered):
             found = []
             for earlier in self.inner.fates(start, end, limit):
@@ -197,6 +218,9 @@ class Filtered:
 
         Looks only where such a slot can be: at the same wall-clock time on the days whose
         slots fire on ``slot``'s day (next to a DST change, within the jump of it)."""
+        return list(self._answer(("origins", slot), lambda: self._origins(slot)))
+
+    def _origins(self, slot: datetime) -> list[Fate]:
         found: list[Fate] = []
         for candidate in self._landing(slot):
             later = self.fate(candidate)
@@ -280,13 +304,13 @@ class Filtered:
     # -- the Timetable protocol -------------------------------------------------------------
     def slot_after(self, when: datetime) -> datetime | None:
         if self.policy == Shift.OMIT:
-            return self._omit_after(when)
-        return self._shift_after(when)
+            return self._answer(("after", when), lambda: self._omit_after(when))
+        return self._answer(("after", when), lambda: self._shift_after(when))
 
     def slot_at_or_before(self, when: datetime) -> datetime | None:
         if self.policy == Shift.OMIT:
-            return self._omit_at_or_before(when)
-        return self._shift_at_or_before(when)
+            return self._answer(("before", when), lambda: self._omit_at_or_before(when))
+        return self._answer(("before", when), lambda: self._shift_at_or_before(when))
 
     def slot_at_or_after(self, when: datetime) -> datetime | None:
         latest = self.slot_at_or_before(when)
