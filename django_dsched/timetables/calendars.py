@@ -143,6 +143,28 @@ class WeeklyWindow:
 Window = Blackout | WeeklyWindow
 
 
+def _whole_week(windows: Iterable[Window]) -> bool:
+    """Whether the weekly windows of one zone cover its whole week between them: every
+    instant has a wall time there, so none is left open."""
+    by_zone: dict[str, list[tuple[timedelta, timedelta]]] = {}
+    for window in windows:
+        if not isinstance(window, WeeklyWindow):
+            continue
+        start = window._minute(window.start_day, window.start_time)
+        end = window._minute(window.end_day, window.end_time)
+        spans = [(start, end)] if start < end else [(start, WEEK), (timedelta(0), end)]
+        by_zone.setdefault(window.time_zone, []).extend(spans)
+    for spans in by_zone.values():
+        reach = timedelta(0)
+        for low, high in sorted(spans):
+            if low > reach:
+                break
+            reach = max(reach, high)
+        if reach >= WEEK:
+            return True
+    return False
+
+
 # The language of holiday names (the package's default depends on the process's locale).
 HOLIDAY_LANGUAGE = "en_US"
 
@@ -157,6 +179,8 @@ class Calendar:
     weekend: frozenset[int] = SATURDAY_AND_SUNDAY
     windows: tuple[Window, ...] = ()
     _by_date: Mapping[date, str] = field(init=False, repr=False, compare=False, hash=False)
+    # Whether its weekly windows leave no instant open (a freeze over the whole week).
+    always_closed: bool = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -172,6 +196,7 @@ class Calendar:
         object.__setattr__(self, "weekend", weekend)
         object.__setattr__(self, "excluded", tuple(sorted(by_date.items())))
         object.__setattr__(self, "_by_date", by_date)
+        object.__setattr__(self, "always_closed", _whole_week(self.windows))
 
     @classmethod
     def of_holidays(

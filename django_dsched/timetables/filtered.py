@@ -105,6 +105,8 @@ class Filtered:
         self._slots: Timetable = inner if isinstance(inner, Filtered) else Remembered(inner)
         self.calendars = tuple(calendars)
         self.zone = zone(time_zone)
+        # A calendar whose weekly windows cover the whole week drops every slot: no search.
+        self._closed = any(calendar.always_closed for calendar in self.calendars)
         # Answers already given: the filter is immutable (a calendar edit builds a new one),
         # so the rows of a batch that share it (firing/calendared.py) ask each search once.
         self._answers: dict[tuple[Any, ...], Any] = {}
@@ -141,6 +143,16 @@ class Filtered:
                 return day
             day += DAY * step
         return None
+
+    def _open_day(self, day: date, step: int) -> date:
+        """The first business day after ``day`` (``step`` 1) or before it (-1), or the
+        first day past :data:`MAX_SHIFT_DAYS` days off: a run of days off (a closure) is
+        passed in a search a month at a time, not a day at a time."""
+        try:
+            found = self._business_day(day + DAY * step, step)
+            return found if found is not None else day + DAY * step * (MAX_SHIFT_DAYS + 2)
+        except OverflowError:  # next to the ends of the calendar: a day at a time
+            return day + DAY * step
 
     def _day_of(self, when: datetime) -> date:
         return wall(when, self.zone).date()
@@ -303,11 +315,15 @@ class Filtered:
 
     # -- the Timetable protocol -------------------------------------------------------------
     def slot_after(self, when: datetime) -> datetime | None:
+        if self._closed:
+            return None
         if self.policy == Shift.OMIT:
             return self._answer(("after", when), lambda: self._omit_after(when))
         return self._answer(("after", when), lambda: self._shift_after(when))
 
     def slot_at_or_before(self, when: datetime) -> datetime | None:
+        if self._closed:
+            return None
         if self.policy == Shift.OMIT:
             return self._answer(("before", when), lambda: self._omit_at_or_before(when))
         return self._answer(("before", when), lambda: self._shift_at_or_before(when))
@@ -336,7 +352,7 @@ class Filtered:
             if slot is None:
                 return None
             if self._day_off(self._day_of(slot)) is not None:
-                resume = self._day_start(self._day_of(slot) + DAY)
+                resume = self._day_start(self._open_day(self._day_of(slot), 1))
             else:
                 blackout = self._blackout(slot)
                 if blackout is None:
@@ -351,7 +367,7 @@ class Filtered:
             if slot is None:
                 return None
             if self._day_off(self._day_of(slot)) is not None:
-                resume = self._day_start(self._day_of(slot)) - MICROSECOND
+                resume = self._day_start(self._open_day(self._day_of(slot), -1) + DAY) - MICROSECOND
             else:
                 blackout = self._blackout(slot)
                 if blackout is None:
