@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
+from functools import lru_cache
 
 import holidays
 
@@ -67,6 +68,13 @@ class Blackout:
         return self.label or f"{self.start:%Y-%m-%d %H:%M} to {self.end:%Y-%m-%d %H:%M} UTC"
 
 
+@lru_cache(maxsize=1024)
+def _week_us(day: int, moment: time) -> int:
+    """``day`` (0: Monday) at ``moment`` as microseconds since Monday 00:00 (as
+    :meth:`WeeklyWindow._minute`)."""
+    return WeeklyWindow._minute(day, moment) // timedelta(microseconds=1)
+
+
 @dataclass(frozen=True, slots=True)
 class WeeklyWindow:
     """Every week, from ``start_day`` at ``start_time`` up to ``end_day`` at ``end_time``
@@ -103,10 +111,13 @@ class WeeklyWindow:
         )
 
     def covers(self, when: datetime) -> bool:
-        """Whether ``when``'s wall time (in the window's zone) is inside the window."""
-        _there, at = self._position(when)
-        start = self._minute(self.start_day, self.start_time)
-        end = self._minute(self.end_day, self.end_time)
+        """Whether ``when``'s wall time (in the window's zone) is inside the window (asked
+        of every slot a calendar lets through: integers, no timedelta built)."""
+        there = wall(when, zone(self.time_zone))
+        seconds = ((there.weekday() * 24 + there.hour) * 60 + there.minute) * 60 + there.second
+        at = seconds * 1_000_000 + there.microsecond
+        start = _week_us(self.start_day, self.start_time)
+        end = _week_us(self.end_day, self.end_time)
         if start < end:
             return start <= at < end
         return at >= start or at < end
