@@ -45,7 +45,8 @@ MAX_SHIFT_DAYS = 31
 MAX_SKIPS = 5000
 # The most slots :meth:`Filtered.fates` lists.
 MAX_FATES = 10_000
-# The most slots :meth:`Filtered.origins` looks at per day next to a DST change.
+# The most slots :meth:`Filtered.origins` looks at per day next to a DST change, on a day
+# whose clock :mod:`.moves` does not work out (more than one change near it).
 MAX_LANDING = 16
 # The most answers a filter keeps (past it, it starts again).
 MAX_ANSWERS = 4096
