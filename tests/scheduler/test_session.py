@@ -52,22 +52,25 @@ def test_a_direct_session_is_named_listens_and_offers_its_pid(db_now):
         scheduler.shutdown()
 
 
-def test_the_idle_in_transaction_timeout_is_set_per_transaction_not_per_session(db_now):
+def test_the_timeouts_and_no_jit_are_set_per_transaction_not_per_session(db_now):
     ScheduleFactory.create_batch(3, start_ts=db_now() - timedelta(seconds=5))
     scheduler = Scheduler(instance_id="local")
     try:
         scheduler._guarded(scheduler.step)
         assert Event.objects.count() == 3
-        # The session keeps the server's default: a pooler would hand it to others.
+        # The session keeps the server's defaults: a pooler would hand them to others. But no
+        # JIT on a direct session, which is the loop's alone (pooled: below).
         assert own("SELECT current_setting('idle_in_transaction_session_timeout')") == [("0",)]
         assert own("SELECT current_setting('lock_timeout')") == [("0",)]
+        assert own("SELECT current_setting('jit')") == [("off",)]
         with scheduler.transaction() as cursor:
             cursor.execute(
                 "SELECT current_setting('idle_in_transaction_session_timeout'),"
-                " current_setting('lock_timeout')"
+                " current_setting('lock_timeout'), current_setting('jit')"
             )
-            # Half of DSCHED_LEASE_SECONDS (3 s in tests); a quarter of it, at most 1 s.
-            assert cursor.fetchone() == ("1500ms", "750ms")
+            # Half of DSCHED_LEASE_SECONDS (3 s in tests); a quarter of it, at most 1 s; and
+            # no JIT: at 1,000,000 schedules compiling the claim took seconds (runtime.loops).
+            assert cursor.fetchone() == ("1500ms", "750ms", "off")
     finally:
         scheduler.shutdown()
 
@@ -117,6 +120,7 @@ def test_a_pooled_session_gets_no_session_state_and_offers_no_pid(pooled_setting
         assert scheduler.pooled and not scheduler.listening
         assert own("SELECT pg_listening_channels()") == []
         assert own("SELECT current_setting('application_name')") != [("dsched:pooled",)]
+        assert own("SELECT current_setting('jit')") == [("on",)]  # the server's default
         assert Lease.objects.get().holder_pid == 0
         assert "connects through a pooler: polling instead of LISTEN" in caplog.text
     finally:
