@@ -4,6 +4,7 @@
     DSCHED_BENCH_SERVER=stock .venv/bin/python bench/tenant_lag_bench.py --runs 5
     .venv/bin/python bench/tenant_lag_bench.py --seconds 15 --runs 1   # a smoke run
     .venv/bin/python bench/tenant_lag_bench.py --b-handler              # B: an in-process handler
+    DSCHED_BENCH_SERVER=stock .venv/bin/python bench/tenant_lag_bench.py --runs 3 --jit off
 
 The figure of issue 40: "Tenant A's destination answering in 8 s, tenant B's in 1 ms, one
 relay: B's delivery lag p99 <= 1 s, and none of B's messages waits on A's." (Reported before
@@ -34,7 +35,9 @@ delivered against written (A cannot keep up: ``CONCURRENCY`` in flight / 8 s is 
 rate, by design its backlog is its own), how many of B's messages waited at least A's
 latency (none should: a B message waiting on an A send would wait that long), what the relay
 gave back or deferred, and the load average. Medians over ``--runs``, and a ``RESULT {json}``
-line per run.
+line per run. Each claim of the relay is timed (its median and longest are printed), and the
+server's ``jit`` with them: ``--jit off`` turns it off for the bench's database (every session
+of the relay) for the runs, to compare (a claim compiled by JIT took 1.6 s: bench/NOTES.md).
 
 Runs against a ``dsched_tenant_lag_bench`` database (``$BENCH_DATABASE`` if set), on the
 embedded PostgreSQL unless DATABASE_URL is set, or on a stock PostgreSQL 15 with
