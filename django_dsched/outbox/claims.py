@@ -454,8 +454,7 @@ def claim_batch(
     with transaction.atomic(using=cursor.db.alias):
         bound_transaction(cursor, claim_settings())
         cursor.execute(CLAIMS[bool(skip), bool(held_back)], args)
-        rows = cursor.fetchall()
-    return claimed(rows)
+    return claimed(cursor.fetchall())  # read once committed, as in autocommit
 
 
 def claim_settings() -> dict[str, str]:
