@@ -81,6 +81,33 @@ def scanned_distinct(
     return [value for value, _ in rows], all(complete for _, complete in rows)
 
 
+def scanned_columns(
+    model: type[models.Model], columns: list[str], limit: int, hosts: list[uuid.UUID] | None
+) -> dict[str, tuple[list[Any], bool]]:
+    """:func:`scanned_distinct` of several columns, from one read of the same rows."""
+    connection = connections[router.db_for_read(model)]
+    table = connection.ops.quote_name(model._meta.db_table)
+    names = [connection.ops.quote_name(column) for column in columns]
+    where = "" if hosts is None else "WHERE host_id = ANY(%(hosts)s::uuid[])"
+    parts = " UNION ALL ".join(
+        f"(SELECT {i} AS n, value FROM (SELECT DISTINCT {name} AS value FROM scanned) AS d{i}"
+        f" ORDER BY value LIMIT %(limit)s)"
+        for i, name in enumerate(names)
+    )
+    query = f"""
+        WITH scanned AS MATERIALIZED (SELECT {", ".join(names)} FROM {table} {where}
+                                      LIMIT %(scan)s)
+        SELECT n, value, (SELECT count(*) FROM scanned) < %(scan)s FROM ({parts}) AS found
+    """
+    found: dict[str, tuple[list[Any], bool]] = {column: ([], True) for column in columns}
+    with connection.cursor() as cursor:
+        cursor.execute(query, {"scan": SCAN_LIMIT, "limit": limit, "hosts": hosts})
+        for n, value, complete in cursor.fetchall():
+            values, _ = found[columns[n]]
+            found[columns[n]] = ([*values, value], complete)
+    return found
+
+
 class BoundedValuesFilter(admin.AllValuesFieldListFilter):
     """``AllValuesFieldListFilter`` with choices from :meth:`values` (bounded), not DISTINCT."""
 
@@ -95,6 +122,7 @@ class BoundedValuesFilter(admin.AllValuesFieldListFilter):
     ) -> None:
         # The parent only builds a lazy DISTINCT queryset; it is replaced before it runs.
         super().__init__(field, request, params, model, model_admin, field_path)
+        self.request, self.model_admin = request, model_admin
         self.hosts = tenancy.hosts(request)  # None: every host
         self.complete = True  # values() says when it could not read every row
         values = [str(v) for v in self.values(CHOICES_LIMIT + 1) if v is not None]
@@ -118,13 +146,30 @@ class BoundedValuesFilter(admin.AllValuesFieldListFilter):
 
 
 class ScheduleValuesFilter(BoundedValuesFilter):
-    """A column of ``schedule_t``, the table of definitions (not of history)."""
+    """A column of ``schedule_t``, the table of definitions (not of history). The list's
+    filters of this kind read their values together, from one read of the rows (once per
+    request)."""
 
     def values(self, limit: int) -> list[Any]:
         column = self.field.column
         assert column is not None  # a concrete field
-        values, self.complete = scanned_distinct(Schedule, column, limit, self.hosts)
+        read: dict[str, tuple[list[Any], bool]] = getattr(self.request, "_dsched_values", {})
+        if column not in read:
+            columns = [column, *(c for c in self._siblings() if c != column)]
+            read = scanned_columns(Schedule, columns, limit, self.hosts)
+            self.request._dsched_values = read  # type: ignore[attr-defined]
+        values, self.complete = read[column]
         return values
+
+    def _siblings(self) -> list[str]:
+        """The columns of the list's filters of this kind."""
+        found = []
+        for entry in self.model_admin.list_filter:
+            if isinstance(entry, tuple) and entry[1] is type(self) and isinstance(entry[0], str):
+                field = Schedule._meta.get_field(entry[0])
+                if isinstance(field, models.Field) and field.column:
+                    found.append(field.column)
+        return found
 
 
 class HostFilter(BoundedValuesFilter):

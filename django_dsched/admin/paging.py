@@ -24,8 +24,10 @@ class EstimatedCountPaginator(Paginator):  # type: ignore[type-arg]  # any list 
     @cached_property
     def count(self) -> int:
         queryset: QuerySet[Any] = self.object_list  # type: ignore[assignment]  # admin lists
-        capped = queryset.order_by()[: EXACT_COUNT_LIMIT + 1].count()
+        # The ids only: the list's computed columns are not worked out for rows counted.
+        ids = queryset.order_by().values("pk")
+        capped = ids[: EXACT_COUNT_LIMIT + 1].count()
         if capped <= EXACT_COUNT_LIMIT:
             return capped
-        plan: Any = json.loads(queryset.order_by().explain(format="json"))
+        plan: Any = json.loads(ids.explain(format="json"))
         return max(capped, int(plan[0]["Plan"]["Plan Rows"]))

@@ -7,83 +7,41 @@ from typing import Any
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import ValidationError
-from django.db.models import (
-    Count,
-    IntegerField,
-    OuterRef,
-    QuerySet,
-    Subquery,
-)
-from django.db.models.functions import Coalesce, Now
 from django.http import HttpRequest
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
-from django.utils.safestring import mark_safe
+from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 
 from django_dsched.admin import health, schedule_panels, tenancy
 from django_dsched.admin.base import ASSETS, ShownTimes, unstorable_query
 from django_dsched.admin.display import EMPTY, badge, breakable, moment, time_display
 from django_dsched.admin.filters import HostFilter, ScheduleValuesFilter, index_distinct
-from django_dsched.admin.outbox import RETRYING
 from django_dsched.admin.schedule_actions import ScheduleActionsMixin
 from django_dsched.admin.schedule_form import ScheduleForm
+from django_dsched.admin.schedule_list import (
+    OUTBOX_URL,
+    ScheduleChangeList,
+    SchedulePaginator,
+    checkbox,
+)
 from django_dsched.admin.tenancy import TenantScoped
 from django_dsched.changes import edits
 from django_dsched.changes.describe import both_times, describe, is_utc, zone_of
 from django_dsched.enums import PLANNED, DeliveryStatus, ScheduleOrigin, ScheduleState
-from django_dsched.health import judge
-from django_dsched.models import OutboxMessage, Schedule, SchedulerInstance
+from django_dsched.models import Schedule, SchedulerInstance
 from django_dsched.models.order import next_fire_order
 from django_dsched.models.schedule import resolve_host
 from django_dsched.runtime.clock import database_now
 
 
-def with_list_columns(queryset: QuerySet[Schedule]) -> QuerySet[Schedule]:
-    """The change list's computed columns, in the list's one query (no per-row queries):
-    each schedule's health (worked out for the page's rows only: django_dsched.health), its
-    dead letters (a partial index serves the count) and the database's clock."""
-    dead = (
-        OutboxMessage.objects.filter(
-            aggregate_id=OuterRef("pk"), status=DeliveryStatus.DELIVERY_FAILED
-        )
-        .order_by()
-        .values("aggregate_id")
-        .annotate(n=Count("pk"))
-        .values("n")
-    )
-    return judge.with_health(queryset).annotate(
-        dead_letters=Coalesce(Subquery(dead, output_field=IntegerField()), 0),
-        db_now=Now(),
-    )
-
-
-def count_retrying(schedules: list[Schedule]) -> None:
-    """Set ``retrying`` on each of ``schedules``: its messages whose delivery failed and
-    will be tried again. One query for the page (pending messages are the backlog)."""
-    ids = [schedule.pk for schedule in schedules]
-    counts: dict[Any, int] = {}
-    if ids:
-        counts = dict(
-            OutboxMessage.objects.filter(RETRYING, aggregate_id__in=ids)
-            .order_by()
-            .values("aggregate_id")
-            .annotate(n=Count("pk"))
-            .values_list("aggregate_id", "n")
-        )
-    for schedule in schedules:
-        schedule.retrying = counts.get(schedule.pk, 0)  # type: ignore[attr-defined]
-
-
-class ScheduleChangeList(ChangeList):
-    def get_queryset(self, request: HttpRequest, *args: Any, **kwargs: Any) -> QuerySet[Schedule]:
-        return with_list_columns(super().get_queryset(request, *args, **kwargs))
-
-    def get_results(self, request: HttpRequest) -> None:
-        super().get_results(request)
-        self.result_list = list(self.result_list)  # read once: the page's rows
-        count_retrying(self.result_list)
+def state_label(state: str) -> str:
+    """A state's label (``get_state_display`` builds the field's choices on every call)."""
+    try:
+        return str(ScheduleState(state).label)
+    except ValueError:
+        return state
 
 
 def many_hosts(request: HttpRequest) -> bool:
@@ -128,6 +86,8 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
     search_fields = ["schedule_name", "event_topic", "event_type", "=idempotency_key"]
     ordering = ["next_run_ts"]
     show_full_result_count = False
+    # A page reads its rows, not the table (admin/schedule_list.py).
+    paginator = SchedulePaginator
     save_on_top = False
     fieldsets = [
         (None, {"fields": ["schedule_name", "host_id", "seen_version"]}),
@@ -254,6 +214,11 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
     def get_list_display_links(self, request: HttpRequest, list_display: Any) -> Any:
         return [list_display[0]]
 
+    def action_checkbox(self, obj: Schedule) -> SafeString:
+        """Django's column (its header is the admin's own), each row's box written as
+        Django writes it, without a form widget rendered per row."""
+        return checkbox(obj)
+
     @admin.display(description=_("name"), ordering="schedule_name")
     def name(self, obj: Schedule) -> str:
         return breakable(obj.schedule_name)
@@ -307,10 +272,10 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
             # The scheduler could not plan it: the error is the point, so it is shown.
             return format_html(
                 '{}<br><small class="dsched-set-aside-reason">{}</small>',
-                badge(obj.state, obj.get_state_display(), title=obj.set_aside_reason),
+                badge(obj.state, state_label(obj.state), title=obj.set_aside_reason),
                 obj.set_aside_reason,
             )
-        return badge(obj.state, obj.get_state_display(), title=title)
+        return badge(obj.state, state_label(obj.state), title=title)
 
     @admin.display(description=_("state · health"), ordering="state")
     def state_and_health(self, obj: Schedule) -> str:
@@ -327,7 +292,8 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
     def deliveries(self, obj: Schedule) -> str:
         """What to worry about: messages being retried and dead letters, each a link to
         the outbox list of those messages, which shows their last error."""
-        url = reverse("admin:dsched_outboxmessage_changelist")
+        # Reversed once for the page's rows (schedule_list.page_rows).
+        url = getattr(obj, OUTBOX_URL, None) or reverse("admin:dsched_outboxmessage_changelist")
         links = []
         for count, query, tone, kind, text, title in (
             (

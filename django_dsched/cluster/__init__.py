@@ -6,6 +6,5 @@
   start-up.
 - :mod:`.buckets`: which bucket a schedule is in, and who owns each (rendezvous hashing).
 - :mod:`.presence`: each instance's row for the cluster page.
-- :mod:`.split_brain`: two hosts of a multi-host URL accepting writes stop this instance.
 - :mod:`.status`: the cluster as the admin, REST and ``dsched cluster`` show it.
 """

@@ -44,6 +44,8 @@ LOOK_BACK = timedelta(days=MAX_SHIFT_DAYS + 1)
 # the event says "more": true, and the counts count those listed (a bound on a row's cost).
 LISTED = 50
 STALE = "no longer a slot of the schedule: its calendars changed since it was planned"
+# The most filtered timetables a batch keeps (past it, it starts again).
+MAX_SHARED = 1024
 # The audit event's type (a change event: no slot, no outbox message).
 EVENT_TYPE = "dsched.schedule.slots_filtered"
 
@@ -69,6 +71,31 @@ def filtered(
     if missing:
         raise CalendarError(f"calendar {missing[0]} does not exist (it was deleted)")
     return with_calendars(table, [calendars[c] for c in ids], policy, time_zone)
+
+
+class Shared:
+    """A batch's calendar-filtered timetables, one per timetable, calendars and policy:
+    the rows that share one (per-minute crons due at the same minute, say) share what its
+    searches found (:class:`.Filtered` remembers its answers), so each question is asked
+    once per batch, not once per row. Calendars are read as the batch read them, once per
+    version, so nothing here outlives the batch's view of them."""
+
+    def __init__(self, calendars: Mapping[str, Calendar]) -> None:
+        self.calendars = calendars
+        self._tables: dict[tuple[Any, ...], Timetable] = {}
+
+    def filtered(
+        self, key: tuple[Any, ...], table: Timetable, ids: Sequence[str], policy: str, zone: str
+    ) -> Timetable:
+        """:func:`filtered`, built once per ``key`` (what the timetable ``table`` is made
+        of, without the row's own columns)."""
+        key = (*key, tuple(ids), policy)
+        found = self._tables.get(key)
+        if found is None:
+            if len(self._tables) >= MAX_SHARED:
+                self._tables.clear()
+            found = self._tables[key] = filtered(table, ids, policy, zone, self.calendars)
+        return found
 
 
 def refuse_frozen(

@@ -135,6 +135,7 @@ class Plan:
 
 ACTIVE, COMPLETED = ScheduleState.ACTIVE.value, ScheduleState.COMPLETED.value
 INTERVAL, COALESCE = ScheduleKind.INTERVAL.value, MisfirePolicy.COALESCE.value
+CRON = ScheduleKind.CRON.value
 
 
 def plan(
@@ -152,6 +153,7 @@ def plan(
     ``calendars``: those the rows name, by id (:func:`.calendared.batch_calendars`).
     """
     result = Plan()
+    shared = calendared.Shared(calendars or {})
     slow: list[tuple[Any, ...]] = []
     # One backlog window for the whole batch, on both paths (timetables.misfire).
     window = backlog_window()
@@ -192,7 +194,7 @@ def plan(
             result.deferred = len(slow) - index
             break
         try:
-            _plan_one(result, row, window, calendars or {})
+            _plan_one(result, row, window, shared)
         except Exception as exc:  # any error here is this row's alone
             result.aside.append((row[0], reason(exc)))
     return result
@@ -202,7 +204,7 @@ def _plan_one(
     result: Plan,
     row: tuple[Any, ...],
     window: timedelta | None = None,
-    calendars: Mapping[str, Calendar] | None = None,
+    shared: calendared.Shared | None = None,
 ) -> None:
     """Plan one row through the timetables (every kind, policy and bound).
 
@@ -210,7 +212,8 @@ def _plan_one(
     slot; here a schedule that already reached it completes without firing. ``window``:
     the batch's backlog window (default: read from the settings). A row filtered by
     calendars goes on from its current timetable's slot (:mod:`.calendared`), and what the
-    calendars did to its slots is noted in ``result.fates``.
+    calendars did to its slots is noted in ``result.fates``. ``shared``: the batch's
+    calendars and the filtered timetables its rows share (:class:`.calendared.Shared`).
     """
     (schedule_id, kind, unit, every, start, next_slot, now, cron, zone, policy, grace,
      limit, end, max_fires, fires, jitter_s, rrule, calendar_ids, shift,
@@ -239,7 +242,9 @@ def _plan_one(
     )
     slot_from, stale, inner = from_microseconds(next_slot), None, table
     if calendar_ids is not None:
-        table = calendared.filtered(table, calendar_ids, shift, zone, calendars or {})
+        built_of = (kind, unit, every, None if kind == CRON else start, cron, zone, rrule)
+        shared = shared or calendared.Shared({})
+        table = shared.filtered(built_of, table, calendar_ids, shift, zone)
         going_on, stale = _calendar_start(result, row, table, rules, inner)
         if going_on is None:
             return

@@ -22,6 +22,7 @@ from django_dsched.health.judge import (
     RUNS_UNDER_WAY,
     STATE,
     grace,
+    held,
     stuck,
     stuck_since,
     with_health,
@@ -39,14 +40,14 @@ def counts_sql() -> str:
     schedule in its one state (the order of :func:`~.judge.state_sql`); parameter
     ``%(limit)s``: the most rows each part reads."""
     a = "a"
-    not_late = f"a.next_run_ts >= statement_timestamp() - {grace(a)}"
+    not_late = f"(a.next_run_ts >= statement_timestamp() - {grace(a)} OR {held(a)})"
     tolerance = int(app_settings.HEALTH_FAILURE_TOLERANCE)
     paused = ScheduleState.PAUSED.value
     return f"""
 SELECT state, topic, count(*) FROM (
     (SELECT '{Health.LATE.value}' AS state, a.event_topic AS topic FROM schedule_t a
      WHERE a.active AND a.next_run_ts < statement_timestamp()
-       AND a.next_run_ts < statement_timestamp() - {grace(a)}
+       AND a.next_run_ts < statement_timestamp() - {grace(a)} AND NOT {held(a)}
      LIMIT %(limit)s)
     UNION ALL
     (SELECT '{Health.LATE.value}', a.event_topic FROM schedule_t a

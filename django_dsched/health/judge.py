@@ -35,8 +35,9 @@ from django.utils.translation import gettext as _
 
 from django_dsched.changes.describe import both_times, zone_of
 from django_dsched.conf import app_settings
-from django_dsched.enums import UNHEALTHY, Health, ScheduleState
+from django_dsched.enums import UNHEALTHY, DeliveryStatus, Health, OverlapPolicy, ScheduleState
 from django_dsched.models import Schedule
+from django_dsched.models.overlap import going
 
 # Column aliases the annotations of with_health() use (never a model field's name).
 STATE, STUCK_SINCE = "dsched_health", "dsched_stuck_since"
@@ -58,10 +59,42 @@ def grace(a: str) -> str:
     return _seconds(f"{a}.health_grace_seconds", app_settings.HEALTH_GRACE_SECONDS)
 
 
+# The overlap policies that hold a due slot while the previous run goes (docs/overlap.md).
+HOLDING = (OverlapPolicy.BUFFER_ONE, OverlapPolicy.BUFFER_ALL, OverlapPolicy.CANCEL_OTHER)
+
+
+def held(a: str) -> str:
+    """``a``'s due slot waits for its previous run (its newest message) to end, as its
+    overlap policy says (firing/overlap.decide_overlap): a buffer policy while that run
+    goes (``models.overlap.going``: a dead relay's or worker's run stops going after the
+    visibility or worker timeout), CANCEL_OTHER while it goes and cannot be withdrawn (it
+    started, or a slot is held already). One probe of the newest message, only for a row
+    whose policy holds."""
+    policies = ", ".join(f"'{p.value}'" for p in HOLDING)
+    worker_timeout = str(float(app_settings.OVERLAP_WORKER_TIMEOUT))
+    return f"""({a}.overlap_policy IN ({policies}) AND EXISTS (
+        SELECT FROM (SELECT o.status, o.attempts, o.claimed_until, o.delivered_ts,
+                            o.started_ts, o.completed_ts, o.failed_ts
+                     FROM outbox_message_t o WHERE o.aggregate_id = {a}.schedule_id
+                     ORDER BY o.aggregate_version DESC LIMIT 1) o
+        WHERE {going("o", worker_timeout)}
+          AND NOT ({a}.overlap_policy = '{OverlapPolicy.CANCEL_OTHER.value}'
+                   AND {a}.held_by IS NULL AND o.status = '{DeliveryStatus.PENDING.value}'
+                   AND o.attempts = 0)))"""
+
+
+def overdue(a: str) -> str:
+    """``a`` is active and its next run passed its grace, though no overlap policy holds it:
+    the scheduler is not firing it."""
+    return (
+        f"({a}.active AND {a}.next_run_ts < statement_timestamp() - {grace(a)} AND NOT {held(a)})"
+    )
+
+
 def late(a: str) -> str:
     """The schedule ``a`` (a table alias) is LATE, state aside."""
     return (
-        f"(({a}.active AND {a}.next_run_ts < statement_timestamp() - {grace(a)})"
+        f"({overdue(a)}"
         f" OR ({a}.state = '{ScheduleState.PAUSED.value}'"
         f" AND {a}.paused_until < statement_timestamp() - {grace(a)}))"
     )
@@ -164,7 +197,7 @@ def filter_health(queryset: QuerySet[Schedule], *states: str) -> QuerySet[Schedu
     else:
         # Several states: the union of each one's candidates (an OR of them would be read
         # as a filter over the whole table; each part of a union reads its own index).
-        parts = [Schedule.objects.filter(_CANDIDATES[s]).values("pk") for s in wanted]
+        parts = [Schedule.objects.filter(_CANDIDATES[s]).order_by().values("pk") for s in wanted]
         candidates = Q(pk__in=parts[0].union(*parts[1:], all=True))
     annotated = queryset if STATE in queryset.query.annotations else with_state(queryset)
     return annotated.filter(candidates, **{f"{STATE}__in": wanted})
@@ -276,6 +309,18 @@ def _settled_verdict(schedule: Schedule, state: str) -> Verdict:
             schedule.created_ts,
             _("has not fired yet; first run due at %(at)s")
             % {"at": _at(schedule.next_run_ts, schedule)},
+        )
+    if schedule.held_by is not None:
+        # Its overlap policy holds the slot: the policy working, not a miss (docs/health).
+        return Verdict(
+            state,
+            None,
+            _("the slot due at %(at)s waits for run %(run)s to end (overlap policy %(policy)s)")
+            % {
+                "at": _at(schedule.next_run_ts, schedule),
+                "run": str(schedule.held_by)[:8],
+                "policy": schedule.overlap_policy,
+            },
         )
     return Verdict(
         state,

@@ -9,8 +9,12 @@ audit events. Each slot is one of :class:`Outcome`:
 - ``FAILED``: fired, and its delivery or run failed (retrying, failed, dead letter);
 - ``MISSED``: not fired although it was due more than its grace ago and the schedule was
   meant to fire (an outage coalesced or skipped it, or the scheduler set it aside);
-- ``SKIPPED``: not fired while the schedule was paused;
-- ``DUE``: due within its grace, and the scheduler has not come to it yet.
+- ``SKIPPED``: not fired while the schedule was paused, or dropped by its overlap policy
+  (``dsched.schedule.skipped``: SKIP, or the slots a buffer's release passed over);
+- ``DUE``: due within its grace, and the scheduler has not come to it yet; or held for a
+  run by its overlap policy (it fires when the run ends).
+
+Slots its calendars exclude are not slots of its timetable: not shown.
 
 Bounded reads: the newest ``count`` fires (an index per day), the messages from the oldest
 of them on (by the schedule's version index), and at most :data:`CHANGES_READ` changes.
@@ -28,6 +32,7 @@ from django.utils.translation import gettext_lazy as _
 
 from django_dsched.conf import app_settings
 from django_dsched.enums import RunStatus, ScheduleState
+from django_dsched.firing.overlap import SKIPPED as SKIPPED_VERB
 from django_dsched.models import Event, OutboxMessage, Schedule
 from django_dsched.outbox import phases
 from django_dsched.timetables import backlog_window
@@ -44,7 +49,7 @@ class Outcome(models.TextChoices):
     LATE = "LATE", _("late")
     FAILED = "FAILED", _("delivery failed")
     MISSED = "MISSED", _("missed")
-    SKIPPED = "SKIPPED", _("skipped (paused)")
+    SKIPPED = "SKIPPED", _("skipped (paused, or by its overlap policy)")
     DUE = "DUE", _("due")
 
 
@@ -92,20 +97,43 @@ def _expected(schedule: Schedule, now: datetime, count: int) -> list[tuple[datet
     return found[::-1]
 
 
-def _inactive(schedule: Schedule, since: datetime) -> list[tuple[datetime, datetime, str]]:
-    """(from, to, state) of the periods since ``since`` the schedule was not active."""
-    changes = list(
+def _changes(schedule: Schedule, since: datetime) -> list[tuple[datetime, str, Any]]:
+    """(time, type, payload) of the schedule's change events since ``since`` (at most
+    :data:`CHANGES_READ`), oldest first."""
+    return list(
         Event.objects.filter(
             aggregate_id=schedule.pk, scheduled_ts__isnull=True, event_ts__gte=since
         )
         .order_by("aggregate_version")
-        .values_list("event_ts", "payload")[:CHANGES_READ]
+        .values_list("event_ts", "event_type", "payload")[:CHANGES_READ]
     )
+
+
+def _overlap_skips(changes: list[tuple[datetime, str, Any]]) -> list[tuple[datetime, datetime]]:
+    """[from, to) of the slots the overlap policy dropped: each ``dsched.schedule.skipped``
+    event names the first slot it dropped and the slot the schedule went on from."""
+    skips = []
+    for _at, kind, payload in changes:
+        if kind != f"dsched.schedule.{SKIPPED_VERB}" or not isinstance(payload, dict):
+            continue
+        try:
+            first = datetime.fromisoformat(payload["slot"])
+            after = datetime.fromisoformat(payload["next"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        skips.append((first, max(after, first + MICROSECOND)))
+    return skips
+
+
+def _inactive(
+    schedule: Schedule, since: datetime, changes: list[tuple[datetime, str, Any]]
+) -> list[tuple[datetime, datetime, str]]:
+    """(from, to, state) of the periods since ``since`` the schedule was not active."""
     periods: list[tuple[datetime, datetime, str]] = []
     start: datetime | None = None
     state: str | None = None
     first = True
-    for at, payload in changes:
+    for at, _kind, payload in changes:
         pair = payload.get("changes", {}).get("state") if isinstance(payload, dict) else None
         if not isinstance(pair, list) or len(pair) != 2:
             continue
@@ -153,7 +181,11 @@ def recent_slots(schedule: Schedule, now: datetime, count: int = 60) -> list[Slo
     if not slots:
         return []
     messages = _messages(schedule, [f["aggregate_version"] for f in fires])
-    periods = _inactive(schedule, slots[0])
+    changes = _changes(schedule, slots[0])
+    periods = _inactive(schedule, slots[0], changes)
+    skips = _overlap_skips(changes)
+    # A slot held for a run (docs/overlap.md) waits: it is due, however long ago.
+    held = schedule.held_by is not None
     result = []
     for slot in slots:
         due = expected.get(slot)
@@ -170,10 +202,10 @@ def recent_slots(schedule: Schedule, now: datetime, count: int = 60) -> list[Slo
             continue
         when = due or slot
         state = next((s for start, end, s in periods if start <= when < end), None)
-        if state == ScheduleState.PAUSED:
-            outcome = Outcome.SKIPPED
-        elif slot >= schedule.next_slot_ts and when + grace > now:
-            outcome = Outcome.DUE  # not handled yet, and not late yet
+        if state == ScheduleState.PAUSED or any(a <= slot < b for a, b in skips):
+            outcome = Outcome.SKIPPED  # paused, or dropped by its overlap policy
+        elif slot >= schedule.next_slot_ts and (held or when + grace > now):
+            outcome = Outcome.DUE  # not handled yet: not late yet, or held for a run
         else:
             outcome = Outcome.MISSED
         result.append(Slot(slot, due, None, outcome))

@@ -46,12 +46,15 @@ import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from django.db import transaction
+
 from django_dsched.enums import DeliveryStatus
 from django_dsched.models import envelope
 from django_dsched.models.times import OUT_OF_RANGE, readable, storable
 from django_dsched.models.validators import make_storable_text
 from django_dsched.outbox import run_health
 from django_dsched.outbox.messages import Claimed, Claimer, DeliveryOutcome, Message, Settled
+from django_dsched.runtime.loops import bound_transaction, hold_bounds
 
 # Longest error text stored per message.
 ERROR_MAX_CHARS = 2000
@@ -448,8 +451,24 @@ def claim_batch(
     Returns the messages in that order, with the claim's time.
     """
     args = claim_args(claimer, limit, max_bytes, since_us, window, skip, held_back, rotate)
-    cursor.execute(CLAIMS[bool(skip), bool(held_back)], args)
-    return claimed(cursor.fetchall())
+    with transaction.atomic(using=cursor.db.alias):
+        bound_transaction(cursor, claim_settings())
+        cursor.execute(CLAIMS[bool(skip), bool(held_back)], args)
+    return claimed(cursor.fetchall())  # read once committed, as in autocommit
+
+
+def claim_settings() -> dict[str, str]:
+    """The settings of a claim's transaction: no JIT, and a frozen relay holding it ended
+    after half a lease (:func:`~django_dsched.runtime.loops.hold_bounds`).
+
+    The claim is planned above PostgreSQL's ``jit_above_cost`` (100,000 by default: about
+    100,000 at a batch of 10, 186,000 at 1,000, growing with the day partitions), and
+    compiling it costs far more than running it: 1.6 s a claim against 30 ms on a stock
+    PostgreSQL 15 (``bench/tenant_lag_bench.py``, bench/NOTES.md). Set for the claim's own
+    transaction, never the session: behind a transaction-mode pooler a session setting would
+    stay on the backend for its next client."""
+    idle = hold_bounds()["idle_in_transaction_session_timeout"]
+    return {"jit": "off", "idle_in_transaction_session_timeout": idle}
 
 
 def claimed(rows: list[tuple[Any, ...]]) -> Claimed:

@@ -36,11 +36,13 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 
-from django.db import connections
+from django.db import DatabaseError, connections
 
 from django_dsched.outbox.holding import extend
 from django_dsched.outbox.messages import Claimer, Message
 from django_dsched.runtime.logs import get_logger
+from django_dsched.runtime.loops import first_line
+from django_dsched.runtime.one_server import ServerPin
 
 logger = get_logger(__name__)
 
@@ -53,11 +55,18 @@ class ClaimHeartbeat:
     """Renews the claims of the batch a relay is delivering, from its own thread."""
 
     def __init__(
-        self, claimer: Claimer, interval: float, using: str, max_run: float | None = None
+        self,
+        claimer: Claimer,
+        interval: float,
+        using: str,
+        max_run: float | None = None,
+        pin: ServerPin | None = None,
     ) -> None:
         self.claimer = claimer
         self.interval = interval
         self.using = using
+        # The relay's server: the thread's session must be on it (runtime/one_server.py).
+        self.pin = pin
         # Seconds a send may run before the batch is given up (None: no limit).
         self.max_run = max_run
         self.beats = 0  # renewal statements run (for tests and logs)
@@ -243,14 +252,24 @@ class ClaimHeartbeat:
         if not messages:
             return
         try:
+            if self.pin is not None:
+                self.pin.check(connections[self.using])
             with self.writing:
                 held, refused = extend(self.using, self.claimer, messages, ago)
-        except Exception:  # the database is away: try again next beat, on a new connection
+        except DatabaseError as exc:  # away, or another server: next beat, a new session
             logger.warning(
+                "heartbeat could not renew %d claim(s) (%s) relay=%s",
+                len(messages),
+                first_line(exc),
+                self.claimer.relay_id,
+            )
+            connections[self.using].close()
+            return
+        except Exception:  # not the database's: said in full, and tried again next beat
+            logger.exception(
                 "heartbeat could not renew %d claim(s) relay=%s",
                 len(messages),
                 self.claimer.relay_id,
-                exc_info=True,
             )
             connections[self.using].close()
             return

@@ -41,10 +41,12 @@ from django_dsched.outbox.claims import (
     PAYLOAD,
     chosen,
     claim_args,
+    claim_settings,
     claimed,
 )
 from django_dsched.outbox.messages import Claimed, Claimer
 from django_dsched.runtime import binding
+from django_dsched.runtime.loops import bound_transaction
 from django_dsched.runtime.narrowing import halves
 from django_dsched.runtime.refusals import refused
 
@@ -141,6 +143,8 @@ def claim_narrowed(
         return run(DEAD_REFUSED, {**args, "id": id_, "error": why})
 
     with transaction.atomic(using=using):
+        with binding.cursor(connection) as cursor:
+            bound_transaction(cursor, claim_settings())
         rows, refused_rows = halves(using, claim, run(CHOOSE[bool(skip), bool(held_back)], args))
         passed_over = []
         for (id_, _place, _size), error in refused_rows:

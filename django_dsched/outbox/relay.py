@@ -58,6 +58,7 @@ from django_dsched.outbox.transports import Transports
 from django_dsched.runtime import binding
 from django_dsched.runtime.logs import get_logger
 from django_dsched.runtime.loops import DatabaseLoop, first_line
+from django_dsched.runtime.one_server import OtherServer
 from django_dsched.runtime.refusals import refusal, refused
 
 if TYPE_CHECKING:
@@ -110,6 +111,7 @@ class Relay(DatabaseLoop):
             float(interval) if interval else self.claimer.visibility_timeout / 4,
             self.using,
             max_run=app_settings.RELAY_MAX_RUN_SECONDS,
+            pin=self.pin,
         )
         self.stats = RelayStats()
         self.reports = Reports(
@@ -241,7 +243,7 @@ class Relay(DatabaseLoop):
             self.reports.metrics.holding(len(self.dispatch.jobs), len(self.dispatch.held))
         if self.stopping.is_set():
             return 0.0
-        if not self.claiming.running and self._claim_wanted():
+        if not self.claiming.running and self._claim_wanted() and not self.split_brain():
             self._claim_more()
         if self.idle():
             self.claiming.idle()
@@ -348,7 +350,13 @@ class Relay(DatabaseLoop):
     def _claim_here(
         self, limit: int, max_bytes: int, since: int | None, held_back: list[str]
     ) -> Claimed:
-        """Claim a batch on the calling thread's session (the claim thread's)."""
+        """Claim a batch on the calling thread's session (the claim thread's), if it is on
+        the relay's server (runtime/one_server.py): else claim nothing this time."""
+        try:
+            self.pin.check(connections[self.using])
+        except OtherServer as exc:
+            logger.warning("claimed nothing: %s relay=%s", exc, self.instance_id)
+            return Claimed([], [])
         return self._claim(limit, max_bytes, since, held_back)
 
     def _claim(

@@ -5,6 +5,8 @@
 - :mod:`.health`: ``HealthServer``, ``/livez`` and ``/readyz`` of a process's loops.
 - :mod:`.http`: ``EndpointServer``, the endpoints' one-thread HTTP server (each connection
   bounded in time, their number capped, the oldest idle dropped past the cap).
+- :mod:`.split_brain`: ``HostWatch``, two hosts of a multi-host URL accepting writes, seen.
+- :mod:`.one_server`: ``ServerPin``, a loop's threads' sessions kept on the loop's server.
 - :mod:`.clock`: ``database_now()``, the only "now" outside SQL.
 - :mod:`.refusals`: ``refused(exc)``, a database error that is one row's fault, and
   ``refusal(exc)``, that error in words.

@@ -18,6 +18,8 @@ from django_dsched.conf import app_settings
 from django_dsched.exceptions import DschedError, NotPrimary
 from django_dsched.runtime.connections import behind_pooler, describe_failure, server_of
 from django_dsched.runtime.logs import get_logger
+from django_dsched.runtime.one_server import IDENTIFY, ServerPin
+from django_dsched.runtime.split_brain import HostWatch
 from django_dsched.runtime.tables import MissingTables, ours_missing, require_tables
 from django_dsched.runtime.wakeup import Waker
 
@@ -87,8 +89,9 @@ def hold_bounds(lease_seconds: float | None = None) -> dict[str, str]:
 # on since PostgreSQL 12), and the estimates grow with the tables while the work does not:
 # at 1,000,000 schedules the scheduler's claim was estimated at 500,000, and on a stock
 # PostgreSQL 15 compiling its 631 functions took 10 to 15 s against 7 ms to run it
-# (bench/NOTES.md, "A million due"). Off for each transaction of a loop, and for the whole
-# session of a loop on a direct session (never behind a pooler: it would stay on the backend).
+# (bench/NOTES.md, "A million due"); the relay's claim of a large backlog, 1.6 s. Off on a
+# loop's direct sessions and its threads' (runtime/one_server.py), and for each transaction
+# of a loop behind a pooler too (which hands a session's settings on to other clients).
 NO_JIT = {"jit": "off"}
 
 
@@ -164,6 +167,11 @@ class DatabaseLoop:
         # loop last went round (monotonic), and whether its last round reached the database.
         self.last_tick = time.monotonic()
         self.connected = False
+        # The server of the loop's session, which its threads' sessions must share.
+        self.pin = ServerPin(f"{self.kind}={self.instance_id}")
+        # With several hosts in the URL: whether two of them accept writes (split brain),
+        # watched from a thread; None until the first session, then one per loop.
+        self.hosts: HostWatch | None = None
 
     # -- to implement ---------------------------------------------------------------------
     def step(self) -> float:
@@ -194,7 +202,29 @@ class DatabaseLoop:
             if self.last_error:
                 return False, f"not connected to the database: {self.last_error}"
             return False, "not connected to the database"
+        split = self.split_brain()
+        if split:
+            return False, f"two hosts of the database URL accept writes: {split}"
         return True, "connected"
+
+    def watch_interval(self) -> float:
+        """Seconds between two looks at the URL's hosts (:meth:`split_brain`)."""
+        return float(app_settings.LEASE_SECONDS)
+
+    def split_brain(self) -> str | None:
+        """Two different servers of the URL accept writes now (what they are), else None."""
+        return None if self.hosts is None else self.hosts.split
+
+    def _watch_hosts(self) -> None:
+        """Start watching the URL's hosts for a split brain (once, when it lists several)."""
+        if self.hosts is not None:
+            return
+        params = connections[self.using].get_connection_params()
+        self.hosts = HostWatch(
+            params, self.watch_interval(), f"{self.kind} instance={self.instance_id}"
+        )
+        if self.hosts.needed:
+            self.hosts.start()
 
     def tick(self) -> None:
         """The loop is going round (the ``/livez`` answer is the age of the last tick)."""
@@ -382,6 +412,7 @@ class DatabaseLoop:
 
     def _lost_connection(self) -> None:
         self.connected = False
+        self.pin.clear()
         self.on_connection_lost()
         self._session = None
         try:
@@ -401,6 +432,9 @@ class DatabaseLoop:
 
     def _close(self) -> None:
         self.connected = False
+        self.pin.clear()
+        if self.hosts is not None:
+            self.hosts.stop()
         connections[self.using].close()
         self._session = None
 
@@ -413,8 +447,8 @@ class DatabaseLoop:
             return
         server = server_of(connection)
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_is_in_recovery()")
-            (standby,) = cursor.fetchone()
+            cursor.execute(f"SELECT pg_is_in_recovery(), ({IDENTIFY})")
+            standby, identity = cursor.fetchone()
         if standby:
             raise NotPrimary(
                 f"{server} is a standby (in recovery), and the {self.kind} writes: point "
@@ -422,6 +456,8 @@ class DatabaseLoop:
                 "target_session_attrs=read-write to the URL)"
             )
         self.pooled = behind_pooler(connection)
+        self.pin.set(identity, server, direct=not self.pooled)
+        self._watch_hosts()
         self.listening = self.channels != () and (
             not self.pooled if app_settings.LISTEN is None else bool(app_settings.LISTEN)
         )
@@ -429,13 +465,12 @@ class DatabaseLoop:
         with connection.cursor() as cursor:
             if not self.pooled:
                 # A direct session is this loop's alone; behind a pooler the name would stay
-                # on the backend for the next client, so the loop goes unnamed there. No JIT
-                # for its statements outside a transaction either (NO_JIT): the relay's claim
-                # with 1,000,000 messages waiting compiled 710 functions for about 1 s.
+                # on the backend for the next client, so the loop goes unnamed there.
+                # And no JIT on it (NO_JIT), for every statement, in a transaction or not.
                 cursor.execute(
                     "SELECT set_config('application_name', %s, false),"
-                    " set_config('jit', %s, false)",
-                    [self.application_name(), NO_JIT["jit"]],
+                    " set_config('jit', 'off', false)",
+                    [self.application_name()],
                 )
             if self.listening:
                 for channel in self.channels:

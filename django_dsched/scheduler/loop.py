@@ -14,7 +14,6 @@ from django.db import DatabaseError, connections, transaction
 from django_dsched.cluster import presence
 from django_dsched.cluster.bucket_count import agree_bucket_count, stored_bucket_count
 from django_dsched.cluster.lease import BucketLeases, LeaseHolder
-from django_dsched.cluster.split_brain import HostWatch
 from django_dsched.conf import app_settings
 from django_dsched.exceptions import BucketCountMismatch
 from django_dsched.firing.batch import BatchOptions, BatchResult, fire_batch
@@ -120,9 +119,6 @@ class Scheduler(DatabaseLoop):
         self._next_rates = 0.0
         self._retention_wanted = True
         self.retention: RetentionWorker | None = None
-        # With several hosts in the URL: two of them accepting writes (split brain) stops
-        # the fires (cluster/split_brain.py). None until the first session; then one per process.
-        self.hosts: HostWatch | None = None
 
     # -- control -------------------------------------------------------------------------
     def run_until_idle(self) -> int:
@@ -142,8 +138,6 @@ class Scheduler(DatabaseLoop):
         return self.stats.fired - fired_before
 
     def shutdown(self) -> None:
-        if self.hosts is not None:
-            self.hosts.stop()
         if self.retention is not None:
             self.retention.stop(timeout=self.heartbeat_seconds)
         if self.lease.is_leader:
@@ -175,9 +169,6 @@ class Scheduler(DatabaseLoop):
         ready, why = super().readiness()
         if not ready:
             return ready, why
-        split = self.split_brain()
-        if split:
-            return False, f"two hosts of the database URL accept writes: {split}"
         role = self.leadership()
         if role == "leader":
             return True, "leader"
@@ -512,6 +503,7 @@ class Scheduler(DatabaseLoop):
                 self.instance_id,
                 self.using,
                 pause=self.heartbeat_seconds,
+                pin=self.pin,
             )
             if self.retention is not None:
                 self.retention.start()
@@ -530,9 +522,8 @@ class Scheduler(DatabaseLoop):
         # transaction, a frozen peer's): it gives up, the loop goes round again.
         return hold_bounds(self.lease.lease_seconds)
 
-    def split_brain(self) -> str | None:
-        """Two different servers of the URL accept writes now (what they are), else None."""
-        return None if self.hosts is None else self.hosts.split
+    def watch_interval(self) -> float:
+        return self.lease.lease_seconds
 
     def _stand_aside(self) -> None:
         """While two hosts accept writes: lead nothing (the other side may fire too; which
@@ -552,19 +543,7 @@ class Scheduler(DatabaseLoop):
         if self.metrics is not None:
             self.metrics.lost_leadership()
 
-    def _watch_hosts(self) -> None:
-        """Start watching the URL's hosts for a split brain (once, when it lists several)."""
-        if self.hosts is not None:
-            return
-        params = connections[self.using].get_connection_params()
-        self.hosts = HostWatch(
-            params, self.lease.lease_seconds, f"scheduler instance={self.instance_id}"
-        )
-        if self.hosts.needed:
-            self.hosts.start()
-
     def on_new_session(self) -> None:
-        self._watch_hosts()
         self._agreed = False
         self.lease.step_down()  # a new session cannot carry the old one's leadership
         # Behind a pooler the backend pid is not this process's life: offer none.

@@ -25,6 +25,7 @@ from django_dsched.history.partitions import make_ahead
 from django_dsched.outbox.retention import Purged, purge_expired
 from django_dsched.runtime.logs import get_logger
 from django_dsched.runtime.loops import first_line
+from django_dsched.runtime.one_server import ServerPin
 
 logger = get_logger(__name__)
 
@@ -46,10 +47,13 @@ class RetentionWorker:
         using: str,
         interval: float,
         pause: float,
+        pin: ServerPin | None = None,
     ) -> None:
         self.leading = leading
         self.instance_id = instance_id
         self.using = using
+        # The scheduler's server: this thread's session must be on it (runtime/one_server.py).
+        self.pin = pin
         self.interval = interval
         self.pause = pause
         self.passes = 0
@@ -111,6 +115,8 @@ class RetentionWorker:
 
     def _attempt(self, what: str, work: Callable[[], T]) -> T | None:
         try:
+            if self.pin is not None:
+                self.pin.check(connections[self.using])
             return work()
         except DatabaseError as exc:
             logger.warning(
@@ -126,7 +132,11 @@ class RetentionWorker:
 
 
 def worker_for(
-    leading: Callable[[], bool], instance_id: str, using: str, pause: float
+    leading: Callable[[], bool],
+    instance_id: str,
+    using: str,
+    pause: float,
+    pin: ServerPin | None = None,
 ) -> RetentionWorker:
     """The history worker for a scheduler (it runs with retention off too: it makes the
     next days' partitions)."""
@@ -136,4 +146,5 @@ def worker_for(
         using=using,
         interval=float(app_settings.RETENTION_INTERVAL),
         pause=pause,
+        pin=pin,
     )

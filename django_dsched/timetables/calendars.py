@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
+from functools import lru_cache
 
 import holidays
 
@@ -67,6 +68,13 @@ class Blackout:
         return self.label or f"{self.start:%Y-%m-%d %H:%M} to {self.end:%Y-%m-%d %H:%M} UTC"
 
 
+@lru_cache(maxsize=1024)
+def _week_us(day: int, moment: time) -> int:
+    """``day`` (0: Monday) at ``moment`` as microseconds since Monday 00:00 (as
+    :meth:`WeeklyWindow._minute`)."""
+    return WeeklyWindow._minute(day, moment) // timedelta(microseconds=1)
+
+
 @dataclass(frozen=True, slots=True)
 class WeeklyWindow:
     """Every week, from ``start_day`` at ``start_time`` up to ``end_day`` at ``end_time``
@@ -103,10 +111,13 @@ class WeeklyWindow:
         )
 
     def covers(self, when: datetime) -> bool:
-        """Whether ``when``'s wall time (in the window's zone) is inside the window."""
-        _there, at = self._position(when)
-        start = self._minute(self.start_day, self.start_time)
-        end = self._minute(self.end_day, self.end_time)
+        """Whether ``when``'s wall time (in the window's zone) is inside the window (asked
+        of every slot a calendar lets through: integers, no timedelta built)."""
+        there = wall(when, zone(self.time_zone))
+        seconds = ((there.weekday() * 24 + there.hour) * 60 + there.minute) * 60 + there.second
+        at = seconds * 1_000_000 + there.microsecond
+        start = _week_us(self.start_day, self.start_time)
+        end = _week_us(self.end_day, self.end_time)
         if start < end:
             return start <= at < end
         return at >= start or at < end
@@ -143,6 +154,28 @@ class WeeklyWindow:
 Window = Blackout | WeeklyWindow
 
 
+def _whole_week(windows: Iterable[Window]) -> bool:
+    """Whether the weekly windows of one zone cover its whole week between them: every
+    instant has a wall time there, so none is left open."""
+    by_zone: dict[str, list[tuple[timedelta, timedelta]]] = {}
+    for window in windows:
+        if not isinstance(window, WeeklyWindow):
+            continue
+        start = window._minute(window.start_day, window.start_time)
+        end = window._minute(window.end_day, window.end_time)
+        spans = [(start, end)] if start < end else [(start, WEEK), (timedelta(0), end)]
+        by_zone.setdefault(window.time_zone, []).extend(spans)
+    for spans in by_zone.values():
+        reach = timedelta(0)
+        for low, high in sorted(spans):
+            if low > reach:
+                break
+            reach = max(reach, high)
+        if reach >= WEEK:
+            return True
+    return False
+
+
 # The language of holiday names (the package's default depends on the process's locale).
 HOLIDAY_LANGUAGE = "en_US"
 
@@ -157,6 +190,8 @@ class Calendar:
     weekend: frozenset[int] = SATURDAY_AND_SUNDAY
     windows: tuple[Window, ...] = ()
     _by_date: Mapping[date, str] = field(init=False, repr=False, compare=False, hash=False)
+    # Whether its weekly windows leave no instant open (a freeze over the whole week).
+    always_closed: bool = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -172,6 +207,7 @@ class Calendar:
         object.__setattr__(self, "weekend", weekend)
         object.__setattr__(self, "excluded", tuple(sorted(by_date.items())))
         object.__setattr__(self, "_by_date", by_date)
+        object.__setattr__(self, "always_closed", _whole_week(self.windows))
 
     @classmethod
     def of_holidays(

@@ -16,6 +16,7 @@ fires at most once.
 
 from __future__ import annotations
 
+import copy
 import re
 from datetime import datetime, timedelta
 from functools import lru_cache
@@ -136,6 +137,21 @@ def _most_per_unit(expression: str) -> tuple[int, int, int]:
     return per_minute, per_hour, per_hour * size(1, 24)
 
 
+@lru_cache(maxsize=4096)
+def _parsed(expression: str) -> croniter:
+    """``expression`` parsed by croniter, once per process: parsing costs several times a
+    search, and a calendar-filtered row searches its cron several times."""
+    return croniter(expression, datetime(2000, 1, 1))
+
+
+def _matches(expression: str, start: datetime) -> croniter:
+    """A croniter of ``expression`` from the naive wall time ``start`` (a copy of the parsed
+    one: iterating changes only the copy's own position)."""
+    matches = copy.copy(_parsed(expression))
+    matches.set_current(start, force=True)
+    return matches
+
+
 class CronTimetable:
     """The instants a cron expression matches in a time zone."""
 
@@ -174,7 +190,7 @@ class CronTimetable:
         low, high = self._offsets_near(when)
         # Only a gap behind ``when`` holds wall times that land after it.
         start = self._wall(when) - max(timedelta(0), self._offset(when) - low)
-        matches = croniter(self.expression, start)
+        matches = _matches(self.expression, start)
         best: datetime | None = None
         try:
             for _ in range(MAX_STEPS):
@@ -195,7 +211,7 @@ class CronTimetable:
         low, high = self._offsets_near(when)
         # Only a fold (the repeated hour) holds later wall times that land before ``when``.
         start = self._wall(when) + max(timedelta(0), high - self._offset(when)) + MICROSECOND
-        matches = croniter(self.expression, start)
+        matches = _matches(self.expression, start)
         best: datetime | None = None
         try:
             for _ in range(MAX_STEPS):
@@ -266,7 +282,7 @@ class CronTimetable:
             earlier: datetime | None = None
             if self._quiet(slot):
                 if matches is None:
-                    matches = croniter(self.expression, self._wall(slot))
+                    matches = _matches(self.expression, self._wall(slot))
                 try:
                     earlier = self._instant(matches.get_prev(datetime))
                 except (CroniterBadDateError, OverflowError, ValueError):

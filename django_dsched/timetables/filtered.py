@@ -24,12 +24,14 @@ give the slots that fire, so the fire path, the preview and edits all see the sa
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from enum import StrEnum
+from typing import Any, TypeVar, cast
 
 from django_dsched.exceptions import CalendarError
+from django_dsched.timetables import moves
 from django_dsched.timetables.calendars import Calendar
 from django_dsched.timetables.known import Remembered
 from django_dsched.timetables.timetable import Timetable
@@ -43,8 +45,12 @@ MAX_SHIFT_DAYS = 31
 MAX_SKIPS = 5000
 # The most slots :meth:`Filtered.fates` lists.
 MAX_FATES = 10_000
-# The most slots :meth:`Filtered.origins` looks at per day next to a DST change.
+# The most slots :meth:`Filtered.origins` looks at per day next to a DST change, on a day
+# whose clock :mod:`.moves` does not work out (more than one change near it).
 MAX_LANDING = 16
+# The most answers a filter keeps (past it, it starts again).
+MAX_ANSWERS = 4096
+T = TypeVar("T")
 
 
 class Shift(StrEnum):
@@ -100,6 +106,20 @@ class Filtered:
         self._slots: Timetable = inner if isinstance(inner, Filtered) else Remembered(inner)
         self.calendars = tuple(calendars)
         self.zone = zone(time_zone)
+        # A calendar whose weekly windows cover the whole week drops every slot: no search.
+        self._closed = any(calendar.always_closed for calendar in self.calendars)
+        # Answers already given: the filter is immutable (a calendar edit builds a new one),
+        # so the rows of a batch that share it (firing/calendared.py) ask each search once.
+        self._answers: dict[tuple[Any, ...], Any] = {}
+
+    def _answer(self, key: tuple[Any, ...], work: Callable[[], T]) -> T:
+        if key in self._answers:
+            return cast(T, self._answers[key])
+        found = work()
+        if len(self._answers) >= MAX_ANSWERS:
+            self._answers.clear()
+        self._answers[key] = found
+        return found
 
     # -- days -------------------------------------------------------------------------------
     def _day_off(self, day: date) -> tuple[str, str] | None:
@@ -124,6 +144,16 @@ class Filtered:
                 return day
             day += DAY * step
         return None
+
+    def _open_day(self, day: date, step: int) -> date:
+        """The first business day after ``day`` (``step`` 1) or before it (-1), or the
+        first day past :data:`MAX_SHIFT_DAYS` days off: a run of days off (a closure) is
+        passed in a search a month at a time, not a day at a time."""
+        try:
+            found = self._business_day(day + DAY * step, step)
+            return found if found is not None else day + DAY * step * (MAX_SHIFT_DAYS + 2)
+        except OverflowError:  # next to the ends of the calendar: a day at a time
+            return day + DAY * step
 
     def _day_of(self, when: datetime) -> date:
         return wall(when, self.zone).date()
@@ -176,6 +206,11 @@ class Filtered:
     def fates(self, start: datetime, end: datetime, limit: int = MAX_FATES) -> list[Fate]:
         """The planned slots in ``[start, end)`` (before any calendar) and their fates, the
         first ``limit`` of them."""
+        return list(
+            self._answer(("fates", start, end, limit), lambda: self._fates(start, end, limit))
+        )
+
+    def _fates(self, start: datetime, end: datetime, limit: int) -> list[Fate]:
         if isinstance(self.inner, Filtered):
             found = []
             for earlier in self.inner.fates(start, end, limit):
@@ -196,6 +231,9 @@ class Filtered:
 
         Looks only where such a slot can be: at the same wall-clock time on the days whose
         slots fire on ``slot``'s day (next to a DST change, within the jump of it)."""
+        return list(self._answer(("origins", slot), lambda: self._origins(slot)))
+
+    def _origins(self, slot: datetime) -> list[Fate]:
         found: list[Fate] = []
         for candidate in self._landing(slot):
             later = self.fate(candidate)
@@ -227,30 +265,69 @@ class Filtered:
         days = [day]
         if self.policy != Shift.OMIT and self._day_off(day) is None:
             days = self._sources(day)
-        clock = wall(slot, self.zone).time()
         found = []
         for source in days:
-            at = slot if source == day else instant(datetime.combine(source, clock), self.zone)
-            jump = max(jump_near(at, self.zone), jump_near(slot, self.zone))
-            candidate = self._slots.slot_at_or_after(at - jump)
-            for _ in range(MAX_LANDING):
-                if candidate is None or candidate > at + jump:
-                    break
-                if self._day_of(candidate) == source:
-                    found.append(candidate)
-                candidate = self._slots.slot_after(candidate)
+            if source == day:
+                found += [slot] if self._slots.slot_at_or_after(slot) == slot else []
+                continue
+            try:
+                instants = moves.landing(slot, source, day, self.zone)
+            except LookupError:
+                found += self._landing_walk(slot, source)
+                continue
+            found += [at for at in instants if self._slots.slot_at_or_after(at) == at]
         return found
+
+    def _landing_walk(self, slot: datetime, source: date) -> list[datetime]:
+        """``inner``'s slots of ``source`` that may fire at ``slot``, looked for slot by
+        slot within the jump of a DST change (a day :mod:`.moves` does not work out)."""
+        at = instant(datetime.combine(source, wall(slot, self.zone).time()), self.zone)
+        jump = max(jump_near(at, self.zone), jump_near(slot, self.zone))
+        candidate, found = self._slots.slot_at_or_after(at - jump), []
+        for _ in range(MAX_LANDING):
+            if candidate is None or candidate > at + jump:
+                break
+            if self._day_of(candidate) == source:
+                found.append(candidate)
+            candidate = self._slots.slot_after(candidate)
+        return found
+
+    def _past(
+        self, slot: datetime, source: date, business: date, when: datetime
+    ) -> datetime | None:
+        """The next slot of ``inner`` after ``slot`` (of ``source``, which moves to
+        ``business`` at or before ``when``) that may move past ``when``: past those
+        that cannot, in a few searches (:mod:`.moves`), not slot by slot."""
+        if source != business:
+            at = moves.skip_forward(slot, source, business, when, self.zone)
+            if at is not None:
+                return self._slots.slot_at_or_after(at)
+        return self._slots.slot_after(slot)
+
+    def _upto(
+        self, slot: datetime, source: date, business: date, when: datetime
+    ) -> datetime | None:
+        """Mirror of :meth:`_past`: the previous slot that may move to ``when`` or before."""
+        if source != business:
+            at = moves.skip_back(slot, source, business, when, self.zone)
+            if at is not None:
+                return self._slots.slot_at_or_before(at)
+        return self._slots.slot_at_or_before(slot - MICROSECOND)
 
     # -- the Timetable protocol -------------------------------------------------------------
     def slot_after(self, when: datetime) -> datetime | None:
+        if self._closed:
+            return None
         if self.policy == Shift.OMIT:
-            return self._omit_after(when)
-        return self._shift_after(when)
+            return self._answer(("after", when), lambda: self._omit_after(when))
+        return self._answer(("after", when), lambda: self._shift_after(when))
 
     def slot_at_or_before(self, when: datetime) -> datetime | None:
+        if self._closed:
+            return None
         if self.policy == Shift.OMIT:
-            return self._omit_at_or_before(when)
-        return self._shift_at_or_before(when)
+            return self._answer(("before", when), lambda: self._omit_at_or_before(when))
+        return self._answer(("before", when), lambda: self._shift_at_or_before(when))
 
     def slot_at_or_after(self, when: datetime) -> datetime | None:
         latest = self.slot_at_or_before(when)
@@ -276,7 +353,7 @@ class Filtered:
             if slot is None:
                 return None
             if self._day_off(self._day_of(slot)) is not None:
-                resume = self._day_start(self._day_of(slot) + DAY)
+                resume = self._day_start(self._open_day(self._day_of(slot), 1))
             else:
                 blackout = self._blackout(slot)
                 if blackout is None:
@@ -291,7 +368,7 @@ class Filtered:
             if slot is None:
                 return None
             if self._day_off(self._day_of(slot)) is not None:
-                resume = self._day_start(self._day_of(slot)) - MICROSECOND
+                resume = self._day_start(self._open_day(self._day_of(slot), -1) + DAY) - MICROSECOND
             else:
                 blackout = self._blackout(slot)
                 if blackout is None:
@@ -364,7 +441,7 @@ class Filtered:
                 return None
             moved = self._moved(slot, business)
             if moved <= when:
-                slot = self._slots.slot_after(slot)
+                slot = self._past(slot, source, business, when)
                 continue
             blackout = self._blackout(moved)
             if blackout is None:
@@ -420,7 +497,7 @@ class Filtered:
                 return None
             moved = self._moved(slot, business)
             if moved > when:
-                slot = self._slots.slot_at_or_before(slot - MICROSECOND)
+                slot = self._upto(slot, source, business, when)
                 continue
             blackout = self._blackout(moved)
             if blackout is None:

@@ -120,6 +120,36 @@ def offsets_near(when: datetime, tz: ZoneInfo) -> tuple[timedelta, timedelta]:
     return min(offsets), max(offsets)
 
 
+# How finely :func:`changes_between` looks for an offset change before it pins one down
+# (no zone changes its offset twice within this).
+PROBE = timedelta(minutes=15)
+MICROSECOND = timedelta(microseconds=1)
+
+
+def changes_between(
+    low: datetime, high: datetime, tz: ZoneInfo
+) -> list[tuple[datetime, timedelta, timedelta]]:
+    """``tz``'s offset changes in ``(low, high]`` (at most two days), in order: the first
+    instant of each new offset, the offset before and the one after. Nothing near a change
+    costs one cached look-up (:func:`jump_near`)."""
+    if high <= low or (not jump_near(low, tz) and not jump_near(high, tz)):
+        return []
+    found = []
+    before, moment = offset(low, tz), low
+    while moment < high:
+        probe = min(moment + PROBE, high)
+        after = offset(probe, tz)
+        if after != before:
+            lo, hi = moment, probe  # the offset is ``before`` at lo, ``after`` at hi
+            while hi - lo > MICROSECOND:
+                middle = lo + (hi - lo) // 2
+                lo, hi = (middle, hi) if offset(middle, tz) == before else (lo, middle)
+            found.append((hi, before, after))
+            before = after
+        moment = probe
+    return found
+
+
 def as_utc(wall_time: datetime, at_offset: timedelta) -> datetime:
     """A naive wall time read with a given offset (a bound, not the rule: see
     :func:`instant`)."""

@@ -219,7 +219,8 @@ def test_the_schedule_filters_read_a_bounded_number_of_rows(admin_client, histor
         page = admin_client.get("/admin/dsched/schedule/").content.decode()
     assert "more: use the search box" in page  # the lists may be incomplete: said so
     scans = [q["sql"] for q in captured.captured_queries if "scanned" in q["sql"]]
-    assert len(scans) == 2 and all("LIMIT 10)" in q for q in scans)
+    # The topic and event type filters: one read of the same 10 rows.
+    assert len(scans) == 1 and all("LIMIT 10)" in q for q in scans)
 
 
 # Lists in id order (newest first): the primary key, or a partial index on the ids of the

@@ -13,8 +13,13 @@ import json
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
 from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
 
+from django_dsched.admin import filters
 from django_dsched.enums import UNHEALTHY, DeliveryStatus, Health
 from django_dsched.health import counts, judge
 from django_dsched.models import Schedule
@@ -126,17 +131,49 @@ def test_the_counts_and_a_page_of_the_list_read_indexes_only():
     }
     assert_index_scans_only(explain(counts.counts_sql(), {"limit": counts.COUNT_LIMIT}), 25)
 
-    # The admin's list: the first page in next-run order, with each row's health. The
-    # order is the list's own (a sort of every schedule, with or without health); health
-    # is worked out for the page's rows alone, after the sort and the limit.
+    # A page of rows with their health: health is worked out for those rows alone.
     page = judge.with_health(Schedule.objects.order_by("next_run_ts"))[:100]
     rows = list(page)
     assert [getattr(r, judge.STATE) for r in rows[:5]] == [Health.LATE] * 5
     statement, params = page.query.sql_with_params()
     assert_index_scans_only(explain(statement, params), 150, besides="schedule_t")
 
+    # The admin's list, plain, paged, filtered: every statement reads the rows it shows or
+    # counts (the first page: a range of the due index; no sort of the table).
+    admin_list_reads_what_it_shows()
+
     # A filtered list reads the candidates only.
     for states in ([Health.LATE], [Health.FAILING], [Health.STUCK], [Health.SET_ASIDE], UNHEALTHY):
         query = judge.filter_health(Schedule.objects.order_by("next_run_ts"), *states)[:100]
         statement, params = query.query.sql_with_params()
         assert_index_scans_only(explain(statement, params), 25)
+
+
+def admin_list_reads_what_it_shows() -> None:
+    """Each statement of the admin's schedule list (EXPLAIN ANALYZE of what it ran) reads at
+    most the rows a page shows or counts: the exact count stops at its limit, the filters'
+    values read their bounded scan (filters.SCAN_LIMIT), and nothing reads the table."""
+    client = Client()
+    client.force_login(User.objects.create_superuser("root", "root@example.com", "pw"))
+    url = reverse("admin:dsched_schedule_changelist")
+    for query in ({}, {"p": 3}, {"health": "OK"}, {"health": "UNHEALTHY"}, {"health": "LATE"}):
+        with CaptureQueriesContext(connection) as captured:
+            response = client.get(url, query)
+        assert response.status_code == 200
+        html = response.content.decode()
+        if not query:  # the first page: the late ones first, with their health
+            assert html.count('dsched-health-late"') == 5
+        for statement in (q["sql"] for q in captured.captured_queries):
+            if "schedule_t" not in statement or not statement.lstrip().startswith(
+                ("SELECT", "WITH")
+            ):
+                continue
+            # A page's 100 rows; the exact count stops at 1,001 (and reads the few
+            # candidates of a filter that its state rules out); the filters' values.
+            most = filters.SCAN_LIMIT if "scanned AS MATERIALIZED" in statement else 1_100
+            for scan in nodes(explain(statement, None)):
+                if not str(scan.get("Relation Name", "")).startswith(TABLES):
+                    continue
+                read = scan["Actual Rows"] + scan.get("Rows Removed by Filter", 0)
+                read *= scan["Actual Loops"]
+                assert read <= most, (query, scan["Node Type"], read, statement[:200])

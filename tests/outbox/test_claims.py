@@ -31,6 +31,7 @@ from django_dsched.outbox.claims import (
     settle,
 )
 from django_dsched.outbox.messages import Claimer, DeliveryOutcome
+from django_dsched.outbox.refused import claim_narrowed
 from django_dsched.outbox.relay import Relay
 from tests.helpers import other_session, sql
 from tests.outbox_helpers import make_messages
@@ -125,6 +126,51 @@ def test_a_claimed_message_leaves_the_claimable_range_until_its_claim_expires() 
     assert claim_ids() == []
     hold([message_id], -1)
     assert claim_ids() == [message_id]
+
+
+@pytest.fixture
+def jit_seen() -> Iterator[None]:
+    """``jit`` as each write of a claim saw it, in ``jit_seen`` (a trigger records it); the
+    same trigger refuses to claim a message of topic ``poison`` (not to dead-letter it)."""
+    sql("CREATE TABLE jit_seen (jit text)")
+    sql(
+        "CREATE FUNCTION jit_seen() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+        " IF NEW.topic = 'poison' AND NEW.status = 'PENDING' THEN"
+        " RAISE check_violation USING MESSAGE = 'poison'; END IF;"
+        " INSERT INTO jit_seen VALUES (current_setting('jit')); RETURN NEW; END $$"
+    )
+    sql(
+        "CREATE TRIGGER jit_seen BEFORE UPDATE ON outbox_message_t"
+        " FOR EACH ROW EXECUTE FUNCTION jit_seen()"
+    )
+    try:
+        yield
+    finally:
+        sql("DROP TRIGGER jit_seen ON outbox_message_t")
+        sql("DROP FUNCTION jit_seen()")
+        sql("DROP TABLE jit_seen")
+
+
+@pytest.mark.usefixtures("jit_seen")
+def test_a_claim_runs_without_jit_in_a_transaction_of_its_own() -> None:
+    """The claim is planned above PostgreSQL's default ``jit_above_cost``, and compiling it
+    took 1.6 s a claim on a stock server (bench/NOTES.md): it runs with ``jit`` off, set for
+    its own transaction (the session keeps its setting), and so does the claim narrowed down
+    to a row the database refuses."""
+    (session_jit,) = sql("SELECT current_setting('jit')")
+    ids = make_messages(2)
+    assert claim_ids() == ids
+    assert sql("SELECT jit FROM jit_seen") == [("off",), ("off",)]
+    assert sql("SELECT current_setting('jit')") == [session_jit]
+
+    sql("TRUNCATE jit_seen")
+    poison = make_messages(1, topic="poison")
+    fine = make_messages(1)
+    narrowed, _ = claim_narrowed("default", claimer(), 10, None, None)
+    assert [m.id for m in narrowed.live] == fine
+    assert OutboxMessage.objects.get(id=poison[0]).status == DeliveryStatus.DELIVERY_FAILED
+    assert sql("SELECT jit FROM jit_seen") == [("off",), ("off",)]  # the claim, the dead letter
+    assert sql("SELECT current_setting('jit')") == [session_jit]
 
 
 def test_seconds_until_claimable_looks_only_as_far_as_asked() -> None:

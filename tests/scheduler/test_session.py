@@ -44,8 +44,6 @@ def test_a_direct_session_is_named_listens_and_offers_its_pid(db_now):
         pid = own("SELECT pg_backend_pid()")[0][0]
         assert Lease.objects.get().holder_pid == pid
         assert own("SELECT current_setting('application_name')") == [("dsched:direct",)]
-        # No JIT: compiling a claim estimated over a big table took seconds (runtime.loops).
-        assert own("SELECT current_setting('jit')") == [("off",)]
         assert sorted(own("SELECT pg_listening_channels()")) == [
             ("dsched_leader",),
             ("dsched_schedules",),
@@ -60,9 +58,11 @@ def test_the_timeouts_and_no_jit_are_set_per_transaction_not_per_session(db_now)
     try:
         scheduler._guarded(scheduler.step)
         assert Event.objects.count() == 3
-        # The session keeps the server's default: a pooler would hand it to others.
+        # The session keeps the server's defaults: a pooler would hand them to others. But no
+        # JIT on a direct session, which is the loop's alone (pooled: below).
         assert own("SELECT current_setting('idle_in_transaction_session_timeout')") == [("0",)]
         assert own("SELECT current_setting('lock_timeout')") == [("0",)]
+        assert own("SELECT current_setting('jit')") == [("off",)]
         with scheduler.transaction() as cursor:
             cursor.execute(
                 "SELECT current_setting('idle_in_transaction_session_timeout'),"
@@ -96,16 +96,6 @@ def test_a_leader_frozen_mid_transaction_loses_its_session_and_locks(db_now):
     scheduler.shutdown()
 
 
-def test_the_relays_direct_session_runs_without_jit():
-    # Its claims run outside a transaction: at 1,000,000 messages waiting JIT took ~1 s each.
-    relay = Relay(instance_id="nojit")
-    relay._ensure_session()
-    try:
-        assert own("SELECT current_setting('jit')") == [("off",)]
-    finally:
-        relay.shutdown()
-
-
 def test_without_listen_the_loops_poll(settings):
     settings.DSCHED_LISTEN = False
     for loop in (Scheduler(instance_id="poll"), Relay(instance_id="poll")):
@@ -130,7 +120,7 @@ def test_a_pooled_session_gets_no_session_state_and_offers_no_pid(pooled_setting
         assert scheduler.pooled and not scheduler.listening
         assert own("SELECT pg_listening_channels()") == []
         assert own("SELECT current_setting('application_name')") != [("dsched:pooled",)]
-        assert own("SELECT current_setting('jit')") == [("on",)]  # per transaction only
+        assert own("SELECT current_setting('jit')") == [("on",)]  # the server's default
         assert Lease.objects.get().holder_pid == 0
         assert "connects through a pooler: polling instead of LISTEN" in caplog.text
     finally:

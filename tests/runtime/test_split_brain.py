@@ -9,8 +9,8 @@ from datetime import timedelta
 import pytest
 from django.db import connection
 
-from django_dsched.cluster.split_brain import HostWatch, Server, listed_hosts, probe, split_of
 from django_dsched.models import Event
+from django_dsched.runtime.split_brain import HostWatch, Server, listed_hosts, probe, split_of
 from django_dsched.scheduler import Scheduler
 from tests.factories import ScheduleFactory
 

@@ -4,12 +4,12 @@ With a multi-host URL (``host=a,b target_session_attrs=read-write``) libpq conne
 first host that accepts writes. If an old primary comes back writable next to the promoted
 one (a failover manager that did not fence it), new sessions may land on either: two
 histories, each firing the same slots. The database cannot fence that (each side's lease
-rows are its own), so the scheduler watches for it: :class:`HostWatch` asks every host of
+rows are its own), so each loop watches for it: :class:`HostWatch` asks every host of
 the URL, from a thread of its own every lease period, whether it accepts writes and which
 server it is, and reports a split while two *different* servers do. Two hosts that are one
 server (two poolers in front of the same primary) are one: a server is its system
-identifier, timeline and postmaster start time. The scheduler fires nothing while a split
-lasts (docs/high-availability.md).
+identifier, timeline and postmaster start time. While a split lasts a scheduler fires nothing
+and a relay claims nothing (docs/high-availability.md).
 """
 
 from __future__ import annotations
@@ -134,8 +134,8 @@ class HostWatch:
         split = split_of(writable)
         if split and split != self.split:
             logger.error(
-                "two hosts of the database URL accept writes (split brain): %s; %s fires "
-                "nothing until only one does (the failover manager must fence the old "
+                "two hosts of the database URL accept writes (split brain): %s; %s stands by "
+                "until only one does (the failover manager must fence the old "
                 "primary: docs/high-availability.md)",
                 split,
                 self.name,

@@ -1,0 +1,176 @@
+"""A relay's sessions on one server (runtime/one_server.py), and no claim while two hosts of
+its URL accept writes (runtime/split_brain.py): every thread that opens a session of its own
+(the claim thread, the claim heartbeat) and the scheduler's history thread refuse a session on
+another server than their loop's; the real split, an old primary back writable beside the
+promoted one, is in tests/integration/test_failover.py."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import pytest
+from django.db import connection, connections
+
+from django_dsched.enums import DeliveryStatus
+from django_dsched.models import OutboxMessage
+from django_dsched.outbox.claims import claim
+from django_dsched.outbox.heartbeat import ClaimHeartbeat
+from django_dsched.outbox.messages import Claimer
+from django_dsched.outbox.relay import Relay
+from django_dsched.runtime.one_server import OtherServer, ServerPin, identify
+from django_dsched.runtime.split_brain import HostWatch
+from django_dsched.scheduler.retention_worker import worker_for
+from tests.helpers import other_session, sql
+from tests.outbox_helpers import make_messages
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ELSEWHERE = "7 started 2026-01-01 00:00:00+00"  # a server this test's is not
+
+
+def on_a_thread(work):
+    """Run ``work`` on a thread of its own (its own Django connection); its result or error."""
+    out: dict[str, object] = {}
+
+    def run():
+        try:
+            out["result"] = work()
+        except BaseException as exc:
+            out["error"] = exc
+        finally:
+            connections["default"].close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(30)
+    return out
+
+
+def test_a_session_on_the_loops_server_passes_once_per_session_and_another_is_closed():
+    here = identify(connection)
+    pin = ServerPin("relay=r1")
+    pin.set(here, "127.0.0.1:1")
+    queries = []
+
+    def checked_twice():
+        with connection.execute_wrapper(lambda run, sql, *a: queries.append(sql) or run(sql, *a)):
+            pin.check(connection)
+            pin.check(connection)  # the same session: not asked again
+        return connection.connection is not None
+
+    assert on_a_thread(checked_twice) == {"result": True}
+    assert len(queries) == 1
+
+    pin.set(ELSEWHERE, "127.0.0.1:2")  # the loop's session moved: every thread's is asked again
+
+    def refused():
+        try:
+            pin.check(connection)
+        finally:
+            assert connection.connection is None  # closed: the next session tries again
+
+    error = on_a_thread(refused)["error"]
+    assert isinstance(error, OtherServer)
+    assert "another server than relay=r1's" in str(error) and "127.0.0.1:2" in str(error)
+
+    pin.set(here, "127.0.0.1:1", direct=True)  # a direct session: its settings too
+
+    def settings():
+        pin.check(connection)
+        return sql("SELECT current_setting('jit')", using=connection)
+
+    assert on_a_thread(settings) == {"result": [("off",)]}
+    pin.set(here, "127.0.0.1:1", direct=False)  # behind a pooler: the server's own
+    assert on_a_thread(settings) == {"result": [("on",)]}
+
+    pin.clear()  # the loop lost its own session: no thread works meanwhile
+    error = on_a_thread(lambda: pin.check(connection))["error"]
+    assert isinstance(error, OtherServer) and "has no session of its own" in str(error)
+
+
+def test_a_claim_on_another_server_claims_nothing(relay_settings, caplog):
+    (id_,) = make_messages(1)
+    relay = Relay(instance_id="r1")
+    try:
+        relay._ensure_session()
+        relay.pin.set(ELSEWHERE, "127.0.0.1:2")  # the claim thread reaches another server
+        with caplog.at_level(logging.WARNING, logger="django_dsched"):
+            out = on_a_thread(lambda: relay._claim_here(10, 10**6, None, []))
+        assert out["result"].live == [] and out["result"].dead == []
+        assert "claimed nothing: this session reached another server" in caplog.text
+        row = OutboxMessage.objects.get(id=id_)
+        assert (row.status, row.attempts) == (DeliveryStatus.PENDING, 0)
+        relay.pin.set(identify(connections[relay.using]), "here")  # back on one server
+        out = on_a_thread(lambda: relay._claim_here(10, 10**6, None, []))
+        assert [m.id for m in out["result"].live] == [id_]
+    finally:
+        relay.shutdown()
+
+
+def test_a_relay_claims_nothing_while_two_hosts_accept_writes(relay_settings, handle):
+    delivered = []
+    handle(lambda event: delivered.append(event["id"]), topic="reports")
+    make_messages(3)
+    relay = Relay(instance_id="r1")
+    watch = HostWatch({"host": "a,b", "port": "1,2"}, 1.0, "x", prober=lambda *a: None)
+    relay.hosts = watch
+    watch.split = "a:1 (timeline 1, …); b:2 (timeline 2, …)"
+    try:
+        relay._guarded(relay.step)
+        relay.drain()
+        assert delivered == []
+        assert relay.readiness() == (
+            False,
+            "two hosts of the database URL accept writes: a:1 (timeline 1, …); b:2 (timeline 2, …)",
+        )
+        watch.split = None
+        relay._claim_full = True
+        relay._guarded(relay.step)
+        relay.drain()
+        assert len(delivered) == 3 and relay.readiness() == (True, "connected")
+    finally:
+        relay.shutdown()
+
+
+def test_the_heartbeat_renews_nothing_on_another_server_and_says_why_in_a_line(
+    relay_settings, caplog
+):
+    make_messages(1)
+    with other_session() as session, session.cursor() as cursor:
+        live, _ = claim(cursor, Claimer("r1", 30, 5), 10)
+    (before,) = sql("SELECT claimed_until FROM outbox_message_t")[0]
+    pin = ServerPin("relay=r1")
+    pin.set(ELSEWHERE, "127.0.0.1:2")
+    beat = ClaimHeartbeat(Claimer("r1", 300, 5), 60, "default", pin=pin)
+    try:
+        beat.hold(live)
+        with caplog.at_level(logging.WARNING, logger="django_dsched"):
+            assert on_a_thread(beat.beat) == {"result": None}
+        assert beat.beats == 0 and beat.lost() == set()
+        record = next(r for r in caplog.records if "could not renew" in r.getMessage())
+        assert "another server than relay=r1's" in record.getMessage()
+        assert record.exc_info is None  # one line: an outage, not a bug
+        assert sql("SELECT claimed_until FROM outbox_message_t")[0][0] == before
+        pin.set(identify(connection), "here")
+        assert on_a_thread(beat.beat) == {"result": None}
+        assert beat.beats == 1
+        assert sql("SELECT claimed_until FROM outbox_message_t")[0][0] > before
+    finally:
+        beat.stop()
+
+
+def test_the_schedulers_history_thread_works_on_no_other_server(caplog):
+    pin = ServerPin("scheduler=s1")
+    pin.set(ELSEWHERE, "127.0.0.1:2")
+    upkeep = worker_for(lambda: True, "s1", "default", pause=0.5, pin=pin)
+    ran = []
+    with caplog.at_level(logging.WARNING, logger="django_dsched"):
+        out = on_a_thread(lambda: upkeep._attempt("retention", lambda: ran.append(1)))
+    assert out == {"result": None} and ran == []
+    assert "retention failed (this session reached another server" in caplog.text
+    pin.set(identify(connection), "here")
+    assert on_a_thread(lambda: upkeep._attempt("retention", lambda: ran.append(1))) == {
+        "result": None
+    }
+    assert ran == [1]
