@@ -36,6 +36,7 @@ first batch's own time.
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import socket
 import statistics
@@ -111,10 +112,22 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+# Every scheduler started, stopped at exit if still running: a run that timed out (a
+# SystemExit) must not leave one firing into the next run's tables.
+STARTED: list[subprocess.Popen[bytes]] = []
+
+
+@atexit.register
+def stop_all() -> None:
+    for process in STARTED:
+        if process.poll() is None:
+            stop(process)
+
+
 def start_scheduler(*args: str) -> subprocess.Popen[bytes]:
     if METRICS:
         args = (*args, f"--metrics-port={free_port()}")
-    return subprocess.Popen(
+    process = subprocess.Popen(
         [
             sys.executable,
             str(ROOT / "example_project" / "manage.py"),
@@ -128,6 +141,8 @@ def start_scheduler(*args: str) -> subprocess.Popen[bytes]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    STARTED.append(process)
+    return process
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
@@ -270,16 +285,7 @@ SELECT u.id, u.host, u.sid, 'Schedule', u.version + 1, u.etype, statement_timest
 FROM unnest(%s::uuid[], %s::uuid[], %s::uuid[], %s::bigint[], %s::text[], %s::text[])
      AS u(id, host, sid, version, etype, topic)
 """
-CEILING_UPDATE = """
-UPDATE schedule_t s
-SET next_slot_ts = s.next_slot_ts + interval '1 hour',
-    next_run_ts = s.next_slot_ts + interval '1 hour',
-    aggregate_version = s.aggregate_version + 1,
-    fire_count = s.fire_count + 1,
-    last_fired_ts = statement_timestamp()
-FROM unnest(%s::uuid[]) AS u(sid)
-WHERE s.schedule_id = u.sid
-"""
+CEILING_UPDATE = minimal_ceiling.update_sql("schedule_t")
 
 
 def ceiling_run(schedules: int, batch_size: int) -> dict[str, float]:
@@ -293,21 +299,8 @@ def ceiling_run(schedules: int, batch_size: int) -> dict[str, float]:
     with psycopg.connect(URL, autocommit=True) as conn, conn.cursor() as cur:
         # As the fire path does: the schedules' NOTIFY trigger stays quiet.
         cur.execute("SET dsched.firing = 'on'")
-        while True:
-            with conn.transaction():
-                rows = cur.execute(CEILING_CLAIM, [batch_size]).fetchall()
-                if not rows:
-                    break
-                sids, hosts, topics, types, data, versions, slots = map(
-                    list, zip(*rows, strict=True)
-                )
-                eids = [
-                    event_ids.event_id(sid, slot) for sid, slot in zip(sids, slots, strict=True)
-                ]
-                events = [eids, hosts, sids, versions, types, data, slots]
-                cur.execute(CEILING_EVENTS, events, binary=True)
-                cur.execute(CEILING_OUTBOX, [*events[:5], topics], binary=True)
-                cur.execute(CEILING_UPDATE, [sids], binary=True)
+        statements = (CEILING_CLAIM, CEILING_EVENTS, CEILING_OUTBOX, CEILING_UPDATE)
+        minimal_ceiling.drain(conn, cur, statements, batch_size, event_ids.event_id)
     wall = time.monotonic() - started
     wal = (wal_lsn() - wal) / schedules
     (written,) = sql("SELECT count(*) FROM event_store_t")[0]

@@ -65,8 +65,13 @@ SELECT u.id, u.host, u.sid, u.version + 1, u.etype, statement_timestamp(), u.top
 FROM unnest(%s::uuid[], %s::uuid[], %s::uuid[], %s::bigint[], %s::text[], %s::text[])
      AS u(id, host, sid, version, etype, topic)
 """
-UPDATE = f"""
-UPDATE {SCHEMA}.schedule s
+
+
+def update_sql(table: str) -> str:
+    """The schedules' update of a batch (an hourly grid), for ``table``: the minimal one
+    here, ``schedule_t`` in fire_bench.py's same-tables ceiling."""
+    return f"""
+UPDATE {table} s
 SET next_slot_ts = s.next_slot_ts + interval '1 hour',
     next_run_ts = s.next_slot_ts + interval '1 hour',
     aggregate_version = s.aggregate_version + 1,
@@ -75,6 +80,9 @@ SET next_slot_ts = s.next_slot_ts + interval '1 hour',
 FROM unnest(%s::uuid[]) AS u(sid)
 WHERE s.schedule_id = u.sid
 """
+
+
+UPDATE = update_sql(f"{SCHEMA}.schedule")
 # What fire_bench.insert_schedules writes, into the minimal table.
 INSERT = f"""
 INSERT INTO {SCHEMA}.schedule (schedule_id, host_id, event_topic, event_type, event_data,
@@ -87,6 +95,30 @@ FROM generate_series(%s + 1, %s + %s) AS i
 RATE = f"""SELECT extract(epoch FROM max(event_ts) - min(event_ts)), count(DISTINCT event_ts),
                   count(*)
            FROM {SCHEMA}.event"""
+
+
+def drain(
+    conn: psycopg.Connection[Any],
+    cur: psycopg.Cursor[Any],
+    statements: tuple[str, str, str, str],
+    batch: int,
+    event_id: Callable[[Any, int], Any],
+) -> None:
+    """Fire batches of ``batch`` until nothing is due, one transaction each: ``statements``
+    are the claim, the events' insert, the outbox's insert and the schedules' update (these
+    tables', or fire_bench.py's on the product's tables)."""
+    claim, insert_events, insert_outbox, update = statements
+    while True:
+        with conn.transaction():
+            rows = cur.execute(claim, [batch]).fetchall()
+            if not rows:
+                return
+            sids, hosts, topics, types, data, versions, slots = map(list, zip(*rows, strict=True))
+            eids = [event_id(sid, slot) for sid, slot in zip(sids, slots, strict=True)]
+            events = [eids, hosts, sids, versions, types, data, slots]
+            cur.execute(insert_events, events, binary=True)
+            cur.execute(insert_outbox, [*events[:5], topics], binary=True)
+            cur.execute(update, [sids], binary=True)
 
 
 def run(
@@ -111,19 +143,7 @@ def run(
             cur.execute("CHECKPOINT")
         wal = cur.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()[0]
         started = time.monotonic()
-        while True:
-            with conn.transaction():
-                rows = cur.execute(CLAIM, [batch]).fetchall()
-                if not rows:
-                    break
-                sids, hosts, topics, types, data, versions, slots = map(
-                    list, zip(*rows, strict=True)
-                )
-                eids = [event_id(sid, slot) for sid, slot in zip(sids, slots, strict=True)]
-                events = [eids, hosts, sids, versions, types, data, slots]
-                cur.execute(EVENTS, events, binary=True)
-                cur.execute(OUTBOX, [*events[:5], topics], binary=True)
-                cur.execute(UPDATE, [sids], binary=True)
+        drain(conn, cur, (CLAIM, EVENTS, OUTBOX, UPDATE), batch, event_id)
         wall = time.monotonic() - started
         end = cur.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()[0]
         span, batches, written = cur.execute(RATE).fetchone()
