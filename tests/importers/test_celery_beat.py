@@ -32,7 +32,6 @@ from django_dsched.models import Event, OutboxMessage, Schedule, envelope
 from django_dsched.outbox.messages import Message
 from django_dsched.outbox.relay import Relay
 from django_dsched.outbox.transports.celery import task_message
-from tests.brokers import redis_url  # noqa: F401  (fixture)
 from tests.outbox_helpers import celery_route, celery_tasks_waiting
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -340,7 +339,7 @@ def test_the_report_says_what_the_route_lacks(beat, settings):
     assert "OPTIONS_FROM_DATA: ['exchange', 'expires', 'headers'" in note
 
 
-def test_the_documented_migration_delivers_each_imported_task(beat, settings, redis_url):  # noqa: F811
+def test_the_documented_migration_delivers_each_imported_task(beat, settings, redis_url):
     """docs/migrating-from-celery-beat.md end to end: import, route as the report says (step
     2's route), fire, relay: every task reaches the broker, none is dead-lettered."""
     queue = f"celery-{uuid.uuid4().hex[:8]}"

@@ -23,7 +23,7 @@ from django_dsched.contrib.celery.models import TaskRun
 from django_dsched.enums import DeliveryStatus, RunStatus
 from django_dsched.models import Event, OutboxMessage
 from django_dsched.outbox.phases import run_status
-from tests.brokers import rabbitmq_url, redis_url, stop  # noqa: F401  (fixtures)
+from tests.brokers import stop
 from tests.helpers import wait_for
 from tests.integration.conftest import ROOT, Instance, database_url
 

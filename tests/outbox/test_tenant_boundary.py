@@ -33,11 +33,10 @@ from django_dsched.handlers import registry
 from django_dsched.models import OutboxMessage
 from django_dsched.outbox.relay import Relay
 from django_dsched.scheduler import Scheduler
-from tests.brokers import rabbitmq_url, redis_url  # noqa: F401  (fixtures)
 from tests.outbox_helpers import celery_route, celery_tasks_waiting
 from tests.rest.conftest import APIClient, user_with
 from tests.rest.hosts import HOST_B
-from tests.sqs_server import KEYS, REGION, sqs_client, sqs_endpoint  # noqa: F401  (fixtures)
+from tests.sqs_server import KEYS, REGION
 from tests.webhook_servers import Sink
 
 try:
@@ -144,7 +143,7 @@ def not_granted(topic: str) -> str:
 def test_a_task_named_in_the_data_never_reaches_the_operators_worker(
     settings,
     mallory,
-    redis_url,  # noqa: F811
+    redis_url,
 ):
     """The issue's one-shot: topic celery, data naming a task of the operator's and the queue
     it goes to, on the route docs/migrating-from-celery-beat.md gives."""
@@ -176,7 +175,7 @@ def test_a_task_named_in_the_data_never_reaches_the_operators_worker(
 def test_a_celery_route_shared_with_tenants_takes_neither_task_nor_queue_from_their_data(
     settings,
     mallory,
-    redis_url,  # noqa: F811
+    redis_url,
 ):
     queue, elsewhere = f"tenants-{uuid.uuid4().hex[:8]}", f"admin-{uuid.uuid4().hex[:8]}"
     settings.DSCHED_TRANSPORTS = {
@@ -285,7 +284,7 @@ def test_a_django_task_of_the_operators_is_not_enqueued_for_a_tenant(settings, m
 
 
 # -- Redis --------------------------------------------------------------------------------------
-def test_a_tenant_reaches_only_its_own_redis_streams(settings, mallory, redis_url):  # noqa: F811
+def test_a_tenant_reaches_only_its_own_redis_streams(settings, mallory, redis_url):
     import redis
 
     prefix = f"t{uuid.uuid4().hex[:8]}"
@@ -317,7 +316,7 @@ def test_a_tenant_reaches_only_its_own_redis_streams(settings, mallory, redis_ur
 def test_a_topic_cannot_pick_a_rabbitmq_queue_on_the_default_exchange(
     settings,
     mallory,
-    rabbitmq_url,  # noqa: F811
+    rabbitmq_url,
 ):
     import pika
 
@@ -351,8 +350,8 @@ def test_a_topic_cannot_pick_a_rabbitmq_queue_on_the_default_exchange(
 def test_a_slash_in_a_topic_never_reaches_another_sqs_queue(
     settings,
     mallory,
-    sqs_endpoint,  # noqa: F811
-    sqs_client,  # noqa: F811
+    sqs_endpoint,
+    sqs_client,
 ):
     suffix = uuid.uuid4().hex[:8]
     victim = sqs_client.create_queue(QueueName=f"operator-{suffix}")["QueueUrl"]

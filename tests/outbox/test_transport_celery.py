@@ -21,7 +21,7 @@ from django_dsched.outbox.messages import Message
 from django_dsched.outbox.relay import Relay
 from django_dsched.outbox.transports.celery import CeleryTransport, broker_kind, task_message
 from django_dsched.outbox.transports.registry import config_problems
-from tests.brokers import free_port, rabbitmq_url, redis_url  # noqa: F401  (fixtures)
+from tests.brokers import free_port
 from tests.outbox_helpers import statuses
 
 
@@ -114,7 +114,7 @@ def test_each_message_becomes_a_celery_task_sent_by_name(settings, broker):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_send_to_rabbitmq_is_confirmed_on_a_confirm_channel(settings, rabbitmq_url):  # noqa: F811
+def test_a_send_to_rabbitmq_is_confirmed_on_a_confirm_channel(settings, rabbitmq_url):
     transport = CeleryTransport(BROKER_URL=rabbitmq_url, QUEUE=f"q-{uuid.uuid4().hex[:8]}")
     try:
         transport.send(Message(uuid.uuid4(), "celery", "t.x", {"data": {}}, 1))

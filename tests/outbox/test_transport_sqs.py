@@ -22,7 +22,7 @@ from django_dsched.outbox.relay import Relay
 from django_dsched.outbox.transports.sqs import SQSTransport, entry_failure
 from tests.brokers import free_port
 from tests.outbox_helpers import DEFAULT_HOST, envelope_text, make_messages, statuses
-from tests.sqs_server import KEYS, REGION, sqs_client, sqs_endpoint  # noqa: F401  (fixtures)
+from tests.sqs_server import KEYS, REGION
 
 
 def new_queue(client, *, fifo: bool = False, **attributes: str) -> str:
@@ -95,7 +95,7 @@ def fire(name: str) -> uuid.UUID:
 
 # -- delivery ----------------------------------------------------------------------------------
 @pytest.mark.django_db(transaction=True)
-def test_relay_sends_batches_of_ten_each_message_once(settings, sqs_endpoint, sqs_client):  # noqa: F811
+def test_relay_sends_batches_of_ten_each_message_once(settings, sqs_endpoint, sqs_client):
     queue_url = new_queue(sqs_client)
     settings.DSCHED_TRANSPORTS = route(sqs_endpoint, queue_url)
     ids = make_messages(25)
@@ -137,8 +137,8 @@ def test_relay_sends_batches_of_ten_each_message_once(settings, sqs_endpoint, sq
 @pytest.mark.django_db(transaction=True)
 def test_fifo_queue_groups_by_schedule_and_dedupes_on_the_message_id(
     settings,
-    sqs_endpoint,  # noqa: F811
-    sqs_client,  # noqa: F811
+    sqs_endpoint,
+    sqs_client,
 ):
     queue_url = new_queue(sqs_client, fifo=True)
     settings.DSCHED_TRANSPORTS = route(sqs_endpoint, queue_url)
@@ -165,7 +165,7 @@ def test_fifo_queue_groups_by_schedule_and_dedupes_on_the_message_id(
     assert statuses() == {DeliveryStatus.DELIVERED: 4}
 
 
-def test_body_is_the_envelope_and_a_bad_queue_name_fails_alone(sqs_endpoint, sqs_client):  # noqa: F811
+def test_body_is_the_envelope_and_a_bad_queue_name_fails_alone(sqs_endpoint, sqs_client):
     topic = f"t{uuid.uuid4().hex[:8]}"
     queue_url = sqs_client.create_queue(QueueName=topic)["QueueUrl"]
     template = queue_url.rpartition("/")[0] + "/{topic}"
@@ -190,7 +190,7 @@ def test_body_is_the_envelope_and_a_bad_queue_name_fails_alone(sqs_endpoint, sqs
 
 # -- failures ----------------------------------------------------------------------------------
 @pytest.mark.django_db(transaction=True)
-def test_a_deleted_queue_is_a_failed_attempt_then_delivered(settings, sqs_endpoint, sqs_client):  # noqa: F811
+def test_a_deleted_queue_is_a_failed_attempt_then_delivered(settings, sqs_endpoint, sqs_client):
     queue_url = new_queue(sqs_client)
     sqs_client.delete_queue(QueueUrl=queue_url)
     settings.DSCHED_TRANSPORTS = route(sqs_endpoint, queue_url)
@@ -212,7 +212,7 @@ def test_a_deleted_queue_is_a_failed_attempt_then_delivered(settings, sqs_endpoi
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_oversize_message_is_dead_lettered_at_once_alone(settings, sqs_endpoint, sqs_client):  # noqa: F811
+def test_an_oversize_message_is_dead_lettered_at_once_alone(settings, sqs_endpoint, sqs_client):
     queue_url = new_queue(sqs_client)
     settings.DSCHED_TRANSPORTS = route(sqs_endpoint, queue_url)
     small, large, other = make_messages(3)
@@ -230,7 +230,7 @@ def test_an_oversize_message_is_dead_lettered_at_once_alone(settings, sqs_endpoi
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_message_the_queue_refuses_fails_alone(settings, sqs_endpoint, sqs_client):  # noqa: F811
+def test_a_message_the_queue_refuses_fails_alone(settings, sqs_endpoint, sqs_client):
     """A queue whose MaximumMessageSize is under MAX_MESSAGE_BYTES: moto refuses the whole
     batch for the one message, the transport sends each alone, and only that one fails."""
     queue_url = new_queue(sqs_client, MaximumMessageSize="1024")

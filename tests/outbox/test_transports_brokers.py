@@ -14,7 +14,7 @@ from django_dsched.outbox.messages import Message
 from django_dsched.outbox.relay import Relay
 from django_dsched.outbox.transports.rabbitmq import RabbitMQTransport
 from django_dsched.outbox.transports.redis_streams import RedisStreamsTransport
-from tests.brokers import free_port, rabbitmq_url, redis_url  # noqa: F401  (fixtures)
+from tests.brokers import free_port
 from tests.outbox_helpers import make_messages, statuses
 
 
@@ -25,7 +25,7 @@ def message(topic: str = "reports") -> Message:
 
 # -- Redis Streams ---------------------------------------------------------------------------
 @pytest.fixture
-def redis_client(redis_url):  # noqa: F811
+def redis_client(redis_url):
     import redis
 
     client = redis.Redis.from_url(redis_url)
@@ -35,7 +35,7 @@ def redis_client(redis_url):  # noqa: F811
 
 
 @pytest.mark.django_db(transaction=True)
-def test_relay_delivers_to_redis_streams(settings, redis_url, redis_client):  # noqa: F811
+def test_relay_delivers_to_redis_streams(settings, redis_url, redis_client):
     settings.DSCHED_TRANSPORTS = {
         "*": {"BACKEND": "redis", "OPTIONS": {"URL": redis_url, "MAXLEN": 10_000}}
     }
@@ -71,7 +71,7 @@ def test_redis_down_is_a_retryable_failure(settings):
     assert all("ConnectionError" in r.last_error for r in rows)
 
 
-def test_redis_stream_name_template(redis_url, redis_client):  # noqa: F811
+def test_redis_stream_name_template(redis_url, redis_client):
     transport = RedisStreamsTransport(URL=redis_url, STREAM="events.{topic}.{type}")
     try:
         transport.send(message("billing"))
@@ -81,7 +81,7 @@ def test_redis_stream_name_template(redis_url, redis_client):  # noqa: F811
 
 
 def test_a_redis_batch_is_one_write_and_each_reply_is_its_messages_outcome(
-    redis_url,  # noqa: F811
+    redis_url,
     redis_client,
 ):
     """A batch goes in one pipeline round trip; its entries are what a single XADD writes,
@@ -119,7 +119,7 @@ def test_a_redis_batch_is_one_write_and_each_reply_is_its_messages_outcome(
 
 # -- RabbitMQ --------------------------------------------------------------------------------
 @pytest.fixture
-def amqp_channel(rabbitmq_url):  # noqa: F811
+def amqp_channel(rabbitmq_url):
     import pika
 
     connection = pika.BlockingConnection(pika.URLParameters(rabbitmq_url))
@@ -129,7 +129,7 @@ def amqp_channel(rabbitmq_url):  # noqa: F811
 
 
 @pytest.mark.django_db(transaction=True)
-def test_relay_delivers_to_rabbitmq_with_confirms(settings, rabbitmq_url, amqp_channel):  # noqa: F811
+def test_relay_delivers_to_rabbitmq_with_confirms(settings, rabbitmq_url, amqp_channel):
     queue = f"reports-{uuid.uuid4().hex[:8]}"
     amqp_channel.queue_declare(queue, durable=True)
     settings.DSCHED_TRANSPORTS = {"*": {"BACKEND": "rabbitmq", "OPTIONS": {"URL": rabbitmq_url}}}
@@ -152,7 +152,7 @@ def test_relay_delivers_to_rabbitmq_with_confirms(settings, rabbitmq_url, amqp_c
 
 
 @pytest.mark.django_db(transaction=True)
-def test_unroutable_rabbitmq_message_is_retried(settings, rabbitmq_url):  # noqa: F811
+def test_unroutable_rabbitmq_message_is_retried(settings, rabbitmq_url):
     settings.DSCHED_TRANSPORTS = {"*": {"BACKEND": "rabbitmq", "OPTIONS": {"URL": rabbitmq_url}}}
     (message_id,) = make_messages(1, topic=f"no-queue-{uuid.uuid4().hex[:8]}")
 
@@ -164,7 +164,7 @@ def test_unroutable_rabbitmq_message_is_retried(settings, rabbitmq_url):  # noqa
 
 
 def test_rabbitmq_reconnects_after_the_broker_drops_the_connection(
-    rabbitmq_url,  # noqa: F811
+    rabbitmq_url,
     amqp_channel,
 ):
     queue = f"reconnect-{uuid.uuid4().hex[:8]}"

@@ -1,16 +1,18 @@
 """Property-based fuzzing of every endpoint, from the checked-in schema (docs/openapi.yaml),
 against the live test server on real PostgreSQL (schemathesis + Hypothesis).
 
-Each operation gets generated requests (valid and invalid) as three users, each with a
-token: a superuser of both hosts, a user of both hosts who may only view, and a superuser
-of one host (the other host's things are then "not found"). About half the valid requests
-aim at schedules and messages that exist, with their current version in If-Match (and bulk
-cancels at them), so the fuzzing reaches the code behind the 404, the 412 and a bulk
-cancel's success. Every check schemathesis has runs on every answer: no 5xx, the status
-code, content type, headers and body the schema documents, a schema-invalid request
-refused, and a schema-valid one accepted, except where the server refuses it for a rule the
-schema cannot state (:data:`BEYOND_THE_SCHEMA`: an unknown time zone, a cron expression, a
-name in use, a cursor the server did not give...).
+Each operation gets generated requests (valid and invalid) as three users in turn, each
+with a token: a superuser of both hosts, a user of both hosts who may only view, and a
+superuser of one host (the other host's things are then "not found"). The users take the
+requests of one run of the operation in turn (one seeded database, one set of generated
+cases, each case sent as one of them), so every operation is fuzzed as each of them. About
+half the valid requests aim at schedules and messages that exist, with their current
+version in If-Match (and bulk cancels at them), so the fuzzing reaches the code behind the
+404, the 412 and a bulk cancel's success. Every check schemathesis has runs on every
+answer: no 5xx, the status code, content type, headers and body the schema documents, a
+schema-invalid request refused, and a schema-valid one accepted, except where the server
+refuses it for a rule the schema cannot state (:data:`BEYOND_THE_SCHEMA`: an unknown time
+zone, a cron expression, a name in use, a cursor the server did not give...).
 """
 
 from __future__ import annotations
@@ -216,24 +218,39 @@ def refused_beyond_the_schema(case: Any, response: Any) -> bool:
     return bool(fields) and fields <= allowed
 
 
-@pytest.fixture(params=list(USERS))
-def fuzzed(
-    request: Any, live_server: Any, transactional_db: None, settings: Any
-) -> Iterator[dict[str, str]]:
+@dataclass
+class Fuzzed:
+    """The live server's API and a token of each user; whose turn it is to send a request."""
+
+    base_url: str
+    tokens: dict[str, str]
+    sent: dict[str, int] = field(default_factory=dict)
+
+    def next_user(self) -> str:
+        name = list(USERS)[sum(self.sent.values()) % len(USERS)]
+        self.sent[name] = self.sent.get(name, 0) + 1
+        return name
+
+
+@pytest.fixture
+def fuzzed(live_server: Any, transactional_db: None, settings: Any) -> Iterator[Fuzzed]:
     settings.DSCHED_API_HOST_RESOLVER = "tests.rest.hosts.by_username"
     _seed()
-    name = request.param
-    codenames = USERS[name]
-    if codenames is None:
-        user = User.objects.create_superuser(name, f"{name}@example.com", "pw")
-    else:
-        user = User.objects.create_user(name, password="pw")
-        user.user_permissions.set(
-            Permission.objects.filter(content_type__app_label="dsched", codename__in=codenames)
-        )
-    token = Token.objects.create(user=user)
-    yield {"base_url": f"{live_server.url}/api/dsched", "token": token.key}
-    print(f"{name}: {KNOWN.requests} requests")
+    tokens = {}
+    for name, codenames in USERS.items():
+        if codenames is None:
+            user = User.objects.create_superuser(name, f"{name}@example.com", "pw")
+        else:
+            user = User.objects.create_user(name, password="pw")
+            user.user_permissions.set(
+                Permission.objects.filter(content_type__app_label="dsched", codename__in=codenames)
+            )
+        tokens[name] = Token.objects.create(user=user).key
+    fuzzed = Fuzzed(f"{live_server.url}/api/dsched", tokens)
+    yield fuzzed
+    print(f"{KNOWN.requests} requests: {fuzzed.sent}")
+    # Every user sent some (an operation has more cases than users).
+    assert set(fuzzed.sent) == set(USERS), fuzzed.sent
     KNOWN.schedules, KNOWN.messages, KNOWN.requests = [], [], 0
 
 
@@ -244,20 +261,23 @@ def fuzzed(
     derandomize=not RANDOM,
     suppress_health_check=list(HealthCheck),
 )
-def test_every_endpoint_answers_as_documented_and_never_500(
-    case: Any, fuzzed: dict[str, str]
-) -> None:
-    headers = {"Authorization": f"Token {fuzzed['token']}", "Connection": "close"}
-    response = case.call(base_url=fuzzed["base_url"], headers=headers)
+def test_every_endpoint_answers_as_documented_and_never_500(case: Any, fuzzed: Fuzzed) -> None:
+    user = fuzzed.next_user()
+    headers = {"Authorization": f"Token {fuzzed.tokens[user]}", "Connection": "close"}
+    response = case.call(base_url=fuzzed.base_url, headers=headers)
     KNOWN.requests += 1
     # Every check schemathesis has; the acceptance of valid data as the docstring says.
     excluded = [positive_data_acceptance] if refused_beyond_the_schema(case, response) else []
-    case.validate_response(
-        response,
-        excluded_checks=excluded,
-        headers=headers,
-        transport_kwargs={"base_url": fuzzed["base_url"]},
-    )
+    try:
+        case.validate_response(
+            response,
+            excluded_checks=excluded,
+            headers=headers,
+            transport_kwargs={"base_url": fuzzed.base_url},
+        )
+    except Exception as failure:
+        failure.add_note(f"sent as {user}")
+        raise
     if case.method == "POST" and case.path == "/schedules/" and response.status_code == 201:
         KNOWN.schedules.append(response.json()["id"])
     if case.path == "/schedules/bulk/" and response.status_code == 201:
