@@ -64,23 +64,24 @@ HOLDING = (OverlapPolicy.BUFFER_ONE, OverlapPolicy.BUFFER_ALL, OverlapPolicy.CAN
 
 
 def held(a: str) -> str:
-    """``a``'s due slot waits for its previous run (its newest message) to end, as its
-    overlap policy says (firing/overlap.decide_overlap): a buffer policy while that run
-    goes (``models.overlap.going``: a dead relay's or worker's run stops going after the
-    visibility or worker timeout), CANCEL_OTHER while it goes and cannot be withdrawn (it
-    started, or a slot is held already). One probe of the newest message, only for a row
-    whose policy holds."""
+    """``a``'s due slot is held for its previous run (its newest message), as its overlap
+    policy says (firing/overlap.decide_overlap): the scheduler came to the slot and held it
+    for that run (``held_by``: a scheduler that is not firing the row holds nothing), and the
+    run still goes (``models.overlap.going``: a dead relay's or worker's run stops going
+    after the visibility or worker timeout). A run no relay has picked up within the grace
+    holds nothing either: the slot waits on a delivery that is not happening (no relay for
+    its topic, every relay down), which the schedule's health says (LATE). One probe of the
+    newest message, only for a row whose policy holds."""
     policies = ", ".join(f"'{p.value}'" for p in HOLDING)
     worker_timeout = str(float(app_settings.OVERLAP_WORKER_TIMEOUT))
-    return f"""({a}.overlap_policy IN ({policies}) AND EXISTS (
-        SELECT FROM (SELECT o.status, o.attempts, o.claimed_until, o.delivered_ts,
-                            o.started_ts, o.completed_ts, o.failed_ts
+    return f"""({a}.overlap_policy IN ({policies}) AND {a}.held_by IS NOT NULL AND EXISTS (
+        SELECT FROM (SELECT o.id, o.status, o.attempts, o.claimed_until, o.delivered_ts,
+                            o.started_ts, o.completed_ts, o.failed_ts, o.event_ts
                      FROM outbox_message_t o WHERE o.aggregate_id = {a}.schedule_id
                      ORDER BY o.aggregate_version DESC LIMIT 1) o
-        WHERE {going("o", worker_timeout)}
-          AND NOT ({a}.overlap_policy = '{OverlapPolicy.CANCEL_OTHER.value}'
-                   AND {a}.held_by IS NULL AND o.status = '{DeliveryStatus.PENDING.value}'
-                   AND o.attempts = 0)))"""
+        WHERE o.id = {a}.held_by AND {going("o", worker_timeout)}
+          AND NOT (o.status = '{DeliveryStatus.PENDING.value}' AND o.attempts = 0
+                   AND o.event_ts < statement_timestamp() - {grace(a)})))"""
 
 
 def overdue(a: str) -> str:

@@ -139,6 +139,7 @@ class Relay(DatabaseLoop):
         self.circuits = Circuits(self.instance_id, metrics)
         self.claiming = Claiming(self.instance_id, self.using, self._claim_here, self.waker.wake)
         self._claimed_last = 0
+        self._claim_generation = 0  # the pin's generation when the claim in flight began
         self._claim_full = True  # the last claim came back full (or none yet): claim again
         self._claim_at = 0.0  # claim again by then (monotonic): a retry's backoff, a poll
         self._notifications = -1  # the waker's count at the last claim
@@ -231,6 +232,12 @@ class Relay(DatabaseLoop):
         self.reports.dead_at_claim(taken[0].dead, taken[0].why)
         return taken[0].live
 
+    def on_new_session(self) -> None:
+        """A new session (after an outage, maybe on another server: a failover): renew what
+        the relay holds on it before sending more, so a claim the new server does not know of
+        (its primary's last commits lost with it) is reported lost and not sent."""
+        self.heartbeat.beat()
+
     # -- one iteration -------------------------------------------------------------------
     def step(self) -> float:
         """Record what the sends handed back, claim more if there is room; return how long
@@ -300,6 +307,7 @@ class Relay(DatabaseLoop):
         self._held_back = self.dispatch.held_back()
         limit = min(self.claim_limit(), room)
         max_bytes = min(self.batch_bytes, bytes_room)
+        self._claim_generation = self.pin.generation
         if held:
             self.claiming.start(limit, max_bytes, self._since, self._held_back)
         else:
@@ -313,10 +321,13 @@ class Relay(DatabaseLoop):
             self._took(*taken)
 
     def _took(self, claimed: Claimed, limit: int, began: float) -> None:
-        """Hand a claim's messages to the sends (renewed first if the claim began longer than
-        a heartbeat interval ago: taken over meanwhile, a message is not sent)."""
+        """Hand a claim's messages to the sends (renewed first, on the relay's session, if the
+        claim began longer than a heartbeat interval ago, or before the relay's session was
+        lost or moved: taken over meanwhile, or claimed on another server, a message is not
+        sent)."""
         live, dead = claimed.live, claimed.dead
-        if live and time.monotonic() - began > self.heartbeat.interval:
+        old = time.monotonic() - began > self.heartbeat.interval
+        if live and (old or self.pin.generation != self._claim_generation):
             with self.heartbeat.writing:
                 kept, _ = extend(self.using, self.claimer, live)
             live = [m for m in live if m.id in kept]

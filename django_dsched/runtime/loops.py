@@ -435,6 +435,7 @@ class DatabaseLoop:
         self.pin.clear()
         if self.hosts is not None:
             self.hosts.stop()
+            self.hosts = None  # a loop run again watches again
         connections[self.using].close()
         self._session = None
 

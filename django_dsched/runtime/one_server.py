@@ -69,6 +69,11 @@ class ServerPin:
     def server(self) -> str | None:
         return self._server
 
+    @property
+    def generation(self) -> int:
+        """Moves on each time the loop's session is lost or reaches another server."""
+        return self._generation
+
     def set(self, server: str, where: str, *, direct: bool = False) -> None:
         """The loop's own session is on ``server`` (at ``where``, host:port; ``direct``: not
         through a pooler, so its threads' sessions get its settings too)."""

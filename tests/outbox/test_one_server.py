@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 import pytest
 from django.db import connection, connections
@@ -16,7 +17,7 @@ from django_dsched.enums import DeliveryStatus
 from django_dsched.models import OutboxMessage
 from django_dsched.outbox.claims import claim
 from django_dsched.outbox.heartbeat import ClaimHeartbeat
-from django_dsched.outbox.messages import Claimer
+from django_dsched.outbox.messages import Claimed, Claimer
 from django_dsched.outbox.relay import Relay
 from django_dsched.runtime.one_server import OtherServer, ServerPin, identify
 from django_dsched.runtime.split_brain import HostWatch
@@ -174,3 +175,49 @@ def test_the_schedulers_history_thread_works_on_no_other_server(caplog):
         "result": None
     }
     assert ran == [1]
+
+
+def unclaimed(id_) -> None:
+    """The server the relay is on now never saw the claim (a failover lost the primary's
+    last commits): the message is claimable there, as before it."""
+    sql(
+        "UPDATE outbox_message_t SET claimed_by = '', claimed_until = NULL, attempts = 0"
+        " WHERE id = %s",
+        [id_],
+    )
+
+
+def test_a_relay_on_a_new_session_renews_what_it_holds_before_sending_more(relay_settings):
+    (id_,) = make_messages(1)
+    relay = Relay(instance_id="r1")
+    try:
+        relay._ensure_session()
+        with other_session() as session, session.cursor() as cursor:
+            live, _ = claim(cursor, Claimer("r1", 30, 5), 10)
+        relay.heartbeat.hold(live)
+        unclaimed(id_)
+        relay._lost_connection()
+        relay._ensure_session()  # a new session, on the server that lacks the claim
+        assert relay.heartbeat.lost() == {id_}  # not sent by this relay
+    finally:
+        relay.shutdown()
+
+
+def test_a_claim_begun_before_the_relays_session_moved_is_renewed_before_it_is_sent(
+    relay_settings,
+):
+    (id_,) = make_messages(1)
+    relay = Relay(instance_id="r1")
+    try:
+        relay._ensure_session()
+        relay._claim_generation = relay.pin.generation  # a claim begins on the claim thread
+        with other_session() as session, session.cursor() as cursor:
+            live, _ = claim(cursor, Claimer("r1", 30, 5), 10)
+        # Meanwhile the relay's session was lost and a new one reached a server without it.
+        relay._lost_connection()
+        relay._ensure_session()
+        unclaimed(id_)
+        relay._took(Claimed(live, []), 10, time.monotonic())  # taken at once: not old
+        assert relay.dispatch.held == {} and relay.stats.claimed == 0
+    finally:
+        relay.shutdown()
