@@ -28,6 +28,8 @@ from typing import Any
 
 from django.db import OperationalError
 
+from django_dsched.exceptions import DschedError
+
 # Which server a session is on: a promoted standby shares its primary's system identifier,
 # not its postmaster's start.
 IDENTIFY = (
@@ -36,7 +38,7 @@ IDENTIFY = (
 )
 
 
-class OtherServer(OperationalError):
+class OtherServer(DschedError, OperationalError):
     """A thread's session is not on its loop's server (or the loop has none now)."""
 
 
