@@ -20,10 +20,10 @@ from django_dsched.outbox.heartbeat import ClaimHeartbeat
 from django_dsched.outbox.messages import Claimed, Claimer
 from django_dsched.outbox.relay import Relay
 from django_dsched.runtime.one_server import OtherServer, ServerPin, identify
-from django_dsched.runtime.split_brain import HostWatch
 from django_dsched.scheduler.retention_worker import worker_for
 from tests.helpers import other_session, sql
 from tests.outbox_helpers import make_messages
+from tests.runtime.test_split_brain import NOT_READY, split_seen
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -114,17 +114,12 @@ def test_a_relay_claims_nothing_while_two_hosts_accept_writes(relay_settings, ha
     handle(lambda event: delivered.append(event["id"]), topic="reports")
     make_messages(3)
     relay = Relay(instance_id="r1")
-    watch = HostWatch({"host": "a,b", "port": "1,2"}, 1.0, "x", prober=lambda *a: None)
-    relay.hosts = watch
-    watch.split = "a:1 (timeline 1, …); b:2 (timeline 2, …)"
+    watch = split_seen(relay)
     try:
         relay._guarded(relay.step)
         relay.drain()
         assert delivered == []
-        assert relay.readiness() == (
-            False,
-            "two hosts of the database URL accept writes: a:1 (timeline 1, …); b:2 (timeline 2, …)",
-        )
+        assert relay.readiness() == NOT_READY
         watch.split = None
         relay._claim_full = True
         relay._guarded(relay.step)

@@ -63,20 +63,28 @@ def test_a_probe_reads_the_server_it_reaches():
     assert probe({**params, "port": "1"}, "127.0.0.1", "1", 2.0) is None
 
 
+SPLIT = "a:1 (timeline 1, …); b:2 (timeline 2, …)"
+NOT_READY = (False, f"two hosts of the database URL accept writes: {SPLIT}")
+
+
+def split_seen(loop) -> HostWatch:
+    """``loop`` sees two hosts of its URL accept writes (its watch's split, set by hand);
+    the watch, to end the split with ``watch.split = None``."""
+    watch = HostWatch({"host": "a,b", "port": "1,2"}, 1.0, "x", prober=lambda *a: None)
+    watch.split = SPLIT
+    loop.hosts = watch
+    return watch
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_scheduler_fires_nothing_while_two_hosts_accept_writes(db_now):
     ScheduleFactory(start_ts=db_now() - timedelta(seconds=1))
     scheduler = Scheduler(instance_id="split")
-    watch = HostWatch({"host": "a,b", "port": "1,2"}, 1.0, "x", prober=lambda *a: None)
-    scheduler.hosts = watch
-    watch.split = "a:1 (timeline 1, …); b:2 (timeline 2, …)"
+    watch = split_seen(scheduler)
     try:
         scheduler._guarded(scheduler.step)
         assert not scheduler.lease.is_leader and Event.objects.count() == 0
-        assert scheduler.readiness() == (
-            False,
-            "two hosts of the database URL accept writes: a:1 (timeline 1, …); b:2 (timeline 2, …)",
-        )
+        assert scheduler.readiness() == NOT_READY
         watch.split = None
         scheduler._guarded(scheduler.step)
         assert scheduler.lease.is_leader and Event.objects.count() == 1
