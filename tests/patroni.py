@@ -248,9 +248,11 @@ class PatroniCluster:
     etcd: subprocess.Popen[bytes]
     nodes: list[Node] = field(default_factory=list)
 
-    def url(self, dbname: str) -> str:
-        """The libpq multi-host URL the schedulers use: every node, the writable one wins."""
-        hosts = ",".join(f"127.0.0.1:{node.pg_port}" for node in self.nodes)
+    def url(self, dbname: str, first: Node | None = None) -> str:
+        """The libpq multi-host URL the schedulers use: every node (``first`` first), the
+        writable one wins (the first listed, if two are)."""
+        nodes = sorted(self.nodes, key=lambda node: node is not first)
+        hosts = ",".join(f"127.0.0.1:{node.pg_port}" for node in nodes)
         return f"postgresql://postgres@{hosts}/{dbname}?target_session_attrs=read-write"
 
     def primary(self) -> Node:

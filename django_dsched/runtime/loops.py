@@ -216,14 +216,17 @@ class DatabaseLoop:
         return None if self.hosts is None else self.hosts.split
 
     def _watch_hosts(self) -> None:
-        """Start watching the URL's hosts for a split brain (once, when it lists several)."""
-        if self.hosts is not None:
-            return
-        params = connections[self.using].get_connection_params()
-        self.hosts = HostWatch(
-            params, self.watch_interval(), f"{self.kind} instance={self.instance_id}"
-        )
+        """Look at the URL's hosts when it lists several, now, before a new session is used,
+        and from a thread every :meth:`watch_interval` after: a session reached while two
+        hosts accept writes is on either side, and the loop must stand by from its first
+        statement, not from the watch's next round."""
+        if self.hosts is None:
+            params = connections[self.using].get_connection_params()
+            self.hosts = HostWatch(
+                params, self.watch_interval(), f"{self.kind} instance={self.instance_id}"
+            )
         if self.hosts.needed:
+            self.hosts.check()
             self.hosts.start()
 
     def tick(self) -> None:

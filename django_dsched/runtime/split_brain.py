@@ -14,6 +14,7 @@ and a relay claims nothing (docs/high-availability.md).
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -58,8 +59,9 @@ def listed_hosts(params: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def probe(params: dict[str, Any], host: str, port: str, timeout: float) -> Server | None:
-    """The server at (host, port) if it accepts writes now; None if it is a standby or
-    unreachable."""
+    """The server at (host, port) if it accepts writes now; None if it is a standby, or
+    unreachable, or has not answered within ``timeout`` seconds (a frozen server accepts
+    connections and answers nothing: the wait is bounded, not left to the socket)."""
     single = {k: v for k, v in params.items() if k not in NOT_LIBPQ}
     single.update(host=host, target_session_attrs="any")
     if port:
@@ -67,12 +69,17 @@ def probe(params: dict[str, Any], host: str, port: str, timeout: float) -> Serve
     single["connect_timeout"] = max(2, int(timeout))
     single.pop("hostaddr", None)
     try:
-        with psycopg.connect(**single, autocommit=True) as connection:
-            if not connection.execute(STANDBY).fetchone()[0]:  # type: ignore[index]
-                return None
-            row = connection.execute(IDENTITY).fetchone()
-    except psycopg.Error:
+        return asyncio.run(asyncio.wait_for(_probe(single), timeout))
+    except (psycopg.Error, TimeoutError):
         return None
+
+
+async def _probe(params: dict[str, Any]) -> Server | None:
+    async with await psycopg.AsyncConnection.connect(**params, autocommit=True) as connection:
+        writable = await (await connection.execute(STANDBY)).fetchone()
+        if writable is None or not writable[0]:
+            return None
+        row = await (await connection.execute(IDENTITY)).fetchone()
     if row is None or not row[0]:
         return None
     return Server(int(row[1]), int(row[2]), str(row[3]))
@@ -109,6 +116,7 @@ class HostWatch:
         self.prober = prober
         self.split: str | None = None
         self.rounds = 0
+        self._lock = threading.Lock()  # one round at a time: the loop's and the thread's
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"dsched-hosts:{name}", daemon=True)
 
@@ -118,14 +126,22 @@ class HostWatch:
         return len(self.hosts) > 1
 
     def start(self) -> HostWatch:
-        self._thread.start()
+        """Watch from the thread (started once), a round every :attr:`interval` seconds, the
+        first one ``interval`` from now (the caller has just looked: :meth:`check`)."""
+        if self._thread.ident is None:
+            self._thread.start()
         return self
 
     def stop(self) -> None:
         self._stop.set()
 
     def check(self) -> str | None:
-        """One round: probe every host, update :attr:`split`, log a change."""
+        """One round: probe every host, update :attr:`split`, log a change. At most
+        ``interval`` seconds per host that does not answer."""
+        with self._lock:
+            return self._check()
+
+    def _check(self) -> str | None:
         writable = {}
         for host, port in self.hosts:
             server = self.prober(self.params, host, port, self.interval)
@@ -147,9 +163,8 @@ class HostWatch:
         return split
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        while not self._stop.wait(self.interval):
             try:
                 self.check()
             except Exception:  # a probe must never take the process down
                 logger.exception("could not check the hosts of the database URL")
-            self._stop.wait(self.interval)

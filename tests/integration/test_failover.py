@@ -170,7 +170,8 @@ def failover(
     deliveries = tmp_path / "deliveries.log"
     deliveries.touch()
     env = {
-        "DATABASE_URL": ha.url(name),
+        # The primary first: once it is back writable (split_brain), a new session goes to it.
+        "DATABASE_URL": ha.url(name, first=primary),
         "DSCHED_TEST_BUCKETS": str(buckets),
         "RELAY_TEST_LOG": str(deliveries),
         "RELAY_TEST_DELAY": "0.001",
@@ -251,19 +252,34 @@ def old_primary_back_writable(
     old: Node, new: Node, processes: list[Instance], name: str
 ) -> tuple[dict[str, list[tuple]], int]:
     """The old primary comes back writable on its own address (a failover manager that
-    did not fence it): the schedulers see two writable hosts in their URL and fire nothing
-    until it is gone again. Returns its history and the fires committed meanwhile."""
+    did not fence it), first in the URL, and every session on the promoted one is killed: each
+    loop's new session lands on the old primary, and the loops see two writable hosts before
+    they use it, and fire and claim nothing until it is gone again. Returns its history and
+    the fires committed meanwhile."""
     schedulers = processes[:3]
     seen = "two hosts of the database URL accept writes (split brain)"
     with old.standalone(old.pg_port) as port:
         history = read(port, name)
-        wait_for(
-            lambda: all(seen in p.log() for p in schedulers), timeout=4 * LEASE, what="a split"
+        query(
+            new.pg_port,
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            f" WHERE datname = '{name}' AND pid <> pg_backend_pid()",
         )
+        wait_for(lambda: all(seen in p.log() for p in processes), timeout=4 * LEASE, what="a split")
         stopped = time.time() + 0.5  # a batch in flight when it was seen may still commit
         time.sleep(1.5)
         after = f"SELECT count(*) FROM event_store_t WHERE event_ts > to_timestamp({stopped})"
-        fired = query(new.pg_port, after, name)[0][0] + query(port, after, name)[0][0]
+        fired = query(new.pg_port, after, name)[0][0]
+        # On the old primary, anything written since it came back was written in the split.
+        since = "> pg_postmaster_start_time()"
+        (fired_there, claimed), *_ = query(
+            port,
+            f"SELECT (SELECT count(*) FROM event_store_t WHERE event_ts {since}),"
+            f" (SELECT count(*) FROM outbox_message_t WHERE picked_ts {since})",
+            name,
+        )
+        fired += fired_there
+        assert claimed == 0, f"the relay claimed {claimed} message(s) on the old primary"
     over = "only one host of the database URL accepts writes again"
     wait_for(lambda: all(over in p.log() for p in schedulers), timeout=4 * LEASE, what="the end")
     again = time.time()

@@ -23,7 +23,7 @@ from django_dsched.runtime.one_server import OtherServer, ServerPin, identify
 from django_dsched.scheduler.retention_worker import worker_for
 from tests.helpers import other_session, sql
 from tests.outbox_helpers import make_messages
-from tests.runtime.test_split_brain import NOT_READY, split_seen
+from tests.runtime.test_split_brain import NOT_READY, Split
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -114,13 +114,13 @@ def test_a_relay_claims_nothing_while_two_hosts_accept_writes(relay_settings, ha
     handle(lambda event: delivered.append(event["id"]), topic="reports")
     make_messages(3)
     relay = Relay(instance_id="r1")
-    watch = split_seen(relay)
+    split = Split(relay)
     try:
         relay._guarded(relay.step)
         relay.drain()
         assert delivered == []
         assert relay.readiness() == NOT_READY
-        watch.split = None
+        split.end()
         relay._claim_full = True
         relay._guarded(relay.step)
         relay.drain()

@@ -4,6 +4,8 @@ old primary coming back writable: tests/integration/test_failover.py)."""
 from __future__ import annotations
 
 import logging
+import socket
+import time
 from datetime import timedelta
 
 import pytest
@@ -63,34 +65,79 @@ def test_a_probe_reads_the_server_it_reaches():
     assert probe({**params, "port": "1"}, "127.0.0.1", "1", 2.0) is None
 
 
-SPLIT = "a:1 (timeline 1, …); b:2 (timeline 2, …)"
+SPLIT = split_of({"a:1": A, "b:2": B})
 NOT_READY = (False, f"two hosts of the database URL accept writes: {SPLIT}")
 
 
-def split_seen(loop) -> HostWatch:
-    """``loop`` sees two hosts of its URL accept writes (its watch's split, set by hand);
-    the watch, to end the split with ``watch.split = None``."""
-    watch = HostWatch({"host": "a,b", "port": "1,2"}, 1.0, "x", prober=lambda *a: None)
-    watch.split = SPLIT
-    loop.hosts = watch
-    return watch
+class Split:
+    """Two hosts of a loop's URL, a and b, both accepting writes until :meth:`end` (b is a
+    standby from then on): :attr:`watch` is the loop's watch of them."""
+
+    def __init__(self, loop, *, seen: bool = True) -> None:
+        self.on = True
+        self.watch = HostWatch({"host": "a,b", "port": "1,2"}, 60.0, "x", prober=self.probe)
+        if seen:  # else the loop's own first look at the hosts sees it
+            self.watch.split = SPLIT
+        loop.hosts = self.watch
+
+    def probe(self, params, host, port, timeout):
+        return A if host == "a" else (B if self.on else None)
+
+    def end(self) -> None:
+        self.on = False
+        self.watch.split = None
+
+    def start(self) -> None:
+        self.on = True
+        self.watch.split = SPLIT
 
 
 @pytest.mark.django_db(transaction=True)
 def test_a_scheduler_fires_nothing_while_two_hosts_accept_writes(db_now):
     ScheduleFactory(start_ts=db_now() - timedelta(seconds=1))
     scheduler = Scheduler(instance_id="split")
-    watch = split_seen(scheduler)
+    split = Split(scheduler)
     try:
         scheduler._guarded(scheduler.step)
         assert not scheduler.lease.is_leader and Event.objects.count() == 0
         assert scheduler.readiness() == NOT_READY
-        watch.split = None
+        split.end()
         scheduler._guarded(scheduler.step)
         assert scheduler.lease.is_leader and Event.objects.count() == 1
         # A split seen while leading: the lease is given up at once.
-        watch.split = "a:1; b:2"
+        split.start()
         scheduler._guarded(scheduler.step)
         assert not scheduler.lease.is_leader
     finally:
         scheduler.shutdown()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_loop_looks_at_the_hosts_before_its_new_session_is_used(db_now):
+    """A session reached while two hosts accept writes is on either side: the loop stands by
+    from its first statement, not from its watch's next round (a minute away here)."""
+    ScheduleFactory(start_ts=db_now() - timedelta(seconds=1))
+    scheduler = Scheduler(instance_id="split")
+    split = Split(scheduler, seen=False)
+    try:
+        assert scheduler.split_brain() is None
+        scheduler._guarded(scheduler.step)
+        assert scheduler.split_brain() == SPLIT
+        assert not scheduler.lease.is_leader and Event.objects.count() == 0
+        # Over, and the next new session sees it over at once.
+        split.on = False
+        scheduler._lost_connection()
+        scheduler._guarded(scheduler.step)
+        assert scheduler.lease.is_leader and Event.objects.count() == 1
+    finally:
+        scheduler.shutdown()
+
+
+def test_a_host_that_accepts_connections_and_answers_nothing_is_not_waited_for():
+    """A frozen server (SIGSTOP) still completes TCP handshakes in its kernel: the probe's
+    wait is bounded by its timeout, not left to the socket."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        port = str(silent.getsockname()[1])
+        began = time.monotonic()
+        assert probe({"host": "127.0.0.1", "port": port}, "127.0.0.1", port, 1.0) is None
+        assert time.monotonic() - began < 30  # without the bound: never
