@@ -14,9 +14,9 @@ from django.contrib import admin
 from django.db.models import Model
 from django.utils import timezone
 from django.utils.formats import date_format
-from django.utils.html import escape, format_html
+from django.utils.html import avoid_wrapping, escape, format_html
 from django.utils.safestring import SafeString, mark_safe
-from django.utils.timesince import timesince, timeuntil
+from django.utils.timesince import TIME_STRINGS, timesince
 from django.utils.translation import gettext as _
 
 from django_dsched.changes.describe import is_utc, zone_of
@@ -84,9 +84,14 @@ def relative(moment: datetime, now: datetime) -> str:
         if seconds > 0:
             return _("in %(seconds)d s") % {"seconds": seconds}
         return _("%(seconds)d s ago") % {"seconds": -seconds}
+    if abs(seconds) < 86_400:  # what a list shows most: one unit, as timesince writes it
+        unit, size = ("hour", 3600) if abs(seconds) >= 3600 else ("minute", 60)
+        delta = avoid_wrapping(TIME_STRINGS[unit] % {"num": int(abs(seconds) // size)})
+    else:
+        delta = timesince(min(moment, now), max(moment, now), depth=1)
     if moment > now:
-        return _("in %(delta)s") % {"delta": timeuntil(moment, now, depth=1)}
-    return _("%(delta)s ago") % {"delta": timesince(moment, now, depth=1)}
+        return _("in %(delta)s") % {"delta": delta}
+    return _("%(delta)s ago") % {"delta": delta}
 
 
 def age(seconds: float) -> str:

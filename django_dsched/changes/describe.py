@@ -3,6 +3,7 @@ Friday (Europe/Brussels)", "once at 2026-12-01 09:00 UTC"."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, tzinfo
 
 from cron_descriptor import CasingTypeEnum, FormatException, Options, get_description
@@ -15,18 +16,20 @@ from django_dsched.models import Schedule
 from django_dsched.timetables.grid import ABSOLUTE_UNITS
 from django_dsched.timetables.zones import zone as zone_named
 
+# "every n <unit>", translated when used: one phrase per description, not all seven.
+INTERVAL_PHRASES: dict[FrequencyUnit, Callable[[int], str]] = {
+    FrequencyUnit.SECONDS: lambda n: ngettext("every second", "every %(n)d seconds", n),
+    FrequencyUnit.MINUTES: lambda n: ngettext("every minute", "every %(n)d minutes", n),
+    FrequencyUnit.HOURS: lambda n: ngettext("every hour", "every %(n)d hours", n),
+    FrequencyUnit.DAYS: lambda n: ngettext("every day", "every %(n)d days", n),
+    FrequencyUnit.WEEKS: lambda n: ngettext("every week", "every %(n)d weeks", n),
+    FrequencyUnit.MONTHS: lambda n: ngettext("every month", "every %(n)d months", n),
+    FrequencyUnit.YEARS: lambda n: ngettext("every year", "every %(n)d years", n),
+}
+
 
 def describe_interval(unit: str, n: int) -> str:
-    phrases = {
-        FrequencyUnit.SECONDS: ngettext("every second", "every %(n)d seconds", n),
-        FrequencyUnit.MINUTES: ngettext("every minute", "every %(n)d minutes", n),
-        FrequencyUnit.HOURS: ngettext("every hour", "every %(n)d hours", n),
-        FrequencyUnit.DAYS: ngettext("every day", "every %(n)d days", n),
-        FrequencyUnit.WEEKS: ngettext("every week", "every %(n)d weeks", n),
-        FrequencyUnit.MONTHS: ngettext("every month", "every %(n)d months", n),
-        FrequencyUnit.YEARS: ngettext("every year", "every %(n)d years", n),
-    }
-    return phrases[FrequencyUnit(unit)] % {"n": n}
+    return INTERVAL_PHRASES[FrequencyUnit(unit)](n) % {"n": n}
 
 
 def describe_cron(expression: str) -> str:
