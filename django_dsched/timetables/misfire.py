@@ -124,6 +124,18 @@ def first_slot(table: Timetable, rules: Rules, not_before: datetime) -> datetime
     return slot
 
 
+def _none_due_after(
+    table: Timetable, rules: Rules, next_slot: datetime, now: datetime
+) -> tuple[datetime | None] | None:
+    """The usual case, in one search: no slot after ``next_slot`` is due by ``now`` (run
+    times keep the slots' order, so the next one says it). Then ``(the slot after it,)``,
+    which the decision needs anyway; else None."""
+    following = table.slot_after(next_slot)
+    if following is None or rules.run_time(table, following) > now:
+        return (following,)
+    return None
+
+
 def _latest_due(table: Timetable, rules: Rules, next_slot: datetime, now: datetime) -> datetime:
     """The latest slot from ``next_slot`` on whose run time is at or before ``now``
     (``next_slot`` itself when no later one's is)."""
@@ -165,7 +177,8 @@ def decide(
 
     if rules.policy == MisfirePolicy.CATCH_UP:
         oldest_allowed = None if grace is None else now - grace
-        latest = _latest_due(table, rules, next_slot, now)
+        usual = _none_due_after(table, rules, next_slot, now)
+        latest = next_slot if usual is not None else _latest_due(table, rules, next_slot, now)
         slot = _catch_up_slot(table, next_slot, latest, rules.catch_up_limit)
         missed = slot > next_slot
         if oldest_allowed is not None and rules.run_time(table, slot) < oldest_allowed:
@@ -174,6 +187,8 @@ def decide(
         fire = slot
         if slot > latest:  # nothing within the grace is due: wait for that slot
             fire, after = None, slot
+        elif usual is not None and slot == next_slot:
+            after = usual[0]
         else:
             after = table.slot_after(slot)
     else:
@@ -206,8 +221,12 @@ def _coalesce(
         window = backlog_window()
     if grace is not None and grace < window:
         window = grace  # older than the grace is missed anyway: backlog
-    slot = _latest_due(table, rules, next_slot, now - window)
-    after = table.slot_after(slot)
+    usual = _none_due_after(table, rules, next_slot, now - window)
+    if usual is not None:
+        slot, after = next_slot, usual[0]
+    else:
+        slot = _latest_due(table, rules, next_slot, now - window)
+        after = table.slot_after(slot)
     if grace is None or rules.run_time(table, slot) >= now - grace:
         return slot, after, slot > next_slot
     # The backlog is older than the grace: skipped. The slot after it came due within the
