@@ -16,8 +16,10 @@ from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.html import avoid_wrapping, escape, format_html
 from django.utils.safestring import SafeString, mark_safe
-from django.utils.timesince import TIME_STRINGS, timesince
+from django.utils.timesince import timesince, timeuntil
+from django.utils.timezone import is_aware
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 
 from django_dsched.changes.describe import is_utc, zone_of
 from django_dsched.enums import ScheduleState
@@ -75,8 +77,20 @@ def badge(value: str, label: str, *, title: str = "") -> SafeString:
     return format_html('<span class="dsched-badge dsched-{}">{}</span>', tone, label)
 
 
+# One unit of a relative time under a day, as Django's timesince writes it (the same
+# messages, so its translations apply).
+UNDER_A_DAY: tuple[tuple[int, Callable[[int], str]], ...] = (
+    (3600, lambda n: ngettext("%(num)d hour", "%(num)d hours", n)),
+    (60, lambda n: ngettext("%(num)d minute", "%(num)d minutes", n)),
+)
+
+
 def relative(moment: datetime, now: datetime) -> str:
-    """ "in 4 minutes", "2 hours ago" or "now", measured on ``now`` (the database's clock)."""
+    """ "in 4 minutes", "2 hours ago" or "now", measured on ``now`` (the database's clock).
+    As Django's ``timeuntil``/``timesince`` with ``depth=1`` (on ``moment``'s wall clock),
+    without their calendar arithmetic under a day, which is what a list shows most."""
+    if is_aware(now) and is_aware(moment):
+        now = now.astimezone(moment.tzinfo)
     seconds = (moment - now).total_seconds()
     if abs(seconds) < 1:
         return _("now")
@@ -84,11 +98,15 @@ def relative(moment: datetime, now: datetime) -> str:
         if seconds > 0:
             return _("in %(seconds)d s") % {"seconds": seconds}
         return _("%(seconds)d s ago") % {"seconds": -seconds}
-    if abs(seconds) < 86_400:  # what a list shows most: one unit, as timesince writes it
-        unit, size = ("hour", 3600) if abs(seconds) >= 3600 else ("minute", 60)
-        delta = avoid_wrapping(TIME_STRINGS[unit] % {"num": int(abs(seconds) // size)})
+    whole = abs(moment - now)
+    whole_seconds = whole.days * 86_400 + whole.seconds  # as timesince: no microseconds
+    if whole_seconds < 86_400:
+        size, phrase = next(unit for unit in UNDER_A_DAY if whole_seconds >= unit[0])
+        delta = avoid_wrapping(phrase(whole_seconds // size) % {"num": whole_seconds // size})
+    elif moment > now:
+        delta = timeuntil(moment, now, depth=1)
     else:
-        delta = timesince(min(moment, now), max(moment, now), depth=1)
+        delta = timesince(moment, now, depth=1)
     if moment > now:
         return _("in %(delta)s") % {"delta": delta}
     return _("%(delta)s ago") % {"delta": delta}
