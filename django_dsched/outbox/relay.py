@@ -326,6 +326,15 @@ class Relay(DatabaseLoop):
         lost or moved: taken over meanwhile, or claimed on another server, a message is not
         sent)."""
         live, dead = claimed.live, claimed.dead
+        if live and self.split_brain():
+            # Claimed before the split was seen, on either side: sent by no one now, each is
+            # claimed again once its claim expires (the visibility timeout), where it is due.
+            logger.warning(
+                "not sending %d message(s) claimed as a split brain was seen relay=%s",
+                len(live),
+                self.instance_id,
+            )
+            live = []
         old = time.monotonic() - began > self.heartbeat.interval
         if live and (old or self.pin.generation != self._claim_generation):
             with self.heartbeat.writing:
@@ -362,7 +371,10 @@ class Relay(DatabaseLoop):
         self, limit: int, max_bytes: int, since: int | None, held_back: list[str]
     ) -> Claimed:
         """Claim a batch on the calling thread's session (the claim thread's), if it is on
-        the relay's server (runtime/one_server.py): else claim nothing this time."""
+        the relay's server (runtime/one_server.py) and no split brain is seen: else claim
+        nothing this time."""
+        if self.split_brain():
+            return Claimed([], [])
         try:
             self.pin.check(connections[self.using])
         except OtherServer as exc:

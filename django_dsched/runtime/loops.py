@@ -19,7 +19,7 @@ from django_dsched.exceptions import DschedError, NotPrimary
 from django_dsched.runtime.connections import behind_pooler, describe_failure, server_of
 from django_dsched.runtime.logs import get_logger
 from django_dsched.runtime.one_server import IDENTIFY, ServerPin
-from django_dsched.runtime.split_brain import HostWatch
+from django_dsched.runtime.split_brain import IDENTITY, HostWatch, server_of_row
 from django_dsched.runtime.tables import MissingTables, ours_missing, require_tables
 from django_dsched.runtime.wakeup import Waker
 
@@ -215,19 +215,25 @@ class DatabaseLoop:
         """Two different servers of the URL accept writes now (what they are), else None."""
         return None if self.hosts is None else self.hosts.split
 
-    def _watch_hosts(self) -> None:
-        """Look at the URL's hosts when it lists several, now, before a new session is used,
-        and from a thread every :meth:`watch_interval` after: a session reached while two
-        hosts accept writes is on either side, and the loop must stand by from its first
-        statement, not from the watch's next round."""
+    def _watch_hosts(self, connection: Any, where: str) -> None:
+        """Look at the URL's hosts when it lists several, now, before the new session
+        (``connection``, at ``where``) is used, and from a thread every
+        :meth:`watch_interval` after: a session reached while two hosts accept writes is on
+        either side, and the loop must stand by from its first statement, not from the
+        watch's next round. The session's own server counts as writable whatever a probe
+        of the others finds."""
         if self.hosts is None:
-            params = connections[self.using].get_connection_params()
+            params = connection.get_connection_params()
             self.hosts = HostWatch(
                 params, self.watch_interval(), f"{self.kind} instance={self.instance_id}"
             )
-        if self.hosts.needed:
-            self.hosts.check()
-            self.hosts.start()
+        if not self.hosts.needed:
+            return
+        with connection.cursor() as cursor:
+            cursor.execute(IDENTITY)
+            own = server_of_row(cursor.fetchone())
+        self.hosts.check(None if own is None else (where, own))
+        self.hosts.start()
 
     def tick(self) -> None:
         """The loop is going round (the ``/livez`` answer is the age of the last tick)."""
@@ -460,12 +466,17 @@ class DatabaseLoop:
                 "target_session_attrs=read-write to the URL)"
             )
         self.pooled = behind_pooler(connection)
+        # Before the pin: until the hosts are looked at, the threads' sessions wait.
+        self._watch_hosts(connection, server)
         self.pin.set(identity, server, direct=not self.pooled)
-        self._watch_hosts()
         self.listening = self.channels != () and (
             not self.pooled if app_settings.LISTEN is None else bool(app_settings.LISTEN)
         )
         self.on_new_session()
+        if connection.connection is not raw:
+            # Lost meanwhile (on_new_session's statements): the next step starts again, on a
+            # session checked as this one was, not on one a cursor would open unchecked.
+            raise InterfaceError(f"the {self.kind}'s new session was lost while it was set up")
         with connection.cursor() as cursor:
             if not self.pooled:
                 # A direct session is this loop's alone; behind a pooler the name would stay

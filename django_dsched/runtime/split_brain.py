@@ -14,8 +14,8 @@ and a relay claims nothing (docs/high-availability.md).
 
 from __future__ import annotations
 
-import asyncio
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +34,10 @@ SELECT NOT pg_is_in_recovery(), (SELECT system_identifier FROM pg_control_system
 # Run only where pg_is_in_recovery() is false (pg_walfile_name refuses to on a standby).
 STANDBY = "SELECT NOT pg_is_in_recovery()"
 
+# How long a round waits for a host's answer: past it, the host counts as not accepting
+# writes this round (a frozen server; one that comes back is seen the next round).
+PROBE_SECONDS = 2.0
+
 # Connection parameters that are not libpq's (psycopg's own, Django's).
 NOT_LIBPQ = {"cursor_factory", "context", "prepare_threshold", "autocommit", "row_factory"}
 
@@ -45,6 +49,10 @@ class Server:
     system_identifier: int
     timeline: int
     started: str
+
+
+# A probe: (connection parameters, host, port, timeout) -> the writable server there, or None.
+Prober = Callable[[dict[str, Any], str, str, float], Server | None]
 
 
 def listed_hosts(params: dict[str, Any]) -> list[tuple[str, str]]:
@@ -59,9 +67,9 @@ def listed_hosts(params: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def probe(params: dict[str, Any], host: str, port: str, timeout: float) -> Server | None:
-    """The server at (host, port) if it accepts writes now; None if it is a standby, or
-    unreachable, or has not answered within ``timeout`` seconds (a frozen server accepts
-    connections and answers nothing: the wait is bounded, not left to the socket)."""
+    """The server at (host, port) if it accepts writes now; None if it is a standby or
+    unreachable. Blocking: :class:`HostWatch` runs it on a thread of its own and waits at
+    most :data:`PROBE_SECONDS` for it."""
     single = {k: v for k, v in params.items() if k not in NOT_LIBPQ}
     single.update(host=host, target_session_attrs="any")
     if port:
@@ -69,20 +77,38 @@ def probe(params: dict[str, Any], host: str, port: str, timeout: float) -> Serve
     single["connect_timeout"] = max(2, int(timeout))
     single.pop("hostaddr", None)
     try:
-        return asyncio.run(asyncio.wait_for(_probe(single), timeout))
-    except (psycopg.Error, TimeoutError):
+        with psycopg.connect(**single, autocommit=True) as connection:
+            if not connection.execute(STANDBY).fetchone()[0]:  # type: ignore[index]
+                return None
+            row = connection.execute(IDENTITY).fetchone()
+    except psycopg.Error:
         return None
+    return server_of_row(row)
 
 
-async def _probe(params: dict[str, Any]) -> Server | None:
-    async with await psycopg.AsyncConnection.connect(**params, autocommit=True) as connection:
-        writable = await (await connection.execute(STANDBY)).fetchone()
-        if writable is None or not writable[0]:
-            return None
-        row = await (await connection.execute(IDENTITY)).fetchone()
+def server_of_row(row: Any) -> Server | None:
+    """The :class:`Server` an :data:`IDENTITY` row describes (None: it does not accept
+    writes)."""
     if row is None or not row[0]:
         return None
     return Server(int(row[1]), int(row[2]), str(row[3]))
+
+
+class _Probe(threading.Thread):
+    """One host's probe, on a daemon thread: waited for at most :data:`PROBE_SECONDS` (a
+    frozen server accepts connections and answers nothing, and no socket timeout covers
+    that), and left to end on its own past it."""
+
+    def __init__(self, prober: Prober, params: dict[str, Any], host: str, port: str) -> None:
+        super().__init__(name=f"dsched-probe:{host}:{port}", daemon=True)
+        self.prober, self.params, self.host, self.port = prober, params, host, port
+        self.server: Server | None = None
+
+    def run(self) -> None:
+        try:
+            self.server = self.prober(self.params, self.host, self.port, PROBE_SECONDS)
+        except Exception:  # a probe must never take the process down
+            logger.exception("could not probe %s:%s", self.host, self.port)
 
 
 def split_of(writable: dict[str, Server]) -> str | None:
@@ -107,7 +133,7 @@ class HostWatch:
         params: dict[str, Any],
         interval: float,
         name: str,
-        prober: Callable[[dict[str, Any], str, str, float], Server | None] = probe,
+        prober: Prober = probe,
     ) -> None:
         self.params = params
         self.hosts = listed_hosts(params)
@@ -117,6 +143,9 @@ class HostWatch:
         self.split: str | None = None
         self.rounds = 0
         self._lock = threading.Lock()  # one round at a time: the loop's and the thread's
+        # Each host's probe still running past its round (a frozen server): not started again
+        # while it runs, so a host that never answers holds one thread, not one a round.
+        self._probes: dict[str, _Probe] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"dsched-hosts:{name}", daemon=True)
 
@@ -135,18 +164,33 @@ class HostWatch:
     def stop(self) -> None:
         self._stop.set()
 
-    def check(self) -> str | None:
-        """One round: probe every host, update :attr:`split`, log a change. At most
-        ``interval`` seconds per host that does not answer."""
+    def check(self, own: tuple[str, Server] | None = None) -> str | None:
+        """One round: probe every host (at once, waiting at most :data:`PROBE_SECONDS`),
+        update :attr:`split`, log a change. ``own``: where the loop's own session is and
+        its server, which accepts writes (it was just asked): that host (when the URL lists
+        it so) is not probed again, and never missed because a probe failed."""
         with self._lock:
-            return self._check()
+            return self._check(own)
 
-    def _check(self) -> str | None:
-        writable = {}
+    def _check(self, own: tuple[str, Server] | None) -> str | None:
+        writable: dict[str, Server] = {}
+        probes = []
         for host, port in self.hosts:
-            server = self.prober(self.params, host, port, self.interval)
-            if server is not None:
-                writable[f"{host}:{port}"] = server
+            where = f"{host}:{port}"
+            if own is not None and where == own[0]:
+                writable[where] = own[1]
+                continue
+            running = self._probes.get(where)
+            if running is not None and running.is_alive():
+                continue
+            probes.append(_Probe(self.prober, self.params, host, port))
+            self._probes[where] = probes[-1]
+            probes[-1].start()
+        deadline = time.monotonic() + PROBE_SECONDS
+        for found in probes:
+            found.join(max(0.0, deadline - time.monotonic()))
+            if not found.is_alive() and found.server is not None:
+                writable[f"{found.host}:{found.port}"] = found.server
         split = split_of(writable)
         if split and split != self.split:
             logger.error(

@@ -216,3 +216,62 @@ def test_a_claim_begun_before_the_relays_session_moved_is_renewed_before_it_is_s
         assert relay.dispatch.held == {} and relay.stats.claimed == 0
     finally:
         relay.shutdown()
+
+
+def test_a_relay_whose_new_session_starts_during_a_split_claims_nothing(relay_settings, handle):
+    """The split is on before the relay's session is (its watch has not seen it yet): the
+    relay looks at the hosts before it uses the session, and claims nothing from its first
+    step, on its own session or on the claim thread."""
+    delivered = []
+    handle(lambda event: delivered.append(event["id"]), topic="reports")
+    make_messages(3)
+    relay = Relay(instance_id="r1")
+    Split(relay, seen=False)
+    try:
+        relay._guarded(relay.step)
+        relay.drain()
+        assert delivered == [] and relay.readiness() == NOT_READY
+        assert relay._claim_here(10, 10**6, None, []).live == []
+    finally:
+        relay.shutdown()
+
+
+def test_a_claim_taken_once_a_split_is_seen_is_not_sent(relay_settings, caplog):
+    """A claim the claim thread made as the split began (on either side) is sent by no one:
+    it is claimed again once it expires."""
+    make_messages(2)
+    relay = Relay(instance_id="r1")
+    try:
+        relay._ensure_session()
+        with other_session() as session, session.cursor() as cursor:
+            live, _ = claim(cursor, Claimer("r1", 30, 5), 10)
+        Split(relay)
+        with caplog.at_level(logging.WARNING, logger="django_dsched"):
+            relay._took(Claimed(live, []), 10, time.monotonic())
+        assert relay.dispatch.held == {} and relay.stats.claimed == 0
+        assert "not sending 2 message(s) claimed as a split brain was seen" in caplog.text
+    finally:
+        relay.shutdown()
+
+
+def test_a_new_session_lost_while_it_is_set_up_is_not_used_unchecked(relay_settings):
+    """on_new_session's statements lost the session: the step starts again on a session
+    checked as the first was, not on one a cursor opened behind the loop's back."""
+    relay = Relay(instance_id="r1")
+    renew = relay.on_new_session
+    lost = []
+
+    def lose_it_once():
+        renew()
+        if not lost:
+            lost.append(True)
+            connections[relay.using].close()
+
+    relay.on_new_session = lose_it_once
+    try:
+        relay._guarded(relay.step)
+        assert lost and not relay.connected and relay.pin.server is None
+        relay._guarded(relay.step)
+        assert relay.connected and relay.pin.server == identify(connection)
+    finally:
+        relay.shutdown()

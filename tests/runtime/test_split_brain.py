@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
 import time
 from datetime import timedelta
 
@@ -12,9 +13,17 @@ import pytest
 from django.db import connection
 
 from django_dsched.models import Event
-from django_dsched.runtime.split_brain import HostWatch, Server, listed_hosts, probe, split_of
+from django_dsched.runtime.split_brain import (
+    PROBE_SECONDS,
+    HostWatch,
+    Server,
+    listed_hosts,
+    probe,
+    split_of,
+)
 from django_dsched.scheduler import Scheduler
 from tests.factories import ScheduleFactory
+from tests.tcp_proxy import TcpProxy
 
 A = Server(7, 1, "2026-01-01 00:00:00+00")
 B = Server(7, 2, "2026-01-01 00:05:00+00")  # the promoted standby: same cluster, new timeline
@@ -133,11 +142,83 @@ def test_a_loop_looks_at_the_hosts_before_its_new_session_is_used(db_now):
         scheduler.shutdown()
 
 
-def test_a_host_that_accepts_connections_and_answers_nothing_is_not_waited_for():
-    """A frozen server (SIGSTOP) still completes TCP handshakes in its kernel: the probe's
-    wait is bounded by its timeout, not left to the socket."""
-    with socket.create_server(("127.0.0.1", 0)) as silent:
-        port = str(silent.getsockname()[1])
-        began = time.monotonic()
-        assert probe({"host": "127.0.0.1", "port": port}, "127.0.0.1", port, 1.0) is None
-        assert time.monotonic() - began < 30  # without the bound: never
+class SilentAfterLogin(TcpProxy):
+    """A server that lets a client log in, then answers nothing more: a frozen PostgreSQL
+    (SIGSTOP) whose kernel still takes the bytes, or a pooler out of server connections."""
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            upstream = self._connect()
+            with self._lock:
+                self._sockets |= {client, upstream}
+            threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=self._until_ready, args=(upstream, client), daemon=True).start()
+
+    @staticmethod
+    def _until_ready(source: socket.socket, sink: socket.socket) -> None:
+        """Pass the server's bytes on up to its first ReadyForQuery, then nothing."""
+        seen = b""
+        while READY not in seen:
+            data = source.recv(65536)
+            if not data:
+                return
+            at = (seen[-len(READY) :] + data).find(READY)
+            seen = seen[-len(READY) :] + data
+            if at >= 0:
+                data = data[: max(0, at + len(READY) - (len(seen) - len(data)))]
+            sink.sendall(data)
+        while source.recv(65536):
+            pass
+
+
+READY = b"Z\x00\x00\x00\x05I"  # ReadyForQuery, idle
+
+
+@pytest.mark.django_db
+def test_a_host_that_logs_in_and_answers_nothing_is_not_waited_for():
+    """A round waits for a host at most PROBE_SECONDS (no socket timeout covers a server
+    that took the query and never answers), and a host whose probe still runs is not
+    probed again: one thread for it, not one a round. The other host's answer counts."""
+    params = connection.get_connection_params()
+    host, port = listed_hosts(params)[0]
+    port = port or "5432"
+    target = f"{host}/.s.PGSQL.{port}" if host.startswith("/") else (host, int(port))
+    silent = SilentAfterLogin(target).start()
+    try:
+        here = probe(params, host, port, 2.0)
+        watch = HostWatch(
+            {**params, "host": f"{host},127.0.0.1", "port": f"{port},{silent.port}"}, 60.0, "x"
+        )
+        rounds: list[float] = []
+
+        def two_rounds():
+            for _ in range(2):
+                began = time.monotonic()
+                watch.check()
+                rounds.append(time.monotonic() - began)
+
+        worker = threading.Thread(target=two_rounds, daemon=True)
+        worker.start()
+        worker.join(60)
+        assert not worker.is_alive(), "a round waited for the silent host"
+        assert rounds[0] < PROBE_SECONDS + 5 and rounds[1] < 5, rounds
+        name = f"dsched-probe:127.0.0.1:{silent.port}"
+        assert [t.name for t in threading.enumerate()].count(name) == 1
+        assert here is not None and watch.split is None
+    finally:
+        silent.stop()
+
+
+def test_the_loops_own_server_counts_even_when_its_probe_fails():
+    """The loop's session is on a (it was just asked): a failed probe of a, or none at all,
+    cannot hide that b accepts writes too."""
+    watch = HostWatch(
+        {"host": "a,b", "port": "1,2"}, 60.0, "x",
+        prober=lambda params, host, port, timeout: None if host == "a" else B,
+    )  # fmt: skip
+    assert watch.check() is None
+    assert watch.check(own=("a:1", A)) == SPLIT
