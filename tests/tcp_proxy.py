@@ -64,8 +64,12 @@ class TcpProxy:
                 continue
             with self._lock:
                 self._sockets |= {client, upstream}
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+            for pump, a, b in ((self._pump, client, upstream), (self._answer, upstream, client)):
+                threading.Thread(target=pump, args=(a, b), daemon=True).start()
+
+    def _answer(self, source: socket.socket, sink: socket.socket) -> None:
+        """The server's bytes to the client (a subclass may hold some back)."""
+        self._pump(source, sink)
 
     @staticmethod
     def _pump(source: socket.socket, sink: socket.socket) -> None:

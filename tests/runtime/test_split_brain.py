@@ -146,20 +146,7 @@ class SilentAfterLogin(TcpProxy):
     """A server that lets a client log in, then answers nothing more: a frozen PostgreSQL
     (SIGSTOP) whose kernel still takes the bytes, or a pooler out of server connections."""
 
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return
-            upstream = self._connect()
-            with self._lock:
-                self._sockets |= {client, upstream}
-            threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
-            threading.Thread(target=self._until_ready, args=(upstream, client), daemon=True).start()
-
-    @staticmethod
-    def _until_ready(source: socket.socket, sink: socket.socket) -> None:
+    def _answer(self, source: socket.socket, sink: socket.socket) -> None:
         """Pass the server's bytes on up to its first ReadyForQuery, then nothing."""
         seen = b""
         while READY not in seen:
