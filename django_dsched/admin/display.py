@@ -1,10 +1,12 @@
 """HTML snippets the admin pages share: state badges and moments (absolute + relative).
 
-Everything here escapes what it shows (``format_html``); data is never marked safe.
+Everything here escapes what it shows (``format_html``, or :func:`markup` where a list
+writes it for every row); data is never marked safe.
 """
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, tzinfo
@@ -14,8 +16,8 @@ from django.contrib import admin
 from django.db.models import Model
 from django.utils import timezone
 from django.utils.formats import date_format
-from django.utils.html import avoid_wrapping, escape, format_html
-from django.utils.safestring import SafeString, mark_safe
+from django.utils.html import avoid_wrapping, escape
+from django.utils.safestring import SafeData, SafeString, mark_safe
 from django.utils.timesince import timesince, timeuntil
 from django.utils.timezone import is_aware
 from django.utils.translation import gettext as _
@@ -59,6 +61,15 @@ _BREAK_AFTER = re.compile(r"([/._:\-])")
 _LONG_RUN = re.compile(r"([^/._:\-\s]{24})(?=[^/._:\-\s])")
 
 
+def markup(template: str, *args: Any) -> SafeString:
+    """``format_html`` for what a list writes thousands of times a page: each argument
+    escaped unless it is safe already, the same text, without its lazy-string wrappers
+    (a third of the time)."""
+    return SafeString(
+        template.format(*(a if isinstance(a, SafeData) else html.escape(str(a)) for a in args))
+    )
+
+
 def breakable(text: str) -> SafeString:
     """``text`` (escaped) with line-break opportunities at its separators (``<wbr>``): a
     list's narrow column wraps it between words and parts, never mid-word."""
@@ -71,10 +82,10 @@ def badge(value: str, label: str, *, title: str = "") -> SafeString:
     """A coloured label, e.g. the state of a schedule."""
     tone = TONES.get(value, "quiet")
     if title:
-        return format_html(
+        return markup(
             '<span class="dsched-badge dsched-{}" title="{}">{}</span>', tone, title, label
         )
-    return format_html('<span class="dsched-badge dsched-{}">{}</span>', tone, label)
+    return markup('<span class="dsched-badge dsched-{}">{}</span>', tone, label)
 
 
 # One unit of a relative time under a day, as Django's timesince writes it (the same
@@ -125,7 +136,7 @@ def age(seconds: float) -> str:
 def absolute(moment: datetime) -> SafeString:
     """The time in the server's time zone; ``localtime.js`` rewrites it in the viewer's."""
     local = timezone.localtime(moment)
-    return format_html(
+    return markup(
         '<time datetime="{}" data-dsched-local title="{}">{}</time>',
         moment.isoformat(),
         local.isoformat(),
@@ -140,7 +151,7 @@ def zoned(moment: datetime, zone: tzinfo) -> SafeString:
     the one that matters (a Sydney month-end is not the 30th)."""
     utc = moment.astimezone(UTC)
     if is_utc(zone):
-        return format_html(
+        return markup(
             '<time datetime="{}" class="dsched-zoned"><span class="dsched-date">{}</span> '
             '<span class="dsched-time">{} UTC</span></time>',
             utc.isoformat(),
@@ -148,7 +159,7 @@ def zoned(moment: datetime, zone: tzinfo) -> SafeString:
             f"{utc:%H:%M:%S}",
         )
     local = moment.astimezone(zone)
-    return format_html(
+    return markup(
         '<time datetime="{}" class="dsched-zoned" title="{}"><span class="dsched-date">{}'
         '</span> <span class="dsched-time">{} {}</span></time> <small class="dsched-utc">'
         '<span class="dsched-date">{}</span> <span class="dsched-time">{} UTC</span></small>',
@@ -172,11 +183,11 @@ def moment(
     """Absolute time and, under it, how far it is from now. With ``zone`` (a schedule's
     time), on that zone's wall clock and in UTC (:func:`zoned`); else in the viewer's."""
     if value is None:
-        return format_html("{}", EMPTY)
+        return markup("{}", EMPTY)
     shown = absolute(value) if zone is None else zoned(value, zone)
     if now is None:
         return shown
-    return format_html(
+    return markup(
         '<span class="dsched-moment{}">{}<br><small>{}</small></span>',
         " dsched-muted" if quiet else "",
         shown,
@@ -200,7 +211,7 @@ def time_display(
         value = getattr(obj, field, None)
         # Not a time yet (None, or an unsaved row's database default): "-".
         if not isinstance(value, datetime):
-            return format_html("{}", EMPTY)
+            return markup("{}", EMPTY)
         return zoned(value, zone_of(obj)) if in_zone else absolute(value)
 
     # The field's help text, for its page (base.ShownTimes puts it under the value).

@@ -28,7 +28,7 @@ from django_dsched.models import Schedule
 # Values listed per filter; more would not be read anyway: search finds the rest.
 CHOICES_LIMIT = 50
 # Rows of schedule_t read for a filter's values (all of them in most projects).
-SCAN_LIMIT = 20_000
+SCAN_LIMIT = 10_000
 
 
 def index_distinct(model: type[models.Model], column: str, limit: int) -> list[Any]:

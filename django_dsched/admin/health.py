@@ -10,13 +10,12 @@ from typing import Any
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
-from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from django_dsched.admin import charts
-from django_dsched.admin.display import absolute, moment, relative, zoned
+from django_dsched.admin.display import absolute, markup, moment, relative, zoned
 from django_dsched.changes.describe import both_times, zone_of
 from django_dsched.conf import app_settings
 from django_dsched.enums import UNHEALTHY, Health
@@ -58,7 +57,7 @@ class HealthFilter(admin.SimpleListFilter):
 
 
 def badge(verdict: judge.Verdict) -> SafeString:
-    return format_html(
+    return markup(
         '<span class="dsched-badge dsched-{} dsched-health-{}" title="{}">{}</span>',
         TONES.get(verdict.state, "quiet"),
         verdict.state.lower().replace("_", "-"),
@@ -76,17 +75,17 @@ def cell(obj: Schedule, now: datetime | None, *, implied: bool = False) -> SafeS
     to the database's clock) and why, under it. ``implied``: nothing for a health the
     schedule's state says already (shown beside the state's badge)."""
     if not hasattr(obj, judge.STATE):
-        return format_html("{}", "-")
+        return markup("{}", "-")
     verdict = judge.verdict(obj)
     if implied and verdict.state in SAID_BY_STATE:
         return mark_safe("")
     if verdict.state not in UNHEALTHY:
         return badge(verdict)
     since = relative(verdict.since, now) if verdict.since and now else ""
-    return format_html(
+    return markup(
         '{}<br><small class="dsched-health-why">{}{}</small>',
         badge(verdict),
-        format_html("{} · ", since) if since else "",
+        markup("{} · ", since) if since else "",
         verdict.text,
     )
 

@@ -26,10 +26,10 @@ from django.db.models.functions import Coalesce, Now
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.functional import cached_property
-from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 
+from django_dsched.admin.display import markup
 from django_dsched.admin.outbox import RETRYING
 from django_dsched.admin.paging import EXACT_COUNT_LIMIT, EstimatedCountPaginator
 from django_dsched.enums import DeliveryStatus
@@ -133,11 +133,11 @@ ROW = "00000000-0000-0000-0000-00000000d5ed"
 def checkbox(obj: Schedule) -> SafeString:
     """The action checkbox of a row, as Django's (``ModelAdmin.action_checkbox``) writes
     it, without rendering a form widget per row."""
-    return format_html(
+    return markup(
         '<input type="checkbox" name="{}" value="{}" class="action-select" aria-label="{}">',
         helpers.ACTION_CHECKBOX_NAME,
         str(obj.pk),
-        format_html(_("Select this object for an action - {}"), str(obj)),
+        markup(_("Select this object for an action - {}"), str(obj)),
     )
 
 

@@ -9,14 +9,14 @@ from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest
 from django.urls import URLPattern, path, reverse
-from django.utils.html import format_html, format_html_join
+from django.utils.html import format_html_join
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 
 from django_dsched.admin import health, schedule_panels, tenancy
 from django_dsched.admin.base import ASSETS, ShownTimes, unstorable_query
-from django_dsched.admin.display import EMPTY, badge, breakable, moment, time_display
+from django_dsched.admin.display import EMPTY, badge, breakable, markup, moment, time_display
 from django_dsched.admin.filters import HostFilter, ScheduleValuesFilter, index_distinct
 from django_dsched.admin.schedule_actions import ScheduleActionsMixin
 from django_dsched.admin.schedule_form import ScheduleForm
@@ -226,7 +226,7 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
     @admin.display(description=_("name"), ordering="schedule_name")
     def name_and_host(self, obj: Schedule) -> str:
         full = str(obj.host_id)
-        return format_html(
+        return markup(
             '{}<br><small class="dsched-muted">{} <code title="{}">{}</code></small>',
             breakable(obj.schedule_name),
             _("host"),
@@ -255,7 +255,7 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
         if obj.held_by is None:
             return EMPTY
         url = reverse("admin:dsched_outboxmessage_change", args=[obj.held_by])
-        return format_html('<a href="{}"><code>{}</code></a>', url, str(obj.held_by)[:8])
+        return markup('<a href="{}"><code>{}</code></a>', url, str(obj.held_by)[:8])
 
     @admin.display(description=_("last fire"), ordering="last_fired_ts")
     def last_fire(self, obj: Schedule) -> str:
@@ -270,7 +270,7 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
                 title = f"{title} (→ {both_times(obj.paused_until, zone_of(obj))})".strip()
         elif obj.state == ScheduleState.SET_ASIDE:
             # The scheduler could not plan it: the error is the point, so it is shown.
-            return format_html(
+            return markup(
                 '{}<br><small class="dsched-set-aside-reason">{}</small>',
                 badge(obj.state, state_label(obj.state), title=obj.set_aside_reason),
                 obj.set_aside_reason,
@@ -282,11 +282,7 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
         """The state's badge and, under it, the health's (when the state does not say it
         already), since when and why for a health that wants attention."""
         shown = health.cell(obj, getattr(obj, "db_now", None), implied=True)
-        return (
-            format_html("{}<br>{}", self.state_badge(obj), shown)
-            if shown
-            else self.state_badge(obj)
-        )
+        return markup("{}<br>{}", self.state_badge(obj), shown) if shown else self.state_badge(obj)
 
     @admin.display(description=_("deliveries"), ordering="dead_letters")
     def deliveries(self, obj: Schedule) -> str:
@@ -315,7 +311,7 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
         ):
             if count:
                 links.append(
-                    format_html(
+                    markup(
                         '<a class="dsched-badge dsched-{} dsched-deliveries-{}" href="{}?{}" '
                         'title="{}">{}</a>',
                         tone,
@@ -327,7 +323,7 @@ class ScheduleAdmin(TenantScoped, ShownTimes, ScheduleActionsMixin):
                     )
                 )
         if not links:
-            return format_html('<span class="dsched-muted">{}</span>', EMPTY)
+            return markup('<span class="dsched-muted">{}</span>', EMPTY)
         return format_html_join(mark_safe("<br>"), "{}", ((link,) for link in links))
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
