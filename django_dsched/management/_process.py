@@ -183,6 +183,17 @@ def connection_options() -> None:
     )
 
 
+def stood_by(loop: DatabaseLoop) -> None:
+    """After a ``--once`` run: fail (exit 1, one line) if ``loop`` stood by for a split brain,
+    so that whatever runs the command hears of it, not only the log."""
+    split = loop.split_brain()
+    if split is not None:
+        raise CommandError(
+            f"{loop.kind} {loop.instance_id} stood by: two hosts of the database URL accept "
+            f"writes: {split} (docs/high-availability.md)"
+        )
+
+
 def reach_database(command: BaseCommand, loop: DatabaseLoop, *, once: bool) -> bool:
     """Before the loop runs: reach the database (a long-running command waits for it with
     bounded backoff, a ``--once`` run fails in one line), then Django's check for

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from io import StringIO
 
@@ -10,6 +11,7 @@ from django.core.management.base import CommandError
 from django_dsched.history import partitions
 from django_dsched.history.partitions import ADVISORY_LOCK, DAYS_AHEAD, EVENTS, OUTBOX, day_of
 from django_dsched.models import Event
+from django_dsched.runtime.loops import DatabaseLoop
 from tests.factories import ScheduleFactory
 from tests.helpers import other_session, sql
 
@@ -81,3 +83,18 @@ def test_max_iterations_bounds_the_loop():
 def test_bad_options_are_refused(argv):
     with pytest.raises(CommandError):
         call_command("run_scheduler", *argv, verbosity=0)
+
+
+@pytest.mark.parametrize("command", ["run_scheduler", "run_relay"])
+def test_once_during_a_split_brain_fires_nothing_and_fails(command, monkeypatch, db_now):
+    """A --once run that stood by for two writable hosts says so in its exit status (a cron
+    of --once runs hears of it), not only in the log."""
+    ScheduleFactory(start_ts=db_now() - timedelta(seconds=1))
+    split = "a:1 (timeline 1, up since …); b:2 (timeline 2, up since …)"
+    monkeypatch.setattr(DatabaseLoop, "split_brain", lambda self: split)
+    with pytest.raises(
+        CommandError,
+        match=f"stood by: two hosts of the database URL accept writes: {re.escape(split)}",
+    ):
+        call_command(command, once=True, instance_id="cli", stdout=StringIO(), verbosity=1)
+    assert Event.objects.count() == 0

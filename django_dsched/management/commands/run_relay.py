@@ -14,6 +14,7 @@ from django_dsched.management._process import (
     endpoints,
     reach_database,
     require_metrics,
+    stood_by,
     stop_on_signals,
 )
 from django_dsched.metrics.relay import relay_metrics
@@ -140,5 +141,6 @@ class Command(BaseCommand):
                 delivered = relay.run_until_idle()
                 if verbosity:
                     self.stdout.write(f"Delivered {delivered} message(s).")
+                stood_by(relay)
             else:
                 relay.run(max_iterations=max_iterations)
