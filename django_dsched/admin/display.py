@@ -97,23 +97,24 @@ UNDER_A_DAY: tuple[tuple[int, Callable[[int], str]], ...] = (
 
 
 def relative(moment: datetime, now: datetime) -> str:
-    """ "in 4 minutes", "2 hours ago" or "now", measured on ``now`` (the database's clock).
-    As Django's ``timeuntil``/``timesince`` with ``depth=1`` (on ``moment``'s wall clock),
-    without their calendar arithmetic under a day, which is what a list shows most."""
-    if is_aware(now) and is_aware(moment):
-        now = now.astimezone(moment.tzinfo)
-    seconds = (moment - now).total_seconds()
+    """ "in 4 minutes", "2 hours ago" or "now", measured on ``now`` (the database's clock):
+    under a day, the time that passes (one unit, as Django's ``timesince`` writes it,
+    without its calendar arithmetic: what a list shows most); from a day on, Django's
+    ``timeuntil``/``timesince`` with ``depth=1``."""
+    if is_aware(moment) and is_aware(now):
+        seconds = (moment.astimezone(UTC) - now.astimezone(UTC)).total_seconds()
+    else:
+        seconds = (moment - now).total_seconds()
     if abs(seconds) < 1:
         return _("now")
     if abs(seconds) < 60:
         if seconds > 0:
             return _("in %(seconds)d s") % {"seconds": seconds}
         return _("%(seconds)d s ago") % {"seconds": -seconds}
-    whole = abs(moment - now)
-    whole_seconds = whole.days * 86_400 + whole.seconds  # as timesince: no microseconds
-    if whole_seconds < 86_400:
-        size, phrase = next(unit for unit in UNDER_A_DAY if whole_seconds >= unit[0])
-        delta = avoid_wrapping(phrase(whole_seconds // size) % {"num": whole_seconds // size})
+    whole = int(abs(seconds))  # as timesince: no fractions of a second
+    if whole < 86_400:
+        size, phrase = next(unit for unit in UNDER_A_DAY if whole >= unit[0])
+        delta = avoid_wrapping(phrase(whole // size) % {"num": whole // size})
     elif moment > now:
         delta = timeuntil(moment, now, depth=1)
     else:

@@ -186,7 +186,7 @@ def connection_options() -> None:
 def stood_by(loop: DatabaseLoop) -> None:
     """After a ``--once`` run: fail (exit 1, one line) if ``loop`` stood by for a split brain,
     so that whatever runs the command hears of it, not only the log."""
-    split = loop.split_brain()
+    split = loop.stood_by
     if split is not None:
         raise CommandError(
             f"{loop.kind} {loop.instance_id} stood by: two hosts of the database URL accept "

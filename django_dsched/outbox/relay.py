@@ -326,6 +326,7 @@ class Relay(DatabaseLoop):
         lost or moved: taken over meanwhile, or claimed on another server, a message is not
         sent)."""
         live, dead = claimed.live, claimed.dead
+        dropped = 0
         if live and self.split_brain():
             # Claimed before the split was seen, on either side: sent by no one now, each is
             # claimed again once its claim expires (the visibility timeout), where it is due.
@@ -334,19 +335,20 @@ class Relay(DatabaseLoop):
                 len(live),
                 self.instance_id,
             )
-            live = []
+            live, dropped = [], len(live)
         old = time.monotonic() - began > self.heartbeat.interval
         if live and (old or self.pin.generation != self._claim_generation):
             with self.heartbeat.writing:
                 kept, _ = extend(self.using, self.claimer, live)
             live = [m for m in live if m.id in kept]
-        self._claimed_last = len(claimed.live) + len(dead)
+        # What a split kept from the sends does not count as found (the relay is idle then).
+        self._claimed_last = len(claimed.live) + len(dead) - dropped
         self._claim_full = self._claimed_last >= limit
         if claimed.at_us is not None:
             self._since = claimed.at_us
         if self._claimed_last:
             size = sum(m.size for m in claimed.live) + sum(m.size for m in dead)
-            self.pace.message_bytes = size / self._claimed_last
+            self.pace.message_bytes = size / (len(claimed.live) + len(dead))
             self.stats.batches += 1
             self.stats.claimed += len(live)
         self.reports.dead_at_claim(dead, claimed.why)

@@ -172,6 +172,8 @@ class DatabaseLoop:
         # With several hosts in the URL: whether two of them accept writes (split brain),
         # watched from a thread; None until the first session, then one per loop.
         self.hosts: HostWatch | None = None
+        # The last split this loop stood by for (kept after it closes: ``--once``).
+        self.stood_by: str | None = None
 
     # -- to implement ---------------------------------------------------------------------
     def step(self) -> float:
@@ -212,8 +214,13 @@ class DatabaseLoop:
         return float(app_settings.LEASE_SECONDS)
 
     def split_brain(self) -> str | None:
-        """Two different servers of the URL accept writes now (what they are), else None."""
-        return None if self.hosts is None else self.hosts.split
+        """Two different servers of the URL accept writes now (what they are), else None.
+        A split seen is remembered in :attr:`stood_by` (``--once`` fails on it)."""
+        hosts = self.hosts
+        split = None if hosts is None else hosts.split
+        if split is not None:
+            self.stood_by = split
+        return split
 
     def _watch_hosts(self, connection: Any, where: str) -> None:
         """Look at the URL's hosts when it lists several, now, before the new session
@@ -422,6 +429,8 @@ class DatabaseLoop:
     def _lost_connection(self) -> None:
         self.connected = False
         self.pin.clear()
+        if self.hosts is not None:
+            self.hosts.forget_own()
         self.on_connection_lost()
         self._session = None
         try:

@@ -38,6 +38,9 @@ STANDBY = "SELECT NOT pg_is_in_recovery()"
 # writes this round (a frozen server; one that comes back is seen the next round).
 PROBE_SECONDS = 2.0
 
+# The port of a host listed without one (libpq's default).
+DEFAULT_PORT = "5432"
+
 # Connection parameters that are not libpq's (psycopg's own, Django's).
 NOT_LIBPQ = {"cursor_factory", "context", "prepare_threshold", "autocommit", "row_factory"}
 
@@ -146,6 +149,10 @@ class HostWatch:
         # Each host's probe still running past its round (a frozen server): not started again
         # while it runs, so a host that never answers holds one thread, not one a round.
         self._probes: dict[str, _Probe] = {}
+        # The loop's session: where it is and its server (check's ``own``).
+        self.own: tuple[str, Server] | None = None
+        # The writable hosts of the last round.
+        self._writable: dict[str, Server] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"dsched-hosts:{name}", daemon=True)
 
@@ -166,22 +173,37 @@ class HostWatch:
 
     def check(self, own: tuple[str, Server] | None = None) -> str | None:
         """One round: probe every host (at once, waiting at most :data:`PROBE_SECONDS`),
-        update :attr:`split`, log a change. ``own``: where the loop's own session is and
-        its server, which accepts writes (it was just asked): that host (when the URL lists
-        it so) is not probed again, and never missed because a probe failed."""
-        with self._lock:
-            return self._check(own)
+        update :attr:`split`, log a change. ``own``: where the loop's new session is and
+        its server, which accepts writes (it was just asked): remembered for the rounds
+        after (until :meth:`forget_own`), that host (when the URL lists it so) is not probed,
+        and never missed because a probe of it failed.
 
-    def _check(self, own: tuple[str, Server] | None) -> str | None:
+        A host that does not answer in time counts as not accepting writes, unless a split
+        is on: then it keeps its last answer, so a split ends only on an answer (a standby,
+        or no server there), never on a slow or hung probe."""
+        with self._lock:
+            if own is not None:
+                self.own = own
+            return self._check()
+
+    def forget_own(self) -> None:
+        """The loop's session is gone: its host is probed as the others again."""
+        with self._lock:
+            self.own = None
+
+    def _check(self) -> str | None:
+        own = self.own
         writable: dict[str, Server] = {}
         probes = []
+        unanswered = []
         for host, port in self.hosts:
-            where = f"{host}:{port}"
+            where = f"{host}:{port or DEFAULT_PORT}"
             if own is not None and where == own[0]:
                 writable[where] = own[1]
                 continue
             running = self._probes.get(where)
             if running is not None and running.is_alive():
+                unanswered.append(where)
                 continue
             probes.append(_Probe(self.prober, self.params, host, port))
             self._probes[where] = probes[-1]
@@ -189,8 +211,16 @@ class HostWatch:
         deadline = time.monotonic() + PROBE_SECONDS
         for found in probes:
             found.join(max(0.0, deadline - time.monotonic()))
-            if not found.is_alive() and found.server is not None:
-                writable[f"{found.host}:{found.port}"] = found.server
+            where = f"{found.host}:{found.port or DEFAULT_PORT}"
+            if found.is_alive():
+                unanswered.append(where)
+            elif found.server is not None:
+                writable[where] = found.server
+        if self.split:
+            for where in unanswered:
+                if where in self._writable:
+                    writable[where] = self._writable[where]
+        self._writable = writable
         split = split_of(writable)
         if split and split != self.split:
             logger.error(

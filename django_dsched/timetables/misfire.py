@@ -131,9 +131,9 @@ def _none_due_after(
     times keep the slots' order, so the next one says it). Then ``(the slot after it,)``,
     which the decision needs anyway; else None."""
     following = table.slot_after(next_slot)
-    if following is None or rules.run_time(table, following) > now:
+    if following is not None and rules.run_time(table, following) > now:
         return (following,)
-    return None
+    return None  # a backlog, or no slot found after it (a search may give up: look back)
 
 
 def _latest_due(table: Timetable, rules: Rules, next_slot: datetime, now: datetime) -> datetime:

@@ -23,6 +23,7 @@ from django_dsched.runtime.split_brain import (
 )
 from django_dsched.scheduler import Scheduler
 from tests.factories import ScheduleFactory
+from tests.helpers import wait_for
 from tests.tcp_proxy import TcpProxy
 
 A = Server(7, 1, "2026-01-01 00:00:00+00")
@@ -209,3 +210,46 @@ def test_the_loops_own_server_counts_even_when_its_probe_fails():
     )  # fmt: skip
     assert watch.check() is None
     assert watch.check(own=("a:1", A)) == SPLIT
+
+
+def test_a_split_ends_on_an_answer_not_on_a_probe_that_hangs():
+    """Once two hosts are seen accepting writes, a host whose probe does not answer keeps
+    its last answer (the loop on the other side must not fire on a slow probe); it ends
+    when the host answers that it does not accept writes. The loop's own host is counted
+    from its session in every round, not only the first."""
+    answers = {"b": B}
+    hang = threading.Event()
+
+    def prober(params, host, port, timeout):
+        assert host == "b", "the loop's own host is not probed"
+        if answers["b"] == "hang":
+            hang.wait(30)
+            return None
+        return answers["b"]
+
+    watch = HostWatch({"host": "a,b"}, 60.0, "x", prober=prober)
+    try:
+        assert watch.check(own=("a:5432", A)) == SPLIT.replace("a:1", "a:5432").replace(
+            "b:2", "b:5432"
+        )
+        answers["b"] = "hang"
+        assert watch.check() is not None  # no answer: still split
+        assert watch.check() is not None  # its probe still runs: still split
+        answers["b"] = None
+        hang.set()
+        wait_for(lambda: watch.check() is None, timeout=10, what="the split's end")
+    finally:
+        hang.set()
+
+
+def test_outside_a_split_a_host_that_does_not_answer_accepts_no_writes():
+    """A frozen old primary, then the standby promoted: no split is seen from an unanswered
+    probe, so the promoted side fires."""
+    hang = threading.Event()
+    watch = HostWatch(
+        {"host": "a,b"}, 60.0, "x", prober=lambda params, host, port, timeout: hang.wait(30)
+    )
+    try:
+        assert watch.check(own=("a:5432", A)) is None
+    finally:
+        hang.set()

@@ -11,9 +11,11 @@ from django.core.management.base import CommandError
 from django_dsched.history import partitions
 from django_dsched.history.partitions import ADVISORY_LOCK, DAYS_AHEAD, EVENTS, OUTBOX, day_of
 from django_dsched.models import Event
-from django_dsched.runtime.loops import DatabaseLoop
+from django_dsched.runtime import loops
+from django_dsched.runtime.split_brain import HostWatch
 from tests.factories import ScheduleFactory
 from tests.helpers import other_session, sql
+from tests.runtime.test_split_brain import SPLIT, A, B
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -88,13 +90,19 @@ def test_bad_options_are_refused(argv):
 @pytest.mark.parametrize("command", ["run_scheduler", "run_relay"])
 def test_once_during_a_split_brain_fires_nothing_and_fails(command, monkeypatch, db_now):
     """A --once run that stood by for two writable hosts says so in its exit status (a cron
-    of --once runs hears of it), not only in the log."""
+    of --once runs hears of it), not only in the log. Its URL's hosts, a and b, both accept
+    writes (a watch of them, its probes answered by hand)."""
     ScheduleFactory(start_ts=db_now() - timedelta(seconds=1))
-    split = "a:1 (timeline 1, up since …); b:2 (timeline 2, up since …)"
-    monkeypatch.setattr(DatabaseLoop, "split_brain", lambda self: split)
-    with pytest.raises(
-        CommandError,
-        match=f"stood by: two hosts of the database URL accept writes: {re.escape(split)}",
-    ):
+
+    def two_writable(params, interval, name):
+        servers = {"a": A, "b": B}
+        return HostWatch(
+            {"host": "a,b", "port": "1,2"}, interval, name,
+            prober=lambda params, host, port, timeout: servers[host],
+        )  # fmt: skip
+
+    monkeypatch.setattr(loops, "HostWatch", two_writable)
+    said = f"stood by: two hosts of the database URL accept writes: {re.escape(SPLIT)}"
+    with pytest.raises(CommandError, match=said):
         call_command(command, once=True, instance_id="cli", stdout=StringIO(), verbosity=1)
     assert Event.objects.count() == 0

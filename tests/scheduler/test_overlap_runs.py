@@ -170,6 +170,8 @@ def test_a_relay_that_dies_mid_run_blocks_its_schedule_no_longer_than_its_claim(
     def one_batch() -> None:
         try:
             dying.step()
+            # Its send has the message (a stop before that gives back what was not started).
+            wait_for(lambda: job.runs, timeout=30, what="the run to start")
         finally:
             dying.shutdown()  # on its own thread: its connection
 
