@@ -429,8 +429,6 @@ class DatabaseLoop:
     def _lost_connection(self) -> None:
         self.connected = False
         self.pin.clear()
-        if self.hosts is not None:
-            self.hosts.forget_own()
         self.on_connection_lost()
         self._session = None
         try:

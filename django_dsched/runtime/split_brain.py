@@ -149,8 +149,6 @@ class HostWatch:
         # Each host's probe still running past its round (a frozen server): not started again
         # while it runs, so a host that never answers holds one thread, not one a round.
         self._probes: dict[str, _Probe] = {}
-        # The loop's session: where it is and its server (check's ``own``).
-        self.own: tuple[str, Server] | None = None
         # The writable hosts of the last round.
         self._writable: dict[str, Server] = {}
         self._stop = threading.Event()
@@ -173,26 +171,19 @@ class HostWatch:
 
     def check(self, own: tuple[str, Server] | None = None) -> str | None:
         """One round: probe every host (at once, waiting at most :data:`PROBE_SECONDS`),
-        update :attr:`split`, log a change. ``own``: where the loop's new session is and
-        its server, which accepts writes (it was just asked): remembered for the rounds
-        after (until :meth:`forget_own`), that host (when the URL lists it so) is not probed,
-        and never missed because a probe of it failed.
+        update :attr:`split`, log a change. ``own``: where the loop's new session is and its
+        server, which accepts writes (it was just asked): that host (when the URL lists it
+        so) is not probed this round, and never missed because a probe of it failed. The
+        watch thread's rounds probe every host: a loop standing by may not notice its own
+        session's server go.
 
         A host that does not answer in time counts as not accepting writes, unless a split
-        is on: then it keeps its last answer, so a split ends only on an answer (a standby,
-        or no server there), never on a slow or hung probe."""
+        is on: then it keeps its last answer, so a split ends on an answer (a standby, or no
+        server there), never on a slow or hung probe."""
         with self._lock:
-            if own is not None:
-                self.own = own
-            return self._check()
+            return self._check(own)
 
-    def forget_own(self) -> None:
-        """The loop's session is gone: its host is probed as the others again."""
-        with self._lock:
-            self.own = None
-
-    def _check(self) -> str | None:
-        own = self.own
+    def _check(self, own: tuple[str, Server] | None) -> str | None:
         writable: dict[str, Server] = {}
         probes = []
         unanswered = []
