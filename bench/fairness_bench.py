@@ -3,6 +3,7 @@
     .venv/bin/python bench/fairness_bench.py --backlog 100000 --runs 5
     .venv/bin/python bench/fairness_bench.py --backlog 1000000 --runs 2
     .venv/bin/python bench/fairness_bench.py --backlog 100000 --instances 3 --buckets 16
+    .venv/bin/python bench/fairness_bench.py --backlog 1000000 --due-ago 60 --start-behind 5
     # paired rounds against another checkout (the code before the fair claim):
     git worktree add --detach ../fair-before 84225f5
     BENCH_DATABASE=dsched_fair .venv/bin/python bench/fairness_bench.py \\
@@ -14,6 +15,11 @@ the bench waits until they hold every bucket between them (one leader when ``--b
 is 1). Then tenant A's ``--backlog`` hourly schedules become due all at once, due
 ``--due-ago`` seconds before (one transaction inserts them: a midnight of reminders, a
 catch-up after an outage), and the instances drain them while B's keep coming due.
+
+``--start-behind SECONDS``: after an outage (issue 40). A's backlog and B's schedules, their
+next slot that many seconds ago, are written before the instances start, so the scheduler
+finds both tenants behind: the oldest-first claim fired none of B's slots until A's backlog
+was drained; hosts in turn fire B's in the first batch.
 
 Per run it prints B's fire lag while A's backlog drains (the fire statement's database time
 minus the slot, of B's slots between A's first and last fire: median, p99, max), B's slots
@@ -122,19 +128,20 @@ def sql(conn: psycopg.Connection[Any], query: str, params: Any = None) -> list[t
     return cursor.fetchall() if cursor.description else []
 
 
-def insert_probes(conn: psycopg.Connection[Any], probes: int) -> None:
+def insert_probes(conn: psycopg.Connection[Any], probes: int, behind: float = 0.0) -> None:
+    """B's per-second schedules, their next slot ``behind`` seconds ago (rounded down to a
+    second)."""
     sql(
         conn,
         """
         INSERT INTO schedule_t (schedule_id, host_id, schedule_name, frequency_unit,
             frequency_time, start_ts, next_run_ts, next_slot_ts, event_topic, event_type,
             event_data)
-        SELECT gen_random_uuid(), %s, 'b-' || i, 'SECONDS', 1,
-               date_trunc('second', now()), date_trunc('second', now()),
-               date_trunc('second', now()), 'b', 'b.tick', '{}'
-        FROM generate_series(1, %s) AS i
+        SELECT gen_random_uuid(), %s, 'b-' || i, 'SECONDS', 1, d, d, d, 'b', 'b.tick', '{}'
+        FROM (SELECT date_trunc('second', now() - make_interval(secs => %s)) AS d) t,
+             generate_series(1, %s) AS i
         """,
-        [TENANT_B, probes],
+        [TENANT_B, behind, probes],
     )
 
 
@@ -198,7 +205,12 @@ def one_run(side: Side, options: argparse.Namespace) -> dict[str, float]:
             " scheduler_instance_t",
         )
         sql(conn, "CHECKPOINT")  # the previous run's writes are not this one's to flush
-        insert_probes(conn, options.probes)
+        behind = options.start_behind
+        if behind is not None:  # after an outage: both tenants behind before any instance
+            insert_backlog(conn, backlog, options.due_ago)
+            insert_probes(conn, options.probes, behind)
+        else:
+            insert_probes(conn, options.probes)
         sql(conn, "VACUUM ANALYZE schedule_t")
         processes = [
             side.django(
@@ -215,9 +227,10 @@ def one_run(side: Side, options: argparse.Namespace) -> dict[str, float]:
         try:
             wait(lambda: split(conn, buckets, instances), 120, "the buckets to split")
             started = time.monotonic()
-            insert_backlog(conn, backlog, options.due_ago)
+            if behind is None:
+                insert_backlog(conn, backlog, options.due_ago)
+                sql(conn, "ANALYZE schedule_t")
             inserted = time.monotonic() - started
-            sql(conn, "ANALYZE schedule_t")
             wait(lambda: drained(conn), 3600, "the backlog to drain", every=0.5)
             time.sleep(2)  # B's fires just after the drain count as during it
         finally:
@@ -303,6 +316,13 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=1000)
     parser.add_argument("--due-ago", type=float, default=1.0, help="A's rows due s before")
     parser.add_argument("--before", type=Path, help="another checkout: paired rounds")
+    parser.add_argument(
+        "--start-behind",
+        type=float,
+        metavar="SECONDS",
+        help="after an outage: A's backlog and B's schedules (this far behind) are written "
+        "before the instances start",
+    )
     options = parser.parse_args()
     database = os.environ.get("BENCH_DATABASE", "dsched_fairness_bench")
     sides = [Side("now", ROOT, database_url(database))]
@@ -310,9 +330,11 @@ def main() -> None:
         sides.append(Side("before", options.before.resolve(), database_url(f"{database}_before")))
     for side in sides:
         side.prepare()
+    behind = options.start_behind
     print(
         f"A {options.backlog:,} due {options.due_ago:g} s before, B {options.probes} every "
-        f"second, {options.instances} instance(s), {options.buckets} bucket(s), batch "
+        f"second{'' if behind is None else f' ({behind:g} s behind at the start)'}, "
+        f"{options.instances} instance(s), {options.buckets} bucket(s), batch "
         f"{options.batch_size}; load {os.getloadavg()[0]:.1f}",
         flush=True,
     )
