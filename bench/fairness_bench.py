@@ -17,9 +17,11 @@ is 1). Then tenant A's ``--backlog`` hourly schedules become due all at once, du
 catch-up after an outage), and the instances drain them while B's keep coming due.
 
 ``--start-behind SECONDS``: after an outage (issue 40). A's backlog and B's schedules, their
-next slot that many seconds ago, are written before the instances start, so the scheduler
-finds both tenants behind: the oldest-first claim fired none of B's slots until A's backlog
-was drained; hosts in turn fire B's in the first batch.
+next slot that many seconds before they are written, are written before the instances start
+(then vacuumed and analysed), so the scheduler finds both tenants behind, A the longer
+(``--due-ago`` must be larger). B's lag and missed slots are counted as in the default mode,
+between A's first and last fire. With several ``--instances`` the first to hold the lease
+starts the drain before the others join.
 
 Per run it prints B's fire lag while A's backlog drains (the fire statement's database time
 minus the slot, of B's slots between A's first and last fire: median, p99, max), B's slots
@@ -206,8 +208,11 @@ def one_run(side: Side, options: argparse.Namespace) -> dict[str, float]:
         )
         sql(conn, "CHECKPOINT")  # the previous run's writes are not this one's to flush
         behind = options.start_behind
+        inserted = 0.0
         if behind is not None:  # after an outage: both tenants behind before any instance
+            started = time.monotonic()
             insert_backlog(conn, backlog, options.due_ago)
+            inserted = time.monotonic() - started
             insert_probes(conn, options.probes, behind)
         else:
             insert_probes(conn, options.probes)
@@ -226,11 +231,11 @@ def one_run(side: Side, options: argparse.Namespace) -> dict[str, float]:
         ]
         try:
             wait(lambda: split(conn, buckets, instances), 120, "the buckets to split")
-            started = time.monotonic()
             if behind is None:
+                started = time.monotonic()
                 insert_backlog(conn, backlog, options.due_ago)
+                inserted = time.monotonic() - started
                 sql(conn, "ANALYZE schedule_t")
-            inserted = time.monotonic() - started
             wait(lambda: drained(conn), 3600, "the backlog to drain", every=0.5)
             time.sleep(2)  # B's fires just after the drain count as during it
         finally:
@@ -324,6 +329,8 @@ def main() -> None:
         "before the instances start",
     )
     options = parser.parse_args()
+    if options.start_behind is not None and options.start_behind >= options.due_ago:
+        parser.error("--start-behind must be less than --due-ago (A is the one further behind)")
     database = os.environ.get("BENCH_DATABASE", "dsched_fairness_bench")
     sides = [Side("now", ROOT, database_url(database))]
     if options.before:
@@ -333,7 +340,7 @@ def main() -> None:
     behind = options.start_behind
     print(
         f"A {options.backlog:,} due {options.due_ago:g} s before, B {options.probes} every "
-        f"second{'' if behind is None else f' ({behind:g} s behind at the start)'}, "
+        f"second{'' if behind is None else f' ({behind:g} s behind when written)'}, "
         f"{options.instances} instance(s), {options.buckets} bucket(s), batch "
         f"{options.batch_size}; load {os.getloadavg()[0]:.1f}",
         flush=True,
