@@ -147,8 +147,10 @@ def insert_probes(conn: psycopg.Connection[Any], probes: int, behind: float = 0.
     )
 
 
-def insert_backlog(conn: psycopg.Connection[Any], backlog: int, due_ago: float) -> None:
-    """A's backlog, committed at once, every row due ``due_ago`` s before the insert began."""
+def insert_backlog(conn: psycopg.Connection[Any], backlog: int, due_ago: float) -> float:
+    """A's backlog, committed at once, every row due ``due_ago`` s before the insert began;
+    returns the seconds it took."""
+    started = time.monotonic()
     with conn.transaction():
         for offset in range(0, backlog, CHUNK):
             sql(
@@ -164,6 +166,7 @@ def insert_backlog(conn: psycopg.Connection[Any], backlog: int, due_ago: float) 
                 """,
                 [TENANT_A, due_ago, offset, offset, min(CHUNK, backlog - offset)],
             )
+    return time.monotonic() - started
 
 
 def split(conn: psycopg.Connection[Any], buckets: int, instances: int) -> bool:
@@ -210,9 +213,7 @@ def one_run(side: Side, options: argparse.Namespace) -> dict[str, float]:
         behind = options.start_behind
         inserted = 0.0
         if behind is not None:  # after an outage: both tenants behind before any instance
-            started = time.monotonic()
-            insert_backlog(conn, backlog, options.due_ago)
-            inserted = time.monotonic() - started
+            inserted = insert_backlog(conn, backlog, options.due_ago)
             insert_probes(conn, options.probes, behind)
         else:
             insert_probes(conn, options.probes)
@@ -232,9 +233,7 @@ def one_run(side: Side, options: argparse.Namespace) -> dict[str, float]:
         try:
             wait(lambda: split(conn, buckets, instances), 120, "the buckets to split")
             if behind is None:
-                started = time.monotonic()
-                insert_backlog(conn, backlog, options.due_ago)
-                inserted = time.monotonic() - started
+                inserted = insert_backlog(conn, backlog, options.due_ago)
                 sql(conn, "ANALYZE schedule_t")
             wait(lambda: drained(conn), 3600, "the backlog to drain", every=0.5)
             time.sleep(2)  # B's fires just after the drain count as during it

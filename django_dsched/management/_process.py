@@ -183,7 +183,7 @@ def connection_options() -> None:
     )
 
 
-def stood_by(loop: DatabaseLoop) -> None:
+def fail_if_stood_by(loop: DatabaseLoop) -> None:
     """After a ``--once`` run: fail (exit 1, one line) if ``loop`` stood by for a split brain,
     so that whatever runs the command hears of it, not only the log."""
     split = loop.stood_by

@@ -97,6 +97,12 @@ def server_of_row(row: Any) -> Server | None:
     return Server(int(row[1]), int(row[2]), str(row[3]))
 
 
+def address(host: str, port: str) -> str:
+    """``host:port`` as the watch names a host of the URL (libpq's default port when none is
+    listed)."""
+    return f"{host}:{port or DEFAULT_PORT}"
+
+
 class _Probe(threading.Thread):
     """One host's probe, on a daemon thread: waited for at most :data:`PROBE_SECONDS` (a
     frozen server accepts connections and answers nothing, and no socket timeout covers
@@ -105,6 +111,7 @@ class _Probe(threading.Thread):
     def __init__(self, prober: Prober, params: dict[str, Any], host: str, port: str) -> None:
         super().__init__(name=f"dsched-probe:{host}:{port}", daemon=True)
         self.prober, self.params, self.host, self.port = prober, params, host, port
+        self.where = address(host, port)
         self.server: Server | None = None
 
     def run(self) -> None:
@@ -188,7 +195,7 @@ class HostWatch:
         probes = []
         unanswered = []
         for host, port in self.hosts:
-            where = f"{host}:{port or DEFAULT_PORT}"
+            where = address(host, port)
             if own is not None and where == own[0]:
                 writable[where] = own[1]
                 continue
@@ -202,11 +209,10 @@ class HostWatch:
         deadline = time.monotonic() + PROBE_SECONDS
         for found in probes:
             found.join(max(0.0, deadline - time.monotonic()))
-            where = f"{found.host}:{found.port or DEFAULT_PORT}"
             if found.is_alive():
-                unanswered.append(where)
+                unanswered.append(found.where)
             elif found.server is not None:
-                writable[where] = found.server
+                writable[found.where] = found.server
         if self.split:
             for where in unanswered:
                 if where in self._writable:

@@ -12,9 +12,9 @@ from django_dsched.management._process import (
     configure_logging,
     connection_options,
     endpoints,
+    fail_if_stood_by,
     reach_database,
     require_metrics,
-    stood_by,
     stop_on_signals,
 )
 from django_dsched.metrics.relay import relay_metrics
@@ -141,6 +141,6 @@ class Command(BaseCommand):
                 delivered = relay.run_until_idle()
                 if verbosity:
                     self.stdout.write(f"Delivered {delivered} message(s).")
-                stood_by(relay)
+                fail_if_stood_by(relay)
             else:
                 relay.run(max_iterations=max_iterations)

@@ -15,10 +15,10 @@ from django_dsched.management._process import (
     configure_logging,
     connection_options,
     endpoints,
+    fail_if_stood_by,
     reach_database,
     relay_thread,
     require_metrics,
-    stood_by,
     stop_on_signals,
 )
 from django_dsched.metrics.relay import relay_metrics
@@ -150,12 +150,12 @@ class Command(BaseCommand):
                 fired = scheduler.run_until_idle()
                 if verbosity:
                     self.stdout.write(f"Fired {fired} schedule(s).")
-                stood_by(scheduler)
+                fail_if_stood_by(scheduler)
                 if relay is not None:
                     delivered = relay.run_until_idle()
                     if verbosity:
                         self.stdout.write(f"Delivered {delivered} message(s).")
-                    stood_by(relay)
+                    fail_if_stood_by(relay)
             elif relay is None:
                 scheduler.run(max_iterations=max_iterations)
             else:
