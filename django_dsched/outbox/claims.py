@@ -64,15 +64,40 @@ ERROR_MAX_CHARS = 2000
 # index dsched_outbox_ready_idx (models/outbox.py) for PostgreSQL to use the index.
 AVAILABLE_TS = "GREATEST(o.event_ts, o.next_attempt_ts, o.claimed_until)"
 
+# A pending message among those a claim may take: its id within ``%(low)s`` and ``%(high)s``,
+# the lowest and highest ids of the pending messages (:data:`PENDING_IDS`, read just before).
+# Given as values, the range lets PostgreSQL plan only the day partitions that hold a pending
+# message (history/partitions.py: by id). Unbounded, each of a claim's eleven scans of
+# outbox_message_t (and its payload's probe of event_store_t) was planned over every day kept:
+# 45 days of history (the default retention) and the week made ahead made the planning cost
+# more than the claim, and halved a relay's rate.
+
+
+def within(alias: str) -> str:
+    """SQL: the row ``alias``'s id is within ``%(low)s`` and ``%(high)s``, given as values, so
+    that PostgreSQL plans only the day partitions of that range (history/partitions.py)."""
+    return f"{alias}.id >= %(low)s::uuid AND {alias}.id <= %(high)s::uuid"
+
+
+PENDING = f"o.status = %(pending)s AND {within('o')}"
+# The lowest and highest ids of the pending messages (NULL: none): one probe at each end of
+# each day's dsched_outbox_pending_id_idx.
+PENDING_IDS = """SELECT
+    (SELECT o.id FROM outbox_message_t o WHERE o.status = %(pending)s ORDER BY o.id LIMIT 1),
+    (SELECT o.id FROM outbox_message_t o WHERE o.status = %(pending)s ORDER BY o.id DESC LIMIT 1)"""
+# The whole range of ids (a statement that reads the pending messages without the claim's
+# bounds, :data:`NEXT_CLAIMABLES`).
+ALL_IDS = {"low": uuid.UUID(int=0), "high": uuid.UUID(int=(1 << 128) - 1)}
+
 # The distinct priorities of pending messages, highest first: one index probe each, read
 # lazily (the claim stops asking once its batch is full).
-PRIORITIES = """
+PRIORITIES = f"""
 RECURSIVE levels(priority) AS (
     (SELECT o.priority FROM outbox_message_t o
-     WHERE o.status = %(pending)s ORDER BY o.priority DESC LIMIT 1)
+     WHERE {PENDING} ORDER BY o.priority DESC LIMIT 1)
     UNION ALL
     SELECT (SELECT o.priority FROM outbox_message_t o
-            WHERE o.status = %(pending)s AND o.priority < l.priority
+            WHERE {PENDING} AND o.priority < l.priority
             ORDER BY o.priority DESC LIMIT 1)
     FROM levels l
     WHERE l.priority IS NOT NULL
@@ -82,9 +107,10 @@ TOPICS = "(%(topics)s::text[] IS NULL OR o.topic = ANY(%(topics)s::text[]))"
 
 # The payload a claimed message delivers (``c``: the locked row): its event's envelope,
 # composed from the event's columns (models/envelope.py), one primary-key probe by the shared
-# id. NULL only if the event was deleted by hand (retention keeps it while the message
-# exists): such a message is dead-lettered at claim.
-PAYLOAD = f"(SELECT {envelope.sql('e')} FROM event_store_t e WHERE e.id = c.id)"
+# id (within the claim's range, so that only the days that hold one are planned: PENDING).
+# NULL only if the event was deleted by hand (retention keeps it while the message exists):
+# such a message is dead-lettered at claim.
+PAYLOAD = f"(SELECT {envelope.sql('e')} FROM event_store_t e WHERE e.id = c.id AND {within('e')})"
 # Dead-lettered at claim: claimed max_attempts times with no outcome, nothing to deliver, or
 # a time no reader can read (outside the years 1 to 9999: models/times.py).
 DEAD_AT_CLAIM = (
@@ -111,12 +137,12 @@ SINCE = """COALESCE('epoch'::timestamptz + %(since)s::bigint * interval '1 micro
 # from the index in its order, never scanned for; the backlog's is asked only if the on-time
 # rows are that many, so a round of a draining backlog does not read its front twice.
 CROWDED = f"""(SELECT true FROM outbox_message_t o
-                    WHERE o.status = %(pending)s AND o.priority = l.priority
+                    WHERE {PENDING} AND o.priority = l.priority
                       AND {AVAILABLE_TS} > (SELECT ts FROM since)
                       AND {AVAILABLE_TS} <= statement_timestamp() AND {TOPICS}
                     ORDER BY {AVAILABLE_TS} OFFSET %(on_time)s LIMIT 1)"""
 BEHIND = f"""(SELECT true FROM outbox_message_t o
-                    WHERE o.status = %(pending)s AND o.priority = l.priority
+                    WHERE {PENDING} AND o.priority = l.priority
                       AND {AVAILABLE_TS} <= (SELECT ts FROM since) AND {TOPICS}
                     ORDER BY {AVAILABLE_TS} LIMIT 1)"""
 
@@ -142,13 +168,13 @@ def _filters(skip: bool, held: bool) -> str:
 TENANTS = f"""
 tenants(priority, host_id) AS (
     SELECT l.priority, (SELECT o.host_id FROM outbox_message_t o
-                        WHERE o.status = %(pending)s AND o.priority = l.priority
+                        WHERE {PENDING} AND o.priority = l.priority
                         ORDER BY o.host_id LIMIT 1)
     FROM levels l
     WHERE l.priority IS NOT NULL AND {"{BEHIND}"}
     UNION ALL
     SELECT t.priority, (SELECT o.host_id FROM outbox_message_t o
-                        WHERE o.status = %(pending)s AND o.priority = t.priority
+                        WHERE {PENDING} AND o.priority = t.priority
                           AND o.host_id > t.host_id
                         ORDER BY o.host_id LIMIT 1)
     FROM tenants t
@@ -163,7 +189,7 @@ behind AS MATERIALIZED (
     -- planner would answer by hashing every pending row); the host as a range (above).
     WHERE t.host_id IS NOT NULL AND (
         SELECT true FROM outbox_message_t o
-        WHERE o.status = %(pending)s AND o.priority = t.priority
+        WHERE {PENDING} AND o.priority = t.priority
           AND o.host_id >= t.host_id AND o.host_id <= t.host_id
           AND {AVAILABLE_TS} <= (SELECT ts FROM since) AND {TOPICS}
         ORDER BY o.host_id, {AVAILABLE_TS} LIMIT 1)
@@ -203,7 +229,7 @@ locked AS (
               SELECT * FROM (
                   SELECT o.id, o.priority, {AVAILABLE_TS} AS available_ts, 0::bigint AS turn
                   FROM outbox_message_t o
-                  WHERE r.part = 0 AND o.status = %(pending)s AND o.priority = l.priority
+                  WHERE r.part = 0 AND {PENDING} AND o.priority = l.priority
                     AND {AVAILABLE_TS} > (SELECT ts FROM since)
                     AND {AVAILABLE_TS} <= statement_timestamp()
                     AND {TOPICS}{filters}
@@ -217,7 +243,7 @@ locked AS (
               CROSS JOIN LATERAL (
                   SELECT o.id, o.priority, {AVAILABLE_TS} AS available_ts, b.turn
                   FROM outbox_message_t o
-                  WHERE o.status = %(pending)s AND o.priority = l.priority
+                  WHERE {PENDING} AND o.priority = l.priority
                     AND o.host_id >= b.host_id AND o.host_id <= b.host_id
                     AND {AVAILABLE_TS} <= (SELECT ts FROM since)
                     AND {TOPICS}{filters}
@@ -297,7 +323,7 @@ FROM candidates c
 JOIN locked l ON l.id = c.id
 -- Each partition's rows by primary key, joined to the candidates (an id = ANY(array) here
 -- had each day's partition read whole by a sequential scan).
-WHERE m.id = c.id
+WHERE m.id = c.id AND {within("m")}
 {CLAIM_RETURNING}
 """
 
@@ -315,8 +341,20 @@ BACKLOG_SHARE = 0.1
 # column statistics: ``claimed_by`` is '' in nearly every row ANALYZE saw, so a constant relay
 # id reads as "about one row", and a batch of 1,000 outcomes was joined to a sequential scan
 # of the table in a nested loop (a million comparisons, 200 ms a settle); with the fence
-# unknown to the planner it probes the primary key or hashes, at any batch size.
-FENCE = "m.claimed_by = (SELECT %(relay)s::text) AND m.status = (SELECT %(pending)s::text)"
+# unknown to the planner it probes the primary key or hashes, at any batch size. The range
+# of the ids the write names (:func:`id_range`), as values: only their days are planned.
+FENCE = (
+    "m.claimed_by = (SELECT %(relay)s::text) AND m.status = (SELECT %(pending)s::text)"
+    f" AND {within('m')}"
+)
+
+
+def id_range(ids: Iterable[uuid.UUID]) -> dict[str, uuid.UUID]:
+    """The ``low`` and ``high`` of :func:`within` for a write naming ``ids`` (at least one):
+    PostgreSQL orders uuids as Python does, by their bytes."""
+    ordered = sorted(ids)
+    return {"low": ordered[0], "high": ordered[-1]}
+
 
 # Record outcomes: delivered, or failed (retry after a delay, or dead-letter when the
 # attempts are used up or the failure is permanent). Returns what was recorded. The arrays
@@ -369,7 +407,7 @@ FROM levels l
 CROSS JOIN LATERAL (
     SELECT {AVAILABLE_TS} AS available_ts
     FROM outbox_message_t o
-    WHERE o.status = %(pending)s AND o.priority = l.priority
+    WHERE {PENDING} AND o.priority = l.priority
       AND {AVAILABLE_TS} <= statement_timestamp() + make_interval(secs => %(within)s)
       AND {TOPICS}{_filters(skip, held)}
     ORDER BY {AVAILABLE_TS}
@@ -423,7 +461,17 @@ def claim_args(
         "window": window,
         "share": share,
         "on_time": limit - share,
+        **ALL_IDS,
     }
+
+
+def pending_ids(cursor: Any) -> dict[str, uuid.UUID] | None:
+    """The range of the pending messages' ids (the ``low`` and ``high`` of :data:`PENDING`);
+    None if no message is pending. A message that becomes pending outside it afterwards (a
+    fire's, announced by its NOTIFY) is claimed by the next claim."""
+    cursor.execute(PENDING_IDS, {"pending": DeliveryStatus.PENDING.value})
+    low, high = cursor.fetchone()
+    return None if low is None else {"low": low, "high": high}
 
 
 def claim_batch(
@@ -453,7 +501,10 @@ def claim_batch(
     args = claim_args(claimer, limit, max_bytes, since_us, window, skip, held_back, rotate)
     with transaction.atomic(using=cursor.db.alias):
         bound_transaction(cursor, claim_settings())
-        cursor.execute(CLAIMS[bool(skip), bool(held_back)], args)
+        ids = pending_ids(cursor)
+        if ids is None:
+            return claimed([])
+        cursor.execute(CLAIMS[bool(skip), bool(held_back)], {**args, **ids})
     return claimed(cursor.fetchall())  # read once committed, as in autocommit
 
 
@@ -546,6 +597,7 @@ def settle(cursor: Any, claimer: Claimer, outcomes: Sequence[DeliveryOutcome]) -
         SETTLE,
         {
             **statuses(),
+            **id_range(o.message.id for o in outcomes),
             "ids": literal(o.message.id for o in outcomes),
             "attempts": literal(o.message.attempt for o in outcomes),
             "relay": claimer.relay_id,
@@ -587,6 +639,7 @@ def seconds_until_claimable(
     cursor.execute(
         NEXT_CLAIMABLES[bool(skip), bool(held_back)],
         {
+            **ALL_IDS,
             "pending": DeliveryStatus.PENDING.value,
             "topics": topics or None,
             "within": within,

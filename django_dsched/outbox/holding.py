@@ -17,7 +17,7 @@ from typing import Any
 
 from django.db import connections
 
-from django_dsched.outbox.claims import FENCE, statuses
+from django_dsched.outbox.claims import FENCE, id_range, statuses
 from django_dsched.outbox.messages import Claimer, Message
 from django_dsched.outbox.refused import narrowed
 
@@ -74,6 +74,7 @@ def _written(
 
     def run(part: list[Message]) -> list[uuid.UUID]:
         tokens: dict[str, Any] = {
+            **id_range(m.id for m in part),
             "ids": [m.id for m in part],
             "attempts": [m.attempt for m in part],
         }

@@ -91,7 +91,7 @@ reported AS (
         started_ts = COALESCE(m.started_ts, clock_timestamp()),
         last_error = %(error)s
     FROM earlier e
-    WHERE m.id = e.id
+    WHERE m.id = e.id AND m.id = %(id)s
     RETURNING m.id, m.aggregate_id AS schedule_id, m.failed_ts AS outcome_ts, e.counts
 ),{run_health.after_report("reported", failed=True)}
 SELECT 1, {WAKE} FROM reported

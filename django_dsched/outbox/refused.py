@@ -43,6 +43,8 @@ from django_dsched.outbox.claims import (
     claim_args,
     claim_settings,
     claimed,
+    pending_ids,
+    within,
 )
 from django_dsched.outbox.messages import Claimed, Claimer
 from django_dsched.runtime import binding
@@ -68,7 +70,7 @@ UPDATE outbox_message_t m
 {CLAIM_SET}
 FROM unnest(%(ids)s::uuid[], %(places)s::bigint[], %(sizes)s::bigint[]) AS c(id, n, bytes)
 CROSS JOIN LATERAL (SELECT {PAYLOAD}::text AS body) l
-WHERE m.id = c.id AND m.status = %(pending)s
+WHERE m.id = c.id AND m.status = %(pending)s AND {within("m")}
 {CLAIM_RETURNING}
 """
 
@@ -145,6 +147,10 @@ def claim_narrowed(
     with transaction.atomic(using=using):
         with binding.cursor(connection) as cursor:
             bound_transaction(cursor, claim_settings())
+            ids = pending_ids(cursor)
+        if ids is None:
+            return claimed([]), []
+        args.update(ids)
         rows, refused_rows = halves(using, claim, run(CHOOSE[bool(skip), bool(held_back)], args))
         passed_over = []
         for (id_, _place, _size), error in refused_rows:

@@ -24,6 +24,7 @@ from django_dsched.enums import DeliveryStatus
 from django_dsched.handlers import registry
 from django_dsched.models import OutboxMessage, envelope
 from django_dsched.outbox.claims import (
+    ALL_IDS,
     CLAIM,
     NEXT_CLAIMABLE,
     backlog_share,
@@ -504,6 +505,7 @@ def params(**extra: Any) -> dict[str, Any]:
         "on_time": BATCH - backlog_share(BATCH),
         "rotate": 0,
         "held": [],
+        **ALL_IDS,
         **extra,
     }
 

@@ -1,0 +1,144 @@
+"""The relay's statements plan only the day partitions that hold their messages.
+
+``outbox_message_t`` and ``event_store_t`` keep a partition per day (45 days of history by
+default, and a week ahead): a claim that named the parent unbounded was planned over every
+one of them, eleven times. A claim names the range of the pending messages' ids, and a
+settle or a renewal the range of the ids it writes, as values, so PostgreSQL leaves the
+other days out of the plan. These tests check the plan, and that no message is missed for
+it: one in an old day, one in the default partition, one written after the range was read.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from datetime import date, timedelta
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+
+from django_dsched.enums import DeliveryStatus
+from django_dsched.history.partitions import EVENTS, OUTBOX, make_day, partition
+from django_dsched.outbox.claims import (
+    ALL_IDS,
+    CLAIM,
+    claim_args,
+    claim_batch,
+    id_range,
+    pending_ids,
+    settle,
+)
+from django_dsched.outbox.holding import extend
+from django_dsched.outbox.messages import Claimer, DeliveryOutcome
+from django_dsched.runtime import binding
+from tests.helpers import sql
+from tests.outbox_helpers import make_messages
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+DAY = 86_400.0
+PAST = (10, 11, 12)  # days of history kept, nothing pending in them
+
+
+def claimer() -> Claimer:
+    return Claimer("r1", visibility_timeout=30, max_attempts=5)
+
+
+def today() -> date:
+    return sql("SELECT (statement_timestamp() AT TIME ZONE 'UTC')::date")[0][0]
+
+
+@pytest.fixture
+def history() -> Iterator[list[date]]:
+    """The days of :data:`PAST` made as partitions (dropped after the test)."""
+    days = [today() - timedelta(days=n) for n in PAST]
+    for day in days:
+        make_day(day)
+    yield days
+    for day in days:
+        for table in (OUTBOX, EVENTS):
+            sql(f"DROP TABLE IF EXISTS {partition(table, day)}")
+
+
+def planned(statement: str, params: dict[str, Any]) -> set[str]:
+    """The tables of ``statement``'s plan, bound on the server as the relay binds it."""
+    with transaction.atomic(), binding.cursor(connection) as cursor:
+        cursor.execute("EXPLAIN (COSTS OFF) " + statement, params)
+        text = "\n".join(row[0] for row in cursor.fetchall())
+        transaction.set_rollback(True)
+    return set(re.findall(r"\b((?:outbox_message_t|event_store_t)_\w+)", text))
+
+
+def days_in(tables: set[str]) -> set[str]:
+    return {name for name in tables if re.search(r"_\d{8}$", name)}
+
+
+def test_a_claim_plans_only_the_days_that_hold_pending_messages(history) -> None:
+    make_messages(5, age=60)
+    with connection.cursor() as cursor:
+        ids = pending_ids(cursor)
+    assert ids is not None
+    params = {**claim_args(claimer(), 100), **ids}
+    here = {partition(table, today()) for table in (OUTBOX, EVENTS)}
+    assert days_in(planned(CLAIM, params)) <= here, "days without a pending message planned"
+    # Without the range every day kept is planned: what the range saves.
+    everything = days_in(planned(CLAIM, {**params, **ALL_IDS}))
+    assert {partition(OUTBOX, day) for day in history} <= everything
+
+
+def test_a_claim_takes_the_pending_messages_of_any_day(history) -> None:
+    old = make_messages(2, age=PAST[0] * DAY)  # in a day of history
+    stray = make_messages(1, age=100 * DAY)  # no such day: the default partition
+    new = make_messages(2, age=5)
+    assert sql("SELECT count(DISTINCT tableoid) FROM outbox_message_t")[0][0] == 3
+    with connection.cursor() as cursor:
+        claimed = claim_batch(cursor, claimer(), 100)
+    assert {m.id for m in claimed.live} == set(old + stray + new)
+
+
+def test_no_pending_message_claims_nothing_and_writes_nothing() -> None:
+    make_messages(2, status=DeliveryStatus.DELIVERED)
+    with connection.cursor() as cursor:
+        assert pending_ids(cursor) is None
+        claimed = claim_batch(cursor, claimer(), 100)
+    assert claimed.live == [] and claimed.dead == []
+
+
+def test_a_message_written_after_the_range_is_claimed_by_the_next_claim(history) -> None:
+    first = make_messages(1, age=5)
+    with connection.cursor() as cursor:
+        ids = pending_ids(cursor)
+        later = make_messages(1, age=PAST[1] * DAY)  # a late fire of an old slot: below the range
+        assert ids is not None and later[0] < ids["low"]
+        with transaction.atomic():
+            cursor.execute(CLAIM, {**claim_args(claimer(), 100), **ids})
+            taken = {row[0] for row in cursor.fetchall()}
+        assert taken == set(first)  # this claim's range did not reach it
+        again = claim_batch(cursor, claimer(), 100)
+    assert {m.id for m in again.live} == set(later)
+
+
+def test_renewals_and_outcomes_reach_messages_of_several_days(history) -> None:
+    make_messages(2, age=PAST[2] * DAY)
+    make_messages(2, age=5)
+    relay = claimer()
+    with connection.cursor() as cursor:
+        claimed = claim_batch(cursor, relay, 100).live
+        assert len(claimed) == 4
+        kept, refused = extend("default", relay, claimed)
+        assert kept == {m.id for m in claimed} and refused == []
+        settled = settle(cursor, relay, [DeliveryOutcome(m) for m in claimed])
+    assert {s.id for s in settled} == {m.id for m in claimed}
+    assert sql("SELECT DISTINCT status FROM outbox_message_t") == [(DeliveryStatus.DELIVERED,)]
+
+
+def test_an_id_range_is_ordered_as_the_database_orders_uuids() -> None:
+    ids = [uuid.uuid4() for _ in range(200)]
+    low, high = sql(
+        "SELECT (SELECT u FROM unnest(%s::uuid[]) u ORDER BY u LIMIT 1),"
+        " (SELECT u FROM unnest(%s::uuid[]) u ORDER BY u DESC LIMIT 1)",
+        [ids, ids],
+    )[0]
+    assert id_range(ids) == {"low": low, "high": high}
