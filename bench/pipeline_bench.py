@@ -113,6 +113,7 @@ if __name__ == "__main__" and sys.argv[1:2] == ["child"]:
 
 sys.path.insert(0, str(HERE))
 os.environ["DEBUG"] = "False"
+import history_days  # noqa: E402
 from cpu_busy import CORES, Sampler  # noqa: E402
 from redis_server import redis_server  # noqa: E402
 from setup_django import configure  # noqa: E402
@@ -535,6 +536,8 @@ def claim_cost(waiting: int, runs: int, batch: int, baseline: Path | None) -> No
             module = modules[code]
             args = module.claim_args(module.Claimer("bench", 60.0, 10), batch, 8 << 20, None)
             with connection.cursor() as cursor:
+                if hasattr(module, "pending_ids"):  # the claim's range, as the relay reads it
+                    args.update(module.pending_ids(cursor) or {})
                 cursor.execute("BEGIN")
                 cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + module.CLAIM, args)
                 (raw,) = cursor.fetchone()
@@ -566,9 +569,17 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=30)
     parser.add_argument("--waiting", type=int, default=1_000_000)
     parser.add_argument("--baseline", type=Path, help="another checkout's relay, alternating")
+    parser.add_argument(
+        "--history-days",
+        type=int,
+        default=0,
+        help="past days of history kept (45: the default retention's; bench/history_days.py)",
+    )
     args = parser.parse_args()
     call_command("migrate", verbosity=0)
+    days = history_days.keep(args.history_days)
     print(f"database: {server_line()}; load {load()}", flush=True)
+    print(f"history: {args.history_days} past days, {days} outbox partitions", flush=True)
     if args.what == "rates":
         rates(args.messages, args.runs, args.batch_size, args.baseline)
     elif args.what == "e2e":

@@ -227,6 +227,7 @@ def claim_params(limit: int, **extra: Any) -> dict[str, Any]:
         "window": 1.0,
         "share": claims.backlog_share(limit),
         "on_time": limit - claims.backlog_share(limit),
+        **claims.ALL_IDS,
         **extra,
     }
 

@@ -12,7 +12,7 @@ from collections.abc import Collection
 from typing import Any
 
 from django_dsched.conf import app_settings
-from django_dsched.models.overlap import ALLOW_ALL, FREE, going, run_state
+from django_dsched.models.overlap import ALLOW_ALL, FREE, PREVIOUS_RUN_OF, RUN_GOING
 from django_dsched.models.times import readable
 from django_dsched.timetables import backlog_window
 
@@ -34,15 +34,13 @@ def microseconds(column: str) -> str:
 
 
 # The overlap policies (models/overlap.py). An ALLOW_ALL row (the default) reads nothing more:
-# NULL, decided without a subquery. Any other gets its policy, the run its slot is held for
-# (or NULL), and its previous run, the newest message (one probe per day of the index on
-# (aggregate_id, aggregate_version DESC)): its id and whether it is going ("queued": going
-# and never attempted, which CANCEL_OTHER may cancel).
+# NULL, decided without a call. Any other gets its policy, the run its slot is held for (or
+# NULL), and its previous run, the newest message (one probe per day of the index on
+# (aggregate_id, aggregate_version DESC), in a function: PROBES): its id and whether it is
+# going ("queued": going and never attempted, which CANCEL_OTHER may cancel).
 OVERLAP = f"""CASE WHEN overlap_policy = '{ALLOW_ALL}' THEN NULL
        ELSE ARRAY[overlap_policy, held_by::text] || COALESCE(
-           (SELECT ARRAY[o.id::text, {run_state("o")}]
-            FROM outbox_message_t o WHERE o.aggregate_id = schedule_t.schedule_id
-            ORDER BY o.aggregate_version DESC LIMIT 1),
+           {PREVIOUS_RUN_OF}(schedule_t.schedule_id, %(worker_timeout)s::float8),
            ARRAY[NULL, '{FREE}']::text[]) END"""
 # Times travel as microseconds since the epoch: parsing and formatting thousands of
 # timestamps per batch costs more than the batch's SQL. Nothing here can fail on a row's
@@ -68,8 +66,8 @@ CALENDARS = 17
 # looked at again by every claim: one primary-key probe of that run per held row. A row
 # holding nothing (every ALLOW_ALL row) is decided without the subquery.
 NOT_HELD = f"""CASE WHEN held_by IS NULL THEN true
-                ELSE NOT EXISTS (SELECT FROM outbox_message_t o
-                                 WHERE o.id = schedule_t.held_by AND {going("o")}) END"""
+                ELSE NOT COALESCE({RUN_GOING}(schedule_t.held_by, %(worker_timeout)s::float8),
+                                  false) END"""
 
 # With buckets (DSCHED_BUCKETS > 1) the claim takes only rows of the buckets this instance
 # holds (no filter when it holds them all) and returns each row's bucket key, so the write

@@ -269,7 +269,7 @@ gone AS (
                    WHERE c.id = ANY(%(runs)s::uuid[]) AND c.status = %(pending)s
                      AND c.attempts = 0
                    FOR UPDATE SKIP LOCKED)
-      AND EXISTS (SELECT FROM fence)
+      AND o.id = ANY(%(runs)s::uuid[]) AND EXISTS (SELECT FROM fence)
     RETURNING o.id
 )
 SELECT (SELECT count(*) FROM fence), (SELECT array_agg(id::text) FROM gone)

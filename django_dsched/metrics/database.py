@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, connections
 
@@ -23,7 +23,7 @@ from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus, ScheduleState
 from django_dsched.metrics.health import HealthSnapshot, families, read_health_or_none
 from django_dsched.metrics.labels import BoundedLabel
-from django_dsched.outbox.claims import PRIORITIES
+from django_dsched.outbox.claims import ALL_IDS, PRIORITIES
 from django_dsched.runtime.logs import get_logger
 
 if TYPE_CHECKING:
@@ -82,18 +82,21 @@ class Gauges:
     dead_letters: int
 
 
+def gauge_params() -> dict[str, Any]:
+    """The parameters of :data:`GAUGES`."""
+    return {
+        "pending": DeliveryStatus.PENDING.value,
+        "dead": DeliveryStatus.DELIVERY_FAILED.value,
+        "set_aside": ScheduleState.SET_ASIDE.value,
+        "limit": COUNT_LIMIT,
+        **ALL_IDS,  # the priorities' skip scan, over every pending message
+    }
+
+
 def read_gauges(using: str | None = None) -> Gauges:
     """One read of every database-wide gauge (database clock)."""
     with connections[using or app_settings.DATABASE].cursor() as cursor:
-        cursor.execute(
-            GAUGES,
-            {
-                "pending": DeliveryStatus.PENDING.value,
-                "dead": DeliveryStatus.DELIVERY_FAILED.value,
-                "set_aside": ScheduleState.SET_ASIDE.value,
-                "limit": COUNT_LIMIT,
-            },
-        )
+        cursor.execute(GAUGES, gauge_params())
         due, due_age, aside, ready, pending, ready_age, dead = cursor.fetchone()
     return Gauges(
         due=int(due),

@@ -18,6 +18,7 @@ import django_dsched.models.calendar
 import django_dsched.models.conditions
 import django_dsched.models.fields
 import django_dsched.models.ids
+import django_dsched.models.overlap
 import django_dsched.models.schedule
 import django_dsched.models.validators
 import uuid
@@ -1839,4 +1840,7 @@ class Migration(migrations.Migration):
         ),
         migrations.RunPython(make_days_ahead, migrations.RunPython.noop),
         migrations.RunSQL(PAUSE_ON_FAILURE, DROP_PAUSE_ON_FAILURE),
+        migrations.RunSQL(
+            django_dsched.models.overlap.PROBES, django_dsched.models.overlap.DROP_PROBES
+        ),
     ]

@@ -128,9 +128,9 @@ def going(message: str, worker_timeout: str = "%(worker_timeout)s") -> str:
 FREE, GOING, QUEUED = "free", "going", "queued"
 
 
-def run_state(message: str) -> str:
+def run_state(message: str, worker_timeout: str = "%(worker_timeout)s") -> str:
     """SQL: :data:`FREE`, :data:`GOING` or :data:`QUEUED` for the outbox row ``message``."""
-    return f"""(CASE WHEN NOT {going(message)} THEN '{FREE}'
+    return f"""(CASE WHEN NOT {going(message, worker_timeout)} THEN '{FREE}'
                  WHEN {message}.status = '{DeliveryStatus.PENDING.value}'
                       AND {message}.attempts = 0 THEN '{QUEUED}'
                  ELSE '{GOING}' END)"""
@@ -140,3 +140,35 @@ def run_state(message: str) -> str:
 # no row when it has none.
 PREVIOUS_RUN = f"""SELECT o.id, {run_state("o")} FROM outbox_message_t o
 WHERE o.aggregate_id = %(id)s ORDER BY o.aggregate_version DESC LIMIT 1"""
+
+
+# The fire path's probes of the outbox (firing/claim.py), as functions: a statement naming
+# outbox_message_t is planned over every day partition kept (45 days of history by default,
+# and a week ahead), and the claim named it ten times, in each of its parts, for rows that
+# rarely need it (ALLOW_ALL, nothing held). A PL/pgSQL function's query is planned once per
+# session and kept, so the claim plans none of them. Both read with the calling statement's
+# snapshot and clock (STABLE; statement_timestamp() is the caller's).
+#: Whether the run ``run`` (a message id) is going; NULL if there is no such message.
+RUN_GOING = "dsched_run_going"
+#: The schedule's previous run: ARRAY[its id, :func:`run_state`]; NULL if it has none.
+PREVIOUS_RUN_OF = "dsched_previous_run"
+PROBES = f"""
+CREATE FUNCTION {RUN_GOING}(run uuid, worker_timeout float8) RETURNS boolean
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (SELECT {going("o", "worker_timeout")} FROM outbox_message_t o WHERE o.id = run);
+END
+$$;
+CREATE FUNCTION {PREVIOUS_RUN_OF}(schedule uuid, worker_timeout float8) RETURNS text[]
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (SELECT ARRAY[o.id::text, {run_state("o", "worker_timeout")}]
+            FROM outbox_message_t o WHERE o.aggregate_id = schedule
+            ORDER BY o.aggregate_version DESC LIMIT 1);
+END
+$$;
+"""
+DROP_PROBES = f"""
+DROP FUNCTION IF EXISTS {RUN_GOING}(uuid, float8);
+DROP FUNCTION IF EXISTS {PREVIOUS_RUN_OF}(uuid, float8);
+"""

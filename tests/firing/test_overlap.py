@@ -21,6 +21,7 @@ from django_dsched.firing.fence import Fence
 from django_dsched.firing.next_due import next_due
 from django_dsched.history.event_ids import event_id
 from django_dsched.models import Event, OutboxMessage, Schedule
+from django_dsched.models.overlap import PREVIOUS_RUN_OF, RUN_GOING
 from django_dsched.outbox import phases
 from tests.cluster.test_buckets import COUNT, in_transaction, leases
 from tests.factories import ScheduleFactory
@@ -347,21 +348,37 @@ def test_a_workers_report_of_the_held_runs_end_wakes_the_scheduler(fence, db_now
     assert schedule.held_by is None
 
 
-def test_an_allow_all_row_runs_no_subquery_in_the_claim(db_now):
-    """The claim's overlap probes are CASE branches an ALLOW_ALL row never takes: for such
-    rows no scan of outbox_message_t runs at all (EXPLAIN ANALYZE: never executed)."""
-    ScheduleFactory.create_batch(20, start_ts=db_now() - timedelta(seconds=5))
+def claim_plan_and_probes() -> tuple[list[str], int]:
+    """The claim's executed plan (rolled back), and how many times it called the probes."""
     with transaction.atomic():
+        sql("SET LOCAL track_functions = 'pl'")
         plan = [
             row[0]
             for row in sql(
                 "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) " + CLAIM, claim_args(500)
             )
         ]
+        ((calls,),) = sql(
+            "SELECT COALESCE(sum(calls), 0) FROM pg_stat_xact_user_functions"
+            " WHERE funcname IN (%s, %s)",
+            [RUN_GOING, PREVIOUS_RUN_OF],
+        )
+        transaction.set_rollback(True)
+    return plan, calls
+
+
+def test_the_claim_plans_no_outbox_day_and_an_allow_all_row_calls_no_probe(db_now):
+    """The claim's overlap probes are functions (planned once per session, not over every
+    day partition of the outbox with each claim) in CASE branches an ALLOW_ALL row never
+    takes."""
+    ScheduleFactory.create_batch(20, start_ts=db_now() - timedelta(seconds=5))
+    plan, calls = claim_plan_and_probes()
     assert "rows=20" in plan[0]
-    probes = [line for line in plan if " on outbox_message_t" in line]
-    assert probes  # the probes are in the plan ...
-    assert all("never executed" in line for line in probes), "\n".join(plan)  # ... unrun
+    assert not [line for line in plan if "outbox_message_t" in line], "\n".join(plan)
+    assert calls == 0
+    overlapping(db_now, OverlapPolicy.SKIP)  # a policy: its previous run is probed
+    plan, calls = claim_plan_and_probes()
+    assert "rows=21" in plan[0] and calls == 1
 
 
 def test_with_buckets_each_step_is_fenced_and_audited_at_its_buckets_epoch(db_now):

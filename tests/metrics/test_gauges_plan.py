@@ -16,7 +16,7 @@ import pytest
 from django.db import connection
 
 from django_dsched.enums import DeliveryStatus, ScheduleState
-from django_dsched.metrics.database import COUNT_LIMIT, GAUGES, read_gauges
+from django_dsched.metrics.database import GAUGES, gauge_params, read_gauges
 from tests.helpers import sql
 from tests.outbox_helpers import make_messages
 
@@ -60,14 +60,8 @@ def test_the_gauges_statement_reads_indexes_only_a_few_rows_each():
     assert (gauges.due, gauges.set_aside, gauges.outbox_pending) == (7, 3, 9)
     assert (gauges.outbox_ready, gauges.dead_letters) == (9, 4)
 
-    params = {
-        "pending": DeliveryStatus.PENDING.value,
-        "dead": DeliveryStatus.DELIVERY_FAILED.value,
-        "set_aside": ScheduleState.SET_ASIDE.value,
-        "limit": COUNT_LIMIT,
-    }
     with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + GAUGES, params)
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + GAUGES, gauge_params())
         (plan,) = cursor.fetchone()
     if isinstance(plan, str):
         plan = json.loads(plan)
