@@ -17,9 +17,11 @@ from django.db import connection
 from django_dsched.history import partitions
 
 
-def keep(days: int) -> int:
-    """Make the past ``days`` days' partitions, drop the older ones; the partitions of
-    ``outbox_message_t`` there are now (default partition included)."""
+def keep(days: int | None) -> int:
+    """Make the past ``days`` days' partitions, drop the older ones (None: leave the days as
+    they are); the partitions of ``outbox_message_t`` there are now (default included)."""
+    if days is None:
+        return count()
     with connection.cursor() as cursor:
         cursor.execute("SELECT (statement_timestamp() AT TIME ZONE 'UTC')::date")
         (today,) = cursor.fetchone()
@@ -31,6 +33,11 @@ def keep(days: int) -> int:
                     cursor.execute(f"DROP TABLE IF EXISTS {partitions.partition(table, day)}")
     for day in sorted(wanted - set(partitions.days())):
         partitions.make_day(day)
+    return count()
+
+
+def count() -> int:
+    """The partitions of ``outbox_message_t`` (the default one included)."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM pg_inherits WHERE inhparent = 'outbox_message_t'::regclass"

@@ -572,14 +572,14 @@ def main() -> None:
     parser.add_argument(
         "--history-days",
         type=int,
-        default=0,
-        help="past days of history kept (45: the default retention's; bench/history_days.py)",
+        help="keep exactly this many past days of history (45: the default retention's;"
+        " bench/history_days.py); unset: the days as they are",
     )
     args = parser.parse_args()
     call_command("migrate", verbosity=0)
     days = history_days.keep(args.history_days)
     print(f"database: {server_line()}; load {load()}", flush=True)
-    print(f"history: {args.history_days} past days, {days} outbox partitions", flush=True)
+    print(f"history: {days} outbox partitions", flush=True)
     if args.what == "rates":
         rates(args.messages, args.runs, args.batch_size, args.baseline)
     elif args.what == "e2e":

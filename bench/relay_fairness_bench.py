@@ -301,6 +301,8 @@ def claim_cost(backlog: int, batch_size: int, runs: int, compare: bool) -> None:
     b_ids = {row[0] for row in sql("SELECT id FROM outbox_message_t WHERE topic = 'b'")}
     sql("ANALYZE outbox_message_t")
     params = claims.claim_args(Claimer("bench", 60.0, 10), batch_size, 8 * 1024 * 1024, since)
+    with connection.cursor() as cursor:
+        params.update(claims.pending_ids(cursor) or claims.ALL_IDS)  # as the relay reads it
     results: dict[str, list[ClaimPlan]] = {}
     for run in range(runs + 2):  # the first two warm the cache
         for code in codes_for(compare, run):

@@ -53,10 +53,11 @@ configure("dsched_retention_bench")
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
-from django_dsched.enums import DeliveryStatus  # noqa: E402
 from django_dsched.history import event_ids, expiry, partitions  # noqa: E402
 from django_dsched.history.partitions import EVENTS, OUTBOX, make_day  # noqa: E402
-from django_dsched.outbox.claims import CLAIM, backlog_share  # noqa: E402
+from django_dsched.outbox import claims  # noqa: E402
+from django_dsched.outbox.claims import CLAIM  # noqa: E402
+from django_dsched.outbox.messages import Claimer  # noqa: E402
 from django_dsched.outbox.retention import purge_expired  # noqa: E402
 from tests.outbox_helpers import waiting_over_days_sql  # noqa: E402
 
@@ -222,20 +223,9 @@ def claim(rows: int, runs: int) -> None:
     sql(CLAIM_READY)
     sql("VACUUM ANALYZE outbox_message_t")
     batch = 50
-    params = {
-        "pending": DeliveryStatus.PENDING.value,
-        "dead": DeliveryStatus.DELIVERY_FAILED.value,
-        "relay": "bench",
-        "visibility": 30.0,
-        "max_attempts": 5,
-        "topics": None,
-        "limit": batch,
-        "max_bytes": 8 * 1024 * 1024,
-        "since": None,
-        "window": 1.0,
-        "share": backlog_share(batch),
-        "on_time": batch - backlog_share(batch),
-    }
+    with connection.cursor() as cursor:
+        ids = claims.pending_ids(cursor) or claims.ALL_IDS
+    params = {**claims.claim_args(Claimer("bench", 30.0, 5), batch, 8 * 1024 * 1024), **ids}
     partitions_now = sql(
         "SELECT count(*) FROM pg_inherits WHERE inhparent = 'outbox_message_t'::regclass"
     )[0][0]

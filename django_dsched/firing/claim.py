@@ -63,8 +63,8 @@ CLAIM_COLUMNS = f"""schedule_id::text, schedule_kind, frequency_unit, frequency_
 CALENDARS = 17
 
 # A row whose slot is held for a run still going is passed over (it stays due, unlocked) and
-# looked at again by every claim: one primary-key probe of that run per held row. A row
-# holding nothing (every ALLOW_ALL row) is decided without the subquery.
+# looked at again by every claim: one primary-key probe of that run per held row (in a
+# function: PROBES). A row holding nothing (every ALLOW_ALL row) is decided without a call.
 NOT_HELD = f"""CASE WHEN held_by IS NULL THEN true
                 ELSE NOT COALESCE({RUN_GOING}(schedule_t.held_by, %(worker_timeout)s::float8),
                                   false) END"""

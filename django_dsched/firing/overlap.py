@@ -2,7 +2,7 @@
 schedule's previous run is still going, and the statements that write it.
 
 An ALLOW_ALL row (the default) never comes here: the claim returns NULL for it without a
-subquery (:data:`.claim.OVERLAP`), ``plan()`` plans it as before, and none of the statements
+probe (:data:`.claim.OVERLAP`), ``plan()`` plans it as before, and none of the statements
 below runs for a batch of such rows. For any other row the claim returns its policy, the run
 its slot is held for, and its previous run (the newest message) with whether it is going
 (:func:`django_dsched.models.overlap.going`: a dead relay or worker stops counting after the

@@ -11,6 +11,7 @@ Python. It is stored once, in the event: the outbox row reads it by the shared i
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -68,11 +69,16 @@ outbox AS (
 # last_fired_ts is the time of the newest one, so only a slot at or before last_fired_ts can
 # have fired: the index is probed for those alone (a catch-up), never in steady firing. The
 # row is locked since the claim, so no one else fires this schedule meanwhile. OFFSET 0
-# keeps the probe a per-row index lookup (never a hash of the whole event table).
+# keeps the probe a per-row index lookup (never a hash of the whole event table). An event
+# of a slot has the slot's millisecond in its id (the CHECK dsched_event_slot_in_id), so the
+# probe names the range of the batch's slots' ids (%(slot_ids_from)s, %(slot_ids_to)s:
+# slot_ids()), as values: only their days are planned, not every day kept.
 FRESH = """(CASE WHEN b.slot_ts IS NULL THEN 0
              WHEN s.last_fired_ts IS NULL OR b.slot_ts > s.last_fired_ts THEN 1
              WHEN EXISTS (SELECT FROM event_store_t e
                           WHERE e.aggregate_id = s.schedule_id AND e.scheduled_ts = b.slot_ts
+                            AND e.id >= %(slot_ids_from)s::uuid
+                            AND e.id <= %(slot_ids_to)s::uuid
                           OFFSET 0) THEN 0
              ELSE 1 END)"""
 
@@ -333,11 +339,27 @@ def _arrays(decided: Plan, part: list[int]) -> dict[str, str]:
     def pick(values: list[Any]) -> list[Any]:
         return values if whole else [values[i] for i in part]
 
+    slots = pick(decided.slots)
     return {
+        **slot_ids(slots),
         "ids": array_literal(pick(decided.ids)),
-        "slots": array_literal(pick(decided.slots)),
+        "slots": array_literal(slots),
         "next_slots": array_literal(pick(decided.next_slots)),
         "next_runs": array_literal(pick(decided.next_runs)),
         "states": array_literal(pick(decided.states)),
         "missed": array_literal(pick(decided.missed)),
+    }
+
+
+def slot_ids(slots: list[int | None]) -> dict[str, str]:
+    """The range of the ids the events of ``slots`` (microseconds; None: no slot) can have
+    (``FRESH``'s): from the first slot's millisecond to the end of the last one's; empty
+    when none has a slot."""
+    millis = [slot // 1000 & event_ids.MS_MASK for slot in slots if slot is not None]
+    if not millis:
+        return {"slot_ids_from": str(uuid.UUID(int=1)), "slot_ids_to": str(uuid.UUID(int=0))}
+    first, last = min(millis), max(millis)
+    return {
+        "slot_ids_from": str(uuid.UUID(int=first << 80)),
+        "slot_ids_to": str(uuid.UUID(int=(last << 80) | ((1 << 80) - 1))),
     }

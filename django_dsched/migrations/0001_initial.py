@@ -18,6 +18,7 @@ import django_dsched.models.calendar
 import django_dsched.models.conditions
 import django_dsched.models.fields
 import django_dsched.models.ids
+import django_dsched.models.outbox
 import django_dsched.models.overlap
 import django_dsched.models.schedule
 import django_dsched.models.validators
@@ -1840,7 +1841,13 @@ class Migration(migrations.Migration):
         ),
         migrations.RunPython(make_days_ahead, migrations.RunPython.noop),
         migrations.RunSQL(PAUSE_ON_FAILURE, DROP_PAUSE_ON_FAILURE),
+        # Functions the claims call, so that their queries are not planned over every day
+        # with each claim: the fire path's overlap probes, the relay's range of pending ids.
         migrations.RunSQL(
             django_dsched.models.overlap.PROBES, django_dsched.models.overlap.DROP_PROBES
+        ),
+        migrations.RunSQL(
+            django_dsched.models.outbox.PENDING_IDS_FUNCTION,
+            django_dsched.models.outbox.DROP_PENDING_IDS_FUNCTION,
         ),
     ]

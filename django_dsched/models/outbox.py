@@ -207,3 +207,22 @@ class OutboxMessage(EventRecord):
         deleted (the relay dead-letters such a message at its claim)."""
 
         return envelope.of_event(self.pk, using=self._state.db or DEFAULT_DB_ALIAS)
+
+
+# The lowest and highest ids of the pending messages (NULL, NULL: none), which the relay's
+# claim names so that only the days between them are planned (outbox/claims.py): one probe
+# at each end of each day's dsched_outbox_pending_id_idx. A function, so that its own query
+# is planned once per session rather than over every day with each claim. Made by the
+# initial migration.
+PENDING_IDS = "dsched_pending_ids"
+PENDING_IDS_FUNCTION = f"""
+CREATE FUNCTION {PENDING_IDS}(OUT low uuid, OUT high uuid) LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    low := (SELECT o.id FROM outbox_message_t o
+            WHERE o.status = '{DeliveryStatus.PENDING.value}' ORDER BY o.id LIMIT 1);
+    high := (SELECT o.id FROM outbox_message_t o
+             WHERE o.status = '{DeliveryStatus.PENDING.value}' ORDER BY o.id DESC LIMIT 1);
+END
+$$;
+"""
+DROP_PENDING_IDS_FUNCTION = f"DROP FUNCTION IF EXISTS {PENDING_IDS}();"

@@ -136,17 +136,12 @@ def run_state(message: str, worker_timeout: str = "%(worker_timeout)s") -> str:
                  ELSE '{GOING}' END)"""
 
 
-# The previous run of the schedule %(id)s, the newest message: its id and :func:`run_state`;
-# no row when it has none.
-PREVIOUS_RUN = f"""SELECT o.id, {run_state("o")} FROM outbox_message_t o
-WHERE o.aggregate_id = %(id)s ORDER BY o.aggregate_version DESC LIMIT 1"""
-
-
 # The fire path's probes of the outbox (firing/claim.py), as functions: a statement naming
 # outbox_message_t is planned over every day partition kept (45 days of history by default,
 # and a week ahead), and the claim named it ten times, in each of its parts, for rows that
-# rarely need it (ALLOW_ALL, nothing held). A PL/pgSQL function's query is planned once per
-# session and kept, so the claim plans none of them. Both read with the calling statement's
+# rarely need it (ALLOW_ALL, nothing held). A function's query is planned when it is called,
+# for the row that needs it (PL/pgSQL keeps the plan for the session when it can), so the
+# claim itself plans no day of the outbox. Both read with the calling statement's
 # snapshot and clock (STABLE; statement_timestamp() is the caller's).
 #: Whether the run ``run`` (a message id) is going; NULL if there is no such message.
 RUN_GOING = "dsched_run_going"
@@ -168,6 +163,11 @@ BEGIN
 END
 $$;
 """
+# The previous run of the schedule %(id)s, as the fire path sees it: its id and
+# :func:`run_state`; no row when it has none.
+PREVIOUS_RUN = f"""SELECT r[1]::uuid, r[2]
+FROM (SELECT {PREVIOUS_RUN_OF}(%(id)s::uuid, %(worker_timeout)s::float8) AS r) x
+WHERE r IS NOT NULL"""
 DROP_PROBES = f"""
 DROP FUNCTION IF EXISTS {RUN_GOING}(uuid, float8);
 DROP FUNCTION IF EXISTS {PREVIOUS_RUN_OF}(uuid, float8);

@@ -6,7 +6,8 @@ unexpired claim on it (``claimed_until``, the visibility timeout): when the time
 available, ``GREATEST(event_ts, next_attempt_ts, claimed_until)``, has passed. A claim is one
 statement (``UPDATE ... FROM (SELECT ... FOR UPDATE SKIP LOCKED) RETURNING``) that stamps the
 claimer, the claim's expiry and the attempt number, so two relays never hold the same message
-at once.
+at once. Before it, the claim reads the range of the pending messages' ids, which it names so
+that only the days between them are planned (:func:`in_range`).
 
 The claim reads only claimable rows, however many wait on a backoff or a claim: the index
 ``dsched_outbox_ready_idx`` is keyed on ``(priority DESC, GREATEST(...))`` over pending rows,
@@ -50,6 +51,7 @@ from django.db import transaction
 
 from django_dsched.enums import DeliveryStatus
 from django_dsched.models import envelope
+from django_dsched.models import outbox as outbox_model
 from django_dsched.models.times import OUT_OF_RANGE, readable, storable
 from django_dsched.models.validators import make_storable_text
 from django_dsched.outbox import run_health
@@ -64,29 +66,28 @@ ERROR_MAX_CHARS = 2000
 # index dsched_outbox_ready_idx (models/outbox.py) for PostgreSQL to use the index.
 AVAILABLE_TS = "GREATEST(o.event_ts, o.next_attempt_ts, o.claimed_until)"
 
-# A pending message among those a claim may take: its id within ``%(low)s`` and ``%(high)s``,
-# the lowest and highest ids of the pending messages (:data:`PENDING_IDS`, read just before).
-# Given as values, the range lets PostgreSQL plan only the day partitions that hold a pending
-# message (history/partitions.py: by id). Unbounded, each of a claim's eleven scans of
-# outbox_message_t (and its payload's probe of event_store_t) was planned over every day kept:
-# 45 days of history (the default retention) and the week made ahead made the planning cost
-# more than the claim, and halved a relay's rate.
+# A claim names the range of the pending messages' ids, ``%(low)s`` to ``%(high)s`` (read
+# just before: :func:`pending_ids`), in each of its scans and in its payload's probe of
+# event_store_t. Given as values, the range lets PostgreSQL plan only the day partitions
+# between the oldest and the newest pending message (history/partitions.py: by id).
+# Unbounded, each of a claim's eleven scans of outbox_message_t was planned over every day
+# kept: 45 days of history (the default retention) and the week made ahead made the
+# planning cost more than the claim, and halved a relay's rate.
 
 
-def within(alias: str) -> str:
+def in_range(alias: str) -> str:
     """SQL: the row ``alias``'s id is within ``%(low)s`` and ``%(high)s``, given as values, so
     that PostgreSQL plans only the day partitions of that range (history/partitions.py)."""
     return f"{alias}.id >= %(low)s::uuid AND {alias}.id <= %(high)s::uuid"
 
 
-PENDING = f"o.status = %(pending)s AND {within('o')}"
-# The lowest and highest ids of the pending messages (NULL: none): one probe at each end of
-# each day's dsched_outbox_pending_id_idx.
-PENDING_IDS = """SELECT
-    (SELECT o.id FROM outbox_message_t o WHERE o.status = %(pending)s ORDER BY o.id LIMIT 1),
-    (SELECT o.id FROM outbox_message_t o WHERE o.status = %(pending)s ORDER BY o.id DESC LIMIT 1)"""
-# The whole range of ids (a statement that reads the pending messages without the claim's
-# bounds, :data:`NEXT_CLAIMABLES`).
+# A pending message within the range.
+PENDING_IN_RANGE = f"o.status = %(pending)s AND {in_range('o')}"
+# The range (NULLs: nothing is pending), from a function planned once per session
+# (models/outbox.py).
+PENDING_IDS = f"SELECT low, high FROM {outbox_model.PENDING_IDS}()"
+# The whole range of ids: for the statements that read the pending messages with no range at
+# hand (the gauges, benchmarks).
 ALL_IDS = {"low": uuid.UUID(int=0), "high": uuid.UUID(int=(1 << 128) - 1)}
 
 # The distinct priorities of pending messages, highest first: one index probe each, read
@@ -94,10 +95,10 @@ ALL_IDS = {"low": uuid.UUID(int=0), "high": uuid.UUID(int=(1 << 128) - 1)}
 PRIORITIES = f"""
 RECURSIVE levels(priority) AS (
     (SELECT o.priority FROM outbox_message_t o
-     WHERE {PENDING} ORDER BY o.priority DESC LIMIT 1)
+     WHERE {PENDING_IN_RANGE} ORDER BY o.priority DESC LIMIT 1)
     UNION ALL
     SELECT (SELECT o.priority FROM outbox_message_t o
-            WHERE {PENDING} AND o.priority < l.priority
+            WHERE {PENDING_IN_RANGE} AND o.priority < l.priority
             ORDER BY o.priority DESC LIMIT 1)
     FROM levels l
     WHERE l.priority IS NOT NULL
@@ -107,10 +108,10 @@ TOPICS = "(%(topics)s::text[] IS NULL OR o.topic = ANY(%(topics)s::text[]))"
 
 # The payload a claimed message delivers (``c``: the locked row): its event's envelope,
 # composed from the event's columns (models/envelope.py), one primary-key probe by the shared
-# id (within the claim's range, so that only the days that hold one are planned: PENDING).
+# id (within the claim's range, so that only its days are planned: in_range).
 # NULL only if the event was deleted by hand (retention keeps it while the message exists):
 # such a message is dead-lettered at claim.
-PAYLOAD = f"(SELECT {envelope.sql('e')} FROM event_store_t e WHERE e.id = c.id AND {within('e')})"
+PAYLOAD = f"(SELECT {envelope.sql('e')} FROM event_store_t e WHERE e.id = c.id AND {in_range('e')})"
 # Dead-lettered at claim: claimed max_attempts times with no outcome, nothing to deliver, or
 # a time no reader can read (outside the years 1 to 9999: models/times.py).
 DEAD_AT_CLAIM = (
@@ -137,12 +138,12 @@ SINCE = """COALESCE('epoch'::timestamptz + %(since)s::bigint * interval '1 micro
 # from the index in its order, never scanned for; the backlog's is asked only if the on-time
 # rows are that many, so a round of a draining backlog does not read its front twice.
 CROWDED = f"""(SELECT true FROM outbox_message_t o
-                    WHERE {PENDING} AND o.priority = l.priority
+                    WHERE {PENDING_IN_RANGE} AND o.priority = l.priority
                       AND {AVAILABLE_TS} > (SELECT ts FROM since)
                       AND {AVAILABLE_TS} <= statement_timestamp() AND {TOPICS}
                     ORDER BY {AVAILABLE_TS} OFFSET %(on_time)s LIMIT 1)"""
 BEHIND = f"""(SELECT true FROM outbox_message_t o
-                    WHERE {PENDING} AND o.priority = l.priority
+                    WHERE {PENDING_IN_RANGE} AND o.priority = l.priority
                       AND {AVAILABLE_TS} <= (SELECT ts FROM since) AND {TOPICS}
                     ORDER BY {AVAILABLE_TS} LIMIT 1)"""
 
@@ -168,13 +169,13 @@ def _filters(skip: bool, held: bool) -> str:
 TENANTS = f"""
 tenants(priority, host_id) AS (
     SELECT l.priority, (SELECT o.host_id FROM outbox_message_t o
-                        WHERE {PENDING} AND o.priority = l.priority
+                        WHERE {PENDING_IN_RANGE} AND o.priority = l.priority
                         ORDER BY o.host_id LIMIT 1)
     FROM levels l
     WHERE l.priority IS NOT NULL AND {"{BEHIND}"}
     UNION ALL
     SELECT t.priority, (SELECT o.host_id FROM outbox_message_t o
-                        WHERE {PENDING} AND o.priority = t.priority
+                        WHERE {PENDING_IN_RANGE} AND o.priority = t.priority
                           AND o.host_id > t.host_id
                         ORDER BY o.host_id LIMIT 1)
     FROM tenants t
@@ -189,7 +190,7 @@ behind AS MATERIALIZED (
     -- planner would answer by hashing every pending row); the host as a range (above).
     WHERE t.host_id IS NOT NULL AND (
         SELECT true FROM outbox_message_t o
-        WHERE {PENDING} AND o.priority = t.priority
+        WHERE {PENDING_IN_RANGE} AND o.priority = t.priority
           AND o.host_id >= t.host_id AND o.host_id <= t.host_id
           AND {AVAILABLE_TS} <= (SELECT ts FROM since) AND {TOPICS}
         ORDER BY o.host_id, {AVAILABLE_TS} LIMIT 1)
@@ -229,7 +230,7 @@ locked AS (
               SELECT * FROM (
                   SELECT o.id, o.priority, {AVAILABLE_TS} AS available_ts, 0::bigint AS turn
                   FROM outbox_message_t o
-                  WHERE r.part = 0 AND {PENDING} AND o.priority = l.priority
+                  WHERE r.part = 0 AND {PENDING_IN_RANGE} AND o.priority = l.priority
                     AND {AVAILABLE_TS} > (SELECT ts FROM since)
                     AND {AVAILABLE_TS} <= statement_timestamp()
                     AND {TOPICS}{filters}
@@ -243,7 +244,7 @@ locked AS (
               CROSS JOIN LATERAL (
                   SELECT o.id, o.priority, {AVAILABLE_TS} AS available_ts, b.turn
                   FROM outbox_message_t o
-                  WHERE {PENDING} AND o.priority = l.priority
+                  WHERE {PENDING_IN_RANGE} AND o.priority = l.priority
                     AND o.host_id >= b.host_id AND o.host_id <= b.host_id
                     AND {AVAILABLE_TS} <= (SELECT ts FROM since)
                     AND {TOPICS}{filters}
@@ -323,7 +324,7 @@ FROM candidates c
 JOIN locked l ON l.id = c.id
 -- Each partition's rows by primary key, joined to the candidates (an id = ANY(array) here
 -- had each day's partition read whole by a sequential scan).
-WHERE m.id = c.id AND {within("m")}
+WHERE m.id = c.id AND {in_range("m")}
 {CLAIM_RETURNING}
 """
 
@@ -345,15 +346,15 @@ BACKLOG_SHARE = 0.1
 # of the ids the write names (:func:`id_range`), as values: only their days are planned.
 FENCE = (
     "m.claimed_by = (SELECT %(relay)s::text) AND m.status = (SELECT %(pending)s::text)"
-    f" AND {within('m')}"
+    f" AND {in_range('m')}"
 )
 
 
 def id_range(ids: Iterable[uuid.UUID]) -> dict[str, uuid.UUID]:
-    """The ``low`` and ``high`` of :func:`within` for a write naming ``ids`` (at least one):
+    """The ``low`` and ``high`` of :func:`in_range` for a write naming ``ids`` (at least one):
     PostgreSQL orders uuids as Python does, by their bytes."""
-    ordered = sorted(ids)
-    return {"low": ordered[0], "high": ordered[-1]}
+    listed = list(ids)
+    return {"low": min(listed), "high": max(listed)}
 
 
 # Record outcomes: delivered, or failed (retry after a delay, or dead-letter when the
@@ -407,7 +408,7 @@ FROM levels l
 CROSS JOIN LATERAL (
     SELECT {AVAILABLE_TS} AS available_ts
     FROM outbox_message_t o
-    WHERE {PENDING} AND o.priority = l.priority
+    WHERE {PENDING_IN_RANGE} AND o.priority = l.priority
       AND {AVAILABLE_TS} <= statement_timestamp() + make_interval(secs => %(within)s)
       AND {TOPICS}{_filters(skip, held)}
     ORDER BY {AVAILABLE_TS}
@@ -444,7 +445,8 @@ def claim_args(
     held_back: Sequence[str] = (),
     rotate: int = 0,
 ) -> dict[str, Any]:
-    """The parameters of :data:`CLAIM` (see :func:`claim_batch`)."""
+    """The parameters of :data:`CLAIM` (see :func:`claim_batch`) but its range of ids
+    (:func:`pending_ids`)."""
     share = backlog_share(limit)
     return {
         "skip": list(skip),
@@ -461,15 +463,14 @@ def claim_args(
         "window": window,
         "share": share,
         "on_time": limit - share,
-        **ALL_IDS,
     }
 
 
 def pending_ids(cursor: Any) -> dict[str, uuid.UUID] | None:
-    """The range of the pending messages' ids (the ``low`` and ``high`` of :data:`PENDING`);
+    """The range of the pending messages' ids (the ``low`` and ``high`` of :func:`in_range`);
     None if no message is pending. A message that becomes pending outside it afterwards (a
     fire's, announced by its NOTIFY) is claimed by the next claim."""
-    cursor.execute(PENDING_IDS, {"pending": DeliveryStatus.PENDING.value})
+    cursor.execute(PENDING_IDS)
     low, high = cursor.fetchone()
     return None if low is None else {"low": low, "high": high}
 
@@ -513,7 +514,7 @@ def claim_settings() -> dict[str, str]:
     after half a lease (:func:`~django_dsched.runtime.loops.hold_bounds`).
 
     The claim is planned above PostgreSQL's ``jit_above_cost`` (100,000 by default: about
-    100,000 at a batch of 10, 186,000 at 1,000, growing with the day partitions), and
+    100,000 at a batch of 10, 186,000 at 1,000, growing with the days of its range), and
     compiling it costs far more than running it: 1.6 s a claim against 30 ms on a stock
     PostgreSQL 15 (``bench/tenant_lag_bench.py``, bench/NOTES.md). Set for the claim's own
     transaction, never the session: behind a transaction-mode pooler a session setting would
@@ -636,10 +637,13 @@ def seconds_until_claimable(
     """Seconds until the next pending message may be claimable (≤ 0: now); None if none
     becomes claimable in the next ``within`` seconds. ``skip``: ids passed over;
     ``held_back``: destinations passed over (``"<host id> <topic>"``)."""
+    ids = pending_ids(cursor)  # read now: what a claim's range missed is in this one
+    if ids is None:
+        return None
     cursor.execute(
         NEXT_CLAIMABLES[bool(skip), bool(held_back)],
         {
-            **ALL_IDS,
+            **ids,
             "pending": DeliveryStatus.PENDING.value,
             "topics": topics or None,
             "within": within,

@@ -43,8 +43,8 @@ from django_dsched.outbox.claims import (
     claim_args,
     claim_settings,
     claimed,
+    in_range,
     pending_ids,
-    within,
 )
 from django_dsched.outbox.messages import Claimed, Claimer
 from django_dsched.runtime import binding
@@ -70,7 +70,7 @@ UPDATE outbox_message_t m
 {CLAIM_SET}
 FROM unnest(%(ids)s::uuid[], %(places)s::bigint[], %(sizes)s::bigint[]) AS c(id, n, bytes)
 CROSS JOIN LATERAL (SELECT {PAYLOAD}::text AS body) l
-WHERE m.id = c.id AND m.status = %(pending)s AND {within("m")}
+WHERE m.id = c.id AND m.status = %(pending)s AND {in_range("m")}
 {CLAIM_RETURNING}
 """
 

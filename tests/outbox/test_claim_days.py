@@ -24,13 +24,16 @@ from django_dsched.history.partitions import EVENTS, OUTBOX, make_day, partition
 from django_dsched.outbox.claims import (
     ALL_IDS,
     CLAIM,
+    SETTLE,
     claim_args,
     claim_batch,
     id_range,
     pending_ids,
+    seconds_until_claimable,
     settle,
+    statuses,
 )
-from django_dsched.outbox.holding import extend
+from django_dsched.outbox.holding import EXTEND, extend
 from django_dsched.outbox.messages import Claimer, DeliveryOutcome
 from django_dsched.runtime import binding
 from tests.helpers import sql
@@ -76,22 +79,45 @@ def days_in(tables: set[str]) -> set[str]:
 
 
 def test_a_claim_plans_only_the_days_that_hold_pending_messages(history) -> None:
-    make_messages(5, age=60)
+    make_messages(5, age=1)
     with connection.cursor() as cursor:
         ids = pending_ids(cursor)
     assert ids is not None
     params = {**claim_args(claimer(), 100), **ids}
     here = {partition(table, today()) for table in (OUTBOX, EVENTS)}
-    assert days_in(planned(CLAIM, params)) <= here, "days without a pending message planned"
+    tables = planned(CLAIM, params)
+    assert days_in(tables) == here, "days without a pending message planned"
+    assert not {f"{table}_default" for table in (OUTBOX, EVENTS)} & tables
     # Without the range every day kept is planned: what the range saves.
     everything = days_in(planned(CLAIM, {**params, **ALL_IDS}))
     assert {partition(OUTBOX, day) for day in history} <= everything
 
 
+def test_a_settle_and_a_renewal_plan_only_the_days_of_their_messages(history) -> None:
+    ids = make_messages(3, age=1)
+    params = {**id_range(ids), "ids": ids, "attempts": [1] * 3, "relay": "r1"}
+    params.update(pending=DeliveryStatus.PENDING.value)
+    settle = {
+        **params,
+        **statuses(),
+        "max_attempts": 5,
+        "started_ago": [0.0] * 3,
+        "ended_ago": [0.0] * 3,
+        "errors": None,
+        "permanent_flags": None,
+        "delays": None,
+    }
+    for statement, values in (
+        (SETTLE, settle),
+        (EXTEND, {**params, "visibility": 30.0, "ago": [None] * 3}),
+    ):
+        assert days_in(planned(statement, values)) == {partition(OUTBOX, today())}
+
+
 def test_a_claim_takes_the_pending_messages_of_any_day(history) -> None:
     old = make_messages(2, age=PAST[0] * DAY)  # in a day of history
     stray = make_messages(1, age=100 * DAY)  # no such day: the default partition
-    new = make_messages(2, age=5)
+    new = make_messages(2, age=1)
     assert sql("SELECT count(DISTINCT tableoid) FROM outbox_message_t")[0][0] == 3
     with connection.cursor() as cursor:
         claimed = claim_batch(cursor, claimer(), 100)
@@ -110,14 +136,18 @@ def test_a_message_written_after_the_range_is_claimed_by_the_next_claim(history)
     first = make_messages(1, age=5)
     with connection.cursor() as cursor:
         ids = pending_ids(cursor)
-        later = make_messages(1, age=PAST[1] * DAY)  # a late fire of an old slot: below the range
-        assert ids is not None and later[0] < ids["low"]
+        late = make_messages(1, age=PAST[1] * DAY)  # a late fire of an old slot: below the range
+        new = make_messages(1, age=0)  # a new fire: above it
+        assert ids is not None and late[0] < ids["low"] and new[0] > ids["high"]
         with transaction.atomic():
             cursor.execute(CLAIM, {**claim_args(claimer(), 100), **ids})
             taken = {row[0] for row in cursor.fetchall()}
-        assert taken == set(first)  # this claim's range did not reach it
+        assert taken == set(first)  # this claim's range reached neither
+        # What tells the relay to claim again when a claim comes back short sees them now.
+        until = seconds_until_claimable(cursor)
+        assert until is not None and until <= 0
         again = claim_batch(cursor, claimer(), 100)
-    assert {m.id for m in again.live} == set(later)
+    assert {m.id for m in again.live} == set(late + new)
 
 
 def test_renewals_and_outcomes_reach_messages_of_several_days(history) -> None:

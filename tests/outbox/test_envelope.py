@@ -18,7 +18,7 @@ import pytest
 from django.db import connection, transaction
 
 from django_dsched.models import OutboxMessage
-from django_dsched.outbox.claims import CLAIM, claim_args, claim_batch
+from django_dsched.outbox.claims import CLAIM, claim_args, claim_batch, pending_ids
 from django_dsched.outbox.messages import Claimer
 from tests.helpers import sql
 
@@ -103,7 +103,7 @@ def test_the_delivered_envelope_is_exactly_this(kathmandu):
 
     # The text the relay's claim returns (its statement as the relay runs it; rolled back).
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(CLAIM, claim_args(claimer, 10))
+        cursor.execute(CLAIM, {**claim_args(claimer, 10), **(pending_ids(cursor) or {})})
         [row] = cursor.fetchall()
         transaction.set_rollback(True)
     body, size = row[3], row[9]
