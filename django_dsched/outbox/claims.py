@@ -42,9 +42,8 @@ All times are the database's (``statement_timestamp()``, ``clock_timestamp()``).
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from django.db import transaction
@@ -53,9 +52,7 @@ from django_dsched.enums import DeliveryStatus
 from django_dsched.models import envelope
 from django_dsched.models import outbox as outbox_model
 from django_dsched.models.times import OUT_OF_RANGE, readable, storable
-from django_dsched.models.validators import make_storable_text
-from django_dsched.outbox import run_health
-from django_dsched.outbox.messages import Claimed, Claimer, DeliveryOutcome, Message, Settled
+from django_dsched.outbox.messages import Claimed, Claimer, Message
 from django_dsched.runtime.loops import bound_transaction, hold_bounds
 
 # Longest error text stored per message.
@@ -337,66 +334,6 @@ CLAIM = CLAIMS[False, False]
 # The least part of a batch the backlog gets while on-time work would fill it.
 BACKLOG_SHARE = 0.1
 
-# The claim's fence on the rows a write names (``m``): still this relay's and pending. The
-# values come through one-row subqueries so the planner does not estimate the rows from the
-# column statistics: ``claimed_by`` is '' in nearly every row ANALYZE saw, so a constant relay
-# id reads as "about one row", and a batch of 1,000 outcomes was joined to a sequential scan
-# of the table in a nested loop (a million comparisons, 200 ms a settle); with the fence
-# unknown to the planner it probes the primary key or hashes, at any batch size. The range
-# of the ids the write names (:func:`id_range`), as values: only their days are planned.
-FENCE = (
-    "m.claimed_by = (SELECT %(relay)s::text) AND m.status = (SELECT %(pending)s::text)"
-    f" AND {in_range('m')}"
-)
-
-
-def id_range(ids: Iterable[uuid.UUID]) -> dict[str, uuid.UUID]:
-    """The ``low`` and ``high`` of :func:`in_range` for a write naming ``ids`` (at least one):
-    PostgreSQL orders uuids as Python does, by their bytes."""
-    listed = list(ids)
-    return {"low": min(listed), "high": max(listed)}
-
-
-# Record outcomes: delivered, or failed (retry after a delay, or dead-letter when the
-# attempts are used up or the failure is permanent). Returns what was recorded. The arrays
-# come as text literals (:func:`literal`), one parameter each, parsed by the server in C: a
-# list bound element by element costs the relay microseconds per element. A delivered
-# outcome has no error (NULL); when every outcome of the batch is delivered the error,
-# permanent and delay arrays are NULL, which ``unnest`` pads out. The same statement keeps
-# the schedules' runs in a row (:mod:`.run_health`, schedule health).
-SETTLE = f"""
-WITH settled AS (
-UPDATE outbox_message_t m
-SET status = CASE
-        WHEN o.error IS NULL THEN %(delivered)s
-        WHEN o.permanent OR m.attempts >= %(max_attempts)s THEN %(dead)s
-        ELSE %(pending)s END,
-    delivered_ts = CASE WHEN o.error IS NULL THEN clock_timestamp() END,
-    next_attempt_ts = CASE
-        WHEN o.error IS NULL OR o.permanent OR m.attempts >= %(max_attempts)s THEN NULL
-        ELSE clock_timestamp() + make_interval(secs => o.delay) END,
-    last_error = COALESCE(o.error, m.last_error),
-    claimed_by = '',
-    claimed_until = NULL,
-    -- Phases, from the relay's monotonic clock: started and ended that many seconds ago. A
-    -- message handed off to a worker (started_ago NULL) keeps what the worker reports.
-    started_ts = CASE WHEN o.started_ago IS NULL THEN m.started_ts
-                      ELSE clock_timestamp() - make_interval(secs => o.started_ago) END,
-    completed_ts = CASE WHEN o.error IS NULL AND o.started_ago IS NOT NULL
-                        THEN clock_timestamp() - make_interval(secs => o.ended_ago)
-                        ELSE m.completed_ts END,
-    failed_ts = CASE WHEN o.error IS NULL THEN m.failed_ts
-                     ELSE clock_timestamp() - make_interval(secs => o.ended_ago) END
-FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(started_ago)s::float8[],
-            %(ended_ago)s::float8[], %(errors)s::text[], %(permanent_flags)s::bool[],
-            %(delays)s::float8[])
-     AS o(id, attempts, started_ago, ended_ago, error, permanent, delay)
-WHERE m.id = o.id AND m.attempts = o.attempts AND {FENCE}
-RETURNING m.id, m.status, m.next_attempt_ts, m.delivered_ts, {run_health.OUTCOME}
-),{run_health.after_settle("settled")}
-SELECT id, status, next_attempt_ts, delivered_ts FROM settled
-"""
-
 # Seconds (database clock) until the next message becomes claimable, looking no further than
 # %(within)s seconds ahead; None if none does. Per priority, the first row of the same index
 # range, so rows claimable only later than that are never read.
@@ -579,51 +516,6 @@ def claim(
     last ``ON_TIME_WINDOW``); return (to deliver, dead-lettered at claim)."""
     claimed = claim_batch(cursor, claimer, limit, max_bytes)
     return claimed.live, claimed.dead
-
-
-def settle(cursor: Any, claimer: Claimer, outcomes: Sequence[DeliveryOutcome]) -> list[Settled]:
-    """Record outcomes of this relay's claims; outcomes of lost claims are not written.
-
-    Errors come from outside (endpoints, transports, handlers): each is made storable (no
-    NUL, no lone surrogate, at most ``ERROR_MAX_CHARS``) so that no error text can make the
-    statement fail. One statement for the whole batch: if a row refuses its outcome for
-    another reason, the statement fails as a whole (``outbox.outcomes`` records the batch
-    outcome by outcome then).
-    """
-    if not outcomes:
-        return []
-    now = time.monotonic()
-    failed = [o for o in outcomes if o.error]
-    cursor.execute(
-        SETTLE,
-        {
-            **statuses(),
-            **id_range(o.message.id for o in outcomes),
-            "ids": literal(o.message.id for o in outcomes),
-            "attempts": literal(o.message.attempt for o in outcomes),
-            "relay": claimer.relay_id,
-            "max_attempts": claimer.max_attempts,
-            "started_ago": literal(
-                None if o.started is None else now - o.started for o in outcomes
-            ),
-            "ended_ago": literal(0.0 if o.ended is None else now - o.ended for o in outcomes),
-            # Rarely any: bound as lists (the errors need quoting), NULL when none failed.
-            "errors": [
-                make_storable_text(o.error, ERROR_MAX_CHARS) if o.error else None for o in outcomes
-            ]
-            if failed
-            else None,
-            "permanent_flags": [o.permanent for o in outcomes] if failed else None,
-            "delays": [o.delay for o in outcomes] if failed else None,
-        },
-    )
-    return [Settled(*row) for row in cursor.fetchall()]
-
-
-def literal(values: Iterable[Any]) -> str:
-    """An array of UUIDs or numbers (None: NULL) as PostgreSQL's text literal, which the
-    statement casts (``%(ids)s::uuid[]``)."""
-    return "{" + ",".join("NULL" if v is None else str(v) for v in values) + "}"
 
 
 def seconds_until_claimable(

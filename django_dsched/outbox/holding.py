@@ -2,7 +2,7 @@
 heartbeat, a batch claimed ahead and held long) and a stopping relay's release (``RELEASE``).
 
 Each is one statement for the whole batch, fenced on ``(claimed_by, attempts)``
-(:data:`~.claims.FENCE`): a claim another relay took over is neither renewed nor given back.
+(:data:`~.settling.FENCE`): a claim another relay took over is neither renewed nor given back.
 A row the database refuses to write (a CHECK ... NOT VALID, a trigger) would fail the
 statement for every claim of the batch; it is narrowed down to that row instead
 (:func:`.refused.narrowed`), which is neither renewed (so not sent: it may expire and be
@@ -17,9 +17,10 @@ from typing import Any
 
 from django.db import connections
 
-from django_dsched.outbox.claims import FENCE, id_range, statuses
+from django_dsched.outbox.claims import statuses
 from django_dsched.outbox.messages import Claimer, Message
 from django_dsched.outbox.refused import narrowed
+from django_dsched.outbox.settling import FENCE, id_range
 
 # Keep claims alive while the relay holds them; returns the ids still ours. A message whose
 # run is under way (its ``ago`` not NULL: run by the relay itself, started that many seconds

@@ -1,6 +1,6 @@
 """Recording a batch's outcomes so that one the database refuses cannot lose the others.
 
-A relay records the outcomes of a batch in one statement (:func:`.claims.settle`): one round
+A relay records the outcomes of a batch in one statement (:func:`.settling.settle`): one round
 trip however large the batch. Error text comes from outside (an endpoint's reply, a
 transport's or a handler's exception) and is made storable before it is sent, but a row can
 still refuse its outcome for a reason of its own (a CHECK constraint or a trigger an operator
@@ -33,8 +33,8 @@ from typing import Any
 from django.db import DatabaseError, connections, transaction
 
 from django_dsched.models.validators import make_storable_text
-from django_dsched.outbox.claims import settle
 from django_dsched.outbox.messages import Claimer, DeliveryOutcome, Message, Settled
+from django_dsched.outbox.settling import settle
 from django_dsched.runtime.refusals import refusal, refused
 
 # Longest refusal quoted in the error of the failed attempt recorded in its place.

@@ -1,5 +1,5 @@
 """Runs' outcomes in a row per schedule (``schedule_health_t``), written by the statements
-that record them: the relay's settle (:data:`.claims.SETTLE`) and the workers' reports
+that record them: the relay's settle (:data:`.settling.SETTLE`) and the workers' reports
 (:mod:`.phases`), as a part of that same statement (no round trip of its own).
 
 A failure is an attempt that failed (to be retried or dead-lettered) or a run a worker

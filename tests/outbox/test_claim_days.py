@@ -24,17 +24,15 @@ from django_dsched.history.partitions import EVENTS, OUTBOX, make_day, partition
 from django_dsched.outbox.claims import (
     ALL_IDS,
     CLAIM,
-    SETTLE,
     claim_args,
     claim_batch,
-    id_range,
     pending_ids,
     seconds_until_claimable,
-    settle,
     statuses,
 )
 from django_dsched.outbox.holding import EXTEND, extend
 from django_dsched.outbox.messages import Claimer, DeliveryOutcome
+from django_dsched.outbox.settling import SETTLE, id_range, settle
 from django_dsched.runtime import binding
 from tests.helpers import sql
 from tests.outbox_helpers import make_messages
@@ -97,7 +95,7 @@ def test_a_settle_and_a_renewal_plan_only_the_days_of_their_messages(history) ->
     ids = make_messages(3, age=1)
     params = {**id_range(ids), "ids": ids, "attempts": [1] * 3, "relay": "r1"}
     params.update(pending=DeliveryStatus.PENDING.value)
-    settle = {
+    recorded = {
         **params,
         **statuses(),
         "max_attempts": 5,
@@ -108,7 +106,7 @@ def test_a_settle_and_a_renewal_plan_only_the_days_of_their_messages(history) ->
         "delays": None,
     }
     for statement, values in (
-        (SETTLE, settle),
+        (SETTLE, recorded),
         (EXTEND, {**params, "visibility": 30.0, "ago": [None] * 3}),
     ):
         assert days_in(planned(statement, values)) == {partition(OUTBOX, today())}

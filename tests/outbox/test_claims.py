@@ -31,11 +31,11 @@ from django_dsched.outbox.claims import (
     claim,
     claim_batch,
     seconds_until_claimable,
-    settle,
 )
 from django_dsched.outbox.messages import Claimer, DeliveryOutcome
 from django_dsched.outbox.refused import claim_narrowed
 from django_dsched.outbox.relay import Relay
+from django_dsched.outbox.settling import settle
 from tests.helpers import other_session, sql
 from tests.outbox_helpers import make_messages
 

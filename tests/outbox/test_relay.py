@@ -15,9 +15,10 @@ from django.core.management import call_command
 from django_dsched import api
 from django_dsched.enums import DeliveryStatus
 from django_dsched.models import OutboxMessage
-from django_dsched.outbox.claims import claim, settle
+from django_dsched.outbox.claims import claim
 from django_dsched.outbox.messages import Claimer, DeliveryOutcome
 from django_dsched.outbox.relay import Relay
+from django_dsched.outbox.settling import settle
 from django_dsched.outbox.transports import PermanentDeliveryError
 from django_dsched.scheduler import Scheduler
 from tests.factories import ScheduleFactory
