@@ -201,6 +201,8 @@ class CronTimetable:
                 if instant > when and (best is None or instant < best):
                     best = instant
                     high = self._offsets_near(best)[1]
+                    if self._as_utc(naive, high) >= best:
+                        return best  # every later wall time lands later: the usual case
         except (CroniterBadDateError, OverflowError, ValueError):
             return best
         raise CronError(f"{self.expression!r}: no fire found after {when}")
@@ -222,6 +224,8 @@ class CronTimetable:
                 if instant <= when and (best is None or instant > best):
                     best = instant
                     low = self._offsets_near(best)[0]
+                    if self._as_utc(naive, low) <= best:
+                        return best  # every earlier wall time lands earlier: the usual case
         except (CroniterBadDateError, OverflowError, ValueError):
             return best
         raise CronError(f"{self.expression!r}: no fire found before {when}")

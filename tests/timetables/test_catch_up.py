@@ -158,3 +158,19 @@ def test_cron_searches_near_a_dst_change_cost_what_they_cost_elsewhere(steps, wh
 
     # Before: the search window spanned the whole hour of the jump (~120 steps).
     assert steps(lambda: both(when)) <= steps(lambda: both(ordinary)) <= 4
+
+
+@pytest.mark.parametrize(
+    "when",
+    [
+        datetime(2026, 3, 18, 12, 0, 30, tzinfo=UTC),  # an ordinary Wednesday
+        datetime(2026, 3, 27, 10, 0, 30, tzinfo=UTC),  # the Friday before the change
+        datetime(2026, 3, 29, 3, 0, 30, tzinfo=UTC),  # two hours after the gap
+    ],
+)
+def test_a_cron_search_away_from_a_jump_asks_croniter_for_one_match(steps, when):
+    # The match found is the answer when no wall time on the far side of it can land on
+    # this side (no offset change within two jumps): no second match to prove it.
+    table = CronTimetable("* * * * *", "Europe/Brussels")
+    assert steps(lambda: table.slot_after(when)) == 1
+    assert steps(lambda: table.slot_at_or_before(when)) == 1
