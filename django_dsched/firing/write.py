@@ -31,6 +31,7 @@ from django_dsched.firing.overlap import (
 )
 from django_dsched.firing.plan import REASON_MAX, Plan
 from django_dsched.history import event_ids
+from django_dsched.history.partitions import whole_days
 from django_dsched.models import times
 from django_dsched.runtime.refusals import refusal, refused
 
@@ -353,13 +354,10 @@ def _arrays(decided: Plan, part: list[int]) -> dict[str, str]:
 
 def slot_ids(slots: list[int | None]) -> dict[str, str]:
     """The range of the ids the events of ``slots`` (microseconds; None: no slot) can have
-    (``FRESH``'s): from the first slot's millisecond to the end of the last one's; empty
-    when none has a slot."""
+    (``FRESH``'s): the days of the first slot and of the last
+    (:func:`.partitions.whole_days`); empty when none has a slot."""
     millis = [slot // 1000 & event_ids.MS_MASK for slot in slots if slot is not None]
     if not millis:
         return {"slot_ids_from": str(uuid.UUID(int=1)), "slot_ids_to": str(uuid.UUID(int=0))}
-    first, last = min(millis), max(millis)
-    return {
-        "slot_ids_from": str(uuid.UUID(int=first << 80)),
-        "slot_ids_to": str(uuid.UUID(int=(last << 80) | ((1 << 80) - 1))),
-    }
+    low, high = whole_days(uuid.UUID(int=min(millis) << 80), uuid.UUID(int=max(millis) << 80))
+    return {"slot_ids_from": str(low), "slot_ids_to": str(high)}

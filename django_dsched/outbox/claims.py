@@ -49,6 +49,7 @@ from typing import Any
 from django.db import transaction
 
 from django_dsched.enums import DeliveryStatus
+from django_dsched.history.partitions import whole_days
 from django_dsched.models import envelope
 from django_dsched.models import outbox as outbox_model
 from django_dsched.models.times import OUT_OF_RANGE, readable, storable
@@ -66,7 +67,9 @@ AVAILABLE_TS = "GREATEST(o.event_ts, o.next_attempt_ts, o.claimed_until)"
 # A claim names the range of the pending messages' ids, ``%(low)s`` to ``%(high)s`` (read
 # just before: :func:`pending_ids`), in each of its scans and in its payload's probe of
 # event_store_t. Given as values, the range lets PostgreSQL plan only the day partitions
-# between the oldest and the newest pending message (history/partitions.py: by id).
+# between the oldest and the newest pending message (history/partitions.py: by id); it is
+# widened to those whole days, so the planner never takes it for a selective condition
+# (history/partitions.whole_days).
 # Unbounded, each of a claim's eleven scans of outbox_message_t was planned over every day
 # kept: 45 days of history (the default retention) and the week made ahead made the
 # planning cost more than the claim, and halved a relay's rate.
@@ -404,12 +407,16 @@ def claim_args(
 
 
 def pending_ids(cursor: Any) -> dict[str, uuid.UUID] | None:
-    """The range of the pending messages' ids (the ``low`` and ``high`` of :func:`in_range`);
-    None if no message is pending. A message that becomes pending outside it afterwards (a
-    fire's, announced by its NOTIFY) is claimed by the next claim."""
+    """The range of the pending messages' ids (the ``low`` and ``high`` of :func:`in_range`),
+    widened to whole days (:func:`.partitions.whole_days`); None if no message is pending. A
+    message that becomes pending outside it afterwards (a fire's, announced by its NOTIFY)
+    is claimed by the next claim."""
     cursor.execute(PENDING_IDS)
     low, high = cursor.fetchone()
-    return None if low is None else {"low": low, "high": high}
+    if low is None:
+        return None
+    low, high = whole_days(low, high)
+    return {"low": low, "high": high}
 
 
 def claim_batch(

@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from django_dsched.history.partitions import whole_days
 from django_dsched.models.validators import make_storable_text
 from django_dsched.outbox import run_health
 from django_dsched.outbox.claims import ERROR_MAX_CHARS, in_range, statuses
@@ -35,9 +36,11 @@ FENCE = (
 
 def id_range(ids: Iterable[uuid.UUID]) -> dict[str, uuid.UUID]:
     """The ``low`` and ``high`` of :func:`in_range` for a write naming ``ids`` (at least one):
-    PostgreSQL orders uuids as Python does, by their bytes."""
+    their days (:func:`.partitions.whole_days`; PostgreSQL orders uuids as Python does, by
+    their bytes)."""
     listed = list(ids)
-    return {"low": min(listed), "high": max(listed)}
+    low, high = whole_days(min(listed), max(listed))
+    return {"low": low, "high": high}
 
 
 # Record outcomes: delivered, or failed (retry after a delay, or dead-letter when the

@@ -263,9 +263,11 @@ def test_a_failing_destination_is_held_back_and_its_messages_kept(relay_settings
         )
         rows = list(OutboxMessage.objects.filter(id__in=a_ids))
         assert all(r.status == DeliveryStatus.PENDING for r in rows)  # kept, not dead
-        failed = [r for r in rows if r.attempts == 1]
-        held = [r for r in rows if r.attempts == 0]
-        assert len(failed) == 3 and len(held) == 7
+        # Three sends failed in a row: three messages once each, or (on a slow machine, its
+        # retry due after about a second) a message's retry among them.
+        failed = [r for r in rows if r.attempts]
+        held = [r for r in rows if not r.attempts]
+        assert sum(r.attempts for r in failed) == 3 and len(held) == 10 - len(failed) >= 7
         assert all(r.last_error.startswith("circuit open:") for r in held)
         assert all(r.next_attempt_ts is not None for r in held)
         ((route, host, error),) = sql("SELECT route, host, last_error FROM relay_circuit_t")
@@ -277,9 +279,10 @@ def test_a_failing_destination_is_held_back_and_its_messages_kept(relay_settings
         )
         wait_for(lambda: not sql("SELECT 1 FROM relay_circuit_t"), what="the circuit closed")
     assert sorted(seen) == sorted(str(i) for i in a_ids + b_ids)
-    # The held messages were attempted once (when delivered), the failed ones twice.
-    attempts = sorted(OutboxMessage.objects.filter(id__in=a_ids).values_list("attempts", flat=True))
-    assert attempts == [1] * 7 + [2] * 3
+    # The held messages were attempted once (when delivered), the failed ones once more.
+    attempts = dict(OutboxMessage.objects.filter(id__in=a_ids).values_list("id", "attempts"))
+    assert all(attempts[r.id] == 1 for r in held)
+    assert all(attempts[r.id] == r.attempts + 1 for r in failed)
 
 
 def test_one_tenant_s_backlog_does_not_hold_up_another_s_deliveries(relay_settings, handle):
