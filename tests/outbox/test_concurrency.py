@@ -267,7 +267,8 @@ def test_a_failing_destination_is_held_back_and_its_messages_kept(relay_settings
         # retry due after about a second) a message's retry among them.
         failed = [r for r in rows if r.attempts]
         held = [r for r in rows if not r.attempts]
-        assert sum(r.attempts for r in failed) == 3 and len(held) == 10 - len(failed) >= 7
+        assert sum(r.attempts for r in failed) == 3 and 2 <= len(failed) <= 3
+        assert len(held) == 10 - len(failed)  # never attempted
         assert all(r.last_error.startswith("circuit open:") for r in held)
         assert all(r.next_attempt_ts is not None for r in held)
         ((route, host, error),) = sql("SELECT route, host, last_error FROM relay_circuit_t")
