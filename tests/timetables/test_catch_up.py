@@ -94,13 +94,16 @@ class Counting(croniter):
 def steps(monkeypatch):
     monkeypatch.setattr(cron_module, "croniter", Counting)
     cron_module._REWOUND.clear()
+    # Expressions parsed by earlier tests are cached as plain croniter: parse them again.
+    cron_module._parsed.cache_clear()
 
     def count(work) -> int:
         Counting.steps = 0
         work()
         return Counting.steps
 
-    return count
+    yield count
+    cron_module._parsed.cache_clear()  # and none parsed as Counting is left for later tests
 
 
 def catch_up(table, next_slot: datetime, now: datetime, limit: int):
