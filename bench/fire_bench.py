@@ -47,6 +47,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import fire_ceiling
 import minimal_ceiling
 from setup_django import ROOT, configure
 
@@ -259,35 +260,6 @@ def server_counters() -> tuple[int, int, int]:
     )[0]
 
 
-# The ceiling: the same three writes per fire by hand, in batches (see the module's doc).
-CEILING_CLAIM = """
-SELECT schedule_id, host_id, event_topic, event_type, event_data::text, aggregate_version,
-       (extract(epoch FROM next_slot_ts) * 1000000)::bigint
-FROM schedule_t
-WHERE active AND next_run_ts <= statement_timestamp()
-ORDER BY next_run_ts, priority DESC
-LIMIT %s
-FOR UPDATE SKIP LOCKED
-"""
-CEILING_EVENTS = """
-INSERT INTO event_store_t (id, host_id, aggregate_id, aggregate_type, aggregate_version,
-                           event_type, event_ts, payload, metadata, scheduled_ts)
-SELECT u.id, u.host, u.sid, 'Schedule', u.version + 1, u.etype, statement_timestamp(),
-       u.data::jsonb, '{}', 'epoch'::timestamptz + u.slot * interval '1 microsecond'
-FROM unnest(%s::uuid[], %s::uuid[], %s::uuid[], %s::bigint[], %s::text[], %s::text[],
-            %s::bigint[]) AS u(id, host, sid, version, etype, data, slot)
-"""
-CEILING_OUTBOX = """
-INSERT INTO outbox_message_t (id, host_id, aggregate_id, aggregate_type, aggregate_version,
-                              event_type, event_ts, topic, status)
-SELECT u.id, u.host, u.sid, 'Schedule', u.version + 1, u.etype, statement_timestamp(),
-       u.topic, 'PENDING'
-FROM unnest(%s::uuid[], %s::uuid[], %s::uuid[], %s::bigint[], %s::text[], %s::text[])
-     AS u(id, host, sid, version, etype, topic)
-"""
-CEILING_UPDATE = minimal_ceiling.update_sql("schedule_t")
-
-
 def ceiling_run(schedules: int, batch_size: int) -> dict[str, float]:
     """The hand-written ceiling draining ``schedules`` due hourly schedules."""
     reset()
@@ -299,8 +271,7 @@ def ceiling_run(schedules: int, batch_size: int) -> dict[str, float]:
     with psycopg.connect(URL, autocommit=True) as conn, conn.cursor() as cur:
         # As the fire path does: the schedules' NOTIFY trigger stays quiet.
         cur.execute("SET dsched.firing = 'on'")
-        statements = (CEILING_CLAIM, CEILING_EVENTS, CEILING_OUTBOX, CEILING_UPDATE)
-        minimal_ceiling.drain(conn, cur, statements, batch_size, event_ids.event_id)
+        minimal_ceiling.drain(conn, cur, fire_ceiling.STATEMENTS, batch_size, event_ids.event_id)
     wall = time.monotonic() - started
     wal = (wal_lsn() - wal) / schedules
     (written,) = sql("SELECT count(*) FROM event_store_t")[0]

@@ -17,13 +17,19 @@ last fire statement, scaled for the first batch), the relay's messages from its 
 
 ``e2e``: each round fires the burst alone (the firing time), then again with one relay
 running beside the scheduler from before the first fire; prints first fire to last delivery
-against the firing time alone, handler and Redis.
+against the firing time alone, handler and Redis. Beside them, the same ratio for the
+hand-written ceilings: the fire path's on these tables (``fire_ceiling.py``, batches of
+1,000 as the scheduler's) firing the burst alone, then with the relay's ceiling (below, in a
+process of its own, looking every 5 ms) delivering beside it; JIT off in both, as in the
+product.
 
 ``lag``: 1,000 schedules every second for ``--seconds`` while one relay delivers: p50 / p99 of
 fire to delivery (``delivered_ts - event_ts``) and of slot to delivery.
 
 ``claim``: ``EXPLAIN ANALYZE`` of one claim of a batch with ``--waiting`` messages on a
-backoff (and a small claimable backlog), each code's claim, alternating.
+backoff (and a small claimable backlog), each code's claim, alternating, under the settings
+its relay sets for its claim's transaction (``claims.claim_settings()``, where it has it:
+JIT off), else the server's.
 
 **The ceiling** is the least a relay can do per message on these tables, written by hand in
 psycopg: per batch, one ``UPDATE ... FROM (SELECT ... ORDER BY priority DESC, <ready time>
@@ -62,19 +68,24 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 DATABASE = "dsched_pipeline_bench"
 TOPIC = "bench"
+FIRE_BATCH = 1000  # the fire ceiling's batch: the scheduler's default (DSCHED_BATCH_SIZE)
 
 
 # -- the relay child (runs with PYTHONPATH at the checkout measured) ------------------------------
 
 
 def child(mode: str, kind: str, redis_url: str, batch_size: int) -> None:
-    """A relay in its own process, on the ``django_dsched`` of ``sys.path[0]``."""
+    """A relay in its own process, on the ``django_dsched`` of ``sys.path[0]`` (``kind``
+    ``ceiling``: the relay's ceiling, serving)."""
     os.environ["DEBUG"] = "False"
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "example_project.settings")
     sys.path.append(str(ROOT))  # example_project (the checkout measured stays first)
     import django
 
     django.setup()
+    if kind == "ceiling":
+        ceiling_serving(batch_size)
+        return
     import django_dsched
 
     checkout = Path(os.environ["PYTHONPATH"].split(os.pathsep)[0]).resolve()
@@ -100,6 +111,28 @@ def child(mode: str, kind: str, redis_url: str, batch_size: int) -> None:
     relay.run()
 
 
+def ceiling_serving(batch: int) -> None:
+    """The relay's ceiling (below) delivering what comes, looking again every 5 ms when it
+    finds nothing (the fire ceiling sends no NOTIFY), until SIGTERM."""
+    import psycopg
+    from relay_ceiling import CEILING_CLAIM, CEILING_SETTLE
+
+    stopping: list[int] = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
+    with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
+        cur = conn.cursor()
+        cur.execute("SET jit = off")  # as the product's relay
+        print("ready", flush=True)
+        while not stopping:
+            rows = cur.execute(CEILING_CLAIM, [batch]).fetchall()
+            if not rows:
+                time.sleep(0.005)
+                continue
+            for _, payload in rows:
+                (lambda payload: None)(payload)  # noop(), defined below this child's exit
+            cur.execute(CEILING_SETTLE, [[id_ for id_, _ in rows]], binary=True)
+
+
 def transports_for(kind: str, redis_url: str) -> dict[str, Any]:
     if kind == "redis":
         return {"*": {"BACKEND": "redis", "OPTIONS": {"URL": redis_url, "MAXLEN": 100_000}}}
@@ -113,7 +146,9 @@ if __name__ == "__main__" and sys.argv[1:2] == ["child"]:
 
 sys.path.insert(0, str(HERE))
 os.environ["DEBUG"] = "False"
+import fire_ceiling  # noqa: E402
 import history_days  # noqa: E402
+import minimal_ceiling  # noqa: E402
 from cpu_busy import CORES, Sampler  # noqa: E402
 from redis_server import redis_server  # noqa: E402
 from setup_django import configure  # noqa: E402
@@ -125,6 +160,7 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 from relay_ceiling import CEILING_CLAIM, CEILING_SETTLE  # noqa: E402 (needs Django set up)
 
+from django_dsched.history import event_ids  # noqa: E402
 from django_dsched.models import ids  # noqa: E402
 from django_dsched.outbox import claims  # noqa: E402
 
@@ -398,6 +434,40 @@ def machine_floor(count: int, seconds: float, redis_url: str, batch: int) -> flo
     return max(seconds, (fire_cpu + relay_cpu) / CORES) / seconds
 
 
+def ceiling_fire(batch: int) -> None:
+    """Fire what is due (waiting for the first due schedule) with the fire path's ceiling on
+    these tables (bench/fire_ceiling.py), JIT off as in the scheduler."""
+    wait_until("SELECT NOT " + NOTHING_DUE.removeprefix("SELECT "), 60, every=0.001)
+    with psycopg.connect(URL, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute("SET jit = off")
+        cur.execute("SET dsched.firing = 'on'")  # the schedules' NOTIFY trigger stays quiet
+        minimal_ceiling.drain(conn, cur, fire_ceiling.STATEMENTS, batch, event_ids.event_id)
+
+
+def ceiling_e2e(count: int, batch: int) -> tuple[float, float]:
+    """The hand-written ceiling of ``e2e``: the fire ceiling firing the burst alone, then
+    again with the relay's ceiling (a process of its own) delivering beside it; (firing
+    alone, first fire to last delivery) in seconds."""
+    reset()
+    insert_schedules(count, "HOURS", 1, "now() - interval '30 minutes'")
+    ceiling_fire(FIRE_BATCH)
+    _, seconds = firing(count)
+    reset()
+    insert_schedules(count, "HOURS", 1, "date_trunc('second', now()) + '3 s'")
+    with relay_serving(ROOT, "ceiling", "", batch):
+        ceiling_fire(FIRE_BATCH)
+        wait_until(
+            f"SELECT count(*) = {count} FROM outbox_message_t WHERE status = 'DELIVERED'",
+            max(600, count / 500),
+            every=0.5,
+        )
+    ((total,),) = sql(
+        "SELECT extract(epoch FROM (SELECT max(delivered_ts) FROM outbox_message_t)"
+        " - (SELECT min(event_ts) FROM event_store_t))"
+    )
+    return seconds, float(total)
+
+
 def e2e(count: int, runs: int, batch: int, baseline: Path | None) -> None:
     alone: list[float] = []
     floors: list[float] = []
@@ -411,6 +481,12 @@ def e2e(count: int, runs: int, batch: int, baseline: Path | None) -> None:
                 f"round {run + 1} (load {load()}): firing alone {seconds:.3f} s; "
                 f"machine floor {floors[-1]:.2f}x"
             ]
+            ceiling_alone, ceiling_total = ceiling_e2e(count, batch)
+            ratios.setdefault(("ceiling", ""), []).append(ceiling_total / ceiling_alone)
+            line.append(
+                f"ceiling: firing alone {ceiling_alone:.3f} s, first fire to last delivery "
+                f"{ceiling_total:.3f} s ({ceiling_total / ceiling_alone:.2f}x)"
+            )
             for kind in ("handlers", "redis"):
                 for code, path in codes(baseline, run):
                     reset()
@@ -445,7 +521,8 @@ def e2e(count: int, runs: int, batch: int, baseline: Path | None) -> None:
         f"cores / firing alone): {spread(floors, '{:.2f}')}"
     )
     for (kind, code), values in ratios.items():
-        print(f"  {kind} {code}: first fire to last delivery / firing alone "
+        name = "ceiling (by hand)" if kind == "ceiling" else f"{kind} {code}"
+        print(f"  {name}: first fire to last delivery / firing alone "
               f"{spread(values, '{:.2f}')}")  # fmt: skip
 
 
@@ -539,6 +616,11 @@ def claim_cost(waiting: int, runs: int, batch: int, baseline: Path | None) -> No
                 if hasattr(module, "pending_ids"):  # the claim's range, as the relay reads it
                     args.update(module.pending_ids(cursor) or {})
                 cursor.execute("BEGIN")
+                # The claim's own settings, as its relay runs it (JIT off, where the code
+                # sets that), not this session's.
+                settings = module.claim_settings() if hasattr(module, "claim_settings") else {}
+                for name, value in settings.items():
+                    cursor.execute("SELECT set_config(%s, %s, true)", [name, str(value)])
                 cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + module.CLAIM, args)
                 (raw,) = cursor.fetchone()
                 cursor.execute("ROLLBACK")
