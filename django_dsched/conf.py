@@ -250,8 +250,8 @@ class AppSettings:
     )
     RELAY_BATCH_SIZE = Setting(
         1000,
-        "Most messages one relay claims per round trip; it holds (claimed, not recorded) two "
-        "batches at most.",
+        "Most messages one relay claims per round trip; it holds (claimed, being claimed or not "
+        "recorded) three batches at most.",
     )
     # 8 MiB is 128 events of 64 KiB: a relay then stays well under 200 MB RSS whatever its
     # batch size (docs/performance.md).

@@ -41,7 +41,7 @@ from django.db import DatabaseError, Error, connections
 from django_dsched.conf import app_settings
 from django_dsched.outbox.breaker import BreakerRules
 from django_dsched.outbox.circuits import Circuits
-from django_dsched.outbox.claiming import Claiming
+from django_dsched.outbox.claiming import Claiming, Taken
 from django_dsched.outbox.claims import claim_batch, seconds_until_claimable
 from django_dsched.outbox.dispatch import SETTLE_WAIT, Deferred, Dispatcher, Limits
 from django_dsched.outbox.handlers import autodiscover
@@ -66,9 +66,9 @@ if TYPE_CHECKING:
 
 logger = get_logger(__name__)
 
-# A relay holds (claimed, not recorded) at most this many batches of messages, and of bytes:
-# it claims the next batch while it sends the one before.
-HELD_BATCHES = 2
+# A relay holds (claimed or being claimed, not recorded) at most this many batches of
+# messages, and of bytes: it claims the next batch while it sends the one before.
+HELD_BATCHES = 3
 
 
 class Relay(DatabaseLoop):
@@ -139,7 +139,6 @@ class Relay(DatabaseLoop):
         self.circuits = Circuits(self.instance_id, metrics)
         self.claiming = Claiming(self.instance_id, self.using, self._claim_here, self.waker.wake)
         self._claimed_last = 0
-        self._claim_generation = 0  # the pin's generation when the claim in flight began
         self._claim_full = True  # the last claim came back full (or none yet): claim again
         self._claim_at = 0.0  # claim again by then (monotonic): a retry's backoff, a poll
         self._notifications = -1  # the waker's count at the last claim
@@ -197,15 +196,18 @@ class Relay(DatabaseLoop):
         )
 
     def _stop_sending(self) -> None:
-        """Give the queued messages back (and a claim in flight's), wait for the sends under
-        way (at most a visibility timeout: their claims have expired by then) and record
-        them."""
+        """Give the queued messages back (and the claims in flight's), wait for the sends
+        under way (at most a visibility timeout: their claims have expired by then), give
+        back what they left of their runs and record the rest."""
         queued = self.dispatch.close()
         try:
-            queued += self._claimed_in_flight()
+            queued += self._claims_in_flight()
             if queued:
                 self._release(queued)
             self.dispatch.wait_sends(self.claimer.visibility_timeout)
+            unsent = self.dispatch.close()  # the rest of the runs under way, not sent
+            if unsent:
+                self._release(unsent)
             self.write_back(force=True)
             self.circuits.forget(connections[self.using])
         except Error as exc:  # the claims expire after the visibility timeout
@@ -215,22 +217,25 @@ class Relay(DatabaseLoop):
                 self.instance_id,
             )
 
-    def _claimed_in_flight(self) -> list[Message]:
-        """Stopping: the messages of the claim in flight, once it ends (none if it failed:
-        whatever it claimed expires after the visibility timeout)."""
-        try:
-            taken = self.claiming.take(wait=self.claimer.visibility_timeout)
-        except Error as exc:
-            logger.warning(
-                "stopping: the claim in flight failed (%s) relay=%s",
-                first_line(exc),
-                self.instance_id,
-            )
-            return []
-        if taken is None:
-            return []
-        self.reports.dead_at_claim(taken[0].dead, taken[0].why)
-        return taken[0].live
+    def _claims_in_flight(self) -> list[Message]:
+        """Stopping: the messages of the claims in flight, once they end (none of one that
+        failed: whatever it claimed expires after the visibility timeout)."""
+        live: list[Message] = []
+        while self.claiming.running:
+            try:
+                taken = self.claiming.take(wait=self.claimer.visibility_timeout)
+            except Error as exc:
+                logger.warning(
+                    "stopping: a claim in flight failed (%s) relay=%s",
+                    first_line(exc),
+                    self.instance_id,
+                )
+                continue
+            if taken is None:
+                break  # still running after a visibility timeout: its claims have expired
+            self.reports.dead_at_claim(taken.claimed.dead, taken.claimed.why)
+            live += taken.claimed.live
+        return live
 
     def on_new_session(self) -> None:
         """A new session (after an outage, maybe on another server: a failover): renew what
@@ -250,14 +255,14 @@ class Relay(DatabaseLoop):
             self.reports.metrics.holding(len(self.dispatch.jobs), len(self.dispatch.held))
         if self.stopping.is_set():
             return 0.0
-        if not self.claiming.running and self._claim_wanted() and not self.split_brain():
+        if self.claiming.free() and self._claim_wanted() and not self.split_brain():
             self._claim_more()
         if self.idle():
             self.claiming.idle()
         return self._sleep()
 
     def drain(self, timeout: float = 30.0) -> None:
-        """Wait for the claim in flight, and for everything held to be sent, and record it
+        """Wait for the claims in flight, and for everything held to be sent, and record it
         (tests)."""
         deadline = time.monotonic() + timeout
         self._take_claim(wait=timeout)
@@ -296,35 +301,38 @@ class Relay(DatabaseLoop):
         return bool(self._held_back) and self.dispatch.held_back() != self._held_back
 
     def _claim_more(self) -> None:
-        """Claim what there is room for: on the claim thread while the relay holds messages
-        (it sends and records them meanwhile), else at once on its own session."""
-        held = len(self.dispatch.held)
+        """Claim what there is room for (counting what the claims in flight may bring): on a
+        claim thread while the relay holds messages or a claim runs (it sends and records
+        meanwhile), else at once on its own session."""
+        asked, asked_bytes = self.claiming.asked()
+        held = len(self.dispatch.held) + asked
         room = HELD_BATCHES * self.batch_size - held
-        bytes_room = HELD_BATCHES * self.batch_bytes - self.dispatch.held_bytes
+        bytes_room = HELD_BATCHES * self.batch_bytes - self.dispatch.held_bytes - asked_bytes
         if held and (room < self.batch_size or bytes_room < self.batch_bytes):
             return  # a batch's room at least, else claims come back small
         self._notifications = self.waker.notifications
         self._held_back = self.dispatch.held_back()
         limit = min(self.claim_limit(), room)
         max_bytes = min(self.batch_bytes, bytes_room)
-        self._claim_generation = self.pin.generation
         if held:
-            self.claiming.start(limit, max_bytes, self._since, self._held_back)
+            self.claiming.start(limit, max_bytes, self._since, self._held_back, self.pin.generation)
         else:
-            began = time.monotonic()
-            self._took(self._claim(limit, max_bytes, self._since), limit, began)
+            began, generation = time.monotonic(), self.pin.generation
+            claimed = self._claim(limit, max_bytes, self._since)
+            self._took(Taken(claimed, limit, began, generation))
 
     def _take_claim(self, wait: float = 0.0) -> None:
-        """Take the claim the claim thread ended, if any (waiting at most ``wait`` s)."""
-        taken = self.claiming.take(wait)
-        if taken is not None:
-            self._took(*taken)
+        """Take the claims the claim threads ended, if any (waiting at most ``wait`` s for
+        each)."""
+        while (taken := self.claiming.take(wait)) is not None:
+            self._took(taken)
 
-    def _took(self, claimed: Claimed, limit: int, began: float) -> None:
+    def _took(self, taken: Taken) -> None:
         """Hand a claim's messages to the sends (renewed first, on the relay's session, if the
         claim began longer than a heartbeat interval ago, or before the relay's session was
         lost or moved: taken over meanwhile, or claimed on another server, a message is not
         sent)."""
+        claimed, limit = taken.claimed, taken.limit
         live, dead = claimed.live, claimed.dead
         dropped = 0
         if live and self.split_brain():
@@ -336,16 +344,16 @@ class Relay(DatabaseLoop):
                 self.instance_id,
             )
             live, dropped = [], len(live)
-        old = time.monotonic() - began > self.heartbeat.interval
-        if live and (old or self.pin.generation != self._claim_generation):
+        old = time.monotonic() - taken.began > self.heartbeat.interval
+        if live and (old or self.pin.generation != taken.generation):
             with self.heartbeat.writing:
                 kept, _ = extend(self.using, self.claimer, live)
             live = [m for m in live if m.id in kept]
         # What a split kept from the sends does not count as found (the relay is idle then).
         self._claimed_last = len(claimed.live) + len(dead) - dropped
         self._claim_full = self._claimed_last >= limit
-        if claimed.at_us is not None:
-            self._since = claimed.at_us
+        if claimed.at_us is not None:  # the later claim's, whichever ended first
+            self._since = max(self._since or 0, claimed.at_us)
         if self._claimed_last:
             size = sum(m.size for m in claimed.live) + sum(m.size for m in dead)
             self.pace.message_bytes = size / (len(claimed.live) + len(dead))

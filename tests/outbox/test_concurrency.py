@@ -16,7 +16,7 @@ import pytest
 from django_dsched.enums import DeliveryStatus
 from django_dsched.models import OutboxMessage
 from django_dsched.outbox.relay import Relay
-from tests.helpers import sql, wait_for
+from tests.helpers import other_session, sql, wait_for
 from tests.outbox_helpers import make_messages, statuses
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -303,3 +303,81 @@ def test_one_tenant_s_backlog_does_not_hold_up_another_s_deliveries(relay_settin
         assert [i for i in seen if i not in {str(b) for b in b_ids}] == [str(i) for i in a_ids[:25]]
     finally:
         relay.shutdown()
+
+
+def claims_waiting() -> int:
+    """Sessions whose claim waits for a lock (the only statement of the relay's that starts
+    so and waits on the table lock below: the others that do are reads)."""
+    return sql(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        " AND query LIKE '%%RECURSIVE levels(priority)%%'"
+    )[0][0]
+
+
+def test_a_relay_runs_two_claims_at_once_and_holds_three_batches_at_most(relay_settings, handle):
+    """A relay holding a batch starts two more claims, each on a claim thread and session of
+    its own, running at once; with what they bring it holds three batches (claimed, being
+    claimed or not recorded yet), and claims no more until some are recorded. Each message is
+    then delivered once."""
+    gauge = handle(Gauge(), topic="reports")  # no send returns until its gate opens
+    ids = make_messages(100)
+    relay = Relay(instance_id="r1", batch_size=10)
+    try:
+        relay.step()  # nothing held: a claim on the relay's own session
+        assert len(relay.dispatch.held) == 10
+        with other_session() as blocker, blocker.cursor() as cursor:
+            cursor.execute("BEGIN")
+            cursor.execute("LOCK TABLE outbox_message_t IN SHARE MODE")  # claims wait
+            relay.step()
+            relay.step()
+            wait_for(lambda: claims_waiting() == 2, what="two claims waiting at once")
+            relay.step()  # no room: no third
+            assert relay.claiming.asked() == (20, 2 * relay.batch_bytes)
+            cursor.execute("ROLLBACK")
+        wait_for(lambda: relay.step() >= 0 and len(relay.dispatch.held) == 30, what="3 batches")
+        assert not relay.claiming.running
+        relay.step()
+        assert not relay.claiming.running and len(relay.dispatch.held) == 30
+        assert OutboxMessage.objects.filter(claimed_by="r1").count() == 30
+        gauge.gate.set()
+        relay.drain()
+        while relay.run_until_idle():
+            pass
+        assert statuses() == {DeliveryStatus.DELIVERED: 100}
+        assert sorted(gauge.done) == sorted(str(i) for i in ids)
+        assert OutboxMessage.objects.filter(attempts=1).count() == 100
+    finally:
+        gauge.gate.set()
+        relay.shutdown()
+
+
+def test_a_relay_stopping_gives_back_what_two_claims_in_flight_and_its_sends_left(
+    relay_settings, handle
+):
+    """Stopping waits for both claims in flight and gives their messages back (claimable at
+    once by another relay), with those it had queued and the rest of a run whose first send
+    was under way."""
+    gauge = handle(Gauge(), topic="reports")
+    gauge.gate.set()
+    relay_settings.DSCHED_TRANSPORTS = {"*": {"BACKEND": "handlers", "CONCURRENCY": 1}}
+    make_messages(60)
+    relay = Relay(instance_id="r1", batch_size=10)
+    with other_session() as blocker, blocker.cursor() as cursor:
+        gauge.gate.clear()  # the first send holds the rest of its batch queued
+        relay.step()
+        cursor.execute("BEGIN")
+        cursor.execute("LOCK TABLE outbox_message_t IN SHARE MODE")
+        relay.step()
+        relay.step()
+        wait_for(lambda: claims_waiting() == 2, what="two claims waiting at once")
+        stopping = threading.Thread(target=relay.shutdown)
+        stopping.start()
+        wait_for(lambda: relay.dispatch._closed, what="the relay stopping")  # it waits on them
+        cursor.execute("ROLLBACK")
+    gauge.gate.set()
+    stopping.join(30)
+    assert not stopping.is_alive()
+    rows = OutboxMessage.objects.exclude(status=DeliveryStatus.DELIVERED)
+    assert all(r.claimed_by == "" and r.claimed_until is None for r in rows)
+    assert Relay(instance_id="r2").run_until_idle() == rows.count()
+    assert statuses() == {DeliveryStatus.DELIVERED: 60}

@@ -15,6 +15,7 @@ from django.db import connection, connections
 
 from django_dsched.enums import DeliveryStatus
 from django_dsched.models import OutboxMessage
+from django_dsched.outbox.claiming import Taken
 from django_dsched.outbox.claims import claim
 from django_dsched.outbox.heartbeat import ClaimHeartbeat
 from django_dsched.outbox.messages import Claimed, Claimer
@@ -205,14 +206,14 @@ def test_a_claim_begun_before_the_relays_session_moved_is_renewed_before_it_is_s
     relay = Relay(instance_id="r1")
     try:
         relay._ensure_session()
-        relay._claim_generation = relay.pin.generation  # a claim begins on the claim thread
+        generation = relay.pin.generation  # a claim begins on a claim thread
         with other_session() as session, session.cursor() as cursor:
             live, _ = claim(cursor, Claimer("r1", 30, 5), 10)
         # Meanwhile the relay's session was lost and a new one reached a server without it.
         relay._lost_connection()
         relay._ensure_session()
         unclaimed(id_)
-        relay._took(Claimed(live, []), 10, time.monotonic())  # taken at once: not old
+        relay._took(Taken(Claimed(live, []), 10, time.monotonic(), generation))  # not old
         assert relay.dispatch.held == {} and relay.stats.claimed == 0
     finally:
         relay.shutdown()
@@ -247,7 +248,7 @@ def test_a_claim_taken_once_a_split_is_seen_is_not_sent(relay_settings, caplog):
             live, _ = claim(cursor, Claimer("r1", 30, 5), 10)
         Split(relay)
         with caplog.at_level(logging.WARNING, logger="django_dsched"):
-            relay._took(Claimed(live, []), 10, time.monotonic())
+            relay._took(Taken(Claimed(live, []), 10, time.monotonic(), relay.pin.generation))
         assert relay.dispatch.held == {} and relay.stats.claimed == 0
         assert "not sending 2 message(s) claimed as a split brain was seen" in caplog.text
     finally:
