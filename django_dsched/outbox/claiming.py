@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_for_futures
 from dataclasses import dataclass
 
 from django.db import connections
@@ -34,9 +35,9 @@ IN_FLIGHT = 2
 # long (seconds): a relay going idle and busy again does not connect each time.
 CLOSE_AFTER = 10.0
 
-# Claims a batch on the calling thread's session: (limit, max_bytes, since, held back) → the
-# batch.
-Claim = Callable[[int, int, int | None, list[str]], Claimed]
+# Claims a batch on the calling thread's session: (limit, max_bytes, since, held back, the
+# hosts' turn) → the batch.
+Claim = Callable[[int, int, int | None, list[str], int], Claimed]
 
 
 @dataclass
@@ -86,9 +87,13 @@ class Claiming:
         """Whether a claim is in flight."""
         return any(thread.asked is not None for thread in self._threads)
 
-    def free(self) -> bool:
-        """Whether another claim may start."""
-        return sum(thread.asked is not None for thread in self._threads) < IN_FLIGHT
+    def free(self, generation: int) -> bool:
+        """Whether another claim may start: fewer than :data:`IN_FLIGHT` run, and none began
+        before the relay's session moved (pin ``generation``: a claim made on the server
+        left behind is taken, and dropped, before one on the new server may claim the same
+        rows again under the same fencing token)."""
+        flying = [t.asked for t in self._threads if t.asked is not None]
+        return len(flying) < IN_FLIGHT and all(a.generation == generation for a in flying)
 
     def asked(self) -> tuple[int, int]:
         """The rows and bytes the claims in flight may bring."""
@@ -96,26 +101,32 @@ class Claiming:
         return sum(a.limit for a in flying), sum(a.max_bytes for a in flying)
 
     def start(
-        self, limit: int, max_bytes: int, since: int | None, held_back: list[str], generation: int
+        self,
+        limit: int,
+        max_bytes: int,
+        since: int | None,
+        held_back: list[str],
+        rotate: int,
+        generation: int,
     ) -> None:
         """Start a claim on a free claim thread; the relay is woken when it ends."""
         thread = next((t for t in self._threads if t.asked is None), None)
         if thread is None:
             assert len(self._threads) < IN_FLIGHT, "no claim thread is free"
-            thread = _Thread(f"dsched-claim-{self.relay_id}")
+            thread = _Thread(f"dsched-claim-{self.relay_id}-{len(self._threads)}")
             self._threads.append(thread)
         thread.session = True
         thread.used = time.monotonic()
-        future = thread.pool.submit(self._claim_here, limit, max_bytes, since, held_back)
+        future = thread.pool.submit(self._claim_here, limit, max_bytes, since, held_back, rotate)
         future.add_done_callback(lambda _: self._wake())
         thread.asked = Asked(future, limit, max_bytes, time.monotonic(), generation)
 
     def _claim_here(
-        self, limit: int, max_bytes: int, since: int | None, held_back: list[str]
+        self, limit: int, max_bytes: int, since: int | None, held_back: list[str], rotate: int
     ) -> Claimed:
         # On a claim thread.
         try:
-            return self._claim(limit, max_bytes, since, held_back)
+            return self._claim(limit, max_bytes, since, held_back, rotate)
         except BaseException:
             connections[self.using].close()  # a new session for the next claim
             raise
@@ -140,6 +151,12 @@ class Claiming:
                 return None  # it still runs
         thread.asked = None
         return Taken(asked.future.result(), asked.limit, asked.began, asked.generation)
+
+    def wait(self, timeout: float) -> None:
+        """Wait (at most ``timeout`` seconds in all) for every claim in flight to end."""
+        futures = [t.asked.future for t in self._threads if t.asked is not None]
+        if futures:
+            wait_for_futures(futures, timeout)
 
     def idle(self, *, now: bool = False) -> None:
         """The relay holds and claims nothing: close each claim thread's session if no claim

@@ -130,7 +130,8 @@ class Dispatcher:
     # -- the relay's thread ------------------------------------------------------------------
     def add(self, messages: Iterable[Message]) -> None:
         """Hold claimed messages and queue each in its lane (started within the limits)."""
-        messages = list(messages)
+        with self._cond:  # no claim twice (one taken again with its token: Claiming.free)
+            messages = [m for m in messages if not self._holds(m)]
         if not messages:
             return
         self.heartbeat.hold(messages)
@@ -153,6 +154,12 @@ class Dispatcher:
             if failed:
                 self._hand(failed)
             self._start()
+
+    def _holds(self, message: Message) -> bool:
+        """Whether the relay holds this very claim of ``message`` (its id and attempt: a
+        later claim of a message whose earlier one still hangs is a claim of its own)."""
+        held = self.held.get(message.id)
+        return held is not None and held.attempt == message.attempt
 
     def _lane_of(self, message: Message, failed: list[DeliveryOutcome]) -> Lane | None:
         """The message's lane (made when first needed); None when it has no route, its

@@ -20,7 +20,7 @@ QUARANTINE_TIMEOUTS = 10
 
 class Quarantine:
     """The messages passed over, each until a monotonic time (the relay's thread and its
-    claim-ahead thread both claim: the set is guarded)."""
+    claim threads claim: the set is guarded)."""
 
     def __init__(self, visibility_timeout: float) -> None:
         self.seconds = QUARANTINE_TIMEOUTS * visibility_timeout

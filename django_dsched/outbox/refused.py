@@ -16,7 +16,7 @@ the other rows are written as before. What becomes of a refused row:
   then claimed in halves; a refused message is dead-lettered with the database's error
   (:data:`DEAD_REFUSED`, its times made storable: ``models/times.py``), and one the database
   will not even dead-letter is returned, for the relay to pass over for a while
-  (:mod:`.quarantine`). The claim-ahead thread runs the same claim (``Relay._claim``).
+  (:mod:`.quarantine`). The claim threads run the same claim (``Relay._claim``).
 * a renewal or a release (:mod:`.holding`): a refused claim is neither renewed (nor sent)
   nor given back; it expires after the visibility timeout.
 

@@ -6,9 +6,9 @@ host by host in turn; at most ``RELAY_BATCH_SIZE`` messages and ``RELAY_BATCH_BY
 payload a claim) with ``SKIP LOCKED`` and a visibility timeout (:mod:`.claims`), and sends
 them concurrently, each destination (a route, for one host) in a lane of its own within its
 limits, on worker threads (:mod:`.dispatch`), with a circuit breaker per destination
-(:mod:`.breaker`). It claims again as room frees, on a claim thread of its own
-(:mod:`.claiming`), and its own thread records the outcomes the send threads hand back, many
-in one statement: DELIVERED, a retry after a jittered exponential
+(:mod:`.breaker`). It claims again as room frees, on claim threads of its own, two claims at
+once at most (:mod:`.claiming`), and its own thread records the outcomes the send threads
+hand back, many in one statement: DELIVERED, a retry after a jittered exponential
 delay, or DELIVERY_FAILED (a dead letter) once the attempts are used up. If the database
 refuses that statement for one row's values, the outcomes are recorded one by one, a refused
 one as a failed attempt (:mod:`.outcomes`). Outcomes, renewals and give-backs all go
@@ -140,6 +140,7 @@ class Relay(DatabaseLoop):
         self.claiming = Claiming(self.instance_id, self.using, self._claim_here, self.waker.wake)
         self._claimed_last = 0
         self._claim_full = True  # the last claim came back full (or none yet): claim again
+        self._turn = 0  # the hosts' turn in a backlog, moved by one a claim (claims.py)
         self._claim_at = 0.0  # claim again by then (monotonic): a retry's backoff, a poll
         self._notifications = -1  # the waker's count at the last claim
         self._held_back: list[str] = []  # what the last claim passed over
@@ -218,12 +219,14 @@ class Relay(DatabaseLoop):
             )
 
     def _claims_in_flight(self) -> list[Message]:
-        """Stopping: the messages of the claims in flight, once they end (none of one that
-        failed: whatever it claimed expires after the visibility timeout)."""
+        """Stopping: the messages of the claims in flight, once they end (waiting a visibility
+        timeout at most, for all of them; none of one that failed or still runs then: what
+        it claims expires a visibility timeout after its statement)."""
+        self.claiming.wait(self.claimer.visibility_timeout)
         live: list[Message] = []
-        while self.claiming.running:
+        while True:
             try:
-                taken = self.claiming.take(wait=self.claimer.visibility_timeout)
+                taken = self.claiming.take()
             except Error as exc:
                 logger.warning(
                     "stopping: a claim in flight failed (%s) relay=%s",
@@ -232,10 +235,9 @@ class Relay(DatabaseLoop):
                 )
                 continue
             if taken is None:
-                break  # still running after a visibility timeout: its claims have expired
+                return live
             self.reports.dead_at_claim(taken.claimed.dead, taken.claimed.why)
             live += taken.claimed.live
-        return live
 
     def on_new_session(self) -> None:
         """A new session (after an outage, maybe on another server: a failover): renew what
@@ -255,7 +257,11 @@ class Relay(DatabaseLoop):
             self.reports.metrics.holding(len(self.dispatch.jobs), len(self.dispatch.held))
         if self.stopping.is_set():
             return 0.0
-        if self.claiming.free() and self._claim_wanted() and not self.split_brain():
+        if (
+            self.claiming.free(self.pin.generation)
+            and self._claim_wanted()
+            and not self.split_brain()
+        ):
             self._claim_more()
         if self.idle():
             self.claiming.idle()
@@ -289,16 +295,19 @@ class Relay(DatabaseLoop):
         return self.pace.claim_limit(self.batch_size, self.batch_bytes)
 
     def _claim_wanted(self) -> bool:
-        """Whether to claim now: the last claim was full, or found something and nothing is
-        held now, or a NOTIFY came since, or a retry (or the poll) is due, or a destination
-        the last claim passed over has room again."""
-        if self._claim_full or (self._claimed_last and not self.dispatch.held):
+        """Whether to claim now: the last claim was full, or a NOTIFY came since the last
+        claim began, or a destination it passed over has room again; with no claim in
+        flight, also when the last claim found something and nothing is held now, or a retry
+        (or the poll) is due (the claim in flight looks for those)."""
+        if self._claim_full or self.waker.notifications != self._notifications:
             return True
-        if self.waker.notifications != self._notifications:
+        if bool(self._held_back) and self.dispatch.held_back() != self._held_back:
             return True
-        if time.monotonic() >= self._claim_at:
-            return True
-        return bool(self._held_back) and self.dispatch.held_back() != self._held_back
+        if self.claiming.running:
+            return False
+        return bool(self._claimed_last and not self.dispatch.held) or (
+            time.monotonic() >= self._claim_at
+        )
 
     def _claim_more(self) -> None:
         """Claim what there is room for (counting what the claims in flight may bring): on a
@@ -314,11 +323,14 @@ class Relay(DatabaseLoop):
         self._held_back = self.dispatch.held_back()
         limit = min(self.claim_limit(), room)
         max_bytes = min(self.batch_bytes, bytes_room)
+        self._turn += 1  # the hosts' turn in a backlog moves by one a claim
         if held:
-            self.claiming.start(limit, max_bytes, self._since, self._held_back, self.pin.generation)
+            self.claiming.start(
+                limit, max_bytes, self._since, self._held_back, self._turn, self.pin.generation
+            )
         else:
             began, generation = time.monotonic(), self.pin.generation
-            claimed = self._claim(limit, max_bytes, self._since)
+            claimed = self._claim(limit, max_bytes, self._since, rotate=self._turn)
             self._took(Taken(claimed, limit, began, generation))
 
     def _take_claim(self, wait: float = 0.0) -> None:
@@ -378,9 +390,9 @@ class Relay(DatabaseLoop):
         return self.poll_interval if until is None else min(self.poll_interval, max(0.0, until))
 
     def _claim_here(
-        self, limit: int, max_bytes: int, since: int | None, held_back: list[str]
+        self, limit: int, max_bytes: int, since: int | None, held_back: list[str], rotate: int
     ) -> Claimed:
-        """Claim a batch on the calling thread's session (the claim thread's), if it is on
+        """Claim a batch on the calling thread's session (a claim thread's), if it is on
         the relay's server (runtime/one_server.py) and no split brain is seen: else claim
         nothing this time."""
         if self.split_brain():
@@ -390,12 +402,18 @@ class Relay(DatabaseLoop):
         except OtherServer as exc:
             logger.warning("claimed nothing: %s relay=%s", exc, self.instance_id)
             return Claimed([], [])
-        return self._claim(limit, max_bytes, since, held_back)
+        return self._claim(limit, max_bytes, since, held_back, rotate)
 
     def _claim(
-        self, limit: int, max_bytes: int, since: int | None, held_back: list[str] | None = None
+        self,
+        limit: int,
+        max_bytes: int,
+        since: int | None,
+        held_back: list[str] | None = None,
+        rotate: int = 0,
     ) -> Claimed:
-        """Claim a batch on the calling thread's session."""
+        """Claim a batch on the calling thread's session (``rotate``: the hosts' turn in a
+        backlog, :func:`.claims.claim_batch`)."""
         held_back = self._held_back if held_back is None else held_back
         skip = self.quarantine.skipped()
         try:
@@ -408,11 +426,12 @@ class Relay(DatabaseLoop):
                     since_us=since,
                     skip=skip,
                     held_back=held_back,
+                    rotate=rotate,
                 )
         except DatabaseError as exc:
             if not refused(exc) or connections[self.using].in_atomic_block:
                 raise
-            return self._claim_narrowed(exc, limit, max_bytes, since, skip, held_back)
+            return self._claim_narrowed(exc, limit, max_bytes, since, skip, held_back, rotate)
 
     def _claim_narrowed(
         self,
@@ -422,6 +441,7 @@ class Relay(DatabaseLoop):
         since: int | None,
         skip: list[uuid.UUID],
         held_back: list[str],
+        rotate: int,
     ) -> Claimed:
         """The database refused the claim for a row's data: claim again, narrowed down to
         the refused messages (:mod:`.refused`), which are dead-lettered with the error, or
@@ -432,7 +452,7 @@ class Relay(DatabaseLoop):
             self.instance_id,
         )
         claimed, passed_over = claim_narrowed(
-            self.using, self.claimer, limit, max_bytes, since, skip, held_back
+            self.using, self.claimer, limit, max_bytes, since, skip, held_back, rotate
         )
         self.quarantine.add(id_ for id_, _ in passed_over)
         for id_, error in passed_over:

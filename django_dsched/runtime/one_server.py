@@ -1,6 +1,6 @@
 """A loop's sessions on one server: its own, and those of its threads.
 
-A loop works on more than one session: the relay claims on a thread of its own and renews its
+A loop works on more than one session: the relay claims on threads of its own and renews its
 claims on another (:mod:`django_dsched.outbox.claiming`, :mod:`django_dsched.outbox.heartbeat`),
 and the scheduler keeps its history on a third (:mod:`django_dsched.scheduler.retention_worker`).
 Each connects when it needs to. With a multi-host URL a new session goes to the first host that

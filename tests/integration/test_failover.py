@@ -43,6 +43,7 @@ import pytest
 
 from django_dsched.checks.replication import REPLICATION, replication_messages
 from django_dsched.cluster.lease import TIMELINE
+from django_dsched.outbox.relay import HELD_BATCHES
 from tests.brokers import free_port
 from tests.helpers import wait_for
 from tests.integration.conftest import ROOT, Instance
@@ -406,9 +407,9 @@ def test_synchronous_standby_exactly_once_across_the_loss_of_the_primary(ha, tmp
     unacknowledged = [row for row in run.old["events"] if row[0] not in survivor]
     assert len(unacknowledged) <= SCHEDULES, unacknowledged
     # Delivered: exactly the survivor's messages; a repeat (same id) only for what the relay
-    # held, whose settle died with the primary: at most two batches (the one it sends and
-    # the one claimed meanwhile, docs/delivery.md).
-    check_delivered(run, at_most=survivor, repeats=2 * RELAY_BATCH)
+    # held, whose settle died with the primary: at most HELD_BATCHES batches (the one it
+    # sends and those claimed meanwhile, docs/delivery.md).
+    check_delivered(run, at_most=survivor, repeats=HELD_BATCHES * RELAY_BATCH)
     assert "Traceback" not in run.logs, run.logs
     assert "database is back after" in run.logs
 

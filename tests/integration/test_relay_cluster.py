@@ -9,6 +9,7 @@ import pytest
 
 from django_dsched.enums import DeliveryStatus, FrequencyUnit
 from django_dsched.models import OutboxMessage
+from django_dsched.outbox.relay import HELD_BATCHES
 from tests.factories import ScheduleFactory
 from tests.helpers import sql, wait_for
 from tests.outbox_helpers import make_messages
@@ -60,8 +61,8 @@ def test_sigkill_mid_batch_loses_nothing(cluster, delivery_log):
     assert set(counts) == ids, "a message was never delivered"
     duplicates = {id_ for id_, n in counts.items() if n > 1}
     # At least once: only what the victim sent and had not recorded comes twice; a relay
-    # holds at most two batches (the one it sends and the one claimed meanwhile).
-    held = 2 * BATCH
+    # holds at most HELD_BATCHES batches (the one it sends and those claimed meanwhile).
+    held = HELD_BATCHES * BATCH
     assert len(duplicates) <= held, cluster.logs()
     by_id = defaultdict(list)
     for pid, id_, _, _ in log:

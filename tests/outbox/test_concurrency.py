@@ -15,6 +15,7 @@ import pytest
 
 from django_dsched.enums import DeliveryStatus
 from django_dsched.models import OutboxMessage
+from django_dsched.outbox.claims import claim
 from django_dsched.outbox.relay import Relay
 from tests.helpers import other_session, sql, wait_for
 from tests.outbox_helpers import make_messages, statuses
@@ -305,6 +306,47 @@ def test_one_tenant_s_backlog_does_not_hold_up_another_s_deliveries(relay_settin
         relay.shutdown()
 
 
+def test_the_hosts_turn_in_a_backlog_moves_at_every_claim(relay_settings, handle):
+    """Four tenants with a backlog and batches of two (a host each, two at a time): the turn
+    moves by one a claim, so in four claims every tenant gets two deliveries, not the first
+    two tenants all of them."""
+    relay_settings.DSCHED_TRANSPORTS = {"*": {"BACKEND": "handlers", "HOSTS": "*"}}
+    seen: list[str] = []
+    handle(lambda event: seen.append(event["source"]), topic="reports", hosts="*")
+    hosts = [uuid.UUID(int=0xA0 + n) for n in range(4)]
+    for host in hosts:
+        make_messages(5, host_id=host, age=600)
+    relay = Relay(instance_id="r1", batch_size=2)
+    try:
+        for _ in range(4):
+            relay.step()
+            relay.drain()
+        counts = {host: sum(source.endswith(str(host)) for source in seen) for host in hosts}
+        assert list(counts.values()) == [2, 2, 2, 2], counts
+    finally:
+        relay.shutdown()
+
+
+def test_a_relay_holds_a_message_claimed_twice_under_one_token_once(relay_settings, handle):
+    """The same claim handed to the sends twice (a claim made on a server the relay's
+    session left, and its rows claimed again on the new one with the same token) is sent
+    once."""
+    seen: list[str] = []
+    handle(lambda event: seen.append(event["id"]), topic="reports")
+    ids = make_messages(5)
+    relay = Relay(instance_id="r1")
+    try:
+        with other_session() as session, session.cursor() as cursor:
+            live, _ = claim(cursor, relay.claimer, 10)
+        relay.dispatch.add(live)
+        relay.dispatch.add(live)
+        assert len(relay.dispatch.held) == 5
+        relay.drain()
+        assert sorted(seen) == sorted(str(i) for i in ids)
+    finally:
+        relay.shutdown()
+
+
 def claims_waiting() -> int:
     """Sessions whose claim waits for a lock (the only statement of the relay's that starts
     so and waits on the table lock below: the others that do are reads)."""
@@ -381,3 +423,51 @@ def test_a_relay_stopping_gives_back_what_two_claims_in_flight_and_its_sends_lef
     assert all(r.claimed_by == "" and r.claimed_until is None for r in rows)
     assert Relay(instance_id="r2").run_until_idle() == rows.count()
     assert statuses() == {DeliveryStatus.DELIVERED: 60}
+
+
+def test_no_claim_starts_beside_one_begun_before_the_relays_session_moved(relay_settings, handle):
+    """A claim in flight began on the relay's previous session: no other claim starts until
+    it is taken (and renewed, or dropped, on the new session), so a claim on the new server
+    never takes the rows the old one did under the same token while both are in flight."""
+    gauge = handle(Gauge(), topic="reports")  # nothing is recorded while the table is locked
+    make_messages(40)
+    relay = Relay(instance_id="r1", batch_size=10)
+    try:
+        relay.step()  # 10 held
+        with other_session() as blocker, blocker.cursor() as cursor:
+            cursor.execute("BEGIN")
+            cursor.execute("LOCK TABLE outbox_message_t IN SHARE MODE")
+            relay.step()  # a claim on a claim thread, waiting
+            wait_for(lambda: claims_waiting() == 1, what="a claim waiting")
+            relay.pin.set("elsewhere", "elsewhere:5432")  # its session moved: a generation
+            assert not relay.claiming.free(relay.pin.generation)
+            cursor.execute("ROLLBACK")
+        wait_for(lambda: relay.step() >= 0 and not relay.claiming.running, what="it is taken")
+        assert relay.claiming.free(relay.pin.generation)
+    finally:
+        gauge.gate.set()
+        relay.shutdown()
+
+
+def test_while_a_claim_runs_only_a_full_claim_or_news_start_another(relay_settings, handle):
+    """With a claim in flight, a due poll or a claim that found rows does not start a
+    second claim (the one in flight looks for them): only a full last claim, a NOTIFY since
+    it began, or a destination with room again does."""
+    gauge = handle(Gauge(), topic="reports")  # nothing is recorded while the table is locked
+    make_messages(40)
+    relay = Relay(instance_id="r1", batch_size=10)
+    try:
+        relay.step()
+        with other_session() as blocker, blocker.cursor() as cursor:
+            cursor.execute("BEGIN")
+            cursor.execute("LOCK TABLE outbox_message_t IN SHARE MODE")
+            relay.step()
+            wait_for(lambda: claims_waiting() == 1, what="a claim waiting")
+            relay._claim_full, relay._claim_at = False, 0.0  # a poll is due
+            assert not relay._claim_wanted()
+            relay._notifications -= 1  # a NOTIFY came since it began
+            assert relay._claim_wanted()
+            cursor.execute("ROLLBACK")
+    finally:
+        gauge.gate.set()
+        relay.shutdown()

@@ -98,13 +98,13 @@ def test_a_claim_on_another_server_claims_nothing(relay_settings, caplog):
         relay._ensure_session()
         relay.pin.set(ELSEWHERE, "127.0.0.1:2")  # the claim thread reaches another server
         with caplog.at_level(logging.WARNING, logger="django_dsched"):
-            out = on_a_thread(lambda: relay._claim_here(10, 10**6, None, []))
+            out = on_a_thread(lambda: relay._claim_here(10, 10**6, None, [], 0))
         assert out["result"].live == [] and out["result"].dead == []
         assert "claimed nothing: this session reached another server" in caplog.text
         row = OutboxMessage.objects.get(id=id_)
         assert (row.status, row.attempts) == (DeliveryStatus.PENDING, 0)
         relay.pin.set(identify(connections[relay.using]), "here")  # back on one server
-        out = on_a_thread(lambda: relay._claim_here(10, 10**6, None, []))
+        out = on_a_thread(lambda: relay._claim_here(10, 10**6, None, [], 0))
         assert [m.id for m in out["result"].live] == [id_]
     finally:
         relay.shutdown()
@@ -232,7 +232,7 @@ def test_a_relay_whose_new_session_starts_during_a_split_claims_nothing(relay_se
         relay._guarded(relay.step)
         relay.drain()
         assert delivered == [] and relay.readiness() == NOT_READY
-        assert relay._claim_here(10, 10**6, None, []).live == []
+        assert relay._claim_here(10, 10**6, None, [], 0).live == []
     finally:
         relay.shutdown()
 
