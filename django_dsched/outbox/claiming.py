@@ -82,6 +82,10 @@ class Claiming:
         self._wake = wake
         self._threads: list[_Thread] = []
 
+    def _flying(self) -> list[Asked]:
+        """The claims in flight."""
+        return [t.asked for t in self._threads if t.asked is not None]
+
     @property
     def running(self) -> bool:
         """Whether a claim is in flight."""
@@ -92,12 +96,12 @@ class Claiming:
         before the relay's session moved (pin ``generation``: a claim made on the server
         left behind is taken, and dropped, before one on the new server may claim the same
         rows again under the same fencing token)."""
-        flying = [t.asked for t in self._threads if t.asked is not None]
+        flying = self._flying()
         return len(flying) < IN_FLIGHT and all(a.generation == generation for a in flying)
 
     def asked(self) -> tuple[int, int]:
         """The rows and bytes the claims in flight may bring."""
-        flying = [t.asked for t in self._threads if t.asked is not None]
+        flying = self._flying()
         return sum(a.limit for a in flying), sum(a.max_bytes for a in flying)
 
     def start(
@@ -154,7 +158,7 @@ class Claiming:
 
     def wait(self, timeout: float) -> None:
         """Wait (at most ``timeout`` seconds in all) for every claim in flight to end."""
-        futures = [t.asked.future for t in self._threads if t.asked is not None]
+        futures = [a.future for a in self._flying()]
         if futures:
             wait_for_futures(futures, timeout)
 
