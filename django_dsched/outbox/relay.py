@@ -284,7 +284,9 @@ class Relay(DatabaseLoop):
         settle = self.dispatch.settle_due(SETTLE_WAIT)
         if settle is not None:
             wait = min(wait, settle)
-        if not self._claim_full:
+        if not self._claim_full and not self.claiming.running and self._room() is not None:
+            # (a claim in flight wakes the relay as it ends, and so does a send as its
+            # outcome is due to be recorded, which makes room)
             wait = min(wait, max(0.0, self._claim_at - time.monotonic()))
         self.dispatch.wakes_at = time.monotonic() + wait
         return wait
@@ -313,16 +315,12 @@ class Relay(DatabaseLoop):
         """Claim what there is room for (counting what the claims in flight may bring): on a
         claim thread while the relay holds messages or a claim runs (it sends and records
         meanwhile), else at once on its own session."""
-        asked, asked_bytes = self.claiming.asked()
-        held = len(self.dispatch.held) + asked
-        room = HELD_BATCHES * self.batch_size - held
-        bytes_room = HELD_BATCHES * self.batch_bytes - self.dispatch.held_bytes - asked_bytes
-        if held and (room < self.batch_size or bytes_room < self.batch_bytes):
-            return  # a batch's room at least, else claims come back small
+        room = self._room()
+        if room is None:
+            return
+        held, limit, max_bytes = room
         self._notifications = self.waker.notifications
         self._held_back = self.dispatch.held_back()
-        limit = min(self.claim_limit(), room)
-        max_bytes = min(self.batch_bytes, bytes_room)
         self._turn += 1  # the hosts' turn in a backlog moves by one a claim
         if held:
             self.claiming.start(
@@ -332,6 +330,18 @@ class Relay(DatabaseLoop):
             began, generation = time.monotonic(), self.pin.generation
             claimed = self._claim(limit, max_bytes, self._since, rotate=self._turn)
             self._took(Taken(claimed, limit, began, generation))
+
+    def _room(self) -> tuple[int, int, int] | None:
+        """(messages held and asked for, rows and bytes the next claim may ask for), or None
+        when the relay holds messages and has no batch's room (rows or bytes) left: claims
+        would come back small. What the claims in flight asked for counts as held."""
+        asked, asked_bytes = self.claiming.asked()
+        held = len(self.dispatch.held) + asked
+        room = HELD_BATCHES * self.batch_size - held
+        bytes_room = HELD_BATCHES * self.batch_bytes - self.dispatch.held_bytes - asked_bytes
+        if held and (room < self.batch_size or bytes_room < self.batch_bytes):
+            return None
+        return held, min(self.claim_limit(), room), min(self.batch_bytes, bytes_room)
 
     def _take_claim(self, wait: float = 0.0) -> None:
         """Take the claims the claim threads ended, if any (waiting at most ``wait`` s for

@@ -471,3 +471,35 @@ def test_while_a_claim_runs_only_a_full_claim_or_news_start_another(relay_settin
     finally:
         gauge.gate.set()
         relay.shutdown()
+
+
+def test_a_relay_waiting_on_its_claims_or_for_room_sleeps(relay_settings, handle):
+    """A poll that falls due while claims run, or while the relay has no batch's room, does
+    not make the relay's loop spin: it sleeps until a claim ends (which wakes it) or an
+    outcome is due to be recorded (which makes room)."""
+    gauge = handle(Gauge(), topic="reports")  # nothing is recorded while the table is locked
+    make_messages(60)
+    relay = Relay(instance_id="r1", batch_size=10)
+    relay.poll_interval = 5.0
+    try:
+        relay.step()
+        with other_session() as blocker, blocker.cursor() as cursor:
+            cursor.execute("BEGIN")
+            cursor.execute("LOCK TABLE outbox_message_t IN SHARE MODE")
+            relay.step()
+            relay.step()
+            wait_for(lambda: claims_waiting() == 2, what="two claims waiting")
+            relay._claim_full, relay._claim_at = False, 0.0  # a poll is due
+            assert relay._sleep() > 1.0
+            woken = threading.Thread(target=relay.waker.wait, args=(30.0,))
+            woken.start()
+            cursor.execute("ROLLBACK")
+        woken.join(20)
+        assert not woken.is_alive(), "a claim's end did not wake the relay"
+        wait_for(lambda: relay.step() >= 0 and not relay.claiming.running, what="both taken")
+        assert len(relay.dispatch.held) == 30
+        relay._claim_full, relay._claim_at = False, 0.0  # due, with no room
+        assert relay._room() is None and relay._sleep() > 1.0
+    finally:
+        gauge.gate.set()
+        relay.shutdown()
