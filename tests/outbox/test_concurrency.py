@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -356,6 +356,16 @@ def claims_waiting() -> int:
     )[0][0]
 
 
+@contextmanager
+def outbox_locked() -> Iterator[Callable[[], object]]:
+    """Another session holds ``outbox_message_t`` in SHARE mode, so claims wait (reads do
+    not), until the block ends or it calls the function it is given."""
+    with other_session() as blocker, blocker.cursor() as cursor:
+        cursor.execute("BEGIN")
+        cursor.execute("LOCK TABLE outbox_message_t IN SHARE MODE")
+        yield lambda: cursor.execute("ROLLBACK")
+
+
 def test_a_relay_runs_two_claims_at_once_and_holds_three_batches_at_most(relay_settings, handle):
     """A relay holding a batch starts two more claims, each on a claim thread and session of
     its own, running at once; with what they bring it holds three batches (claimed, being
@@ -367,15 +377,13 @@ def test_a_relay_runs_two_claims_at_once_and_holds_three_batches_at_most(relay_s
     try:
         relay.step()  # nothing held: a claim on the relay's own session
         assert len(relay.dispatch.held) == 10
-        with other_session() as blocker, blocker.cursor() as cursor:
-            cursor.execute("BEGIN")
-            cursor.execute("LOCK TABLE outbox_message_t IN SHARE MODE")  # claims wait
+        with outbox_locked() as release:  # claims wait
             relay.step()
             relay.step()
             wait_for(lambda: claims_waiting() == 2, what="two claims waiting at once")
             relay.step()  # no room: no third
             assert relay.claiming.asked() == (20, 2 * relay.batch_bytes)
-            cursor.execute("ROLLBACK")
+            release()
         wait_for(lambda: relay.step() >= 0 and len(relay.dispatch.held) == 30, what="3 batches")
         assert not relay.claiming.running
         relay.step()
@@ -434,14 +442,12 @@ def test_no_claim_starts_beside_one_begun_before_the_relays_session_moved(relay_
     relay = Relay(instance_id="r1", batch_size=10)
     try:
         relay.step()  # 10 held
-        with other_session() as blocker, blocker.cursor() as cursor:
-            cursor.execute("BEGIN")
-            cursor.execute("LOCK TABLE outbox_message_t IN SHARE MODE")
+        with outbox_locked() as release:
             relay.step()  # a claim on a claim thread, waiting
             wait_for(lambda: claims_waiting() == 1, what="a claim waiting")
             relay.pin.set("elsewhere", "elsewhere:5432")  # its session moved: a generation
             assert not relay.claiming.free(relay.pin.generation)
-            cursor.execute("ROLLBACK")
+            release()
         wait_for(lambda: relay.step() >= 0 and not relay.claiming.running, what="it is taken")
         assert relay.claiming.free(relay.pin.generation)
     finally:
@@ -458,16 +464,14 @@ def test_while_a_claim_runs_only_a_full_claim_or_news_start_another(relay_settin
     relay = Relay(instance_id="r1", batch_size=10)
     try:
         relay.step()
-        with other_session() as blocker, blocker.cursor() as cursor:
-            cursor.execute("BEGIN")
-            cursor.execute("LOCK TABLE outbox_message_t IN SHARE MODE")
+        with outbox_locked() as release:
             relay.step()
             wait_for(lambda: claims_waiting() == 1, what="a claim waiting")
             relay._claim_full, relay._claim_at = False, 0.0  # a poll is due
             assert not relay._claim_wanted()
             relay._notifications -= 1  # a NOTIFY came since it began
             assert relay._claim_wanted()
-            cursor.execute("ROLLBACK")
+            release()
     finally:
         gauge.gate.set()
         relay.shutdown()
@@ -483,9 +487,7 @@ def test_a_relay_waiting_on_its_claims_or_for_room_sleeps(relay_settings, handle
     relay.poll_interval = 5.0
     try:
         relay.step()
-        with other_session() as blocker, blocker.cursor() as cursor:
-            cursor.execute("BEGIN")
-            cursor.execute("LOCK TABLE outbox_message_t IN SHARE MODE")
+        with outbox_locked() as release:
             relay.step()
             relay.step()
             wait_for(lambda: claims_waiting() == 2, what="two claims waiting")
@@ -493,7 +495,7 @@ def test_a_relay_waiting_on_its_claims_or_for_room_sleeps(relay_settings, handle
             assert relay._sleep() > 1.0
             woken = threading.Thread(target=relay.waker.wait, args=(30.0,))
             woken.start()
-            cursor.execute("ROLLBACK")
+            release()
         woken.join(20)
         assert not woken.is_alive(), "a claim's end did not wake the relay"
         wait_for(lambda: relay.step() >= 0 and not relay.claiming.running, what="both taken")
