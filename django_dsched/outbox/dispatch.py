@@ -443,8 +443,8 @@ class Dispatcher:
             for outcomes in sends:
                 self._judge(lane, outcomes)
             self._hand([o for outcomes in sends for o in outcomes])
-            if was_full and not lane.full():
-                self.wake()  # the claims may take its messages again
+            if lost or (was_full and not lane.full()):
+                self.wake()  # room again: the claims may take more (of its messages too)
             self._start(taking=1)
             if not self.jobs:
                 self._cond.notify_all()  # wait_sends

@@ -31,6 +31,7 @@ Its parts: :mod:`.pace` (how many rows a claim asks for), :mod:`.dispatch` and :
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from collections.abc import Sequence
@@ -280,13 +281,21 @@ class Relay(DatabaseLoop):
                 time.sleep(0.01)
 
     def _sleep(self) -> float:
+        # Until the sleep is known, a send handing outcomes wakes the relay (one handed
+        # while it is reckoned would otherwise wait for the sleep's end).
+        self.dispatch.wakes_at = math.inf
         wait = self.poll_interval
         settle = self.dispatch.settle_due(SETTLE_WAIT)
         if settle is not None:
             wait = min(wait, settle)
-        if not self._claim_full and not self.claiming.running and self._room() is not None:
+        if (
+            not self._claim_full
+            and not self.claiming.running
+            and self._room() is not None
+            and not self.split_brain()
+        ):
             # (a claim in flight wakes the relay as it ends, and so does a send as its
-            # outcome is due to be recorded, which makes room)
+            # outcome is due to be recorded, or its claims are lost: either makes room)
             wait = min(wait, max(0.0, self._claim_at - time.monotonic()))
         self.dispatch.wakes_at = time.monotonic() + wait
         return wait

@@ -29,7 +29,8 @@ TENANT_B = uuid.UUID(int=0xB)
 class Gauge:
     """How many calls run at once, and the most that ever did; calls wait on ``gate``."""
 
-    def __init__(self) -> None:
+    def __init__(self, timeout: float = 10.0) -> None:
+        self.timeout = timeout
         self.lock = threading.Lock()
         self.now = 0
         self.most = 0
@@ -41,7 +42,7 @@ class Gauge:
             self.now += 1
             self.most = max(self.most, self.now)
         try:
-            self.gate.wait(10)
+            self.gate.wait(self.timeout)
         finally:
             with self.lock:
                 self.now -= 1
@@ -481,7 +482,7 @@ def test_a_relay_waiting_on_its_claims_or_for_room_sleeps(relay_settings, handle
     """A poll that falls due while claims run, or while the relay has no batch's room, does
     not make the relay's loop spin: it sleeps until a claim ends (which wakes it) or an
     outcome is due to be recorded (which makes room)."""
-    gauge = handle(Gauge(), topic="reports")  # nothing is recorded while the table is locked
+    gauge = handle(Gauge(timeout=60), topic="reports")  # no outcome comes to be recorded
     make_messages(60)
     relay = Relay(instance_id="r1", batch_size=10)
     relay.poll_interval = 5.0

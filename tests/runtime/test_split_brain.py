@@ -13,6 +13,7 @@ import pytest
 from django.db import connection
 
 from django_dsched.models import Event
+from django_dsched.outbox.relay import Relay
 from django_dsched.runtime.split_brain import (
     PROBE_SECONDS,
     HostWatch,
@@ -120,6 +121,21 @@ def test_a_scheduler_fires_nothing_while_two_hosts_accept_writes(db_now):
         assert not scheduler.lease.is_leader
     finally:
         scheduler.shutdown()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_relay_waits_out_a_split_with_its_poll_not_a_busy_loop():
+    """A relay claims nothing while two hosts accept writes; its poll falling due then does
+    not make its loop step again at once (it looks again at its poll interval)."""
+    relay = Relay(instance_id="split")
+    relay.poll_interval = 5.0
+    Split(relay)
+    try:
+        relay._claim_full, relay._claim_at = False, 0.0  # a poll is due
+        assert relay._guarded(relay.step) > 1.0
+        assert relay.split_brain() == SPLIT and not relay.dispatch.held
+    finally:
+        relay.shutdown()
 
 
 @pytest.mark.django_db(transaction=True)
