@@ -8,6 +8,7 @@ When a server binary is missing the tests skip loudly, except under CI=true, whe
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -29,6 +30,22 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def quiet_port() -> int:
+    """A free port below the kernel's ephemeral range, for one nothing listens on yet while
+    clients try it: no outgoing connection takes it as its own local port (a port of the
+    ephemeral range can be, and a client retrying it can even connect to itself)."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for _ in range(200):
+        port = random.randrange(max(1024, low - 16384), low)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port found below {low}")
 
 
 def require(binary: str, package: str) -> str:
