@@ -494,6 +494,7 @@ def test_a_relay_waiting_on_its_claims_or_for_room_sleeps(relay_settings, handle
             wait_for(lambda: claims_waiting() == 2, what="two claims waiting")
             relay._claim_full, relay._claim_at = False, 0.0  # a poll is due
             assert relay._sleep() > 1.0
+            relay.waker.wait(0)  # no wake-up pending: the one below is the claims'
             woken = threading.Thread(target=relay.waker.wait, args=(30.0,))
             woken.start()
             release()
