@@ -27,15 +27,11 @@ RABBITMQ_SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def quiet_port() -> int:
-    """A free port below the kernel's ephemeral range, for one nothing listens on yet while
-    clients try it: no outgoing connection takes it as its own local port (a port of the
-    ephemeral range can be, and a client retrying it can even connect to itself)."""
+    """A free localhost port below the kernel's ephemeral range. Tests pick a port before
+    anything listens on it, and clients (the processes under test, the waits for a server
+    to come up) may try it meanwhile: a port of the ephemeral range can be taken by any
+    outgoing connection as its own local port, even by one connecting to it (it then
+    connects to itself), and the server or proxy meant for it fails with EADDRINUSE."""
     low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     for _ in range(200):
         port = random.randrange(max(1024, low - 16384), low)

@@ -1,5 +1,5 @@
-"""Test helpers for the HTTP endpoints of the loops: free ports, GETs, a database proxy that
-can be cut, and a real Prometheus server."""
+"""Test helpers for the HTTP endpoints of the loops: GETs, a database proxy that can be
+cut, and a real Prometheus server (their ports: tests.brokers.free_port)."""
 
 from __future__ import annotations
 
@@ -17,11 +17,7 @@ from typing import Any
 
 import pytest
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+from tests.brokers import free_port
 
 
 def get(

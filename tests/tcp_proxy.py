@@ -11,13 +11,13 @@ import contextlib
 import socket
 import threading
 
-from tests.brokers import quiet_port
+from tests.brokers import free_port
 
 
 class TcpProxy:
     def __init__(self, target: str | tuple[str, int], port: int | None = None) -> None:
         self.target = target  # a Unix socket path, or (host, port)
-        self.port = port or quiet_port()
+        self.port = port or free_port()
         self._listener: socket.socket | None = None
         self._sockets: set[socket.socket] = set()
         self._lock = threading.Lock()

@@ -13,7 +13,7 @@ import pytest
 from django.db import connection
 from psycopg.conninfo import conninfo_to_dict
 
-from tests.brokers import free_port, quiet_port
+from tests.brokers import free_port
 from tests.helpers import wait_for
 from tests.tcp_proxy import TcpProxy
 
@@ -37,7 +37,7 @@ def probe(port: int, path: str) -> tuple[int, str]:
 
 def test_the_commands_wait_for_the_database_and_follow_it_away_and_back(cluster):
     proxy = TcpProxy(server_address())  # not listening yet
-    dead = quiet_port()
+    dead = free_port()
     user = connection.settings_dict["USER"] or "postgres"
     url = (
         f"postgresql://{user}@127.0.0.1:{dead},127.0.0.1:{proxy.port}/"

@@ -18,7 +18,8 @@ import django_dsched
 from django_dsched.enums import FrequencyUnit, Health
 from django_dsched.health import judge
 from django_dsched.models import Schedule
-from tests.endpoints import Prometheus, free_port
+from tests.brokers import free_port
+from tests.endpoints import Prometheus
 from tests.factories import ScheduleFactory
 from tests.helpers import wait_for
 from tests.integration.test_frozen_peer import BUCKETS, both_hold

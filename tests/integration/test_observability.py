@@ -14,7 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from django_dsched.enums import DeliveryStatus, FrequencyUnit
 from django_dsched.models import OutboxMessage
-from tests.endpoints import DatabaseProxy, Prometheus, free_port, get
+from tests.brokers import free_port
+from tests.endpoints import DatabaseProxy, Prometheus, get
 from tests.factories import ScheduleFactory
 from tests.helpers import wait_for
 from tests.integration.conftest import database_url

@@ -14,7 +14,7 @@ from django_dsched.outbox.messages import Message
 from django_dsched.outbox.relay import Relay
 from django_dsched.outbox.transports.rabbitmq import RabbitMQTransport
 from django_dsched.outbox.transports.redis_streams import RedisStreamsTransport
-from tests.brokers import quiet_port
+from tests.brokers import free_port
 from tests.outbox_helpers import make_messages, statuses
 
 
@@ -55,7 +55,7 @@ def test_relay_delivers_to_redis_streams(settings, redis_url, redis_client):
 
 @pytest.mark.django_db(transaction=True)
 def test_redis_down_is_a_retryable_failure(settings):
-    port = quiet_port()  # nothing listens there
+    port = free_port()  # nothing listens there
     settings.DSCHED_TRANSPORTS = {
         "*": {
             "BACKEND": "redis",
@@ -183,7 +183,7 @@ def test_rabbitmq_reconnects_after_the_broker_drops_the_connection(
 def test_rabbitmq_down_is_a_connection_error():
     import pika
 
-    transport = RabbitMQTransport(URL=f"amqp://guest:guest@127.0.0.1:{quiet_port()}/%2F")
+    transport = RabbitMQTransport(URL=f"amqp://guest:guest@127.0.0.1:{free_port()}/%2F")
     with pytest.raises(pika.exceptions.AMQPConnectionError):
         transport.send(message())
     assert transport._clients.get() is None
