@@ -12,5 +12,4 @@
 - :mod:`.overlap`: the overlap policies (what a slot does while the previous run goes):
   ``decide_overlap``, and ``OVERLAP`` / ``CANCEL_RUNS``; :mod:`.outlook`: what they will do
   to the next fires (the admin's preview).
-- :mod:`.arrays`: the array literals the statements take their per-row values in.
 """

@@ -13,7 +13,7 @@ from typing import Any
 
 from django_dsched.cluster.buckets import LOCK_STRIDE
 from django_dsched.cluster.lease import TIMELINE, BucketLeases, LeaseHolder
-from django_dsched.firing.arrays import array_literal
+from django_dsched.runtime.arrays import array_literal
 
 
 @dataclass(frozen=True, slots=True)

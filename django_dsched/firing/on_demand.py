@@ -9,10 +9,10 @@ from typing import Any
 
 from django_dsched.cluster.lease import TIMELINE
 from django_dsched.enums import DeliveryStatus
-from django_dsched.firing.arrays import array_literal
 from django_dsched.firing.write import OUTBOX_OF_EVENTS
 from django_dsched.history import event_ids
 from django_dsched.models.horizon import ROW
+from django_dsched.runtime.arrays import array_literal
 from django_dsched.timetables.grid import to_microseconds
 
 # Fires given slots of one schedule outside the leader's loop: "run now" and backfills.

@@ -42,10 +42,10 @@ from typing import Any
 
 from django_dsched.conf import app_settings
 from django_dsched.enums import DeliveryStatus, MisfirePolicy, OverlapPolicy
-from django_dsched.firing.arrays import array_literal
 from django_dsched.firing.fence import AUDIT_METADATA, FENCE, with_buckets
 from django_dsched.history import event_ids
 from django_dsched.models.overlap import GOING, QUEUED
+from django_dsched.runtime.arrays import array_literal
 from django_dsched.timetables import Decision, Rules, Timetable, decide, first_slot
 
 # The audit events' verbs (dsched.schedule.<verb>).

@@ -18,7 +18,6 @@ from typing import Any
 from django.db import DatabaseError
 
 from django_dsched.enums import ScheduleState
-from django_dsched.firing.arrays import array_literal
 from django_dsched.firing.fence import AUDIT_METADATA, FENCE, with_buckets
 from django_dsched.firing.overlap import (
     CANCEL_RUNS,
@@ -33,6 +32,7 @@ from django_dsched.firing.plan import REASON_MAX, Plan
 from django_dsched.history import event_ids
 from django_dsched.history.partitions import whole_days
 from django_dsched.models import times
+from django_dsched.runtime.arrays import array_literal
 from django_dsched.runtime.refusals import refusal, refused
 
 # The times of schedule_t that may be NULL.

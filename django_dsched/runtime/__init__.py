@@ -11,6 +11,7 @@
 - :mod:`.refusals`: ``refused(exc)``, a database error that is one row's fault, and
   ``refusal(exc)``, that error in words.
 - :mod:`.binding`: cursors that bind parameters on the server, in binary (bulk statements).
+- :mod:`.arrays`: the array literals bulk statements take their per-row values in.
 - :mod:`.logs`: ``get_logger`` (every argument escaped) and the JSON formatter;
   :mod:`.text`: control characters, found and escaped.
 
