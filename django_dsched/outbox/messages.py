@@ -87,8 +87,10 @@ class DeliveryOutcome:
 
 @dataclass(frozen=True, slots=True)
 class Settled:
+    """What a settle wrote for one outcome (:func:`.settling.settle`)."""
+
     id: uuid.UUID
-    status: str
+    status: str | None  # None: not written (the claim was lost)
     next_attempt_ts: datetime | None
     delivered_ts: datetime | None = None  # the database time the delivery was recorded
 

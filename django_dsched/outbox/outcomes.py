@@ -45,6 +45,8 @@ REFUSAL_MAX_CHARS = 300
 class Recorded:
     """What :func:`record` wrote."""
 
+    # What the settles returned: each outcome not recorded as delivered (a lost claim's with
+    # status None), and each delivered one too when its time was asked for (settle's times).
     settled: list[Settled]
     # The outcomes as recorded: a refused outcome is replaced by its failed attempt.
     outcomes: list[DeliveryOutcome]
@@ -77,15 +79,18 @@ def record(
     claimer: Claimer,
     outcomes: Sequence[DeliveryOutcome],
     retry_delay: Callable[[Message], float],
+    *,
+    times: bool = False,
 ) -> Recorded:
     """Record ``outcomes`` (through ``cursor``, on connection ``using``, in autocommit):
     in one statement, or, if the database refuses it, one by one.
 
     ``retry_delay(message)``: the wait before the next attempt of a message whose outcome
-    is replaced by a failed attempt.
+    is replaced by a failed attempt. ``times``: return the delivered ones too, with their
+    times (:func:`.settling.settle`).
     """
     try:
-        return Recorded(settle(cursor, claimer, outcomes), list(outcomes))
+        return Recorded(settle(cursor, claimer, outcomes, times=times), list(outcomes))
     except DatabaseError as exc:
         if not refused(exc) or connections[using].in_atomic_block:
             raise  # not a row's fault; or the caller's transaction is aborted
@@ -95,7 +100,7 @@ def record(
         for outcome in outcomes:
             try:
                 with transaction.atomic(using=using):
-                    recorded.settled += settle(cursor, claimer, [outcome])
+                    recorded.settled += settle(cursor, claimer, [outcome], times=times)
                 recorded.outcomes.append(outcome)
                 continue
             except DatabaseError as exc:
@@ -104,7 +109,7 @@ def record(
                 failed = refused_attempt(outcome, exc, retry_delay(outcome.message))
             try:
                 with transaction.atomic(using=using):
-                    recorded.settled += settle(cursor, claimer, [failed])
+                    recorded.settled += settle(cursor, claimer, [failed], times=times)
             except DatabaseError as exc:
                 if not refused(exc):
                     raise

@@ -503,7 +503,14 @@ class Relay(DatabaseLoop):
             self.heartbeat.drop(o.message.id for o in handed.done)
             labels = self.reports.take_labels()
             with self.heartbeat.writing, binding.cursor(connections[self.using]) as cursor:
-                recorded = record(self.using, cursor, self.claimer, handed.done, self.retries.delay)
+                recorded = record(
+                    self.using,
+                    cursor,
+                    self.claimer,
+                    handed.done,
+                    self.retries.delay,
+                    times=self.reports.metrics is not None,  # the latencies
+                )
             self.reports.recorded(recorded, labels)
 
     def _defer(self, deferred: list[Deferred]) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django_dsched.enums import DeliveryStatus
-from django_dsched.outbox.messages import DeliveryOutcome, Message
+from django_dsched.outbox.messages import DeliveryOutcome, Message, Settled
 from django_dsched.outbox.outcomes import Recorded
 from django_dsched.outbox.tally import DEAD_LETTER, envelope_of, measure, transport_label
 from django_dsched.outbox.transports import Transports
@@ -119,13 +119,17 @@ class Reports:
         debug = logger.isEnabledFor(logging.DEBUG)
         for outcome in [*recorded.outcomes, *recorded.unrecorded.values()]:
             message = outcome.message
+            # None: recorded as delivered (Recorded.settled); status None: not recorded.
             result = by_id.get(message.id)
+            unrecorded = message.id in recorded.unrecorded
+            if unrecorded:
+                result = Settled(message.id, None, None)
             if tally is not None:
                 label = labels.get(message.id) or transport_label(self.transports, message)
                 measure(label, outcome, result, tally, latencies)
-            if message.id in recorded.unrecorded:
+            if unrecorded:
                 continue  # reported above
-            if result is None:
+            if result is not None and result.status is None:
                 self.stats.lost_claims += 1
                 logger.warning(
                     "outcome of id=%s topic=%s not recorded: its claim expired and another "
@@ -146,7 +150,7 @@ class Reports:
                         message.attempt,
                         extra=log_context(self.relay_id, message),
                     )
-            elif result.status == DeliveryStatus.DELIVERY_FAILED:
+            elif result is not None and result.status == DeliveryStatus.DELIVERY_FAILED:
                 self.stats.dead_lettered += 1
                 logger.error(
                     "dead-lettered id=%s topic=%s type=%s after %d attempt(s)%s: %s",

@@ -20,6 +20,7 @@ from django_dsched.models.validators import make_storable_text
 from django_dsched.outbox import run_health
 from django_dsched.outbox.claims import ERROR_MAX_CHARS, in_range, statuses
 from django_dsched.outbox.messages import Claimer, DeliveryOutcome, Settled
+from django_dsched.runtime.arrays import array_literal, repeated_array_literal
 
 # The claim's fence on the rows a write names (``m``): still this relay's and pending. The
 # values come through one-row subqueries so the planner does not estimate the rows from the
@@ -44,9 +45,14 @@ def id_range(ids: Iterable[uuid.UUID]) -> dict[str, uuid.UUID]:
 
 
 # Record outcomes: delivered, or failed (retry after a delay, or dead-letter when the
-# attempts are used up or the failure is permanent). Returns what was recorded. The arrays
-# come as text literals (:func:`literal`), one parameter each, parsed by the server in C: a
-# list bound element by element costs the relay microseconds per element. A delivered
+# attempts are used up or the failure is permanent). Returns a row for each outcome the
+# relay has to look at: one recorded as anything but delivered (retried or dead-lettered),
+# one not recorded (its claim was lost: status NULL), and, when %(times)s, each delivered
+# one with its time (for the metrics' latencies); a delivered outcome is otherwise not
+# returned, so that the relay reads nothing back for a batch that went through. The arrays
+# come as text literals (:mod:`django_dsched.runtime.arrays`), one parameter each, parsed
+# by the server in C: a list bound element by element costs the relay microseconds per
+# element. A delivered
 # outcome has no error (NULL); when every outcome of the batch is delivered the error,
 # permanent and delay arrays are NULL, which ``unnest`` pads out. The same statement keeps
 # the schedules' runs in a row (:mod:`.run_health`, schedule health).
@@ -81,11 +87,26 @@ WHERE m.id = o.id AND m.attempts = o.attempts AND {FENCE}
 RETURNING m.id, m.status, m.next_attempt_ts, m.delivered_ts, {run_health.OUTCOME}
 ),{run_health.after_settle("settled")}
 SELECT id, status, next_attempt_ts, delivered_ts FROM settled
+WHERE %(times)s OR status <> %(delivered)s
+UNION ALL
+SELECT o.id, NULL, NULL, NULL FROM unnest(%(ids)s::uuid[]) AS o(id)
+WHERE o.id NOT IN (SELECT id FROM settled)
 """
 
 
-def settle(cursor: Any, claimer: Claimer, outcomes: Sequence[DeliveryOutcome]) -> list[Settled]:
+def settle(
+    cursor: Any,
+    claimer: Claimer,
+    outcomes: Sequence[DeliveryOutcome],
+    *,
+    times: bool = False,
+) -> list[Settled]:
     """Record outcomes of this relay's claims; outcomes of lost claims are not written.
+
+    Returns what the relay has to look at (:data:`SETTLE`): each outcome recorded as retried
+    or dead-lettered, each one not recorded (its claim lost: ``status`` None), and, with
+    ``times``, each delivered one with its ``delivered_ts``; an outcome not returned was
+    recorded as delivered.
 
     Errors come from outside (endpoints, transports, handlers): each is made storable (no
     NUL, no lone surrogate, at most ``ERROR_MAX_CHARS``) so that no error text can make the
@@ -102,14 +123,16 @@ def settle(cursor: Any, claimer: Claimer, outcomes: Sequence[DeliveryOutcome]) -
         {
             **statuses(),
             **id_range(o.message.id for o in outcomes),
-            "ids": literal(o.message.id for o in outcomes),
-            "attempts": literal(o.message.attempt for o in outcomes),
+            "ids": array_literal(o.message.id for o in outcomes),
+            "attempts": array_literal(o.message.attempt for o in outcomes),
             "relay": claimer.relay_id,
             "max_attempts": claimer.max_attempts,
-            "started_ago": literal(
+            "started_ago": repeated_array_literal(
                 None if o.started is None else now - o.started for o in outcomes
             ),
-            "ended_ago": literal(0.0 if o.ended is None else now - o.ended for o in outcomes),
+            "ended_ago": repeated_array_literal(
+                0.0 if o.ended is None else now - o.ended for o in outcomes
+            ),
             # Rarely any: bound as lists (the errors need quoting), NULL when none failed.
             "errors": [
                 make_storable_text(o.error, ERROR_MAX_CHARS) if o.error else None for o in outcomes
@@ -118,12 +141,7 @@ def settle(cursor: Any, claimer: Claimer, outcomes: Sequence[DeliveryOutcome]) -
             else None,
             "permanent_flags": [o.permanent for o in outcomes] if failed else None,
             "delays": [o.delay for o in outcomes] if failed else None,
+            "times": times,
         },
     )
     return [Settled(*row) for row in cursor.fetchall()]
-
-
-def literal(values: Iterable[Any]) -> str:
-    """An array of UUIDs or numbers (None: NULL) as PostgreSQL's text literal, which the
-    statement casts (``%(ids)s::uuid[]``)."""
-    return "{" + ",".join("NULL" if v is None else str(v) for v in values) + "}"

@@ -57,14 +57,20 @@ def measure(
     tally: Counter[tuple[str, str]],
     latencies: list[float],
 ) -> None:
-    """Count one settled outcome for the metrics (and its latency, if delivered)."""
-    if result is None:
+    """Count one settled outcome for the metrics (and its latency, if delivered with its
+    time). ``result``: what the settle returned for it (None: recorded as delivered, no time
+    asked for; ``status`` None: not recorded)."""
+    if result is not None and result.status is None:
         tally[label, LOST] += 1
     elif outcome.delivered:
         tally[label, DELIVERED] += 1
+        if result is None or result.delivered_ts is None:
+            return
         slot = slot_of(envelope_of(outcome.message))
-        if slot is not None and result.delivered_ts is not None:
+        if slot is not None:
             latencies.append((result.delivered_ts - slot).total_seconds())
+    elif result is None:  # a failure is always returned; counted lost if it ever is not
+        tally[label, LOST] += 1
     elif result.status == DeliveryStatus.DELIVERY_FAILED:
         tally[label, DEAD_LETTER] += 1
     else:

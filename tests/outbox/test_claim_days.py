@@ -113,6 +113,7 @@ def test_a_settle_and_a_renewal_plan_only_the_days_of_their_messages(history) ->
         "errors": None,
         "permanent_flags": None,
         "delays": None,
+        "times": False,
     }
     for statement, values in (
         (SETTLE, recorded),
@@ -166,7 +167,7 @@ def test_renewals_and_outcomes_reach_messages_of_several_days(history) -> None:
         assert len(claimed) == 4
         kept, refused = extend("default", relay, claimed)
         assert kept == {m.id for m in claimed} and refused == []
-        settled = settle(cursor, relay, [DeliveryOutcome(m) for m in claimed])
+        settled = settle(cursor, relay, [DeliveryOutcome(m) for m in claimed], times=True)
     assert {s.id for s in settled} == {m.id for m in claimed}
     assert sql("SELECT DISTINCT status FROM outbox_message_t") == [(DeliveryStatus.DELIVERED,)]
 

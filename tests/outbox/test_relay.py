@@ -199,11 +199,33 @@ def test_expired_claim_is_taken_over_and_the_stale_outcome_is_ignored(relay_sett
         )
         (fresh,), _ = claim(cursor, fast, 1)
         assert fresh.id == stale.id and fresh.attempt == stale.attempt + 1
-        assert [s.status for s in settle(cursor, fast, [DeliveryOutcome(fresh)])] == ["DELIVERED"]
-        # The slow relay wakes up and reports a failure: nothing is written.
-        assert settle(cursor, slow, [DeliveryOutcome(stale, error="late", delay=1)]) == []
+        # Delivered: nothing comes back (test_a_settle_returns_what_the_relay_looks_at).
+        assert settle(cursor, fast, [DeliveryOutcome(fresh)]) == []
+        # The slow relay wakes up and reports a failure: nothing is written, and the
+        # outcome comes back as not recorded.
+        (lost,) = settle(cursor, slow, [DeliveryOutcome(stale, error="late", delay=1)])
+        assert (lost.id, lost.status) == (stale.id, None)
     row = OutboxMessage.objects.get(id=message_id)
     assert (row.status, row.attempts, row.last_error) == (DeliveryStatus.DELIVERED, 2, "")
+
+
+def test_a_settle_returns_what_the_relay_looks_at(relay_settings):
+    """A delivered outcome comes back only when its time is asked for (the metrics'
+    latencies); a failed one always, with what was recorded."""
+    from django.db import connection
+
+    make_messages(3)
+    relay = Claimer("relay", visibility_timeout=30, max_attempts=5)
+    with connection.cursor() as cursor:
+        (first, second, third), _ = claim(cursor, relay, 3)
+        assert settle(cursor, relay, [DeliveryOutcome(first)]) == []
+        (timed,) = settle(cursor, relay, [DeliveryOutcome(second)], times=True)
+        assert (timed.id, timed.status) == (second.id, DeliveryStatus.DELIVERED)
+        assert timed.delivered_ts is not None
+        (failed,) = settle(cursor, relay, [DeliveryOutcome(third, error="down", delay=1)])
+        assert (failed.id, failed.status) == (third.id, DeliveryStatus.PENDING)
+        assert failed.next_attempt_ts is not None
+    assert statuses() == {DeliveryStatus.DELIVERED: 2, DeliveryStatus.PENDING: 1}
 
 
 def test_message_claimed_too_often_without_outcome_is_dead_lettered(relay_settings):
