@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import threading
@@ -183,18 +184,37 @@ CHOSEN = ("{topic}", "{type}", "{event_type}")
 def render(template: str, message: Message, quote: Any = None) -> str:
     """Fill ``{host}``, ``{topic}`` and ``{type}`` in a destination name (stream, routing key,
     queue); ``quote`` (a function of text) encodes each value first. A message without a
-    host cannot fill ``{host}``: a permanent failure."""
+    host cannot fill ``{host}``: a permanent failure.
+
+    A batch's messages mostly share their names: a message that carries its host (every
+    claimed one) is filled from a cache keyed by what fills it."""
     if "{" not in template:
         return template
+    if quote is None and message.host_id is not None:
+        return _rendered(template, message.topic, message.event_type, message.host_id)
+    return _fill(template, message.topic, message.event_type, lambda: host_of(message), quote)
 
+
+@functools.lru_cache(maxsize=4096)
+def _rendered(template: str, topic: str, event_type: str, host: Any) -> str:
+    try:
+        text: str | None = host_key(host)
+    except ValueError:
+        text = None
+    return _fill(template, topic, event_type, lambda: text, None)
+
+
+def _fill(
+    template: str, topic: str, event_type: str, host: Callable[[], str | None], quote: Any
+) -> str:
     def value(match: re.Match[str]) -> str:
         name = match[1]
         if name == "host":
-            text = host_of(message)
+            text = host()
             if text is None:
                 raise PermanentDeliveryError("the message names no host to fill {host} with")
         else:
-            text = message.topic if name == "topic" else message.event_type
+            text = topic if name == "topic" else event_type
         return text if quote is None else str(quote(text))
 
     return PLACEHOLDER.sub(value, template)
