@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -34,12 +35,13 @@ expressions = st.builds(lambda m, h, d: f"{m} {h} {d} * *", minutes, hours, days
 def oracle(expression: str, zone_name: str, start: datetime, end: datetime) -> list[datetime]:
     """Every minute in (start, end], checked one by one: the rule in its plainest form."""
     zone = ZoneInfo(zone_name)
+    matches = functools.cache(lambda wall: croniter.match(expression, wall))  # wall times recur
     fires = set()
     step = timedelta(minutes=1)
     instant = start + step
     while instant <= end:
         wall = instant.astimezone(zone)
-        if wall.fold == 0 and croniter.match(expression, wall.replace(tzinfo=None)):
+        if wall.fold == 0 and matches(wall.replace(tzinfo=None)):
             fires.add(instant)  # a wall time's first (or only) occurrence
         instant += step
     naive = start.astimezone(zone).replace(tzinfo=None, second=0, microsecond=0)
@@ -47,7 +49,7 @@ def oracle(expression: str, zone_name: str, start: datetime, end: datetime) -> l
     while naive <= naive_end:
         there = naive.replace(tzinfo=zone).astimezone(UTC)
         missing = there.astimezone(zone).replace(tzinfo=None) != naive
-        if missing and croniter.match(expression, naive) and start < there <= end:
+        if missing and matches(naive) and start < there <= end:
             fires.add(there)  # a wall time inside a gap: once, shifted past the gap
         naive += step
     return sorted(fires)
