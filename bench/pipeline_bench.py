@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/pipeline_bench.py rates --runs 5
     .venv/bin/python bench/pipeline_bench.py e2e --runs 5
+    .venv/bin/python bench/pipeline_bench.py e2e --messages 1000000 --runs 3 --kinds redis
     .venv/bin/python bench/pipeline_bench.py lag --seconds 30 --runs 5
     .venv/bin/python bench/pipeline_bench.py claim --waiting 1000000 --runs 11
     DSCHED_BENCH_SERVER=stock .venv/bin/python bench/pipeline_bench.py rates --runs 5
@@ -21,7 +22,8 @@ against the firing time alone, handler and Redis. Beside them, the same ratio fo
 hand-written ceilings: the fire path's on these tables (``fire_ceiling.py``, batches of
 1,000 as the scheduler's) firing the burst alone, then with the relay's ceiling (below, in a
 process of its own, looking every 5 ms) delivering beside it; JIT off in both, as in the
-product.
+product; and the machine floor (below). ``--kinds`` picks what a round measures besides
+the firing alone (``redis`` alone: the issue's line, in a third of the time).
 
 ``lag``: 1,000 schedules every second for ``--seconds`` while one relay delivers: p50 / p99 of
 fire to delivery (``delivered_ts - event_ts``) and of slot to delivery.
@@ -481,7 +483,10 @@ def ceiling_e2e(count: int, batch: int) -> tuple[float, float]:
     return seconds, float(total)
 
 
-def e2e(count: int, runs: int, batch: int, baseline: Path | None) -> None:
+E2E_KINDS = ("floor", "ceiling", "handlers", "redis")
+
+
+def e2e(count: int, runs: int, batch: int, baseline: Path | None, kinds: list[str]) -> None:
     alone: list[float] = []
     floors: list[float] = []
     ratios: dict[tuple[str, str], list[float]] = {}
@@ -489,18 +494,18 @@ def e2e(count: int, runs: int, batch: int, baseline: Path | None) -> None:
         for run in range(runs):
             _, seconds = fire_alone(count)
             alone.append(seconds)
-            floors.append(machine_floor(count, seconds, redis_url, batch))
-            line = [
-                f"round {run + 1} (load {load()}): firing alone {seconds:.3f} s; "
-                f"machine floor {floors[-1]:.2f}x"
-            ]
-            ceiling_alone, ceiling_total = ceiling_e2e(count, batch)
-            ratios.setdefault(("ceiling", ""), []).append(ceiling_total / ceiling_alone)
-            line.append(
-                f"ceiling: firing alone {ceiling_alone:.3f} s, first fire to last delivery "
-                f"{ceiling_total:.3f} s ({ceiling_total / ceiling_alone:.2f}x)"
-            )
-            for kind in ("handlers", "redis"):
+            line = [f"round {run + 1} (load {load()}): firing alone {seconds:.3f} s"]
+            if "floor" in kinds:
+                floors.append(machine_floor(count, seconds, redis_url, batch))
+                line.append(f"machine floor {floors[-1]:.2f}x")
+            if "ceiling" in kinds:
+                ceiling_alone, ceiling_total = ceiling_e2e(count, batch)
+                ratios.setdefault(("ceiling", ""), []).append(ceiling_total / ceiling_alone)
+                line.append(
+                    f"ceiling: firing alone {ceiling_alone:.3f} s, first fire to last delivery "
+                    f"{ceiling_total:.3f} s ({ceiling_total / ceiling_alone:.2f}x)"
+                )
+            for kind in [k for k in ("handlers", "redis") if k in kinds]:
                 for code, path in codes(baseline, run):
                     reset()
                     insert_schedules(count, "HOURS", 1, "date_trunc('second', now()) + '3 s'")
@@ -524,10 +529,11 @@ def e2e(count: int, runs: int, batch: int, baseline: Path | None) -> None:
             print("  " + "; ".join(line), flush=True)
     print(f"e2e: {count:,}-fire bursts, medians of {runs} rounds (per round)")
     print(f"  firing alone, s: {spread(alone, '{:.3f}')}")
-    print(
-        f"  machine floor ((CPU of the firing alone + of one relay's drain alone) / {CORES} "
-        f"cores / firing alone): {spread(floors, '{:.2f}')}"
-    )
+    if floors:
+        print(
+            f"  machine floor ((CPU of the firing alone + of one relay's drain alone) / {CORES} "
+            f"cores / firing alone): {spread(floors, '{:.2f}')}"
+        )
     for (kind, code), values in ratios.items():
         name = "ceiling (by hand)" if kind == "ceiling" else f"{kind} {code}"
         print(f"  {name}: first fire to last delivery / firing alone "
@@ -655,6 +661,12 @@ def main() -> None:
         default=claims_default_batch(),
         help="the relays' (this checkout's and a baseline's) and the ceiling's",
     )
+    parser.add_argument(
+        "--kinds",
+        default=",".join(E2E_KINDS),
+        help="e2e: what each round measures besides the firing alone, of "
+        f"{','.join(E2E_KINDS)} (default: all)",
+    )
     parser.add_argument("--schedules", type=int, default=1000)
     parser.add_argument("--seconds", type=int, default=30)
     parser.add_argument("--waiting", type=int, default=1_000_000)
@@ -673,7 +685,7 @@ def main() -> None:
     if args.what == "rates":
         rates(args.messages, args.runs, args.batch_size, args.baseline)
     elif args.what == "e2e":
-        e2e(args.messages, args.runs, args.batch_size, args.baseline)
+        e2e(args.messages, args.runs, args.batch_size, args.baseline, args.kinds.split(","))
     elif args.what == "lag":
         lag(args.schedules, args.seconds, args.runs, args.batch_size, args.baseline)
     else:
