@@ -90,7 +90,7 @@ SELECT id, status, next_attempt_ts, delivered_ts FROM settled
 WHERE %(times)s OR status <> %(delivered)s
 UNION ALL
 SELECT o.id, NULL, NULL, NULL FROM unnest(%(ids)s::uuid[]) AS o(id)
-WHERE o.id NOT IN (SELECT id FROM settled)
+WHERE NOT EXISTS (SELECT FROM settled s WHERE s.id = o.id)
 """
 
 
