@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from django_dsched.enums import DeliveryStatus
 from django_dsched.outbox.messages import DeliveryOutcome, Message, Settled
 from django_dsched.outbox.outcomes import Recorded
-from django_dsched.outbox.tally import DEAD_LETTER, envelope_of, measure, transport_label
+from django_dsched.outbox.tally import DEAD_LETTER, envelope_of, lost, measure, transport_label
 from django_dsched.outbox.transports import Transports
 from django_dsched.runtime.logs import get_logger
 
@@ -129,7 +129,7 @@ class Reports:
                 measure(label, outcome, result, tally, latencies)
             if unrecorded:
                 continue  # reported above
-            if result is not None and result.status is None:
+            if lost(outcome, result):
                 self.stats.lost_claims += 1
                 logger.warning(
                     "outcome of id=%s topic=%s not recorded: its claim expired and another "

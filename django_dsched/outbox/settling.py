@@ -52,10 +52,9 @@ def id_range(ids: Iterable[uuid.UUID]) -> dict[str, uuid.UUID]:
 # returned, so that the relay reads nothing back for a batch that went through. The arrays
 # come as text literals (:mod:`django_dsched.runtime.arrays`), one parameter each, parsed
 # by the server in C: a list bound element by element costs the relay microseconds per
-# element. A delivered
-# outcome has no error (NULL); when every outcome of the batch is delivered the error,
-# permanent and delay arrays are NULL, which ``unnest`` pads out. The same statement keeps
-# the schedules' runs in a row (:mod:`.run_health`, schedule health).
+# element. A delivered outcome has no error (NULL); when every outcome of the batch is
+# delivered the error, permanent and delay arrays are NULL, which ``unnest`` pads out. The
+# same statement keeps the schedules' runs in a row (:mod:`.run_health`, schedule health).
 SETTLE = f"""
 WITH settled AS (
 UPDATE outbox_message_t m
@@ -140,7 +139,7 @@ def settle(
             if failed
             else None,
             "permanent_flags": [o.permanent for o in outcomes] if failed else None,
-            "delays": [o.delay for o in outcomes] if failed else None,
+            "delays": [float(o.delay) for o in outcomes] if failed else None,
             "times": times,
         },
     )

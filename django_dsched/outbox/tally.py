@@ -50,6 +50,14 @@ def envelope_of(message: Message) -> dict[str, Any]:
     return payload if isinstance(payload, dict) else {}
 
 
+def lost(outcome: DeliveryOutcome, result: Settled | None) -> bool:
+    """Whether the settle left an outcome unrecorded (its claim lost): its row came back
+    without a status. A failure always comes back: one that did not counts as lost too."""
+    if result is None:
+        return not outcome.delivered
+    return result.status is None
+
+
 def measure(
     label: str,
     outcome: DeliveryOutcome,
@@ -60,7 +68,7 @@ def measure(
     """Count one settled outcome for the metrics (and its latency, if delivered with its
     time). ``result``: what the settle returned for it (None: recorded as delivered, no time
     asked for; ``status`` None: not recorded)."""
-    if result is not None and result.status is None:
+    if lost(outcome, result):
         tally[label, LOST] += 1
     elif outcome.delivered:
         tally[label, DELIVERED] += 1
@@ -69,8 +77,8 @@ def measure(
         slot = slot_of(envelope_of(outcome.message))
         if slot is not None:
             latencies.append((result.delivered_ts - slot).total_seconds())
-    elif result is None:  # a failure is always returned; counted lost if it ever is not
-        tally[label, LOST] += 1
+    elif result is None:
+        return  # not reached: lost() above
     elif result.status == DeliveryStatus.DELIVERY_FAILED:
         tally[label, DEAD_LETTER] += 1
     else:

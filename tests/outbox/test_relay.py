@@ -228,6 +228,32 @@ def test_a_settle_returns_what_the_relay_looks_at(relay_settings):
     assert statuses() == {DeliveryStatus.DELIVERED: 2, DeliveryStatus.PENDING: 1}
 
 
+def test_the_relays_reports_tell_delivered_failed_and_lost_outcomes_apart(relay_settings):
+    """What a settle leaves out (a delivered outcome) counts as delivered; a failure as
+    retried; an outcome whose claim another relay took over as lost, never delivered. A
+    delay in whole seconds beside others' fractions (a Retry-After) is recorded too."""
+    from django.db import connection
+
+    from django_dsched.outbox.outcomes import record
+    from django_dsched.outbox.reports import RelayStats, Reports
+    from django_dsched.outbox.transports import Transports
+
+    make_messages(3)
+    relay = Claimer("relay", visibility_timeout=30, max_attempts=5)
+    with connection.cursor() as cursor:
+        (delivered, failed, taken), _ = claim(cursor, relay, 3)
+        cursor.execute("UPDATE outbox_message_t SET claimed_by = 'other' WHERE id = %s", [taken.id])
+        outcomes = [
+            DeliveryOutcome(delivered),
+            DeliveryOutcome(failed, error="down", delay=1),
+            DeliveryOutcome(taken),
+        ]
+        recorded = record("default", cursor, relay, outcomes, lambda message: 1.0)
+    stats = RelayStats()
+    Reports("relay", 5, Transports({}), stats, None).recorded(recorded, {})
+    assert (stats.delivered, stats.retried, stats.lost_claims) == (1, 1, 1)
+
+
 def test_message_claimed_too_often_without_outcome_is_dead_lettered(relay_settings):
     from django.db import connection
 
