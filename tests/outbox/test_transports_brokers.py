@@ -12,6 +12,7 @@ from django_dsched.enums import DeliveryStatus
 from django_dsched.models import OutboxMessage
 from django_dsched.outbox.messages import Message
 from django_dsched.outbox.relay import Relay
+from django_dsched.outbox.transports.base import encode
 from django_dsched.outbox.transports.rabbitmq import RabbitMQTransport
 from django_dsched.outbox.transports.redis_streams import RedisStreamsTransport
 from tests.brokers import free_port
@@ -92,7 +93,7 @@ def test_a_redis_batch_is_one_write_and_each_reply_is_its_messages_outcome(
     batch = [message("reports"), message("taken"), message("reports"), message("billing")]
     try:
         results = transport.send_many(batch)
-        transport.send(message("reports"))  # one message: redis-py's own XADD
+        transport.send(message("reports"))  # one message, outside a pipeline
         again = transport.send_many([message("reports"), message("billing")])
     finally:
         transport.close()
@@ -107,14 +108,46 @@ def test_a_redis_batch_is_one_write_and_each_reply_is_its_messages_outcome(
     assert again == [None, None]  # the connection was left in step: replies all read
     entries = redis_client.xrange("dsched:reports")
     assert [e[1][b"id"].decode() for e in entries[:2]] == [str(batch[0].id), str(batch[2].id)]
-    by_hand, by_redis_py = entries[0][1], entries[2][1]
-    assert list(by_hand) == list(by_redis_py) == [b"id", b"topic", b"type", b"event"]
+    by_batch, alone = entries[0][1], entries[2][1]
+    assert list(by_batch) == list(alone) == [b"id", b"topic", b"type", b"event"]
+    by_hand = by_batch
     assert json.loads(by_hand[b"event"]) == batch[0].payload
     assert (
         by_hand[b"event"]
         == json.dumps(batch[0].payload, separators=(",", ":"), ensure_ascii=False).encode()
     )
     assert redis_client.xlen("dsched:billing") == 2
+
+
+@pytest.mark.parametrize("maxlen", [None, 1000])
+def test_a_redis_command_is_what_redis_pys_xadd_sends(maxlen):
+    """The transport builds each XADD itself (a relay sends thousands a second): the same
+    arguments, byte for byte, as redis-py's ``xadd`` with approximate trimming."""
+    import redis
+
+    sent: list[tuple[object, ...]] = []
+
+    class Recording(redis.Redis):
+        def execute_command(self, *args, **options):
+            sent.append(args)
+
+    transport = RedisStreamsTransport(URL="redis://localhost:1/0", MAXLEN=maxlen)
+    try:
+        one = message("reports")
+        Recording().xadd(
+            "dsched:reports",
+            {"id": str(one.id), "topic": one.topic, "type": one.event_type, "event": encode(one)},
+            maxlen=maxlen,
+            approximate=True,
+        )
+        assert wire(transport.command(one)) == wire(sent[0])
+    finally:
+        transport.close()
+
+
+def wire(args: tuple[object, ...]) -> list[bytes]:
+    """Command arguments as Redis receives them."""
+    return [a if isinstance(a, bytes) else str(a).encode() for a in args]
 
 
 # -- RabbitMQ --------------------------------------------------------------------------------

@@ -181,17 +181,19 @@ PLACEHOLDER = re.compile(r"\{(topic|type|host)\}")
 CHOSEN = ("{topic}", "{type}", "{event_type}")
 
 
-def render(template: str, message: Message, quote: Any = None) -> str:
+def render(template: str, message: Message, quote: Any = None, *, cache: bool = True) -> str:
     """Fill ``{host}``, ``{topic}`` and ``{type}`` in a destination name (stream, routing key,
     queue); ``quote`` (a function of text) encodes each value first. A message without a
     host cannot fill ``{host}``: a permanent failure.
 
     A batch's messages mostly share their names: a message that carries its host (every
-    claimed one) is filled from a cache keyed by what fills it."""
+    claimed one) is filled from a cache keyed by what fills it (``cache=False`` for a
+    template made per message, which would only churn it)."""
     if "{" not in template:
         return template
-    if quote is None and message.host_id is not None:
-        return _rendered(template, message.topic, message.event_type, message.host_id)
+    host_id = getattr(message, "host_id", None)
+    if cache and quote is None and host_id is not None:
+        return _rendered(template, message.topic, message.event_type, host_id)
     return _fill(template, message.topic, message.event_type, lambda: host_of(message), quote)
 
 

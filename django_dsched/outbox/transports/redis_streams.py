@@ -53,7 +53,9 @@ class RedisStreamsTransport(Transport):
         problems = super().check_options(options)
         problems += cls.missing_library()
         maxlen = options.get("MAXLEN")
-        if maxlen is not None and not (isinstance(maxlen, int) and maxlen > 0):
+        if maxlen is not None and not (
+            isinstance(maxlen, int) and not isinstance(maxlen, bool) and maxlen > 0
+        ):
             problems.append("MAXLEN must be a positive whole number or None")
         timeout = options.get("SOCKET_TIMEOUT", 5.0)
         if not (isinstance(timeout, int | float) and timeout > 0):

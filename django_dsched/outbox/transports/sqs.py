@@ -361,7 +361,7 @@ class SQSTransport(Transport):
         schedule's id), or the topic for a message without one."""
         subject = message.payload.get("subject")
         schedule = subject if isinstance(subject, str) and subject else message.topic
-        group = render(self.group_id.replace("{schedule}", schedule), message)
+        group = render(self.group_id.replace("{schedule}", schedule), message, cache=False)
         if not GROUP_ID.match(group):
             raise PermanentDeliveryError(
                 f"MESSAGE_GROUP_ID gives {group!r}: SQS takes 1 to 128 letters, digits and "
