@@ -678,6 +678,8 @@ def main() -> None:
         " bench/history_days.py); unset: the days as they are",
     )
     args = parser.parse_args()
+    if unknown := set(args.kinds.split(",")) - set(E2E_KINDS):
+        parser.error(f"--kinds: unknown {', '.join(sorted(unknown))}")
     call_command("migrate", verbosity=0)
     days = history_days.keep(args.history_days)
     print(f"database: {server_line()}; load {load()}", flush=True)
