@@ -13,10 +13,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from django_dsched.enums import DeliveryStatus
-from django_dsched.outbox.messages import DeliveryOutcome, Message, Settled
+from django_dsched.outbox.messages import DeliveryOutcome, Message
 from django_dsched.outbox.outcomes import Recorded
-from django_dsched.outbox.tally import DEAD_LETTER, envelope_of, lost, measure, transport_label
+from django_dsched.outbox.tally import (
+    DEAD_LETTER,
+    DELIVERED,
+    LOST,
+    envelope_of,
+    fate,
+    measure,
+    transport_label,
+)
 from django_dsched.outbox.transports import Transports
 from django_dsched.runtime.logs import get_logger
 
@@ -119,17 +126,15 @@ class Reports:
         debug = logger.isEnabledFor(logging.DEBUG)
         for outcome in [*recorded.outcomes, *recorded.unrecorded.values()]:
             message = outcome.message
-            # None: recorded as delivered (Recorded.settled); status None: not recorded.
             result = by_id.get(message.id)
             unrecorded = message.id in recorded.unrecorded
-            if unrecorded:
-                result = Settled(message.id, None, None)
+            kind = LOST if unrecorded else fate(outcome, result)
             if tally is not None:
                 label = labels.get(message.id) or transport_label(self.transports, message)
-                measure(label, outcome, result, tally, latencies)
+                measure(label, kind, outcome, result, tally, latencies)
             if unrecorded:
                 continue  # reported above
-            if lost(outcome, result):
+            if kind == LOST:
                 self.stats.lost_claims += 1
                 logger.warning(
                     "outcome of id=%s topic=%s not recorded: its claim expired and another "
@@ -139,7 +144,7 @@ class Reports:
                     self.relay_id,
                     extra=log_context(self.relay_id, message),
                 )
-            elif outcome.delivered:
+            elif kind == DELIVERED:
                 delivered += 1
                 if debug:
                     logger.debug(
@@ -150,7 +155,7 @@ class Reports:
                         message.attempt,
                         extra=log_context(self.relay_id, message),
                     )
-            elif result is not None and result.status == DeliveryStatus.DELIVERY_FAILED:
+            elif kind == DEAD_LETTER:
                 self.stats.dead_lettered += 1
                 logger.error(
                     "dead-lettered id=%s topic=%s type=%s after %d attempt(s)%s: %s",

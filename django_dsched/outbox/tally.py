@@ -50,36 +50,32 @@ def envelope_of(message: Message) -> dict[str, Any]:
     return payload if isinstance(payload, dict) else {}
 
 
-def lost(outcome: DeliveryOutcome, result: Settled | None) -> bool:
-    """Whether the settle left an outcome unrecorded (its claim lost): its row came back
-    without a status. A failure always comes back: one that did not counts as lost too."""
+def fate(outcome: DeliveryOutcome, result: Settled | None) -> str:
+    """What became of an outcome, as one of the outcome labels, from what the settle
+    returned for it (``result``; None: recorded as delivered, its time not asked for). A row
+    without a status was not recorded (its claim lost); a failure always comes back, so one
+    that did not counts as lost too."""
     if result is None:
-        return not outcome.delivered
-    return result.status is None
+        return DELIVERED if outcome.delivered else LOST
+    if result.status is None:
+        return LOST
+    if outcome.delivered:
+        return DELIVERED
+    return DEAD_LETTER if result.status == DeliveryStatus.DELIVERY_FAILED else RETRY
 
 
 def measure(
     label: str,
+    kind: str,
     outcome: DeliveryOutcome,
     result: Settled | None,
     tally: Counter[tuple[str, str]],
     latencies: list[float],
 ) -> None:
-    """Count one settled outcome for the metrics (and its latency, if delivered with its
-    time). ``result``: what the settle returned for it (None: recorded as delivered, no time
-    asked for; ``status`` None: not recorded)."""
-    if lost(outcome, result):
-        tally[label, LOST] += 1
-    elif outcome.delivered:
-        tally[label, DELIVERED] += 1
-        if result is None or result.delivered_ts is None:
-            return
+    """Count one settled outcome (its :func:`fate`: ``kind``) for the metrics, and its
+    latency if delivered with its time."""
+    tally[label, kind] += 1
+    if kind == DELIVERED and result is not None and result.delivered_ts is not None:
         slot = slot_of(envelope_of(outcome.message))
         if slot is not None:
             latencies.append((result.delivered_ts - slot).total_seconds())
-    elif result is None:
-        return  # not reached: lost() above
-    elif result.status == DeliveryStatus.DELIVERY_FAILED:
-        tally[label, DEAD_LETTER] += 1
-    else:
-        tally[label, RETRY] += 1
