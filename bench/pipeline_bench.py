@@ -109,8 +109,33 @@ def child(mode: str, kind: str, redis_url: str, batch_size: int) -> None:
         relay.run_until_idle()
         return
     signal.signal(signal.SIGTERM, lambda *_: relay.stop())
+    settles = settled_sizes()
     print("ready", flush=True)
     relay.run()
+    stats = relay.stats
+    print(
+        f"    relay: {stats.batches:,} claims, {stats.claimed / max(1, stats.batches):,.0f}"
+        f" messages a claim; {len(settles):,} settles,"
+        f" {sum(settles) / max(1, len(settles)):,.0f} outcomes a settle",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def settled_sizes() -> list[int]:
+    """The number of outcomes of each settle the relay makes from now on (its batches' sizes,
+    printed beside a round's figures)."""
+    from django_dsched.outbox import relay as relay_module
+
+    sizes: list[int] = []
+    record = relay_module.record
+
+    def counted(using: str, cursor: Any, claimer: Any, done: Any, *args: Any, **kw: Any) -> Any:
+        sizes.append(len(done))
+        return record(using, cursor, claimer, done, *args, **kw)
+
+    relay_module.record = counted  # type: ignore[assignment]
+    return sizes
 
 
 def ceiling_serving(batch: int) -> None:

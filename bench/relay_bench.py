@@ -145,12 +145,12 @@ def old_claim(
     cursor.execute(OLD_CLAIM, {**claim_params(limit), "relay": claimer.relay_id})
     live: list[Message] = []
     dead: list[Message] = []
-    for id_, topic, event_type, payload, attempts, priority, event_ts, status in sorted(
+    for id_, topic, event_type, payload, attempts, priority, _, status in sorted(
         cursor.fetchall(), key=lambda row: (-row[5], row[6], row[0])
     ):
         if isinstance(payload, str | bytes):
             payload = json.loads(payload)
-        message = Message(id_, topic, event_type, payload, attempts, priority, event_ts)
+        message = Message(id_, topic, event_type, payload, attempts, priority)
         (live if status == DeliveryStatus.PENDING else dead).append(message)
     return live, dead
 

@@ -309,7 +309,7 @@ SET attempts = CASE WHEN {DEAD_AT_CLAIM} THEN m.attempts ELSE m.attempts + 1 END
     event_ts = {storable("m.event_ts", nullable=False)}"""
 # What it returns (``c``: the row's order and bytes).
 CLAIM_RETURNING = """RETURNING m.id, m.topic, m.event_type, l.body, m.attempts, m.priority,
-          m.event_ts, m.status, c.n, c.bytes,
+          m.status, c.n, c.bytes,
           (extract(epoch FROM statement_timestamp()) * 1000000)::bigint,
           m.host_id, CASE WHEN m.status = %(dead)s THEN m.last_error END"""
 
@@ -469,7 +469,7 @@ def claim_settings() -> dict[str, str]:
 
 def claimed(rows: list[tuple[Any, ...]]) -> Claimed:
     """The messages of the rows a claim returned (:data:`CLAIM_RETURNING`), in order."""
-    rows = sorted(rows, key=lambda row: row[8])
+    rows = sorted(rows, key=lambda row: row[7])
     live: list[Message] = []
     dead: list[Message] = []
     why: dict[uuid.UUID, str] = {}
@@ -481,7 +481,6 @@ def claimed(rows: list[tuple[Any, ...]]) -> Claimed:
             body,
             attempts,
             priority,
-            event_ts,
             status,
             _,
             size,
@@ -503,7 +502,6 @@ def claimed(rows: list[tuple[Any, ...]]) -> Claimed:
             payload,
             attempts,
             priority,
-            event_ts,
             size or 0,
             text=text,
             host_id=host,
@@ -513,7 +511,7 @@ def claimed(rows: list[tuple[Any, ...]]) -> Claimed:
         else:
             dead.append(message)
             why[id_] = error
-    return Claimed(live, dead, rows[0][10] if rows else None, why)
+    return Claimed(live, dead, rows[0][9] if rows else None, why)
 
 
 def claim(

@@ -24,7 +24,6 @@ class Message:
     __slots__ = (
         "_payload",
         "attempt",
-        "event_ts",
         "event_type",
         "host_id",
         "id",
@@ -42,7 +41,6 @@ class Message:
         payload: dict[str, Any] | None,
         attempt: int,
         priority: int = 0,
-        event_ts: datetime | None = None,
         size: int = 0,  # bytes of payload as JSON text, as the claim counted them
         *,
         text: str | None = None,
@@ -54,7 +52,6 @@ class Message:
         self._payload = payload
         self.attempt = attempt
         self.priority = priority
-        self.event_ts = event_ts
         self.size = size
         self.text = text
         self.host_id = host_id

@@ -106,7 +106,7 @@ def test_the_delivered_envelope_is_exactly_this(kathmandu):
         cursor.execute(CLAIM, {**claim_args(claimer, 10), **(pending_ids(cursor) or {})})
         [row] = cursor.fetchall()
         transaction.set_rollback(True)
-    body, size = row[3], row[9]
+    body, size = row[3], row[8]
     assert body == EXPECTED
     assert size == len(EXPECTED.encode()) == 530
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import uuid
@@ -17,6 +18,7 @@ from django_dsched.outbox.transports.rabbitmq import RabbitMQTransport
 from django_dsched.outbox.transports.redis_streams import RedisStreamsTransport
 from tests.brokers import free_port
 from tests.outbox_helpers import make_messages, statuses
+from tests.tcp_proxy import TcpProxy
 
 
 def message(topic: str = "reports") -> Message:
@@ -85,29 +87,37 @@ def test_a_redis_batch_is_one_write_and_each_reply_is_its_messages_outcome(
     redis_url,
     redis_client,
 ):
-    """A batch goes in one pipeline round trip; its entries are what a single XADD writes,
-    and a command Redis refuses (a stream name that holds a string) fails its message
-    alone."""
+    """A batch goes in one write; its entries are what a single XADD writes, and a message
+    whose command cannot be made (an event that is not JSON) or that Redis refuses (a stream
+    name that holds a string) fails alone. A connection the server closed between batches
+    is replaced, and the next batch is sent."""
     redis_client.set("dsched:taken", "not a stream")
     transport = RedisStreamsTransport(URL=redis_url, MAXLEN=1000)
-    batch = [message("reports"), message("taken"), message("reports"), message("billing")]
+    unwritable = message("reports")
+    unwritable.payload["data"] = {1, 2}  # a set: json.dumps refuses it
+    batch = [message("reports"), message("taken"), unwritable, message("reports")]
+    batch.append(message("billing"))
     try:
         results = transport.send_many(batch)
-        transport.send(message("reports"))  # one message, outside a pipeline
+        transport.send(message("reports"))  # one message, outside a batch
         again = transport.send_many([message("reports"), message("billing")])
+        redis_client.client_kill_filter(_type="normal", skipme=True)  # the transport's
+        after_kill = transport.send_many([message("billing"), message("billing")])
     finally:
         transport.close()
 
     assert [type(r).__name__ for r in results] == [
         "NoneType",
         "ResponseError",
+        "TypeError",
         "NoneType",
         "NoneType",
     ]
     assert "WRONGTYPE" in str(results[1])
     assert again == [None, None]  # the connection was left in step: replies all read
+    assert after_kill == [None, None]
     entries = redis_client.xrange("dsched:reports")
-    assert [e[1][b"id"].decode() for e in entries[:2]] == [str(batch[0].id), str(batch[2].id)]
+    assert [e[1][b"id"].decode() for e in entries[:2]] == [str(batch[0].id), str(batch[3].id)]
     by_batch, alone = entries[0][1], entries[2][1]
     assert list(by_batch) == list(alone) == [b"id", b"topic", b"type", b"event"]
     by_hand = by_batch
@@ -116,7 +126,66 @@ def test_a_redis_batch_is_one_write_and_each_reply_is_its_messages_outcome(
         by_hand[b"event"]
         == json.dumps(batch[0].payload, separators=(",", ":"), ensure_ascii=False).encode()
     )
-    assert redis_client.xlen("dsched:billing") == 2
+    assert redis_client.xlen("dsched:reports") == 4
+    assert redis_client.xlen("dsched:billing") == 4
+
+
+class RepliesCut(TcpProxy):
+    """A proxy in front of Redis that, once told :meth:`cut` ``n``, passes on the server's
+    next ``n`` replies of two lines (an ``XADD``'s: the entry's id as a bulk string) and
+    then drops the connection, as a server dying mid-batch would."""
+
+    lines: int | None = None  # the line ends still passed on; None: all
+    last = 0
+
+    def cut(self, replies: int) -> None:
+        self.lines = 2 * replies
+
+    def _answer(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                if self.lines is not None:
+                    for end, byte in enumerate(data):
+                        if self.last == ord("\r") and byte == ord("\n"):
+                            self.lines -= 1
+                        self.last = byte
+                        if self.lines == 0:
+                            sink.sendall(data[: end + 1])
+                            self.lines = None
+                            raise OSError("cut")
+                sink.sendall(data)
+        except OSError:
+            pass
+        for sock in (source, sink):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+
+def test_a_redis_connection_lost_mid_batch_fails_only_what_was_not_answered(
+    redis_url, redis_client
+):
+    """The messages Redis answered before the connection dropped are sent; the others fail
+    with the connection's error (the relay sends them again, with the same ids), and the
+    next batch goes on a new connection."""
+    import redis
+
+    proxy = RepliesCut(("127.0.0.1", int(redis_url.rsplit(":", 1)[1].split("/")[0]))).start()
+    transport = RedisStreamsTransport(URL=f"redis://127.0.0.1:{proxy.port}/0")
+    try:
+        assert transport.send_many([message("cut"), message("cut")]) == [None, None]
+        proxy.cut(3)
+        batch = [message("cut") for _ in range(6)]
+        results = transport.send_many(batch)
+        again = transport.send_many([message("cut"), message("cut")])
+    finally:
+        transport.close()
+        proxy.stop()
+
+    assert results[:3] == [None, None, None]
+    assert all(isinstance(r, redis.ConnectionError) for r in results[3:]), results
+    assert again == [None, None]
+    ids = [e[1][b"id"].decode() for e in redis_client.xrange("dsched:cut")]
+    assert ids[2:5] == [str(m.id) for m in batch[:3]]
 
 
 @pytest.mark.parametrize("maxlen", [None, 1000])

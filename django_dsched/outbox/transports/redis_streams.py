@@ -14,6 +14,7 @@ Each entry has the fields ``id`` (the idempotency key), ``topic``, ``type`` and 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from importlib import import_module
 from typing import Any
 
 from django_dsched.outbox.messages import Message
@@ -36,8 +37,11 @@ class RedisStreamsTransport(Transport):
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
+        import hiredis
         import redis
 
+        self.pack = hiredis.pack_command  # C: a batch's commands are most of a relay's work
+        self.refused = redis.ResponseError
         timeout = float(options.get("SOCKET_TIMEOUT", 5.0))
         self.client = redis.Redis.from_url(
             options.get("URL", DEFAULT_URL),
@@ -46,7 +50,9 @@ class RedisStreamsTransport(Transport):
             retry_on_timeout=False,
         )
         self.stream = options.get("STREAM", "dsched:{topic}")
-        self.maxlen = options.get("MAXLEN")
+        maxlen = options.get("MAXLEN")
+        # Text, as Redis receives it (hiredis packs text and bytes only).
+        self.trim = () if maxlen is None else ("MAXLEN", "~", str(maxlen))
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> list[str]:
@@ -63,6 +69,15 @@ class RedisStreamsTransport(Transport):
         return problems
 
     @classmethod
+    def missing_library(cls) -> list[str]:
+        problems = super().missing_library()
+        try:
+            import_module("hiredis")
+        except ImportError:
+            problems.append("needs hiredis: pip install 'django-dsched[redis]'")
+        return problems
+
+    @classmethod
     def tenancy_problems(cls, options: Mapping[str, Any], *, shared: bool) -> list[Problem]:
         return (
             destination_problem("STREAM", options.get("STREAM", "dsched:{topic}")) if shared else []
@@ -71,11 +86,10 @@ class RedisStreamsTransport(Transport):
     def command(self, message: Message) -> tuple[Any, ...]:
         """The message's ``XADD`` (what redis-py's ``xadd`` sends, built once: a relay sends
         thousands a second)."""
-        trim = () if self.maxlen is None else ("MAXLEN", "~", self.maxlen)
         return (
             "XADD",
             render(self.stream, message),
-            *trim,
+            *self.trim,
             "*",
             "id",
             str(message.id),
@@ -88,19 +102,50 @@ class RedisStreamsTransport(Transport):
         )
 
     def send(self, message: Message) -> None:
-        self.client.execute_command(*self.command(message))  # type: ignore[no-untyped-call]
+        (error,) = self.send_many([message])
+        if error is not None:
+            raise error
 
     def send_many(self, messages: Sequence[Message]) -> list[BaseException | None]:
-        if len(messages) == 1:
-            return super().send_many(messages)
-        pipe = self.client.pipeline(transaction=False)
-        for message in messages:
-            pipe.execute_command(*self.command(message))  # type: ignore[no-untyped-call]
+        """The batch's commands in one write on one connection, then each reply: a message
+        whose command cannot be made, or that Redis refuses, fails alone. If the connection
+        fails, the messages answered are sent and the others fail with its error (none is
+        sent twice by a retry here: the relay retries them, with the same ids)."""
+        outcomes: list[BaseException | None] = [None] * len(messages)
+        sending: list[int] = []
+        packed: list[bytes] = []
+        for i, message in enumerate(messages):
+            try:
+                packed.append(self.pack(self.command(message)))
+            except Exception as exc:  # its stream's name or its event cannot be made
+                outcomes[i] = exc
+            else:
+                sending.append(i)
+        if not sending:
+            return outcomes
+        pool = self.client.connection_pool
         try:
-            replies = pipe.execute(raise_on_error=False)
-        except Exception as exc:  # the connection failed: nothing is known to be sent
-            return [exc] * len(messages)
-        return [reply if isinstance(reply, BaseException) else None for reply in replies]
+            connection = pool.get_connection()
+        except Exception as exc:  # no connection: none is sent
+            for i in sending:
+                outcomes[i] = exc
+            return outcomes
+        answered = 0
+        try:
+            connection.send_packed_command([b"".join(packed)])  # type: ignore[no-untyped-call]
+            for i in sending:
+                try:
+                    connection.read_response()
+                except self.refused as exc:
+                    outcomes[i] = exc
+                answered += 1
+        except Exception as exc:  # the connection failed: the rest are not known to be sent
+            connection.disconnect()  # type: ignore[no-untyped-call]
+            for i in sending[answered:]:
+                outcomes[i] = exc
+        finally:
+            pool.release(connection)
+        return outcomes
 
     def close(self) -> None:
         self.client.close()
