@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+from collections.abc import Callable
 
 from tests.brokers import free_port
 
@@ -72,10 +73,21 @@ class TcpProxy:
         self._pump(source, sink)
 
     @staticmethod
-    def _pump(source: socket.socket, sink: socket.socket) -> None:
+    def _pump(
+        source: socket.socket,
+        sink: socket.socket,
+        passed: Callable[[bytes], tuple[bytes, bool]] | None = None,
+    ) -> None:
+        """Pass ``source``'s bytes to ``sink`` until either closes, then close both;
+        ``passed``: what of each chunk to pass on, and whether to go on after it."""
         try:
             while data := source.recv(65536):
+                more = True
+                if passed is not None:
+                    data, more = passed(data)
                 sink.sendall(data)
+                if not more:
+                    break
         except OSError:
             pass
         for sock in (source, sink):

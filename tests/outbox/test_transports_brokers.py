@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import socket
 import uuid
@@ -142,23 +141,19 @@ class RepliesCut(TcpProxy):
         self.lines = 2 * replies
 
     def _answer(self, source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while data := source.recv(65536):
-                if self.lines is not None:
-                    for end, byte in enumerate(data):
-                        if self.last == ord("\r") and byte == ord("\n"):
-                            self.lines -= 1
-                        self.last = byte
-                        if self.lines == 0:
-                            sink.sendall(data[: end + 1])
-                            self.lines = None
-                            raise OSError("cut")
-                sink.sendall(data)
-        except OSError:
-            pass
-        for sock in (source, sink):
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+        self._pump(source, sink, self._passed)
+
+    def _passed(self, data: bytes) -> tuple[bytes, bool]:
+        if self.lines is None:
+            return data, True
+        for end, byte in enumerate(data):
+            if self.last == ord("\r") and byte == ord("\n"):
+                self.lines -= 1
+            self.last = byte
+            if self.lines == 0:
+                self.lines = None
+                return data[: end + 1], False
+        return data, True
 
 
 def test_a_redis_connection_lost_mid_batch_fails_only_what_was_not_answered(
