@@ -183,6 +183,55 @@ def test_a_redis_connection_lost_mid_batch_fails_only_what_was_not_answered(
     assert ids[2:5] == [str(m.id) for m in batch[:3]]
 
 
+def test_a_redis_batch_interrupted_between_replies_leaves_no_reply_for_the_next(
+    redis_url, redis_client, monkeypatch
+):
+    """A batch larger than one write goes in pieces; one interrupted while its replies are
+    read (an exception that is not an error: a timeout of gevent's, an interrupt) leaves no
+    reply behind on a pooled connection: the next batch reads its own replies."""
+    from redis.connection import Connection
+
+    redis_client.set("dsched:taken", "not a stream")
+    transport = RedisStreamsTransport(URL=redis_url)
+    try:
+        large = [message("large") for _ in range(400)]  # about 150 KB: three writes
+        assert transport.send_many(large) == [None] * 400
+        read = Connection.read_response
+        calls = []
+
+        def interrupted(self, *args, **kwargs):
+            calls.append(1)
+            if len(calls) == 2:
+                raise KeyboardInterrupt
+            return read(self, *args, **kwargs)
+
+        monkeypatch.setattr(Connection, "read_response", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            transport.send_many([message("reports") for _ in range(3)])
+        monkeypatch.setattr(Connection, "read_response", read)
+        after = transport.send_many([message("taken"), message("reports")])
+    finally:
+        transport.close()
+
+    assert redis_client.xlen("dsched:large") == 400
+    assert [type(r).__name__ for r in after] == ["ResponseError", "NoneType"]
+
+
+def test_the_redis_options_check_names_what_is_missing_or_wrong(monkeypatch):
+    """The system check says what to fix: a MAXLEN that is not a positive whole number, a
+    redis-py older than 5.3 (its pool's get_connection() wants arguments)."""
+    from django_dsched.outbox.transports import redis_streams
+
+    assert RedisStreamsTransport.check_options({"URL": "redis://localhost/0"}) == []
+    assert RedisStreamsTransport.check_options({"MAXLEN": True}) == [
+        "MAXLEN must be a positive whole number or None"
+    ]
+    monkeypatch.setattr(redis_streams, "version", lambda name: "5.2.1")
+    assert RedisStreamsTransport.check_options({}) == [
+        "needs redis-py 5.3 or later: pip install 'django-dsched[redis]'"
+    ]
+
+
 @pytest.mark.parametrize("maxlen", [None, 1000])
 def test_a_redis_command_is_what_redis_pys_xadd_sends(maxlen):
     """The transport builds each XADD itself (a relay sends thousands a second): the same

@@ -8,13 +8,15 @@ serves hosts besides the operator's needs a ``STREAM`` that is fixed or has ``{h
 stream (system check ``dsched.E051``).
 
 Each entry has the fields ``id`` (the idempotency key), ``topic``, ``type`` and ``event``
-(the CloudEvents envelope as JSON). Batches go in one pipeline round trip.
+(the CloudEvents envelope as JSON). A batch is pipelined: its commands written at once on
+one connection, then each reply read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from importlib import import_module
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from django_dsched.outbox.messages import Message
@@ -27,6 +29,8 @@ from django_dsched.outbox.transports.base import (
 )
 
 DEFAULT_URL = "redis://localhost:6379/0"
+# A batch is written in pieces of about this many bytes, each within the socket timeout.
+WRITE_BYTES = 65_536
 
 
 class RedisStreamsTransport(Transport):
@@ -51,8 +55,7 @@ class RedisStreamsTransport(Transport):
         )
         self.stream = options.get("STREAM", "dsched:{topic}")
         maxlen = options.get("MAXLEN")
-        # Text, as Redis receives it (hiredis packs text and bytes only).
-        self.trim = () if maxlen is None else ("MAXLEN", "~", str(maxlen))
+        self.trim = () if maxlen is None else ("MAXLEN", "~", maxlen)
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> list[str]:
@@ -75,6 +78,12 @@ class RedisStreamsTransport(Transport):
             import_module("hiredis")
         except ImportError:
             problems.append("needs hiredis: pip install 'django-dsched[redis]'")
+        try:
+            release = tuple(int(part) for part in version("redis").split(".")[:2])
+        except (PackageNotFoundError, ValueError):
+            return problems  # not installed (said above), or a build of its own
+        if release < (5, 3):
+            problems.append("needs redis-py 5.3 or later: pip install 'django-dsched[redis]'")
         return problems
 
     @classmethod
@@ -107,20 +116,29 @@ class RedisStreamsTransport(Transport):
             raise error
 
     def send_many(self, messages: Sequence[Message]) -> list[BaseException | None]:
-        """The batch's commands in one write on one connection, then each reply: a message
+        """The batch's commands written at once on one connection, then each reply: a message
         whose command cannot be made, or that Redis refuses, fails alone. If the connection
-        fails, the messages answered are sent and the others fail with its error (none is
-        sent twice by a retry here: the relay retries them, with the same ids)."""
+        fails, the messages answered are sent and the others fail with its error (the relay
+        sends them again, with the same ids)."""
         outcomes: list[BaseException | None] = [None] * len(messages)
         sending: list[int] = []
-        packed: list[bytes] = []
+        pieces: list[bytes] = []  # the commands in pieces of about WRITE_BYTES
+        piece: list[bytes] = []
+        size = 0
         for i, message in enumerate(messages):
             try:
-                packed.append(self.pack(self.command(message)))
+                packed = self.pack(self.command(message))
             except Exception as exc:  # its stream's name or its event cannot be made
                 outcomes[i] = exc
-            else:
-                sending.append(i)
+                continue
+            sending.append(i)
+            piece.append(packed)
+            size += len(packed)
+            if size >= WRITE_BYTES:
+                pieces.append(b"".join(piece))
+                piece, size = [], 0
+        if piece:
+            pieces.append(b"".join(piece))
         if not sending:
             return outcomes
         pool = self.client.connection_pool
@@ -132,7 +150,8 @@ class RedisStreamsTransport(Transport):
             return outcomes
         answered = 0
         try:
-            connection.send_packed_command([b"".join(packed)])  # type: ignore[no-untyped-call]
+            # Each piece's write has the socket timeout to itself, as redis-py's own writes.
+            connection.send_packed_command(pieces)  # type: ignore[no-untyped-call]
             for i in sending:
                 try:
                     connection.read_response()
@@ -140,10 +159,11 @@ class RedisStreamsTransport(Transport):
                     outcomes[i] = exc
                 answered += 1
         except Exception as exc:  # the connection failed: the rest are not known to be sent
-            connection.disconnect()  # type: ignore[no-untyped-call]
             for i in sending[answered:]:
                 outcomes[i] = exc
         finally:
+            if answered < len(sending):  # never back in the pool with replies unread
+                connection.disconnect()  # type: ignore[no-untyped-call]
             pool.release(connection)
         return outcomes
 
