@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import uuid
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -164,7 +165,7 @@ def test_a_redis_connection_lost_mid_batch_fails_only_what_was_not_answered(
     next batch goes on a new connection."""
     import redis
 
-    proxy = RepliesCut(("127.0.0.1", int(redis_url.rsplit(":", 1)[1].split("/")[0]))).start()
+    proxy = RepliesCut(("127.0.0.1", urlsplit(redis_url).port)).start()
     transport = RedisStreamsTransport(URL=f"redis://127.0.0.1:{proxy.port}/0")
     try:
         assert transport.send_many([message("cut"), message("cut")]) == [None, None]
@@ -191,11 +192,22 @@ def test_a_redis_batch_interrupted_between_replies_leaves_no_reply_for_the_next(
     reply behind on a pooled connection: the next batch reads its own replies."""
     from redis.connection import Connection
 
+    from django_dsched.outbox.transports.redis_streams import WRITE_BYTES
+
     redis_client.set("dsched:taken", "not a stream")
     transport = RedisStreamsTransport(URL=redis_url)
+    send = Connection.send_packed_command
+    writes: list[int] = []
+
+    def sent(self, command, *args, **kwargs):
+        writes.extend(len(piece) for piece in command if b"XADD" in piece)
+        return send(self, command, *args, **kwargs)
+
+    monkeypatch.setattr(Connection, "send_packed_command", sent)
     try:
-        large = [message("large") for _ in range(400)]  # about 150 KB: three writes
-        assert transport.send_many(large) == [None] * 400
+        large = [message("large") for _ in range(700)]  # about 150 KB
+        assert transport.send_many(large) == [None] * 700
+        large_writes = writes[:]
         read = Connection.read_response
         calls = []
 
@@ -213,7 +225,11 @@ def test_a_redis_batch_interrupted_between_replies_leaves_no_reply_for_the_next(
     finally:
         transport.close()
 
-    assert redis_client.xlen("dsched:large") == 400
+    assert redis_client.xlen("dsched:large") == 700
+    largest = max(len(transport.pack(transport.command(m))) for m in large)
+    assert sum(large_writes) > 2 * WRITE_BYTES  # in pieces of about WRITE_BYTES
+    assert all(WRITE_BYTES <= n < WRITE_BYTES + largest for n in large_writes[:-1])
+    assert len(large_writes) == 3, large_writes
     assert [type(r).__name__ for r in after] == ["ResponseError", "NoneType"]
 
 
