@@ -187,9 +187,12 @@ class CronTimetable:
         lands after the gap), so the search starts back by the size of a gap just passed
         and keeps the earliest instant after ``when``, until no later wall time can beat it.
         """
-        low, high = self._offsets_near(when)
-        # Only a gap behind ``when`` holds wall times that land after it.
-        start = self._wall(when) - max(timedelta(0), self._offset(when) - low)
+        high = self._offsets_near(when)[1]
+        # Only a gap behind ``when`` holds wall times that land after it, and only while
+        # ``when`` is within one jump of it (a gap's wall times land within a jump after it).
+        jump = self._jump(when)
+        behind = self._offset(when - jump) if jump else self._offset(when)
+        start = self._wall(when) - max(timedelta(0), self._offset(when) - behind)
         matches = _matches(self.expression, start)
         best: datetime | None = None
         try:
@@ -200,6 +203,12 @@ class CronTimetable:
                 instant = self._instant(naive)
                 if instant > when and (best is None or instant < best):
                     best = instant
+                    if self._wall(best) == naive:
+                        # A wall time that exists (not in a gap): every later wall time
+                        # lands at or after it, since only a gap's wall times land after
+                        # later ones. Near a change, the bound below would step through a
+                        # jump's worth of wall times to learn that.
+                        return best
                     high = self._offsets_near(best)[1]
                     if self._as_utc(naive, high) >= best:
                         return best  # every later wall time lands later: the usual case

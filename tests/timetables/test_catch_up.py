@@ -59,7 +59,7 @@ EXPRESSIONS = ["*/20 * * * *", "*/5 1-3 * * *", "0,30 * * * *", "15 2 * * *", "*
     case=st.sampled_from(ZONES_AND_DAYS),
     expression=st.sampled_from(EXPRESSIONS),
     shift=st.integers(-6 * 60, 6 * 60),
-    backlog_minutes=st.integers(0, 12 * 60),
+    backlog_minutes=st.integers(0, 6 * 60),  # with the shift, backlogs across each change
     limit=st.integers(1, 120),
 )
 def test_cron_catch_up_start_matches_the_walk_across_transitions(
@@ -177,3 +177,18 @@ def test_a_cron_search_away_from_a_jump_asks_croniter_for_one_match(steps, when)
     table = CronTimetable("* * * * *", "Europe/Brussels")
     assert steps(lambda: table.slot_after(when)) == 1
     assert steps(lambda: table.slot_at_or_before(when)) == 1
+
+
+@pytest.mark.parametrize(
+    "when",
+    [
+        datetime(2026, 3, 29, 0, 30, 30, tzinfo=UTC),  # half an hour before the gap
+        datetime(2026, 10, 25, 0, 30, 30, tzinfo=UTC),  # half an hour before the fold
+    ],
+)
+def test_a_cron_search_next_to_a_jump_stops_at_a_wall_time_that_exists(steps, when):
+    # Only a missing wall time (in the gap) can land after later ones: a match that exists
+    # is the next fire, without stepping through the jump's hour of later wall times.
+    table = CronTimetable("* * * * * */30", "Europe/Brussels")
+    assert steps(lambda: table.slot_after(when)) == 1
+    assert table.slot_after(when) == when + timedelta(seconds=30)
