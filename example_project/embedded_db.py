@@ -26,12 +26,11 @@ TUNING = {
     "max_wal_size": "8GB",
     "checkpoint_timeout": "30min",
 }
-# The test suite's servers (tests/settings.py: "pg-test...", one a cell of the matrix) run
-# without fsync, as tests/patroni.py's nodes do: a test kills processes, never the machine,
-# so what was written survives in the page cache; fsync would only make every commit,
-# TRUNCATE and checkpoint (each DROP DATABASE's: the test database's, at the end of a run)
-# wait on the shared disk.
-TEST_TUNING = {**TUNING, "fsync": "off"}
+# The test suite's server (tests/settings.py) runs without fsync, as tests/patroni.py's
+# nodes do: a test kills processes, never the machine, so what was written survives in the
+# page cache; fsync would only make every commit, TRUNCATE and checkpoint (each DROP
+# DATABASE's: the test database's, at the end of a run) wait on the shared disk.
+TUNING_OF = {"pg-test": {**TUNING, "fsync": "off"}}
 
 
 def _server(name: str):
@@ -42,7 +41,7 @@ def _server(name: str):
         DATA_ROOT.mkdir(parents=True, exist_ok=True)
         server = pgserver.get_server(DATA_ROOT / name, cleanup_mode=None)
     marker = Path(server.pgdata) / "dsched-tuned"
-    tuning = TEST_TUNING if name.startswith("pg-test") else TUNING
+    tuning = TUNING_OF.get(name, TUNING)
     wanted = "".join(f"{k} = {v}\n" for k, v in tuning.items())
     if not marker.exists() or marker.read_text() != wanted:
         from pgserver._commands import pg_ctl

@@ -8,9 +8,7 @@ source scripts/bootstrap.sh
 
 python311="$(find_python 11)" || { echo "Python 3.11 or newer is needed." >&2; exit 1; }
 BOOTSTRAP_GROUPS=dev bootstrap .venv "$python311" "django>=5.2,<6"
-# Each cell of the matrix has an embedded server of its own (tests/settings.py), stopped at
-# the end.
-trap '.venv/bin/python -c "from example_project.embedded_db import stop; stop(\"pg-test\"); stop(\"pg-test-django6\")" || true' EXIT
+trap '.venv/bin/python -c "from example_project.embedded_db import stop; stop(\"pg-test\")" || true' EXIT
 
 # Redis and RabbitMQ for the transport tests, from Debian packages when missing (the tests
 # start their own servers on free localhost ports; they skip loudly without them, but fail
@@ -66,35 +64,16 @@ echo "== migrations match the models"
 DJANGO_SETTINGS_MODULE=tests.settings .venv/bin/python -m django migrate --noinput -v 0
 DJANGO_SETTINGS_MODULE=tests.settings .venv/bin/python -m django makemigrations --check --dry-run -v 1
 
-# The two cells run at once, each on its own server and database: a cell waits on its
-# servers and subprocesses about half the time, so together they take little longer than
-# one. The Django 6 cell's output follows the first cell's, once it ends.
-django6=""
+echo "== Python $(.venv/bin/python -c 'import platform; print(platform.python_version())'), Django $(.venv/bin/python -c 'import django; print(django.get_version())')"
+DSCHED_TEST_DB_NAME=test_dsched_dj5 .venv/bin/python -m pytest "$@"
+
 if python312="$(find_python 12)"; then
     bootstrap .venv-django6 "$python312" "django>=6,<7"
-    django6_log="$(mktemp)"
-    (
-        echo "== Python $(.venv-django6/bin/python -c 'import platform; print(platform.python_version())'), Django $(.venv-django6/bin/python -c 'import django; print(django.get_version())')"
-        DSCHED_TEST_SERVER=pg-test-django6 DSCHED_TEST_DB_NAME=test_dsched_dj6 \
-            .venv-django6/bin/python -m pytest "$@"
-    ) >"$django6_log" 2>&1 &
-    django6=$!
+    echo "== Python $(.venv-django6/bin/python -c 'import platform; print(platform.python_version())'), Django $(.venv-django6/bin/python -c 'import django; print(django.get_version())')"
+    DSCHED_TEST_DB_NAME=test_dsched_dj6 .venv-django6/bin/python -m pytest "$@"
 elif [ "${CI:-}" = "true" ]; then
     echo "CI needs Python 3.12+ for the Django 6 cell, and none was found." >&2
     exit 1
 else
     echo "!! SKIPPED the Django 6 cell: no Python 3.12+ found." >&2
 fi
-
-echo "== Python $(.venv/bin/python -c 'import platform; print(platform.python_version())'), Django $(.venv/bin/python -c 'import django; print(django.get_version())')"
-status=0
-DSCHED_TEST_DB_NAME=test_dsched_dj5 .venv/bin/python -m pytest "$@" || status=$?
-
-if [ -n "$django6" ]; then
-    django6_status=0
-    wait "$django6" || django6_status=$?
-    cat "$django6_log"
-    rm -f "$django6_log"
-    [ "$status" -ne 0 ] || status=$django6_status
-fi
-exit "$status"

@@ -12,9 +12,8 @@ from tests.factories import ScheduleFactory  # noqa: F401  (handy in -k runs)
 from tests.release import dists, installed_wheel  # noqa: F401  (fixtures: the built release)
 from tests.sqs_server import sqs_client, sqs_endpoint  # noqa: F401  (fixtures)
 
-KEPT = ("DSCHED_DATA_DIR", "DSCHED_TEST_DB_NAME", "DSCHED_TEST_SERVER")  # the run's, not a test's
 for name in list(os.environ):
-    if name.startswith("DSCHED_") and name not in KEPT:
+    if name.startswith("DSCHED_") and name not in ("DSCHED_DATA_DIR", "DSCHED_TEST_DB_NAME"):
         del os.environ[name]
 
 

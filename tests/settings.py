@@ -9,9 +9,7 @@ import environ
 if not os.environ.get("DATABASE_URL"):
     from example_project.embedded_db import database_url
 
-    # scripts/test.sh gives each cell of the matrix a server of its own (they run at once).
-    server = os.environ.get("DSCHED_TEST_SERVER", "pg-test")
-    os.environ["DATABASE_URL"] = database_url(name=server, database="dsched")
+    os.environ["DATABASE_URL"] = database_url(name="pg-test", database="dsched")
 
 env = environ.Env()
 
