@@ -4,6 +4,8 @@ import os
 
 import pytest
 
+from tests import flush
+
 # The brokers' servers are fixtures of the whole run, one server each, only here: a fixture
 # imported into a test module is that module's own, so each module importing these started
 # its own server (four RabbitMQs, five Redises and two motos a run).
@@ -11,6 +13,9 @@ from tests.brokers import rabbitmq_url, redis_url  # noqa: F401  (fixtures)
 from tests.factories import ScheduleFactory  # noqa: F401  (handy in -k runs)
 from tests.release import dists, installed_wheel  # noqa: F401  (fixtures: the built release)
 from tests.sqs_server import sqs_client, sqs_endpoint  # noqa: F401  (fixtures)
+
+# A transactional test's flush truncates only the tables written (tests/flush.py).
+flush.install()
 
 for name in list(os.environ):
     if name.startswith("DSCHED_") and name not in ("DSCHED_DATA_DIR", "DSCHED_TEST_DB_NAME"):
