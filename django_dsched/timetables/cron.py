@@ -187,14 +187,15 @@ class CronTimetable:
         lands after the gap), so the search starts back by the size of a gap just passed
         and keeps the earliest instant after ``when``, until no later wall time can beat it.
         """
-        high = self._offsets_near(when)[1]
         # Only a gap behind ``when`` holds wall times that land after it, and only while
         # ``when`` is within one jump of it (a gap's wall times land within a jump after it).
+        start = self._wall(when)
         jump = self._jump(when)
-        behind = self._offset(when - jump) if jump else self._offset(when)
-        start = self._wall(when) - max(timedelta(0), self._offset(when) - behind)
+        if jump:
+            start -= max(timedelta(0), self._offset(when) - self._offset(when - jump))
         matches = _matches(self.expression, start)
         best: datetime | None = None
+        high = timedelta(0)  # with ``best``: the largest offset near it
         try:
             for _ in range(MAX_STEPS):
                 naive = matches.get_next(datetime)
@@ -206,12 +207,11 @@ class CronTimetable:
                     if self._wall(best) == naive:
                         # A wall time that exists (not in a gap): every later wall time
                         # lands at or after it, since only a gap's wall times land after
-                        # later ones. Near a change, the bound below would step through a
-                        # jump's worth of wall times to learn that.
+                        # later ones. The usual case.
                         return best
+                    # A wall time in a gap, landing after it: a later wall time beats it
+                    # until they are read past it even at the largest offset near it.
                     high = self._offsets_near(best)[1]
-                    if self._as_utc(naive, high) >= best:
-                        return best  # every later wall time lands later: the usual case
         except (CroniterBadDateError, OverflowError, ValueError):
             return best
         raise CronError(f"{self.expression!r}: no fire found after {when}")
