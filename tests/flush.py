@@ -1,24 +1,50 @@
 """The suite's flush after each transactional test: TRUNCATE only the tables not as a
-TRUNCATE left them.
+TRUNCATE left them, and post_migrate only when it has something to write.
 
 Django's flush (pytest-django's ``transactional_db``) truncates every table of the project
-in one statement: with a partition per day of the event store and the outbox, each of some
-45 tables and 190 indexes gets new files, however few of them the test wrote. This one
-truncates, in one statement (with CASCADE, the tables that refer to them), the tables and
-leaf partitions that hold a page or whose statistics were taken (an ANALYZE or VACUUM of an
-empty table); the others are as a TRUNCATE leaves them. What it leaves is what Django's
-leaves: every table empty, with no pages and no statistics, so a test of a query plan
-starts as it did.
+in one statement, then sends post_migrate, whose receivers write the content types and
+permissions back. With a partition per day of the event store and the outbox, each of some
+45 tables and 190 indexes gets new files, however few of them the test wrote, and the
+content types and permissions are written again after every test: two thirds of a flush's
+time.
+
+This one truncates, in one statement (with CASCADE, the tables that refer to them), the
+tables and leaf partitions that hold a page or whose statistics were taken (an ANALYZE or
+VACUUM of an empty table); the others are as a TRUNCATE leaves them. The content types and
+permissions are kept when they are what post_migrate wrote after this process's previous
+flush (the same names, codenames and labels: :data:`WRITTEN`), and post_migrate is then not
+sent: each of its receivers would write nothing (the content types' and the permissions'
+find them all; the declared schedules' sync has no declarations in the tests' settings, and
+is sent when a test's settings declare some). What it leaves is what Django's leaves: every
+table empty, with no pages and no statistics, so a test of a query plan starts as it did,
+and the content types and permissions as post_migrate writes them.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+# What the content types and permissions hold, by name (post_migrate gives them new ids
+# each time it writes them): one md5 of both, ordered.
+WRITTEN_SQL = """
+SELECT md5(
+    coalesce((SELECT string_agg(app_label || '.' || model, ',' ORDER BY app_label, model)
+              FROM django_content_type), '')
+    || '|' ||
+    coalesce((SELECT string_agg(t.app_label || '.' || t.model || '.' || p.codename || '.'
+                                || p.name, ',' ORDER BY t.app_label, t.model, p.codename)
+              FROM auth_permission p JOIN django_content_type t ON t.id = p.content_type_id),
+             ''))
+"""
+# The tables post_migrate writes, kept by a flush that finds them as it wrote them.
+WRITTEN_TABLES = ("django_content_type", "auth_permission")
+# By database name: WRITTEN_SQL's answer after this process's latest post_migrate of a flush.
+WRITTEN: dict[str, str] = {}
+
 # The leaf tables (partitions, and the tables that have none) of the flushed tables that a
 # TRUNCATE would change, truncated together; nothing when none. ``{tables}``: the flushed
 # tables' names as an ARRAY of string literals; a name that names no table fails the flush,
-# as Django's does.
+# as Django's does. ``{kept}``: the same, of the tables left as they are.
 TRUNCATE_CHANGED = """
 DO $flush$
 DECLARE
@@ -26,6 +52,7 @@ DECLARE
 BEGIN
     WITH flushed AS (
         SELECT quote_ident(name)::regclass AS id FROM unnest({tables}::text[]) AS t(name)
+        WHERE name <> ALL({kept}::text[])
     ),
     leaves AS (
         SELECT id FROM flushed  -- a table with no partitions has no partition tree
@@ -50,9 +77,33 @@ def literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+def array(names: list[str]) -> str:
+    return "ARRAY[" + ", ".join(literal(name) for name in names) + "]::text[]"
+
+
+def written(connection: Any) -> str:
+    with connection.cursor() as cursor:
+        cursor.execute(WRITTEN_SQL)
+        return str(cursor.fetchone()[0])
+
+
+def kept_sql(connection: Any, tables: list[str]) -> str:
+    """SQL: the names of the tables post_migrate writes if they are as its latest write left
+    them (known in this process), else none."""
+    expected = WRITTEN.get(connection.settings_dict["NAME"])
+    if expected is None or not set(WRITTEN_TABLES) <= set(tables):
+        return "ARRAY[]::text[]"
+    return (
+        f"CASE WHEN ({WRITTEN_SQL}) = {literal(expected)} "
+        f"THEN {array(list(WRITTEN_TABLES))} ELSE ARRAY[]::text[] END"
+    )
+
+
 def install() -> None:
     """Flush this way from now on (PostgreSQL's backend; sequences kept, as pytest-django
     asks; a flush resetting sequences is Django's own)."""
+    from django.core.management.commands import flush
+    from django.db import connections
     from django.db.backends.postgresql.operations import DatabaseOperations
 
     original = DatabaseOperations.sql_flush
@@ -69,7 +120,25 @@ def install() -> None:
             return original(
                 self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade
             )
-        names = "ARRAY[" + ", ".join(literal(name) for name in tables) + "]"
-        return [TRUNCATE_CHANGED.replace("{tables}", names)]
+        return [
+            TRUNCATE_CHANGED.replace("{tables}", array(tables)).replace(
+                "{kept}", kept_sql(self.connection, tables)
+            )
+        ]
+
+    emit = flush.emit_post_migrate_signal
+
+    def emit_post_migrate_signal(verbosity: int, interactive: bool, db: str, **kwargs: Any) -> None:
+        from django_dsched.conf import app_settings
+        from django_dsched.declared import declarations
+
+        connection = connections[db]
+        name = connection.settings_dict["NAME"]
+        as_written = name in WRITTEN and written(connection) == WRITTEN[name]
+        if as_written and not (app_settings.SYNC_ON_MIGRATE and declarations()):
+            return
+        emit(verbosity, interactive, db, **kwargs)
+        WRITTEN[name] = written(connection)
 
     setattr(DatabaseOperations, "sql_flush", sql_flush)  # noqa: B010  (a method replaced)
+    setattr(flush, "emit_post_migrate_signal", emit_post_migrate_signal)  # noqa: B010
