@@ -222,6 +222,23 @@ def server_line() -> str:
     return ", ".join(f"{n} {rows[n]}" for n in names)
 
 
+def wal() -> tuple[int, int, int]:
+    """(WAL bytes, full-page images, checkpoints) the server has written so far."""
+    ((written, images, checkpoints),) = sql(
+        "SELECT w.wal_bytes, w.wal_fpi, b.checkpoints_timed + b.checkpoints_req"
+        " FROM pg_stat_wal w, pg_stat_bgwriter b"
+    )
+    return int(written), int(images), int(checkpoints)
+
+
+def wal_since(before: tuple[int, int, int], count: int) -> str:
+    written, images, checkpoints = (a - b for a, b in zip(wal(), before, strict=True))
+    return (
+        f"WAL {written / count:,.0f} B a message, {images / count:.2f} full-page images a "
+        f"message, {checkpoints} checkpoints"
+    )
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
@@ -313,10 +330,15 @@ def wait_delivered(count: int) -> None:
         raise SystemExit(f"expected {count} deliveries, found {delivered}")
 
 
+FIRE_WAL = (0, 0, 0)  # wal() as the latest fire_alone started
+
+
 def fire_alone(count: int) -> tuple[float, float]:
     """Fire ``count`` due schedules with one scheduler; return (fires/s, firing seconds)."""
+    global FIRE_WAL
     reset()
     insert_schedules(count, "HOURS", 1, "now() - interval '30 minutes'")
+    FIRE_WAL = wal()
     scheduler = start_scheduler()
     try:
         wait_until(NOTHING_DUE, max(600, count / 500), every=0.1)
@@ -519,7 +541,10 @@ def e2e(count: int, runs: int, batch: int, baseline: Path | None, kinds: list[st
         for run in range(runs):
             _, seconds = fire_alone(count)
             alone.append(seconds)
-            line = [f"round {run + 1} (load {load()}): firing alone {seconds:.3f} s"]
+            line = [
+                f"round {run + 1} (load {load()}): firing alone {seconds:.3f} s "
+                f"({wal_since(FIRE_WAL, count)})"
+            ]
             if "floor" in kinds:
                 floors.append(machine_floor(count, seconds, redis_url, batch))
                 line.append(f"machine floor {floors[-1]:.2f}x")
@@ -534,6 +559,7 @@ def e2e(count: int, runs: int, batch: int, baseline: Path | None, kinds: list[st
                 for code, path in codes(baseline, run):
                     reset()
                     insert_schedules(count, "HOURS", 1, "date_trunc('second', now()) + '3 s'")
+                    before = wal()
                     with relay_serving(path, kind, redis_url, batch):
                         scheduler = start_scheduler()
                         try:
@@ -549,7 +575,7 @@ def e2e(count: int, runs: int, batch: int, baseline: Path | None, kinds: list[st
                     ratios.setdefault((kind, code), []).append(ratio)
                     line.append(
                         f"{kind} {code}: first fire to last delivery {float(total):.3f} s "
-                        f"({ratio:.2f}x; firing {fired:.3f} s)"
+                        f"({ratio:.2f}x; firing {fired:.3f} s; {wal_since(before, count)})"
                     )
             print("  " + "; ".join(line), flush=True)
     print(f"e2e: {count:,}-fire bursts, medians of {runs} rounds (per round)")
