@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -16,8 +17,10 @@ from typing import Any
 import pytest
 import yaml
 from django.contrib.auth.models import Permission, User
+from django.db import transaction
 from django.test import Client, RequestFactory
 from django.utils.crypto import get_random_string
+from rest_framework.authtoken.models import Token
 
 from django_dsched import api
 from django_dsched.admin.outbox import OutboxMessageAdmin
@@ -179,8 +182,7 @@ def codenames_of(role: str) -> set[str]:
     return set() if role in ("anonymous", "no permission", "superuser") else set(role.split("+"))
 
 
-@pytest.fixture
-def world() -> dict[str, str]:
+def make_world() -> dict[str, str]:
     """A due active schedule with past slots, a paused one that missed slots and catches
     up (CATCH_UP), a dead letter."""
     start = (database_now() - timedelta(minutes=10)).replace(second=0, microsecond=0)
@@ -207,12 +209,38 @@ def world() -> dict[str, str]:
     }
 
 
-def client_for(role: str) -> APIClient:
+def make_user(role: str, index: int) -> User | None:
     if role == "anonymous":
-        return APIClient(None)
+        return None
     if role == "superuser":
-        return APIClient(User.objects.create_superuser("root", "root@example.com", "pw"))
-    return APIClient(user_with(codenames_of(role)))
+        return User.objects.create_superuser("root", "root@example.com", "pw")
+    return user_with(codenames_of(role), name=f"role-{index}")
+
+
+@pytest.fixture(scope="module")
+def made(django_db_setup: None, django_db_blocker: Any) -> Iterator[tuple[dict[str, str], Any]]:
+    """The world and a user of each role (with its token), made once for the module in a
+    transaction its tests run within (each test's own is a savepoint in it, rolled back
+    after the test, as always), rolled back after the module's last test."""
+    with django_db_blocker.unblock(), transaction.atomic():
+        world = make_world()
+        users = {role: make_user(role, index) for index, role in enumerate(ROLES)}
+        for user in users.values():
+            if user is not None:
+                Token.objects.create(user=user)
+        yield world, users
+        transaction.set_rollback(True)
+
+
+@pytest.fixture
+def world(made: tuple[dict[str, str], Any], db: None) -> dict[str, str]:
+    return made[0]
+
+
+@pytest.fixture
+def client_for(made: tuple[dict[str, str], Any], db: None) -> Callable[[str], APIClient]:
+    """A client of each role's user (anonymous: none)."""
+    return lambda role: APIClient(made[1][role])
 
 
 def snapshot() -> tuple[Any, ...]:
@@ -264,7 +292,7 @@ def shown(body: Any) -> set[str]:
 
 @pytest.mark.parametrize("role", ROLES)
 @pytest.mark.parametrize("name", list(MATRIX))
-def test_every_endpoint_needs_its_permission(name, role, world):
+def test_every_endpoint_needs_its_permission(name, role, world, client_for):
     endpoint = MATRIX[name]
     client = client_for(role)
     before = snapshot()
