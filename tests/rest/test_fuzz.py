@@ -1,5 +1,7 @@
 """Property-based fuzzing of every endpoint, from the checked-in schema (docs/openapi.yaml),
-against the live test server on real PostgreSQL (schemathesis + Hypothesis).
+against the project's WSGI application on real PostgreSQL (schemathesis + Hypothesis), in
+process: each operation's requests share its test's transaction, rolled back after it (the
+HTTP server itself is tested by tests/integration/test_rest_e2e.py).
 
 Each operation gets generated requests (valid and invalid) as three users in turn, each
 with a token: a superuser of both hosts, a user of both hosts who may only view, and a
@@ -28,6 +30,9 @@ from typing import Any
 import pytest
 import schemathesis
 from django.contrib.auth.models import Permission, User
+from django.core.signals import request_finished, request_started
+from django.core.wsgi import get_wsgi_application
+from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from rest_framework.authtoken.models import Token
@@ -47,6 +52,8 @@ EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "12"))
 RANDOM = os.environ.get("FUZZ_RANDOM") == "1"
 
 schema = schemathesis.openapi.from_path(str(SCHEMA_PATH))
+# The requests, and the checks' own, go to the project's WSGI application in this process.
+schema.app = get_wsgi_application()
 
 # The users, by name (tests.rest.hosts.by_username: the letters after "-" are its hosts).
 VIEW = ["view_schedule", "view_outboxmessage", "view_schedulerinstance", "view_calendar"]
@@ -233,8 +240,14 @@ class Fuzzed:
 
 
 @pytest.fixture
-def fuzzed(live_server: Any, transactional_db: None, settings: Any) -> Iterator[Fuzzed]:
+def fuzzed(db: None, settings: Any) -> Iterator[Fuzzed]:
     settings.DSCHED_API_HOST_RESOLVER = "tests.rest.hosts.by_username"
+    # The project's WSGI application is called in this thread, on the test's connection and
+    # within its transaction (rolled back after it, as every `db` test's). Django's test
+    # client does the same: the request signals must not close the connection in the middle
+    # of that transaction.
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
     _seed()
     tokens = {}
     for name, codenames in USERS.items():
@@ -246,8 +259,12 @@ def fuzzed(live_server: Any, transactional_db: None, settings: Any) -> Iterator[
                 Permission.objects.filter(content_type__app_label="dsched", codename__in=codenames)
             )
         tokens[name] = Token.objects.create(user=user).key
-    fuzzed = Fuzzed(f"{live_server.url}/api/dsched", tokens)
-    yield fuzzed
+    fuzzed = Fuzzed("http://testserver/api/dsched", tokens)
+    try:
+        yield fuzzed
+    finally:
+        request_started.connect(close_old_connections)
+        request_finished.connect(close_old_connections)
     print(f"{KNOWN.requests} requests: {fuzzed.sent}")
     # Every user sent some (an operation has more cases than users).
     assert set(fuzzed.sent) == set(USERS), fuzzed.sent
@@ -263,7 +280,7 @@ def fuzzed(live_server: Any, transactional_db: None, settings: Any) -> Iterator[
 )
 def test_every_endpoint_answers_as_documented_and_never_500(case: Any, fuzzed: Fuzzed) -> None:
     user = fuzzed.next_user()
-    headers = {"Authorization": f"Token {fuzzed.tokens[user]}", "Connection": "close"}
+    headers = {"Authorization": f"Token {fuzzed.tokens[user]}"}
     response = case.call(base_url=fuzzed.base_url, headers=headers)
     KNOWN.requests += 1
     # Every check schemathesis has; the acceptance of valid data as the docstring says.
