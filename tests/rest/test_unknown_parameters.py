@@ -6,15 +6,15 @@ from __future__ import annotations
 import pytest
 
 from django_dsched.models import Schedule
-from tests.rest.test_permissions import ENDPOINTS, body_of, client_for, snapshot, world
+from tests.rest.test_permissions import ENDPOINTS, body_of, client_for, made, snapshot, world
 
 pytestmark = pytest.mark.django_db
 
-__all__ = ["world"]  # the fixture
+__all__ = ["client_for", "made", "world"]  # fixtures (made: this module's own, once)
 
 
 @pytest.mark.parametrize("name", list(ENDPOINTS))
-def test_an_unknown_query_parameter_is_refused(name, world):
+def test_an_unknown_query_parameter_is_refused(name, world, client_for):
     endpoint = ENDPOINTS[name]
     path = endpoint.path.format(**world)
     path += ("&" if "?" in path else "?") + "colour=red"
@@ -32,7 +32,7 @@ def test_an_unknown_query_parameter_is_refused(name, world):
     assert snapshot() == before
 
 
-def test_a_create_with_an_unknown_parameter_neither_creates_nor_fires(world):
+def test_a_create_with_an_unknown_parameter_neither_creates_nor_fires(world, client_for):
     """The issue's own case: POST schedules/?colour=red answered 201 and fired."""
     from tests.rest.conftest import INTERVAL
 
@@ -42,7 +42,7 @@ def test_a_create_with_an_unknown_parameter_neither_creates_nor_fires(world):
     assert not Schedule.objects.filter(schedule_name="red").exists()
 
 
-def test_the_schema_and_unknown_paths_are_left_alone(world):
+def test_the_schema_and_unknown_paths_are_left_alone(world, client_for):
     client = client_for("superuser")
     assert client.get("schema/?colour=red").status_code == 200
     assert client.get("schedules/x/y/?colour=red").status_code == 404
