@@ -6,6 +6,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/bootstrap.sh
 
+# The tests start Python processes by the hundred (schedulers, relays, manage.py), each
+# importing the package: with its byte-code kept (outside the checkout), each start reads it
+# instead of compiling the package again (0.7 s a start on two cores).
+unset PYTHONDONTWRITEBYTECODE
+export PYTHONPYCACHEPREFIX="${PYTHONPYCACHEPREFIX:-${TMPDIR:-/tmp}/django-dsched-pycache}"
+
 python311="$(find_python 11)" || { echo "Python 3.11 or newer is needed." >&2; exit 1; }
 BOOTSTRAP_GROUPS=dev bootstrap .venv "$python311" "django>=5.2,<6"
 trap '.venv/bin/python -c "from example_project.embedded_db import stop; stop(\"pg-test\")" || true' EXIT
