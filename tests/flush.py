@@ -11,13 +11,14 @@ time.
 This one truncates, in one statement (with CASCADE, the tables that refer to them), the
 tables and leaf partitions that hold a page or whose statistics were taken (an ANALYZE or
 VACUUM of an empty table); the others are as a TRUNCATE leaves them. The content types and
-permissions are kept when they are what post_migrate wrote after this process's previous
-flush (the same names, codenames and labels: :data:`WRITTEN`), and post_migrate is then not
-sent: each of its receivers would write nothing (the content types' and the permissions'
-find them all; the declared schedules' sync has no declarations in the tests' settings, and
-is sent when a test's settings declare some). What it leaves is what Django's leaves: every
-table empty, with no pages and no statistics, so a test of a query plan starts as it did,
-and the content types and permissions as post_migrate writes them.
+permissions are kept when the flush sends post_migrate and they are what post_migrate wrote
+after this process's previous flush (the same names, codenames and labels: :data:`WRITTEN`),
+and post_migrate is then not sent: each of its receivers would write nothing (the content
+types' and the permissions' find them all; the declared schedules' sync has no declarations
+in the tests' settings, and is sent when a test's settings declare some). What it leaves is
+what Django's leaves: every table empty, with no pages and no statistics, so a test of a
+query plan starts as it did, and the content types and permissions as post_migrate writes
+them (kept, they keep their ids).
 """
 
 from __future__ import annotations
@@ -25,21 +26,23 @@ from __future__ import annotations
 from typing import Any
 
 # What the content types and permissions hold, by name (post_migrate gives them new ids
-# each time it writes them): one md5 of both, ordered.
+# each time it writes them): one md5 of both, ordered, each row a JSON array.
 WRITTEN_SQL = """
-SELECT md5(
-    coalesce((SELECT string_agg(app_label || '.' || model, ',' ORDER BY app_label, model)
-              FROM django_content_type), '')
-    || '|' ||
-    coalesce((SELECT string_agg(t.app_label || '.' || t.model || '.' || p.codename || '.'
-                                || p.name, ',' ORDER BY t.app_label, t.model, p.codename)
-              FROM auth_permission p JOIN django_content_type t ON t.id = p.content_type_id),
-             ''))
+SELECT md5(jsonb_build_array(
+    (SELECT jsonb_agg(jsonb_build_array(app_label, model) ORDER BY app_label, model)
+     FROM django_content_type),
+    (SELECT jsonb_agg(jsonb_build_array(t.app_label, t.model, p.codename, p.name)
+                      ORDER BY t.app_label, t.model, p.codename)
+     FROM auth_permission p JOIN django_content_type t ON t.id = p.content_type_id)
+)::text)
 """
 # The tables post_migrate writes, kept by a flush that finds them as it wrote them.
 WRITTEN_TABLES = ("django_content_type", "auth_permission")
 # By database name: WRITTEN_SQL's answer after this process's latest post_migrate of a flush.
 WRITTEN: dict[str, str] = {}
+# Whether the flush under way sends post_migrate (a flush that does not, for a
+# serialized_rollback or available_apps, empties the two tables, as Django's does).
+SENDS_POST_MIGRATE = [True]
 
 # The leaf tables (partitions, and the tables that have none) of the flushed tables that a
 # TRUNCATE would change, truncated together; nothing when none. ``{tables}``: the flushed
@@ -91,7 +94,7 @@ def kept_sql(connection: Any, tables: list[str]) -> str:
     """SQL: the names of the tables post_migrate writes if they are as its latest write left
     them (known in this process), else none."""
     expected = WRITTEN.get(connection.settings_dict["NAME"])
-    if expected is None or not set(WRITTEN_TABLES) <= set(tables):
+    if expected is None or not SENDS_POST_MIGRATE[0] or not set(WRITTEN_TABLES) <= set(tables):
         return "ARRAY[]::text[]"
     return (
         f"CASE WHEN ({WRITTEN_SQL}) = {literal(expected)} "
@@ -133,6 +136,9 @@ def install() -> None:
         from django_dsched.declared import declarations
 
         connection = connections[db]
+        if connection.vendor != "postgresql":
+            emit(verbosity, interactive, db, **kwargs)
+            return
         name = connection.settings_dict["NAME"]
         as_written = name in WRITTEN and written(connection) == WRITTEN[name]
         if as_written and not (app_settings.SYNC_ON_MIGRATE and declarations()):
@@ -140,5 +146,15 @@ def install() -> None:
         emit(verbosity, interactive, db, **kwargs)
         WRITTEN[name] = written(connection)
 
+    handle = flush.Command.handle
+
+    def handle_flush(self: Any, **options: Any) -> Any:
+        SENDS_POST_MIGRATE[0] = not options.get("inhibit_post_migrate")
+        try:
+            return handle(self, **options)
+        finally:
+            SENDS_POST_MIGRATE[0] = True
+
     setattr(DatabaseOperations, "sql_flush", sql_flush)  # noqa: B010  (a method replaced)
     setattr(flush, "emit_post_migrate_signal", emit_post_migrate_signal)  # noqa: B010
+    setattr(flush.Command, "handle", handle_flush)  # noqa: B010

@@ -102,11 +102,21 @@ def test_a_flush_writes_back_the_content_types_and_permissions_a_test_changed():
     written = content_types_and_permissions()
     Permission.objects.filter(codename="add_schedule").delete()
     ContentType.objects.filter(app_label="dsched", model="calendar").delete()  # its 4 too
+    Permission.objects.filter(codename="view_schedule").update(name="renamed")
     before = files()
     flush()
     assert {"django_content_type", "auth_permission"} <= renewed(before)
     assert content_types_and_permissions() == written
+    assert Permission.objects.get(codename="view_schedule").name == "Can view schedule"
     # And the next flush finds them as written.
     before = files()
     flush()
     assert renewed(before) == set()
+
+
+def test_a_flush_without_post_migrate_empties_them_as_djangos_does():
+    flush()
+    # As a flush for serialized_rollback or available_apps (the next flush writes them back).
+    call_command("flush", verbosity=0, interactive=False, inhibit_post_migrate=True)
+    assert not ContentType.objects.exists()
+    assert not Permission.objects.exists()

@@ -1,7 +1,7 @@
 """Property-based fuzzing of every endpoint, from the checked-in schema (docs/openapi.yaml),
 against the project's WSGI application on real PostgreSQL (schemathesis + Hypothesis), in
-process: each operation's requests share its test's transaction, rolled back after it (the
-HTTP server itself is tested by tests/integration/test_rest_e2e.py).
+process and in autocommit, as in production: each request commits its own work (the HTTP
+server itself is tested by tests/integration/test_rest_e2e.py).
 
 Each operation gets generated requests (valid and invalid) as three users in turn, each
 with a token: a superuser of both hosts, a user of both hosts who may only view, and a
@@ -227,7 +227,7 @@ def refused_beyond_the_schema(case: Any, response: Any) -> bool:
 
 @dataclass
 class Fuzzed:
-    """The live server's API and a token of each user; whose turn it is to send a request."""
+    """The API's address and a token of each user; whose turn it is to send a request."""
 
     base_url: str
     tokens: dict[str, str]
@@ -240,27 +240,29 @@ class Fuzzed:
 
 
 @pytest.fixture
-def fuzzed(db: None, settings: Any) -> Iterator[Fuzzed]:
+def fuzzed(transactional_db: None, settings: Any) -> Iterator[Fuzzed]:
     settings.DSCHED_API_HOST_RESOLVER = "tests.rest.hosts.by_username"
-    # The project's WSGI application is called in this thread, on the test's connection and
-    # within its transaction (rolled back after it, as every `db` test's). Django's test
-    # client does the same: the request signals must not close the connection in the middle
-    # of that transaction.
+    # The project's WSGI application is called in this thread, on this test's connection, in
+    # autocommit as in production: each request commits (or rolls back) its own work. The
+    # request signals would close that connection after each request (CONN_MAX_AGE 0), as
+    # Django's test client keeps them from doing.
     request_started.disconnect(close_old_connections)
     request_finished.disconnect(close_old_connections)
-    _seed()
-    tokens = {}
-    for name, codenames in USERS.items():
-        if codenames is None:
-            user = User.objects.create_superuser(name, f"{name}@example.com", "pw")
-        else:
-            user = User.objects.create_user(name, password="pw")
-            user.user_permissions.set(
-                Permission.objects.filter(content_type__app_label="dsched", codename__in=codenames)
-            )
-        tokens[name] = Token.objects.create(user=user).key
-    fuzzed = Fuzzed("http://testserver/api/dsched", tokens)
     try:
+        _seed()
+        tokens = {}
+        for name, codenames in USERS.items():
+            if codenames is None:
+                user = User.objects.create_superuser(name, f"{name}@example.com", "pw")
+            else:
+                user = User.objects.create_user(name, password="pw")
+                user.user_permissions.set(
+                    Permission.objects.filter(
+                        content_type__app_label="dsched", codename__in=codenames
+                    )
+                )
+            tokens[name] = Token.objects.create(user=user).key
+        fuzzed = Fuzzed("http://testserver/api/dsched", tokens)
         yield fuzzed
     finally:
         request_started.connect(close_old_connections)

@@ -221,7 +221,11 @@ def make_user(role: str, index: int) -> User | None:
 def made(django_db_setup: None, django_db_blocker: Any) -> Iterator[tuple[dict[str, str], Any]]:
     """The world and a user of each role (with its token), made once for the module in a
     transaction its tests run within (each test's own is a savepoint in it, rolled back
-    after the test, as always), rolled back after the module's last test."""
+    after the test, as always), rolled back after the module's last test. Within it the
+    database's ``now()`` is the module's start (``clock_timestamp()``, which the package
+    reads, moves on): what these tests assert (answers, and nothing changed by a refusal)
+    does not read it. A transactional test or a live server cannot run within it
+    (:func:`world` refuses them)."""
     with django_db_blocker.unblock(), transaction.atomic():
         world = make_world()
         users = {role: make_user(role, index) for index, role in enumerate(ROLES)}
@@ -233,7 +237,10 @@ def made(django_db_setup: None, django_db_blocker: Any) -> Iterator[tuple[dict[s
 
 
 @pytest.fixture
-def world(made: tuple[dict[str, str], Any], db: None) -> dict[str, str]:
+def world(made: tuple[dict[str, str], Any], db: None, request: Any) -> dict[str, str]:
+    for name in ("transactional_db", "live_server"):
+        if name in request.fixturenames:
+            pytest.fail(f"{name} cannot run within the module's transaction (made)")
     return made[0]
 
 
