@@ -330,21 +330,18 @@ def wait_delivered(count: int) -> None:
         raise SystemExit(f"expected {count} deliveries, found {delivered}")
 
 
-FIRE_WAL = (0, 0, 0)  # wal() as the latest fire_alone started
-
-
-def fire_alone(count: int) -> tuple[float, float]:
-    """Fire ``count`` due schedules with one scheduler; return (fires/s, firing seconds)."""
-    global FIRE_WAL
+def fire_alone(count: int) -> tuple[float, float, str]:
+    """Fire ``count`` due schedules with one scheduler; return (fires/s, firing seconds, the
+    WAL it wrote: :func:`wal_since`)."""
     reset()
     insert_schedules(count, "HOURS", 1, "now() - interval '30 minutes'")
-    FIRE_WAL = wal()
+    before = wal()
     scheduler = start_scheduler()
     try:
         wait_until(NOTHING_DUE, max(600, count / 500), every=0.1)
     finally:
         stop(scheduler)
-    return firing(count)
+    return *firing(count), wal_since(before, count)
 
 
 def firing(count: int) -> tuple[float, float]:
@@ -447,7 +444,7 @@ def rates(count: int, runs: int, batch: int, baseline: Path | None) -> None:
     relay: dict[tuple[str, str], list[float]] = {}
     with redis_server() as redis_url:
         for run in range(runs):
-            fire_rate, _ = fire_alone(count)
+            fire_rate, _, _ = fire_alone(count)
             fire.append(fire_rate)
             line = [f"round {run + 1} (load {load()}): fire {fire_rate:,.0f}/s"]
             steps: list[tuple[str, str, Path | None]] = [
@@ -539,12 +536,9 @@ def e2e(count: int, runs: int, batch: int, baseline: Path | None, kinds: list[st
     ratios: dict[tuple[str, str], list[float]] = {}
     with redis_server() as redis_url:
         for run in range(runs):
-            _, seconds = fire_alone(count)
+            _, seconds, written = fire_alone(count)
             alone.append(seconds)
-            line = [
-                f"round {run + 1} (load {load()}): firing alone {seconds:.3f} s "
-                f"({wal_since(FIRE_WAL, count)})"
-            ]
+            line = [f"round {run + 1} (load {load()}): firing alone {seconds:.3f} s ({written})"]
             if "floor" in kinds:
                 floors.append(machine_floor(count, seconds, redis_url, batch))
                 line.append(f"machine floor {floors[-1]:.2f}x")

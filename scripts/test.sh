@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/bootstrap.sh
 
-# The tests start Python processes by the hundred (schedulers, relays, manage.py), each
+# The tests start many Python processes (schedulers, relays, manage.py), each
 # importing the package: with its byte-code kept (outside the checkout), each start reads it
 # instead of compiling the package again (0.7 s a start on two cores).
 unset PYTHONDONTWRITEBYTECODE

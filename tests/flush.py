@@ -40,14 +40,14 @@ SELECT md5(jsonb_build_array(
 WRITTEN_TABLES = ("django_content_type", "auth_permission")
 # By database name: WRITTEN_SQL's answer after this process's latest post_migrate of a flush.
 WRITTEN: dict[str, str] = {}
-# Whether the flush under way sends post_migrate (a flush that does not, for a
-# serialized_rollback or available_apps, empties the two tables, as Django's does).
-SENDS_POST_MIGRATE = [True]
+# Whether the flush under way keeps WRITTEN_TABLES (and sends no post_migrate): decided once
+# a flush, as it starts (handle_flush).
+KEEPS = [False]
 
 # The leaf tables (partitions, and the tables that have none) of the flushed tables that a
 # TRUNCATE would change, truncated together; nothing when none. ``{tables}``: the flushed
 # tables' names as an ARRAY of string literals; a name that names no table fails the flush,
-# as Django's does. ``{kept}``: the same, of the tables left as they are.
+# as Django's does. ``{kept}``: the same, of the tables left as they are (KEEPS).
 TRUNCATE_CHANGED = """
 DO $flush$
 DECLARE
@@ -90,16 +90,14 @@ def written(connection: Any) -> str:
         return str(cursor.fetchone()[0])
 
 
-def kept_sql(connection: Any, tables: list[str]) -> str:
-    """SQL: the names of the tables post_migrate writes if they are as its latest write left
-    them (known in this process), else none."""
+def keeps(connection: Any, sends_post_migrate: bool) -> bool:
+    """Whether a flush of ``connection`` keeps WRITTEN_TABLES: it sends post_migrate (one
+    that does not, for a serialized_rollback or available_apps, empties them, as Django's
+    does) and they are as this process's latest post_migrate of a flush wrote them."""
+    if not sends_post_migrate or connection.vendor != "postgresql":
+        return False
     expected = WRITTEN.get(connection.settings_dict["NAME"])
-    if expected is None or not SENDS_POST_MIGRATE[0] or not set(WRITTEN_TABLES) <= set(tables):
-        return "ARRAY[]::text[]"
-    return (
-        f"CASE WHEN ({WRITTEN_SQL}) = {literal(expected)} "
-        f"THEN {array(list(WRITTEN_TABLES))} ELSE ARRAY[]::text[] END"
-    )
+    return expected is not None and written(connection) == expected
 
 
 def install() -> None:
@@ -123,11 +121,8 @@ def install() -> None:
             return original(
                 self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade
             )
-        return [
-            TRUNCATE_CHANGED.replace("{tables}", array(tables)).replace(
-                "{kept}", kept_sql(self.connection, tables)
-            )
-        ]
+        kept = list(WRITTEN_TABLES) if KEEPS[0] else []
+        return [TRUNCATE_CHANGED.replace("{tables}", array(tables)).replace("{kept}", array(kept))]
 
     emit = flush.emit_post_migrate_signal
 
@@ -135,25 +130,22 @@ def install() -> None:
         from django_dsched.conf import app_settings
         from django_dsched.declared import declarations
 
-        connection = connections[db]
-        if connection.vendor != "postgresql":
-            emit(verbosity, interactive, db, **kwargs)
-            return
-        name = connection.settings_dict["NAME"]
-        as_written = name in WRITTEN and written(connection) == WRITTEN[name]
-        if as_written and not (app_settings.SYNC_ON_MIGRATE and declarations()):
+        if KEEPS[0] and not (app_settings.SYNC_ON_MIGRATE and declarations()):
             return
         emit(verbosity, interactive, db, **kwargs)
-        WRITTEN[name] = written(connection)
+        connection = connections[db]
+        if connection.vendor == "postgresql":
+            WRITTEN[connection.settings_dict["NAME"]] = written(connection)
 
     handle = flush.Command.handle
 
     def handle_flush(self: Any, **options: Any) -> Any:
-        SENDS_POST_MIGRATE[0] = not options.get("inhibit_post_migrate")
+        connection = connections[options["database"]]
+        KEEPS[0] = keeps(connection, not options.get("inhibit_post_migrate"))
         try:
             return handle(self, **options)
         finally:
-            SENDS_POST_MIGRATE[0] = True
+            KEEPS[0] = False
 
     setattr(DatabaseOperations, "sql_flush", sql_flush)  # noqa: B010  (a method replaced)
     setattr(flush, "emit_post_migrate_signal", emit_post_migrate_signal)  # noqa: B010
