@@ -22,6 +22,7 @@ from tests.brokers import free_port
 from tests.endpoints import Prometheus
 from tests.factories import ScheduleFactory
 from tests.helpers import wait_for
+from tests.integration.stop_together import stop_together
 from tests.integration.test_frozen_peer import BUCKETS, both_hold
 
 pytestmark = pytest.mark.integration
@@ -130,4 +131,5 @@ def test_a_failing_handler_and_a_frozen_owner_fire_their_alerts(
         logs = cluster.logs() + "\n--- prometheus\n" + prometheus.log()
         raise AssertionError(f"{exc}\n{logs}") from None
     finally:
+        stop_together(cluster.instances.values())  # not one after another, as the fixture would
         prometheus.stop()

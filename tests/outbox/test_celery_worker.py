@@ -26,6 +26,7 @@ from django_dsched.outbox.phases import run_status
 from tests.brokers import stop
 from tests.helpers import wait_for
 from tests.integration.conftest import ROOT, Instance, database_url
+from tests.integration.stop_together import stop_together
 
 pytestmark = pytest.mark.integration
 
@@ -69,6 +70,11 @@ class Worker:
         assert self.process.poll() is None, self.log()
 
 
+def fired() -> int:
+    """Slots the scheduler fired (an event each)."""
+    return Event.objects.filter(scheduled_ts__isnull=False).count()
+
+
 def runs(path: Path) -> list[tuple[str, str, str]]:
     return [tuple(line.split(" ", 2)) for line in path.read_text().splitlines()]  # type: ignore[misc]
 
@@ -82,23 +88,30 @@ def test_each_slot_runs_once_when_the_relay_dies_between_send_and_settle(
     pause_file = tmp_path / "paused"
     monkeypatch.setenv("CELERY_TEST_BROKER_URL", broker)
     monkeypatch.setenv("CELERY_TEST_RUN_LOG", str(run_log))
+    api.create_interval(
+        "tick",
+        every=1,
+        unit="SECONDS",
+        topic="celery",
+        event_type="tests.record",
+        data={"task": "tests.record", "args": ["tick"], "options": {"queue": queue}},
+    )
+    # The worker, the scheduler and the first relay start together: a task sent before the
+    # worker consumes waits in its queue (the send declares it).
     worker = Worker(queue, tmp_path / "worker.log")
     processes: list[Instance] = []
     try:
-        worker.wait_ready()
-        api.create_interval(
-            "tick",
-            every=1,
-            unit="SECONDS",
-            topic="celery",
-            event_type="tests.record",
-            data={"task": "tests.record", "args": ["tick"], "options": {"queue": queue}},
-        )
         scheduler = Instance("scheduler", tmp_path, [SETTINGS])
-        monkeypatch.setenv("CELERY_TEST_PAUSE_FILE", str(pause_file))
-        victim = Instance("victim", tmp_path, [SETTINGS], command="run_relay")
-        monkeypatch.delenv("CELERY_TEST_PAUSE_FILE")
-        processes += [scheduler, victim]
+        processes.append(scheduler)
+        victim = Instance(
+            "victim",
+            tmp_path,
+            [SETTINGS],
+            command="run_relay",
+            env={"CELERY_TEST_PAUSE_FILE": str(pause_file)},
+        )
+        processes.append(victim)
+        worker.wait_ready()
 
         wait_for(pause_file.exists, timeout=60, what="the first relay to send and pause")
         paused = pause_file.read_text().split()
@@ -111,7 +124,7 @@ def test_each_slot_runs_once_when_the_relay_dies_between_send_and_settle(
         victim.process.wait(10)
         processes.append(Instance("rescuer", tmp_path, [SETTINGS], command="run_relay"))
 
-        wait_for(lambda: len(runs(run_log)) >= 5, timeout=60, what="five slots run")
+        wait_for(lambda: fired() >= 5, timeout=60, what="five slots fired")
         scheduler.stop()  # no more slots; let the rescuer deliver what fired
         wait_for(
             lambda: not OutboxMessage.objects.exclude(status=DeliveryStatus.DELIVERED).exists(),
@@ -137,11 +150,11 @@ def test_each_slot_runs_once_when_the_relay_dies_between_send_and_settle(
         logs = "\n".join(f"--- {p.name}\n{p.log()}" for p in processes)
         raise AssertionError(f"{logs}\n--- worker\n{worker.log()}") from None
     finally:
-        for process in processes:
-            process.stop()
-        worker.process.send_signal(signal.SIGTERM)
+        worker.process.send_signal(signal.SIGTERM)  # its warm shutdown overlaps the relays'
+        stop_together(processes)
         stop(worker.process)
 
+    assert len(sent) >= 5, sent
     counts = Counter(run[0] for run in runs(run_log))
     assert set(counts) == sent and set(counts.values()) == {1}, counts  # once per task id
     # ... which is once per slot: one event per slot, its id the task id.
