@@ -18,6 +18,7 @@ from django_dsched.models import Event, Schedule
 from django_dsched.runtime.clock import database_now
 from tests.factories import ScheduleFactory
 from tests.helpers import sql, wait_for
+from tests.integration.stopping import exit_code, terminate
 from tests.integration.test_cluster import check_every_slot_fired_once_in_both_tables
 
 pytestmark = pytest.mark.integration
@@ -67,6 +68,12 @@ def check_epochs_only_grow_per_bucket() -> None:
         assert owner.setdefault((bucket, epoch), instance) == instance
 
 
+def each_fired_since(since) -> bool:
+    """Every schedule fired a slot after ``since`` (a database time)."""
+    fired = Event.objects.filter(event_ts__gt=since, scheduled_ts__isnull=False)
+    return fired.values("aggregate_id").distinct().count() == SCHEDULES
+
+
 def longest_silence(since) -> float:
     """The longest time any schedule went without a fire, from ``since`` to now."""
     fired = defaultdict(list)
@@ -103,22 +110,36 @@ def test_three_instances_split_the_buckets_and_survive_kills_freezes_joins_and_l
         cluster.start(newcomer, env=ENV)
         live.append(newcomer)
         wait_for(lambda: all_held_by(set(live)), timeout=15, what="the buckets to settle")
-        # SIGSTOP one past its lease, then let it go on: it must not commit a stale fire.
+        # SIGSTOP one past its lease (every renewal it sent is more than a lease old), until
+        # the others hold its buckets and fired each schedule since, then let it go on: it
+        # must not commit a stale fire.
         frozen = live[0]
+        others = set(live) - {frozen}
         cluster.instances[frozen].signal(signal.SIGSTOP)
-        time.sleep(LEASE + 1.5)
+        frozen_at = time.monotonic()
+        wait_for(
+            lambda at=frozen_at, by=others: time.monotonic() - at > LEASE and all_held_by(by),
+            timeout=15,
+            what="the others to take the frozen instance's buckets",
+        )
+        taken = database_now()
+        wait_for(lambda t=taken: each_fired_since(t), timeout=15, what="fires without it")
         cluster.instances[frozen].signal(signal.SIGCONT)
         wait_for(lambda: all_held_by(set(live)), timeout=15, what="the buckets to come back")
-        # One leaves gracefully.
-        leaver = live.pop()
-        assert cluster.instances[leaver].stop() == 0, cluster.logs()
+        # One leaves gracefully: its buckets go to the others; then a new instance joins
+        # (started while the leaver's process exits).
+        leaver = cluster.instances[live.pop()]
+        terminate(leaver)
+        wait_for(lambda: all_held_by(set(live)), timeout=15, what="the leaver's buckets")
         newcomer = next(spare)
         cluster.start(newcomer, env=ENV)
+        assert exit_code(leaver) == 0, cluster.logs()
         live.append(newcomer)
         wait_for(lambda: all_held_by(set(live)), timeout=15, what="the buckets to settle")
     silence = longest_silence(started)
+    terminate(*(cluster.instances[name] for name in live))
     for name in live:
-        assert cluster.instances[name].stop() == 0, cluster.logs()
+        assert exit_code(cluster.instances[name]) == 0, cluster.logs()
     check_every_slot_fired_once_in_both_tables()
     check_epochs_only_grow_per_bucket()
     # A schedule waits at most its period (1 s), a lease and a second after its owner dies,

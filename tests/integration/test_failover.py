@@ -10,11 +10,11 @@ from the survivor (and from the old primary's data directory, served on its own 
   fired exactly once in event_store_t and outbox_message_t, no slot of a CATCH_UP schedule
   lost, nothing delivered that the survivor lacks, every message delivered (at least once,
   repeats carry the same id), no epoch of the old history reused;
-* asynchronous replication with the standby held 2 s behind (its walsender stopped), with
-  buckets: slots the old primary fired and the standby never got fire again on the new
-  primary with the same event id (CATCH_UP) or are counted missed (COALESCE, when a later
-  slot was due too), never under an epoch the old history used; deliveries are at least
-  once with the same id.
+* asynchronous replication with the standby held two rounds of fires behind (its
+  walsender stopped), with buckets: slots the old primary fired and the standby never got
+  fire again on the new primary with the same event id (CATCH_UP) or are counted missed
+  (COALESCE, when a later slot was due too), never under an epoch the old history used;
+  deliveries are at least once with the same id.
 
 In the synchronous test the old primary then comes back writable on its own address (a
 failover manager that did not fence it): the schedulers see two writable hosts in their URL
@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -47,6 +46,7 @@ from django_dsched.outbox.relay import HELD_BATCHES
 from tests.brokers import free_port
 from tests.helpers import wait_for
 from tests.integration.conftest import ROOT, Instance
+from tests.integration.stopping import exit_code, terminate
 from tests.patroni import Node, PatroniCluster, query, start_cluster
 
 pytestmark = pytest.mark.integration
@@ -59,11 +59,22 @@ SPAN = 1 << 32  # epochs per timeline
 LEASE = 3.0  # tests/settings.py
 RECONNECT_MAX = 2.0  # DSCHED_RECONNECT_MAX_SECONDS
 RELAY_BATCH = 10
-LAG = 2.0  # seconds the asynchronous standby is held behind
+LAG_ROUNDS = 2  # rounds of fires the asynchronous standby is held behind
 
+# Started with the cluster, which it waits for: Django sets up meanwhile (DATABASE_URL a
+# stand-in of the same shape), then the template's URL comes on stdin, before anything
+# connects.
 MAKE_TEMPLATE = f"""
+import sys
 import django
+import environ
+from django.conf import settings
+
 django.setup()
+url = sys.stdin.readline().strip()
+assert url, "no URL: the cluster did not start"
+settings.DATABASES["default"].update(environ.Env.db_url_config(url))
+
 from django.core.management import call_command
 from django.utils import timezone
 from django_dsched.enums import FrequencyUnit, MisfirePolicy
@@ -87,29 +98,46 @@ Schedule.objects.bulk_create(schedules)
 
 @pytest.fixture(scope="module")
 def ha() -> Iterator[PatroniCluster]:
+    stand_in = f"postgresql://postgres@127.0.0.1:1,127.0.0.1:2/{TEMPLATE}"
+    env = {
+        **os.environ,
+        "DATABASE_URL": stand_in + "?target_session_attrs=read-write",
+        "PYTHONPATH": str(ROOT),
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+    }
+    maker = subprocess.Popen(
+        [sys.executable, "-c", MAKE_TEMPLATE],
+        cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
     try:
-        cluster = start_cluster(synchronous=True)
-    except AssertionError as exc:
-        # Installed but it would not start here: say why, loudly; CI must not skip.
-        message = f"!! the Patroni cluster cannot start on this machine: {exc}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message + " (CI must not skip these tests)")
-        print(message, file=sys.stderr)
-        pytest.skip(message)
-    try:
-        primary = cluster.primary()
-        query(primary.pg_port, f"CREATE DATABASE {TEMPLATE}")
-        env = {**os.environ, "DATABASE_URL": cluster.url(TEMPLATE), "PYTHONPATH": str(ROOT)}
-        env["DJANGO_SETTINGS_MODULE"] = "tests.settings"
-        made = subprocess.run(
-            [sys.executable, "-c", MAKE_TEMPLATE],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
-        assert made.returncode == 0, made.stdout + made.stderr
-        yield cluster
+        try:
+            cluster = start_cluster(synchronous=True)
+        except AssertionError as exc:
+            # Installed but it would not start here: say why, loudly; CI must not skip.
+            message = f"!! the Patroni cluster cannot start on this machine: {exc}"
+            if os.environ.get("CI") == "true":
+                pytest.fail(message + " (CI must not skip these tests)")
+            print(message, file=sys.stderr)
+            pytest.skip(message)
+        try:
+            primary = cluster.primary()
+            query(primary.pg_port, f"CREATE DATABASE {TEMPLATE}")
+            output, _ = maker.communicate(cluster.url(TEMPLATE) + "\n", timeout=300)
+            assert maker.returncode == 0, output
+            yield cluster
+        finally:
+            cluster.stop()
+            # Hundreds of megabytes (two data directories, their WAL): deleting them takes
+            # seconds of disk time, which the next tests need not wait for.
+            subprocess.Popen(
+                ["rm", "-rf", str(cluster.workdir)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            )  # fmt: skip
     finally:
-        cluster.stop()
-        shutil.rmtree(cluster.workdir, ignore_errors=True)
+        if maker.poll() is None:
+            maker.kill()
+            maker.communicate()
 
 
 @dataclass
@@ -156,10 +184,11 @@ def failover(
     buckets: int,
     split_brain: bool = False,
 ) -> Run:
-    ha.rejoin()
-    ha.set_synchronous(synchronous)
+    ha.rejoin()  # the node the previous test killed, if any: it rewinds and follows
     primary = ha.primary()
     standby = ha.standby_of(primary)
+    if synchronous:  # the standby streams synchronously before the first fire
+        ha.set_synchronous(True)
     run = Run(name)
     query(primary.pg_port, f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
     query(
@@ -184,6 +213,9 @@ def failover(
         )
     )
     try:
+        if not synchronous:
+            # While they start: the standby (a node rejoining) streams, asynchronously.
+            ha.set_synchronous(False)
 
         def fired() -> int:
             return query(primary.pg_port, "SELECT count(*) FROM event_store_t", name)[0][0]
@@ -194,9 +226,17 @@ def failover(
         if not synchronous:
             # The standby stops receiving WAL: what the primary commits from now on exists
             # only there, as with a standby that fell behind.
+            held = fired()
             for pid in primary.walsender_pids():
                 os.kill(pid, signal.SIGSTOP)
-            time.sleep(LAG)
+            wait_for(
+                lambda: fired() >= held + LAG_ROUNDS * SCHEDULES,
+                timeout=30,
+                what="fires the standby does not receive",
+            )
+        # Where each process's log is at the kill: what it says afterwards is about the
+        # new primary.
+        marks = {p.name: len(p.log()) for p in processes}
         run.killed_at = time.time()
         primary.kill()
         wait_for(standby.writable, timeout=60, what="Patroni to promote the standby")
@@ -213,15 +253,32 @@ def failover(
 
         first = wait_for(first_new_fire, timeout=60, what="a fire on the new primary")
         run.first_fire_after = first - run.killed_at
-        time.sleep(2.0)  # the cluster runs on the new primary for a while
+
+        def running_on_the_new_primary() -> bool:
+            """The cluster runs on the new primary: every process reached it, and every
+            schedule fired there what the old primary missed and a slot due after the
+            promotion (its next slot is more than a period past it)."""
+            if not all("database is back after" in p.log()[marks[p.name] :] for p in processes):
+                return False
+            promoted = run.killed_at + run.promoted_after
+            behind = query(
+                standby.pg_port,
+                "SELECT count(*) FROM schedule_t"
+                f" WHERE next_slot_ts <= to_timestamp({promoted}) + interval '1 s'",
+                name,
+            )
+            return behind == [(0,)]
+
+        wait_for(running_on_the_new_primary, timeout=60, what="the cluster on the new primary")
         if split_brain:
             run.old, run.fired_in_split = old_primary_back_writable(
                 primary, standby, processes, name
             )
         died = [p.name for p in processes if p.process.poll() is not None]
         assert died == [], f"processes died: {died}\n{logs(processes)}"
+        terminate(*processes[:3])
         for scheduler in processes[:3]:
-            assert scheduler.stop() == 0, logs(processes)
+            assert exit_code(scheduler) == 0, logs(processes)
 
         def all_delivered() -> bool:
             rows = query(standby.pg_port, READS["outbox"], name)
@@ -361,12 +418,23 @@ def check_failover_time(run: Run) -> None:
 # -- the tests -----------------------------------------------------------------------------
 
 
-def manage(ha: PatroniCluster, url: str, *args: str) -> subprocess.CompletedProcess[str]:
+def manage(url: str, *args: str) -> subprocess.Popen[str]:
+    """A management command on ``url``, started: :func:`finished` waits for it."""
     env = {**os.environ, "DATABASE_URL": url, "PYTHONPATH": str(ROOT)}
-    return subprocess.run(
+    return subprocess.Popen(
         [sys.executable, "-m", "django", *args, "--settings=tests.settings"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+
+
+def finished(command: subprocess.Popen[str]) -> subprocess.CompletedProcess[str]:
+    try:
+        stdout, stderr = command.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        command.kill()
+        command.communicate()
+        raise
+    return subprocess.CompletedProcess(command.args, command.returncode, stdout, stderr)
 
 
 def test_check_database_warns_when_the_standbys_are_asynchronous_only(ha):
@@ -378,13 +446,16 @@ def test_check_database_warns_when_the_standbys_are_asynchronous_only(ha):
     ha.set_synchronous(False)
     row = query(primary.pg_port, REPLICATION)[0]
     assert [m.id for m in replication_messages(*row)] == ["dsched.W030"]
-    checked = manage(ha, ha.url(TEMPLATE), "check", "--database", "default")
-    assert checked.returncode == 0 and "dsched.W030" in checked.stderr, checked
+    # Both commands run at once.
+    check = manage(ha.url(TEMPLATE), "check", "--database", "default")
     # On the standby alone (a URL without target_session_attrs), the loops say what is
     # wrong instead of failing on their first write.
     standby = ha.standby_of(primary)
     url = f"postgresql://postgres@127.0.0.1:{standby.pg_port}/{TEMPLATE}"
-    relay = manage(ha, url, "run_relay", "--once")
+    relay_once = manage(url, "run_relay", "--once")
+    checked = finished(check)
+    assert checked.returncode == 0 and "dsched.W030" in checked.stderr, checked
+    relay = finished(relay_once)
     assert (
         f"127.0.0.1:{standby.pg_port} is a standby (in recovery), and the relay writes"
         in relay.stderr

@@ -22,7 +22,7 @@ from tests.brokers import free_port
 from tests.endpoints import Prometheus
 from tests.factories import ScheduleFactory
 from tests.helpers import wait_for
-from tests.integration.stop_together import stop_together
+from tests.integration.stopping import stop_together
 from tests.integration.test_frozen_peer import BUCKETS, both_hold
 
 pytestmark = pytest.mark.integration

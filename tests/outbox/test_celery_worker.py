@@ -26,7 +26,7 @@ from django_dsched.outbox.phases import run_status
 from tests.brokers import stop
 from tests.helpers import wait_for
 from tests.integration.conftest import ROOT, Instance, database_url
-from tests.integration.stop_together import stop_together
+from tests.integration.stopping import stop_together
 
 pytestmark = pytest.mark.integration
 

@@ -1,0 +1,41 @@
+"""Stopping several instances at once: each is sent what ``Instance.stop()`` sends before
+any is waited for, so that their graceful stops overlap instead of adding up."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from collections.abc import Iterable
+
+from tests.integration.conftest import Instance
+
+
+def terminate(*instances: Instance) -> None:
+    """SIGCONT (a frozen one resumes) and SIGTERM, as ``Instance.stop()`` sends them, without
+    waiting. Collect the exit codes with :func:`exit_code`, never with ``stop()``: a second
+    SIGTERM makes run_scheduler and run_relay exit at once (exit code -15)."""
+    for instance in instances:
+        instance.signal(signal.SIGCONT)
+        instance.signal(signal.SIGTERM)
+
+
+def exit_code(instance: Instance, timeout: float = 10) -> int:
+    """The exit code of an instance sent :func:`terminate`, waited for as ``stop()`` waits
+    (killed if it hangs: not 0)."""
+    try:
+        return instance.process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        instance.process.kill()
+        return instance.process.wait(5)
+
+
+def stop_together(instances: Iterable[Instance], timeout: float = 10) -> None:
+    """:func:`terminate` each instance still running, then wait for them all, killing those
+    still running ``timeout`` seconds later; whatever stops them afterwards
+    (``Instance.stop()``, the ``cluster`` fixture) finds them stopped."""
+    running = [instance for instance in instances if instance.process.poll() is None]
+    terminate(*running)
+    deadline = time.monotonic() + timeout
+    for instance in running:
+        exit_code(instance, max(0.0, deadline - time.monotonic()))
