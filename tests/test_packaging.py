@@ -147,8 +147,16 @@ def test_the_installed_wheel_migrates_and_fires_in_a_new_project(
     assert where.stdout.strip().startswith(str(site)), where.stdout + where.stderr
     migrated = manage("migrate", "-v", "0")
     assert migrated.returncode == 0, migrated.stderr
-    checked = manage("check", "--database", "default")
-    assert checked.returncode == 0, checked.stdout + checked.stderr
+    # The check and the scheduler both start once migrate is done, side by side: neither
+    # waits for the other's Python start.
+    checking = subprocess.Popen(
+        [sys.executable, "-m", "django", "check", "--database", "default"],
+        cwd=project,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     # Fire what is due and run the function, until the schedule has fired twice.
     scheduler = subprocess.Popen(
         [sys.executable, "-m", "django", "run_scheduler", "--with-relay", "-v", "0"],
@@ -161,6 +169,11 @@ def test_the_installed_wheel_migrates_and_fires_in_a_new_project(
             timeout=30,
             what="the declared function, run from the installed wheel",
         )
+        checked, _ = checking.communicate(timeout=120)
+        assert checking.returncode == 0, checked
     finally:
+        if checking.poll() is None:  # the test failed before the check ended
+            checking.kill()
+            checking.communicate()
         scheduler.terminate()
         scheduler.wait(30)

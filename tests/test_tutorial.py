@@ -65,7 +65,12 @@ LEFT_OUT = {
     "python manage.py runserver": "the admin is requested through Django's test client",
 }
 
+# A shell started ahead of its turn waits for the test's "go" on its stdin: its Python and
+# Django start while the test waits for what must come before it.
 DOCTEST = """
+import sys
+if sys.stdin.readline() != "go\\n":
+    raise SystemExit("not told to go: the test failed before this shell's turn")
 import doctest
 text = open({path!r}).read()
 test = doctest.DocTestParser().get_doctest(text, {{}}, {name!r}, {path!r}, 0)
@@ -109,28 +114,52 @@ def test_every_python_block_of_the_tutorial_names_its_file():
         assert FILE_MARK.fullmatch(body.splitlines()[0]), body
 
 
-def test_the_tutorial_runs(transactional_db, tmp_path, installed_wheel):
+@pytest.fixture
+def started():
+    """The processes a test starts (it appends them); those still running when it ends (it
+    failed before their turn) are killed."""
+    processes: list[subprocess.Popen[str]] = []
+    yield processes
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+
+def test_the_tutorial_runs(transactional_db, tmp_path, installed_wheel, started):
     env = {name: value for name, value in os.environ.items() if name != "DJANGO_SETTINGS_MODULE"}
     # django-dsched from the built wheel, never from this source tree.
     env.update(PYTHONPATH=str(installed_wheel), PYTHONUNBUFFERED="1")
 
-    def run(*args: str, cwd: Path, **kwargs: str) -> str:
-        done = subprocess.run(
+    def start(*args: str, cwd: Path) -> subprocess.Popen[str]:
+        process = subprocess.Popen(
             [sys.executable, *args],
             cwd=cwd,
-            env={**env, **kwargs},
-            capture_output=True,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=120,
         )
-        assert done.returncode == 0, f"{args}\n{done.stdout}\n{done.stderr}"
-        return done.stdout
+        started.append(process)
+        return process
+
+    def finish(process: subprocess.Popen[str], say: str | None = None) -> str:
+        """What ``process`` printed, once it has exited (after reading ``say`` on its stdin)."""
+        stdout, stderr = process.communicate(say, timeout=120)
+        assert process.returncode == 0, f"{process.args}\n{stdout}\n{stderr}"
+        return stdout
+
+    def run(*args: str, cwd: Path) -> str:
+        return finish(start(*args, cwd=cwd))
 
     project = tmp_path / "mysite"
 
-    def shell_doctest(block: str, path: Path) -> None:
+    def shell_doctest(block: str, path: Path) -> subprocess.Popen[str]:
+        """``manage.py shell`` started, to run ``block`` as a doctest once told to go."""
         path.write_text(block)
-        run("manage.py", "shell", "-c", DOCTEST.format(path=str(path), name=path.name), cwd=project)
+        code = DOCTEST.format(path=str(path), name=path.name)
+        return start("manage.py", "shell", "-c", code, cwd=project)
 
     run("-m", "django", "startproject", "mysite", cwd=tmp_path)
     run("manage.py", "startapp", "core", cwd=project)
@@ -154,12 +183,11 @@ def test_the_tutorial_runs(transactional_db, tmp_path, installed_wheel):
 
     migrated = run("manage.py", "migrate", cwd=project)
     assert "django-dsched: 1 created, 0 updated, 0 deactivated" in migrated
-    assert "System check identified no issues" in run(
-        "manage.py", "check", "--database", "default", cwd=project
-    )
-    assert re.search(
-        r"clear-expired-sessions +ACTIVE", run("manage.py", "dsched", "list", cwd=project)
-    )
+    # Both read what migrate wrote, and only read: side by side.
+    checking = start("manage.py", "check", "--database", "default", cwd=project)
+    listing = start("manage.py", "dsched", "list", cwd=project)
+    assert "System check identified no issues" in finish(checking)
+    assert re.search(r"clear-expired-sessions +ACTIVE", finish(listing))
 
     Session.objects.create(
         session_key="expired", session_data="", expire_date=timezone.now() - timedelta(days=1)
@@ -173,6 +201,8 @@ def test_the_tutorial_runs(transactional_db, tmp_path, installed_wheel):
         stderr=subprocess.STDOUT,
     )
     try:
+        first, second = blocks("pycon")
+        shell_0 = shell_doctest(first, tmp_path / "shell-0.txt")
         wait_for(
             lambda: "deleted 1 expired session(s)" in log.read_text(),
             timeout=30,
@@ -180,9 +210,10 @@ def test_the_tutorial_runs(transactional_db, tmp_path, installed_wheel):
         )
         assert not Session.objects.filter(session_key="expired").exists()
 
-        first, second = blocks("pycon")
-        shell_doctest(first, tmp_path / "shell-0.txt")
-        # While the delayed message waits for its time: the admin's schedule list.
+        finish(shell_0, "go\n")
+        # While the delayed message waits for its time: the admin's schedule list (and the
+        # next shell's start).
+        shell_1 = shell_doctest(second, tmp_path / "shell-1.txt")
         assert "admin ok" in run("manage.py", "shell", "-c", textwrap.dedent(ADMIN), cwd=project)
         wait_for(
             lambda: api.status(key="welcome:42").message_status == "DELIVERED",
@@ -190,7 +221,7 @@ def test_the_tutorial_runs(transactional_db, tmp_path, installed_wheel):
             what="the delayed message to be delivered",
         )
         assert "welcome mail for user 42 (message " in log.read_text()
-        shell_doctest(second, tmp_path / "shell-1.txt")
+        finish(shell_1, "go\n")
     finally:
         scheduler.send_signal(signal.SIGTERM)
         scheduler.wait(20)

@@ -5,6 +5,7 @@ the tables are there; ``dsched`` says the same as a command error."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -23,8 +24,9 @@ pytestmark = pytest.mark.integration
 SAID = "django-dsched's tables are not in the database 'default' (no schedule_t"
 
 
-def manage(*args: str, url: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+def start(*args: str, url: str) -> subprocess.Popen[str]:
+    """``manage.py`` (``python -m django``) with ``args`` on the database at ``url``, started."""
+    return subprocess.Popen(
         [sys.executable, "-m", "django", *args],
         cwd=ROOT,
         env={
@@ -33,10 +35,33 @@ def manage(*args: str, url: str) -> subprocess.CompletedProcess[str]:
             "PYTHONPATH": str(ROOT),
             "DJANGO_SETTINGS_MODULE": "tests.settings",
         },
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=300,
     )
+
+
+def finish(process: subprocess.Popen[str]) -> subprocess.CompletedProcess[str]:
+    """What ``process`` said and its exit status, once it has exited (killed after 300 s)."""
+    try:
+        stdout, stderr = process.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def exit_status(process: subprocess.Popen[bytes]) -> int | None:
+    """``process``'s exit status once it has exited, None if it is still running 10 s on."""
+    try:
+        return process.wait(10)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def manage(*args: str, url: str) -> subprocess.CompletedProcess[str]:
+    return finish(start(*args, url=url))
 
 
 @pytest.fixture
@@ -56,14 +81,27 @@ def test_the_commands_wait_for_migrate_and_say_so(cluster, empty_database):
     env = {"DATABASE_URL": empty_database}
     scheduler = cluster.start("early", f"--health-port={health}", env=env)
     relay = cluster.start("relay", command="run_relay", env=env)
-    for instance in (scheduler, relay):
-        wait_for(lambda i=instance: SAID in i.log(), timeout=30, what="the reason")
-        assert f"not ready: {SAID}" in instance.log()
-        assert "run manage.py migrate; retrying in" in instance.log()
-    status, body = probe(health, "/readyz")
-    assert status == 503 and body.startswith(f"scheduler: not ready: {SAID}"), body
+    # The one-off commands meet the same empty database, each started beside the others
+    # (a Python start is most of their time); migrate runs once all of them have seen it.
+    one_offs = [
+        start("dsched", "list", url=empty_database),
+        start("run_scheduler", "--once", url=empty_database),
+        start("run_relay", "--once", url=empty_database),
+    ]
+    try:
+        for instance in (scheduler, relay):
+            wait_for(lambda i=instance: SAID in i.log(), timeout=30, what="the reason")
+            assert f"not ready: {SAID}" in instance.log()
+            assert "run manage.py migrate; retrying in" in instance.log()
+        status, body = probe(health, "/readyz")
+        assert status == 503 and body.startswith(f"scheduler: not ready: {SAID}"), body
+        listed, *onces = map(finish, one_offs)
+    finally:
+        for process in one_offs:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
 
-    listed = manage("dsched", "list", url=empty_database)
     assert listed.returncode == 1
     assert "CommandError: django-dsched's tables are not in the database 'default'" in (
         listed.stderr
@@ -71,8 +109,7 @@ def test_the_commands_wait_for_migrate_and_say_so(cluster, empty_database):
     assert "run manage.py migrate" in listed.stderr
     assert "Traceback" not in listed.stderr, listed.stderr
 
-    for command in ("run_scheduler", "run_relay"):
-        once = manage(command, "--once", url=empty_database)
+    for once in onces:
         assert once.returncode == 1, once.stdout + once.stderr
         assert f"CommandError: {SAID}" in once.stderr, once.stderr
         assert "Traceback" not in once.stderr, once.stderr
@@ -82,6 +119,9 @@ def test_the_commands_wait_for_migrate_and_say_so(cluster, empty_database):
     wait_for(lambda: "became leader" in scheduler.log(), timeout=30, what="leadership")
     wait_for(lambda: "the tables are there after" in scheduler.log(), timeout=15, what="said")
     wait_for(lambda: probe(health, "/readyz")[0] == 200, timeout=15, what="ready")
+    # Both told to stop at once: each stops gracefully (exit 0) on its own.
     for instance in (scheduler, relay):
-        assert instance.stop() == 0, cluster.logs()
+        instance.signal(signal.SIGTERM)
+    for instance in (scheduler, relay):
+        assert exit_status(instance.process) == 0, cluster.logs()
     assert "Traceback" not in cluster.logs(), cluster.logs()
