@@ -17,6 +17,20 @@ from django_dsched.timetables.cron import CronTimetable
 from django_dsched.timetables.grid import Grid
 from django_dsched.timetables.timetable import IntervalTimetable, Once
 
+# The slot after each slot walked, per expression and zone (a cron timetable's slots are
+# theirs alone): the examples walk over the same hours again and again, each slot_after is
+# asked once.
+_next_slot: dict[tuple[str, str, datetime], datetime | None] = {}
+
+
+def slot_after(table, slot: datetime) -> datetime | None:
+    if not isinstance(table, CronTimetable):
+        return table.slot_after(slot)
+    key = (table.expression, table.zone.key, slot)
+    if key not in _next_slot:
+        _next_slot[key] = table.slot_after(slot)
+    return _next_slot[key]
+
 
 def walked(table, oldest: datetime, latest: datetime, limit: int) -> datetime:
     """The rule in its plainest form: every slot from oldest to latest, keep the last
@@ -25,7 +39,7 @@ def walked(table, oldest: datetime, latest: datetime, limit: int) -> datetime:
     slot = oldest
     while slot is not None and slot <= latest:
         slots.append(slot)
-        slot = table.slot_after(slot)
+        slot = slot_after(table, slot)
     return slots[-limit:][0]
 
 

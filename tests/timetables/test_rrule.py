@@ -8,6 +8,7 @@ in a gap, the instant read with the offset before the gap (as the cron oracle do
 
 from __future__ import annotations
 
+import functools
 import itertools
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -32,6 +33,8 @@ ZONES = [
 WEEKDAYS = ["MO", "TU", "WE", "TH", "FR", "SA", "SU"]
 
 
+# Cached: it is a function of its arguments alone, and the examples share their zones' weeks.
+@functools.cache
 def oracle_instant(naive: datetime, zone_name: str) -> datetime:
     """The DST rule in its plainest form: of the instants whose wall time is ``naive``
     (tried with every offset the zone has within a day), the first; in a gap (none), the
@@ -57,9 +60,14 @@ def oracle(text: str, zone_name: str, start: datetime, end: datetime) -> list[da
     rule = rrulestr(text, forceset=True)  # dateutil's own parser and expansion
     slots = set()
     for naive in rule:
-        moment = oracle_instant(naive, zone_name)
         if naive > end.replace(tzinfo=None) + timedelta(days=2):
             break
+        # A wall time's instant is its wall time read with one of the zone's offsets, each
+        # less than a day (Python's rule for utcoffset): two days before start, it is before
+        # start. Every wall time from DTSTART is still expanded (COUNT counts them all).
+        if naive < start.replace(tzinfo=None) - timedelta(days=2):
+            continue
+        moment = oracle_instant(naive, zone_name)
         if start < moment <= end:
             slots.add(moment)
     return sorted(slots)
