@@ -1,5 +1,6 @@
 """Stopping several instances at once: each is sent what ``Instance.stop()`` sends before
-any is waited for, so that their graceful stops overlap instead of adding up."""
+any is waited for, so that their graceful stops overlap instead of adding up; and a command
+started in the background, waited for (:func:`finished`)."""
 
 from __future__ import annotations
 
@@ -39,3 +40,17 @@ def stop_together(instances: Iterable[Instance], timeout: float = 10) -> None:
     deadline = time.monotonic() + timeout
     for instance in running:
         exit_code(instance, max(0.0, deadline - time.monotonic()))
+
+
+def finished(
+    process: subprocess.Popen[str], timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """What ``process`` (started with its output piped) said and its exit status, once it has
+    exited (killed after ``timeout`` seconds)."""
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)

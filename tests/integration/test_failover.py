@@ -46,7 +46,7 @@ from django_dsched.outbox.relay import HELD_BATCHES
 from tests.brokers import free_port
 from tests.helpers import wait_for
 from tests.integration.conftest import ROOT, Instance
-from tests.integration.stopping import exit_code, terminate
+from tests.integration.stopping import exit_code, finished, terminate
 from tests.patroni import Node, PatroniCluster, query, start_cluster
 
 pytestmark = pytest.mark.integration
@@ -425,16 +425,6 @@ def manage(url: str, *args: str) -> subprocess.Popen[str]:
         [sys.executable, "-m", "django", *args, "--settings=tests.settings"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-
-
-def finished(command: subprocess.Popen[str]) -> subprocess.CompletedProcess[str]:
-    try:
-        stdout, stderr = command.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        command.kill()
-        command.communicate()
-        raise
-    return subprocess.CompletedProcess(command.args, command.returncode, stdout, stderr)
 
 
 def test_check_database_warns_when_the_standbys_are_asynchronous_only(ha):

@@ -17,6 +17,7 @@ from django.db import connection
 from tests.brokers import free_port
 from tests.helpers import sql, wait_for
 from tests.integration.conftest import ROOT, database_url
+from tests.integration.stopping import finished
 from tests.integration.test_database_wait import probe
 
 pytestmark = pytest.mark.integration
@@ -41,17 +42,6 @@ def start(*args: str, url: str) -> subprocess.Popen[str]:
     )
 
 
-def finish(process: subprocess.Popen[str]) -> subprocess.CompletedProcess[str]:
-    """What ``process`` said and its exit status, once it has exited (killed after 300 s)."""
-    try:
-        stdout, stderr = process.communicate(timeout=300)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.communicate()
-        raise
-    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
-
-
 def exit_status(process: subprocess.Popen[bytes]) -> int | None:
     """``process``'s exit status once it has exited, None if it is still running 10 s on."""
     try:
@@ -61,7 +51,7 @@ def exit_status(process: subprocess.Popen[bytes]) -> int | None:
 
 
 def manage(*args: str, url: str) -> subprocess.CompletedProcess[str]:
-    return finish(start(*args, url=url))
+    return finished(start(*args, url=url), 300)
 
 
 @pytest.fixture
@@ -95,7 +85,7 @@ def test_the_commands_wait_for_migrate_and_say_so(cluster, empty_database):
             assert "run manage.py migrate; retrying in" in instance.log()
         status, body = probe(health, "/readyz")
         assert status == 503 and body.startswith(f"scheduler: not ready: {SAID}"), body
-        listed, *onces = map(finish, one_offs)
+        listed, *onces = (finished(process, 300) for process in one_offs)
     finally:
         for process in one_offs:
             if process.poll() is None:
