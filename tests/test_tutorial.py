@@ -205,7 +205,7 @@ def test_the_tutorial_runs(transactional_db, tmp_path, installed_wheel, started)
         shell_0 = shell_doctest(first, tmp_path / "shell-0.txt")
         wait_for(
             lambda: "deleted 1 expired session(s)" in log.read_text(),
-            timeout=30,
+            timeout=60,
             what="the declared function to run",
         )
         assert not Session.objects.filter(session_key="expired").exists()
@@ -217,7 +217,7 @@ def test_the_tutorial_runs(transactional_db, tmp_path, installed_wheel, started)
         assert "admin ok" in run("manage.py", "shell", "-c", textwrap.dedent(ADMIN), cwd=project)
         wait_for(
             lambda: api.status(key="welcome:42").message_status == "DELIVERED",
-            timeout=30,
+            timeout=60,
             what="the delayed message to be delivered",
         )
         assert "welcome mail for user 42 (message " in log.read_text()

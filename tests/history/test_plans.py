@@ -33,13 +33,13 @@ from tests.outbox_helpers import waiting_over_days_sql
 pytestmark = pytest.mark.django_db(transaction=True)
 
 DAYS = 30
-# 3,333 a day. The claim may read 2 * BATCH + 10 rows and the next-claimable probe 10, each
-# 2 more a partition (40 here: the month, today, the days made ahead, the default): 190 and
-# 90. A read that grows with the waiting rows reads 100,000 of them (over 500 times the
-# claim's bound) or a day's 3,333 (17 times), and a scan of their heap (2,100 pages) is 4
-# times the probe's buffers. 300,000 took 15 s to write for the same verdicts (both sizes
-# tried with the claim's index expression misspelled, and without its priority condition).
-WAITING = 100_000
+# 5,000 a day. The claim may read 2 * BATCH + 10 rows and 2,480 buffers, the next-claimable
+# probe 10 rows and 530 buffers, each 2 more rows a partition (40 here: the month, today, the
+# days made ahead, the default): 190 and 90 rows. A read that grows with the waiting rows
+# reads 150,000 of them (over 700 times the claim's bound) or a day's 5,000 (26 times); a
+# read of their heap (about 3,200 pages) is past either's buffers, and so is a walk of a
+# ready index's leaves (about 750). 300,000 took 15 s to write for the same verdicts.
+WAITING = 150_000
 
 # In the order of their ids (their days, oldest first), as the fire path writes them: each
 # partition's rows and index entries written together, not every row into another of the 30

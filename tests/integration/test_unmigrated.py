@@ -80,7 +80,7 @@ def test_the_commands_wait_for_migrate_and_say_so(cluster, empty_database):
     ]
     try:
         for instance in (scheduler, relay):
-            wait_for(lambda i=instance: SAID in i.log(), timeout=30, what="the reason")
+            wait_for(lambda i=instance: SAID in i.log(), timeout=60, what="the reason")
             assert f"not ready: {SAID}" in instance.log()
             assert "run manage.py migrate; retrying in" in instance.log()
         status, body = probe(health, "/readyz")
