@@ -17,6 +17,7 @@ import pytest
 from django.db import connection
 
 from tests.helpers import wait_for
+from tests.integration.stopping import kill_running
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPI_README = ROOT / "pypi.md"
@@ -172,8 +173,6 @@ def test_the_installed_wheel_migrates_and_fires_in_a_new_project(
         checked, _ = checking.communicate(timeout=120)
         assert checking.returncode == 0, checked
     finally:
-        if checking.poll() is None:  # the test failed before the check ended
-            checking.kill()
-            checking.communicate()
+        kill_running(checking)  # the test failed before the check ended
         scheduler.terminate()
         scheduler.wait(30)

@@ -34,6 +34,7 @@ from django.utils import timezone
 from django_dsched import api
 from django_dsched.models import OutboxMessage
 from tests.helpers import wait_for
+from tests.integration.stopping import kill_running
 
 pytestmark = pytest.mark.integration
 
@@ -120,10 +121,7 @@ def started():
     failed before their turn) are killed."""
     processes: list[subprocess.Popen[str]] = []
     yield processes
-    for process in processes:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
+    kill_running(*processes)
 
 
 def test_the_tutorial_runs(transactional_db, tmp_path, installed_wheel, started):

@@ -54,3 +54,12 @@ def finished(
         process.communicate()
         raise
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def kill_running(*processes: subprocess.Popen[str]) -> None:
+    """Kill those of ``processes`` still running (a test failed before they ended) and
+    collect them."""
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()

@@ -47,7 +47,7 @@ from django_dsched.outbox.relay import HELD_BATCHES
 from tests.brokers import free_port
 from tests.helpers import wait_for
 from tests.integration.conftest import ROOT, Instance
-from tests.integration.stopping import finished
+from tests.integration.stopping import finished, kill_running
 from tests.patroni import Node, PatroniCluster, query, start_cluster
 
 pytestmark = pytest.mark.integration
@@ -131,9 +131,7 @@ def ha() -> Iterator[PatroniCluster]:
             cluster.stop()
             shutil.rmtree(cluster.workdir, ignore_errors=True)
     finally:
-        if maker.poll() is None:
-            maker.kill()
-            maker.communicate()
+        kill_running(maker)
 
 
 @dataclass
@@ -443,10 +441,7 @@ def test_check_database_warns_when_the_standbys_are_asynchronous_only(ha):
     try:
         checked, relay = finished(check), finished(relay_once)
     finally:
-        for command in (check, relay_once):
-            if command.poll() is None:
-                command.kill()
-                command.wait()
+        kill_running(check, relay_once)
     assert checked.returncode == 0 and "dsched.W030" in checked.stderr, checked
     assert (
         f"127.0.0.1:{standby.pg_port} is a standby (in recovery), and the relay writes"

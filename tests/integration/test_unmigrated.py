@@ -5,7 +5,6 @@ the tables are there; ``dsched`` says the same as a command error."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import uuid
@@ -17,7 +16,7 @@ from django.db import connection
 from tests.brokers import free_port
 from tests.helpers import sql, wait_for
 from tests.integration.conftest import ROOT, database_url
-from tests.integration.stopping import finished
+from tests.integration.stopping import exit_code, finished, kill_running, terminate
 from tests.integration.test_database_wait import probe
 
 pytestmark = pytest.mark.integration
@@ -40,14 +39,6 @@ def start(*args: str, url: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
     )
-
-
-def exit_status(process: subprocess.Popen[bytes]) -> int | None:
-    """``process``'s exit status once it has exited, None if it is still running 10 s on."""
-    try:
-        return process.wait(10)
-    except subprocess.TimeoutExpired:
-        return None
 
 
 def manage(*args: str, url: str) -> subprocess.CompletedProcess[str]:
@@ -87,10 +78,7 @@ def test_the_commands_wait_for_migrate_and_say_so(cluster, empty_database):
         assert status == 503 and body.startswith(f"scheduler: not ready: {SAID}"), body
         listed, *onces = (finished(process, 300) for process in one_offs)
     finally:
-        for process in one_offs:
-            if process.poll() is None:
-                process.kill()
-                process.communicate()
+        kill_running(*one_offs)
 
     assert listed.returncode == 1
     assert "CommandError: django-dsched's tables are not in the database 'default'" in (
@@ -110,8 +98,7 @@ def test_the_commands_wait_for_migrate_and_say_so(cluster, empty_database):
     wait_for(lambda: "the tables are there after" in scheduler.log(), timeout=15, what="said")
     wait_for(lambda: probe(health, "/readyz")[0] == 200, timeout=15, what="ready")
     # Both told to stop at once: each stops gracefully (exit 0) on its own.
+    terminate(scheduler, relay)
     for instance in (scheduler, relay):
-        instance.signal(signal.SIGTERM)
-    for instance in (scheduler, relay):
-        assert exit_status(instance.process) == 0, cluster.logs()
+        assert exit_code(instance) == 0, cluster.logs()
     assert "Traceback" not in cluster.logs(), cluster.logs()
