@@ -22,8 +22,10 @@ against the firing time alone, handler and Redis. Beside them, the same ratio fo
 hand-written ceilings: the fire path's on these tables (``fire_ceiling.py``, batches of
 1,000 as the scheduler's) firing the burst alone, then with the relay's ceiling (below, in a
 process of its own, looking every 5 ms) delivering beside it; JIT off in both, as in the
-product; and the machine floor (below). ``--kinds`` picks what a round measures besides
-the firing alone (``redis`` alone: the issue's line, in a third of the time).
+product; the relay's ceiling beside the product's scheduler (``relay-ceiling``: the least
+CPU a relay on these tables takes from the firing); and the machine floor (below).
+``--kinds`` picks what a round measures besides the firing alone (``redis`` alone: the
+issue's line, in a third of the time).
 
 ``lag``: 1,000 schedules every second for ``--seconds`` while one relay delivers: p50 / p99 of
 fire to delivery (``delivered_ts - event_ts``) and of slot to delivery.
@@ -527,7 +529,7 @@ def ceiling_e2e(count: int, batch: int) -> tuple[float, float]:
     return seconds, float(total)
 
 
-E2E_KINDS = ("floor", "ceiling", "handlers", "redis")
+E2E_KINDS = ("floor", "ceiling", "handlers", "redis", "relay-ceiling")
 
 
 def e2e(count: int, runs: int, batch: int, baseline: Path | None, kinds: list[str]) -> None:
@@ -549,12 +551,15 @@ def e2e(count: int, runs: int, batch: int, baseline: Path | None, kinds: list[st
                     f"ceiling: firing alone {ceiling_alone:.3f} s, first fire to last delivery "
                     f"{ceiling_total:.3f} s ({ceiling_total / ceiling_alone:.2f}x)"
                 )
-            for kind in [k for k in ("handlers", "redis") if k in kinds]:
-                for code, path in codes(baseline, run):
+            for kind in [k for k in ("handlers", "redis", "relay-ceiling") if k in kinds]:
+                by_hand = kind == "relay-ceiling"
+                measured = [("(by hand)", ROOT)] if by_hand else codes(baseline, run)
+                for code, path in measured:
                     reset()
                     insert_schedules(count, "HOURS", 1, "date_trunc('second', now()) + '3 s'")
                     before = wal()
-                    with relay_serving(path, kind, redis_url, batch):
+                    child_kind = "ceiling" if by_hand else kind
+                    with relay_serving(path, child_kind, redis_url, batch):
                         scheduler = start_scheduler()
                         try:
                             wait_delivered(count)
