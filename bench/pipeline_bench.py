@@ -22,10 +22,11 @@ against the firing time alone, handler and Redis. Beside them, the same ratio fo
 hand-written ceilings: the fire path's on these tables (``fire_ceiling.py``, batches of
 1,000 as the scheduler's) firing the burst alone, then with the relay's ceiling (below, in a
 process of its own, looking every 5 ms) delivering beside it; JIT off in both, as in the
-product; the relay's ceiling beside the product's scheduler (``relay-ceiling``: the least
-CPU a relay on these tables takes from the firing); and the machine floor (below).
-``--kinds`` picks what a round measures besides the firing alone (``redis`` alone: the
-issue's line, in a third of the time).
+product; the relay's ceiling beside the product's scheduler, after the product's relay in
+each round (``relay-ceiling``: the fewest statements a relay on these tables makes, against
+the firing the product's relay runs beside); and the machine floor (below). ``--kinds``
+picks what a round measures besides the firing alone (``redis`` alone: the issue's line, in
+a fraction of the time).
 
 ``lag``: 1,000 schedules every second for ``--seconds`` while one relay delivers: p50 / p99 of
 fire to delivery (``delivered_ts - event_ts``) and of slot to delivery.
@@ -553,7 +554,7 @@ def e2e(count: int, runs: int, batch: int, baseline: Path | None, kinds: list[st
                 )
             for kind in [k for k in ("handlers", "redis", "relay-ceiling") if k in kinds]:
                 by_hand = kind == "relay-ceiling"
-                measured = [("(by hand)", ROOT)] if by_hand else codes(baseline, run)
+                measured = [("beside the scheduler", ROOT)] if by_hand else codes(baseline, run)
                 for code, path in measured:
                     reset()
                     insert_schedules(count, "HOURS", 1, "date_trunc('second', now()) + '3 s'")
