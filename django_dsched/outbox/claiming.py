@@ -5,6 +5,8 @@ and the send threads send meanwhile (:mod:`.relay`, :mod:`.dispatch`).
 Up to :data:`IN_FLIGHT` claims run at once, each on its own thread and session: a relay
 draining a backlog of fast sends is bound by its claims, one after the other, and a second
 claim runs while the first one's statement does (``SKIP LOCKED`` gives them different rows).
+The second runs only while the relay is behind (:data:`BEHIND_AFTER`): one keeping up
+claims one batch at a time.
 The relay counts a claim in flight as held (its limit and byte cap), so it never holds more
 than its bound once they end.
 
@@ -30,6 +32,13 @@ from django_dsched.outbox.messages import Claimed
 
 # Most claims a relay runs at once (each on a thread and session of its own).
 IN_FLIGHT = 2
+
+# A second claim runs beside the one in flight only while the relay is behind: its last claim
+# took a message that had been claimable for longer than this (seconds). A relay keeping up
+# with the fires claims one batch at a time: two claims at once there took the database's
+# CPU from the fires themselves, and a burst fired and delivered on shared cores took longer
+# (bench/NOTES.md, issue 44).
+BEHIND_AFTER = 1.0
 
 # A claim thread's session is closed once the relay is idle and no claim ran on it for this
 # long (seconds): a relay going idle and busy again does not connect each time.

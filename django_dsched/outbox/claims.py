@@ -307,11 +307,14 @@ SET attempts = CASE WHEN {DEAD_AT_CLAIM} THEN m.attempts ELSE m.attempts + 1 END
     completed_ts = NULL,
     failed_ts = CASE WHEN {DEAD_AT_CLAIM} THEN clock_timestamp() END,
     event_ts = {storable("m.event_ts", nullable=False)}"""
-# What it returns (``c``: the row's order and bytes).
+# What it returns (``c``: the row's order and bytes); last, how long the message had been
+# claimable (seconds since its fire or the end of its backoff, whichever is later).
 CLAIM_RETURNING = """RETURNING m.id, m.topic, m.event_type, l.body, m.attempts, m.priority,
           m.status, c.n, c.bytes,
           (extract(epoch FROM statement_timestamp()) * 1000000)::bigint,
-          m.host_id, CASE WHEN m.status = %(dead)s THEN m.last_error END"""
+          m.host_id, CASE WHEN m.status = %(dead)s THEN m.last_error END,
+          extract(epoch FROM statement_timestamp()
+                             - GREATEST(m.event_ts, m.next_attempt_ts))::float8"""
 
 
 def claim_statement(skip: bool = False, held: bool = False) -> str:
@@ -487,6 +490,7 @@ def claimed(rows: list[tuple[Any, ...]]) -> Claimed:
             _,
             host,
             error,
+            _,
         ) = row
         if body is None:  # dead-lettered at claim: its event is gone
             payload: dict[str, Any] | None = {}
@@ -511,7 +515,8 @@ def claimed(rows: list[tuple[Any, ...]]) -> Claimed:
         else:
             dead.append(message)
             why[id_] = error
-    return Claimed(live, dead, rows[0][9] if rows else None, why)
+    waited = max((row[12] or 0.0 for row in rows), default=0.0)
+    return Claimed(live, dead, rows[0][9] if rows else None, why, waited)
 
 
 def claim(

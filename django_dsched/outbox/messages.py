@@ -113,3 +113,5 @@ class Claimed:
     at_us: int | None = None
     # Why each message of ``dead`` was dead-lettered (its error as stored).
     why: dict[uuid.UUID, str] = field(default_factory=dict)
+    # How long its longest-waiting message had been claimable (seconds; 0: none).
+    waited: float = 0.0

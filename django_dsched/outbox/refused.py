@@ -89,7 +89,7 @@ SET status = %(dead)s, claimed_by = '', claimed_until = NULL, failed_ts = clock_
 WHERE m.id = %(id)s AND m.status = %(pending)s
 RETURNING m.id, m.topic, m.event_type, NULL::text, m.attempts, m.priority, m.status,
           0::bigint, 0::bigint, (extract(epoch FROM statement_timestamp()) * 1000000)::bigint,
-          m.host_id, m.last_error
+          m.host_id, m.last_error, 0::float8
 """  # fmt: skip
 
 

@@ -7,12 +7,12 @@ payload a claim) with ``SKIP LOCKED`` and a visibility timeout (:mod:`.claims`),
 them concurrently, each destination (a route, for one host) in a lane of its own within its
 limits, on worker threads (:mod:`.dispatch`), with a circuit breaker per destination
 (:mod:`.breaker`). It claims again as room frees, on claim threads of its own, two claims at
-once at most (:mod:`.claiming`), and its own thread records the outcomes the send threads
-hand back, many in one statement: DELIVERED, a retry after a jittered exponential
-delay, or DELIVERY_FAILED (a dead letter) once the attempts are used up. If the database
-refuses that statement for one row's values, the outcomes are recorded one by one, a refused
-one as a failed attempt (:mod:`.outcomes`). Outcomes, renewals and give-backs all go
-through the relay's one session, fenced on the claim.
+once at most, and two only while it is behind (:mod:`.claiming`), and its own thread
+records the outcomes the send threads hand back, many in one statement: DELIVERED, a retry
+after a jittered exponential delay, or DELIVERY_FAILED (a dead letter) once the attempts
+are used up. If the database refuses that statement for one row's values, the outcomes are
+recorded one by one, a refused one as a failed attempt (:mod:`.outcomes`). Outcomes,
+renewals and give-backs all go through the relay's one session, fenced on the claim.
 
 Delivery is at least once: a relay that dies after sending and before recording leaves the
 message claimed until its visibility timeout (the claim heartbeat, :mod:`.heartbeat`, keeps
@@ -42,7 +42,7 @@ from django.db import DatabaseError, Error, connections
 from django_dsched.conf import app_settings
 from django_dsched.outbox.breaker import BreakerRules
 from django_dsched.outbox.circuits import Circuits
-from django_dsched.outbox.claiming import Claiming, Taken
+from django_dsched.outbox.claiming import BEHIND_AFTER, Claiming, Taken
 from django_dsched.outbox.claims import claim_batch, seconds_until_claimable
 from django_dsched.outbox.dispatch import SETTLE_WAIT, Deferred, Dispatcher, Limits
 from django_dsched.outbox.handlers import autodiscover
@@ -141,6 +141,7 @@ class Relay(DatabaseLoop):
         self.claiming = Claiming(self.instance_id, self.using, self._claim_here, self.waker.wake)
         self._claimed_last = 0
         self._claim_full = True  # the last claim came back full (or none yet): claim again
+        self._behind = True  # the last claim took a message waiting > BEHIND_AFTER (or none yet)
         self._turn = 0  # the hosts' turn in a backlog, moved by one a claim (claims.py)
         self._claim_at = 0.0  # claim again by then (monotonic): a retry's backoff, a poll
         self._notifications = -1  # the waker's count at the last claim
@@ -309,7 +310,10 @@ class Relay(DatabaseLoop):
         """Whether to claim now: the last claim was full, or a NOTIFY came since the last
         claim began, or a destination it passed over has room again; with no claim in
         flight, also when the last claim found something and nothing is held now, or a retry
-        (or the poll) is due (the claim in flight looks for those)."""
+        (or the poll) is due (the claim in flight looks for those). A second claim beside
+        the one in flight only while the relay is behind (:data:`.claiming.BEHIND_AFTER`)."""
+        if self.claiming.running and not self._behind:
+            return False
         if self._claim_full or self.waker.notifications != self._notifications:
             return True
         if bool(self._held_back) and self.dispatch.held_back() != self._held_back:
@@ -383,6 +387,7 @@ class Relay(DatabaseLoop):
         # What a split kept from the sends does not count as found (the relay is idle then).
         self._claimed_last = len(claimed.live) + len(dead) - dropped
         self._claim_full = self._claimed_last >= limit
+        self._behind = claimed.waited > BEHIND_AFTER
         if claimed.at_us is not None:  # the later claim's, whichever ended first
             self._since = max(self._since or 0, claimed.at_us)
         if self._claimed_last:

@@ -15,6 +15,7 @@ import pytest
 
 from django_dsched.enums import DeliveryStatus
 from django_dsched.models import OutboxMessage
+from django_dsched.outbox import relay as relay_module
 from django_dsched.outbox.claims import claim
 from django_dsched.outbox.relay import Relay
 from tests.helpers import other_session, sql, wait_for
@@ -368,12 +369,12 @@ def outbox_locked() -> Iterator[Callable[[], object]]:
 
 
 def test_a_relay_runs_two_claims_at_once_and_holds_three_batches_at_most(relay_settings, handle):
-    """A relay holding a batch starts two more claims, each on a claim thread and session of
-    its own, running at once; with what they bring it holds three batches (claimed, being
-    claimed or not recorded yet), and claims no more until some are recorded. Each message is
-    then delivered once."""
+    """A relay holding a batch of a backlog starts two more claims, each on a claim thread and
+    session of its own, running at once; with what they bring it holds three batches
+    (claimed, being claimed or not recorded yet), and claims no more until some are recorded.
+    Each message is then delivered once."""
     gauge = handle(Gauge(), topic="reports")  # no send returns until its gate opens
-    ids = make_messages(100)
+    ids = make_messages(100, age=60)  # a backlog: the relay is behind
     relay = Relay(instance_id="r1", batch_size=10)
     try:
         relay.step()  # nothing held: a claim on the relay's own session
@@ -411,7 +412,7 @@ def test_a_relay_stopping_gives_back_what_two_claims_in_flight_and_its_sends_lef
     gauge = handle(Gauge(), topic="reports")
     gauge.gate.set()
     relay_settings.DSCHED_TRANSPORTS = {"*": {"BACKEND": "handlers", "CONCURRENCY": 1}}
-    make_messages(60)
+    make_messages(60, age=60)  # a backlog: two claims at once
     relay = Relay(instance_id="r1", batch_size=10)
     with other_session() as blocker, blocker.cursor() as cursor:
         gauge.gate.clear()  # the first send holds the rest of its batch queued
@@ -459,12 +460,13 @@ def test_no_claim_starts_beside_one_begun_before_the_relays_session_moved(relay_
 def test_while_a_claim_runs_only_a_full_claim_or_news_start_another(relay_settings, handle):
     """With a claim in flight, a due poll or a claim that found rows does not start a
     second claim (the one in flight looks for them): only a full last claim, a NOTIFY since
-    it began, or a destination with room again does."""
+    it began, or a destination with room again does, while the relay is behind."""
     gauge = handle(Gauge(), topic="reports")  # nothing is recorded while the table is locked
-    make_messages(40)
+    make_messages(40, age=60)  # a backlog
     relay = Relay(instance_id="r1", batch_size=10)
     try:
         relay.step()
+        assert relay._behind
         with outbox_locked() as release:
             relay.step()
             wait_for(lambda: claims_waiting() == 1, what="a claim waiting")
@@ -478,12 +480,46 @@ def test_while_a_claim_runs_only_a_full_claim_or_news_start_another(relay_settin
         relay.shutdown()
 
 
+def test_a_relay_keeping_up_claims_one_batch_at_a_time(relay_settings, handle, monkeypatch):
+    """A relay whose last claim took only messages claimable for less than ``BEHIND_AFTER``
+    keeps up: beside its claim in flight neither a full last claim nor a NOTIFY starts a
+    second (two claims at once would take the database's CPU from the fires it keeps up
+    with). Once a claim takes a message that waited longer (a backlog), the relay is behind:
+    two claims run at once then (test_a_relay_runs_two_claims_at_once_...)."""
+    # Behind only past 30 s here, so that a slow run never finds these messages late.
+    monkeypatch.setattr(relay_module, "BEHIND_AFTER", 30.0)
+    gauge = handle(Gauge(), topic="reports")  # nothing is recorded while the table is locked
+    make_messages(20)  # just fired
+    relay = Relay(instance_id="r1", batch_size=10)
+    try:
+        relay.step()  # on its own session
+        assert len(relay.dispatch.held) == 10 and relay._claim_full and not relay._behind
+        with outbox_locked() as release:
+            relay.step()  # a claim on a claim thread, waiting
+            wait_for(lambda: claims_waiting() == 1, what="a claim waiting")
+            relay._notifications -= 1  # a NOTIFY came since it began
+            relay.step()
+            assert relay.claiming.asked() == (10, relay.batch_bytes)  # no second claim
+            release()
+        wait_for(lambda: relay.step() >= 0 and not relay.claiming.running, what="it is taken")
+        assert len(relay.dispatch.held) == 20 and not relay._behind
+        # A backlog appears, another tenant's (the relay holds enough of the first's).
+        make_messages(30, age=60, host_id=TENANT_B)
+        relay._claim_at = 0.0  # the poll is due (no NOTIFY came)
+        relay.step()  # claims a batch of it (and holds three batches)
+        wait_for(lambda: relay.step() >= 0 and not relay.claiming.running, what="it is taken")
+        assert relay._behind
+    finally:
+        gauge.gate.set()
+        relay.shutdown()
+
+
 def test_a_relay_waiting_on_its_claims_or_for_room_sleeps(relay_settings, handle):
     """A poll that falls due while claims run, or while the relay has no batch's room, does
     not make the relay's loop spin: it sleeps until a claim ends (which wakes it) or an
     outcome is due to be recorded (which makes room)."""
     gauge = handle(Gauge(timeout=60), topic="reports")  # no outcome comes to be recorded
-    make_messages(60)
+    make_messages(60, age=60)  # a backlog: two claims at once
     relay = Relay(instance_id="r1", batch_size=10)
     relay.poll_interval = 5.0
     try:
