@@ -38,7 +38,7 @@ import pipeline_bench as pb  # noqa: E402
 sys.argv = _argv
 
 from django.core.management import call_command  # noqa: E402
-from django.db import connection  # noqa: E402
+from django.db import connection, transaction  # noqa: E402
 
 from django_dsched.outbox import claims, settling  # noqa: E402
 from django_dsched.outbox.messages import Claimer, DeliveryOutcome, Message  # noqa: E402
@@ -85,11 +85,19 @@ def index_definitions() -> list[str]:
     return [definition.replace(" ON ONLY ", " ON ") for (definition,) in rows]
 
 
-def replace_indexes(definitions: tuple[str, ...] | list[str]) -> None:
-    for name in INDEXES:
-        pb.sql(f"DROP INDEX {name}")
-    for definition in definitions:
-        pb.sql(definition)
+def swap(definitions: tuple[str, ...] | list[str], fillfactor: int | None) -> None:
+    """Both ready indexes made again from ``definitions``, and the partitions' fillfactor set
+    (None: reset), in one transaction: never a moment without them."""
+    with transaction.atomic():
+        for name in INDEXES:
+            pb.sql(f"DROP INDEX {name}")
+        for definition in definitions:
+            pb.sql(definition)
+        for partition in partitions():
+            if fillfactor is None:
+                pb.sql(f"ALTER TABLE {partition} RESET (fillfactor)")
+            else:
+                pb.sql(f"ALTER TABLE {partition} SET (fillfactor = {fillfactor})")
 
 
 def fire(count: int) -> None:
@@ -134,14 +142,13 @@ def drain() -> tuple[int, float, float]:
                 return count, claiming, settling_s
 
 
-def measure(variant: str, count: int, fillfactor: int) -> tuple[float, float, float, float]:
-    built = index_definitions()
+def measure(
+    variant: str, count: int, fillfactor: int, built: list[str]
+) -> tuple[float, float, float, float]:
     hot = variant == "hot"
-    if hot:
-        replace_indexes(HOT_INDEXES)
-        for partition in partitions():
-            pb.sql(f"ALTER TABLE {partition} SET (fillfactor = {fillfactor})")
     try:
+        if hot:
+            swap(HOT_INDEXES, fillfactor)
         fire(count)
         claims.CLAIMS.update(
             {key: hot_claim(statement) if hot else statement for key, statement in BUILT.items()}
@@ -149,14 +156,13 @@ def measure(variant: str, count: int, fillfactor: int) -> tuple[float, float, fl
         before, wal_before = updates(), pb.wal()[0]
         drained, claiming, settling_s = drain()
         assert drained == count, (drained, count)
-        time.sleep(1)  # the statistics collector
+        pb.sql("SELECT pg_stat_force_next_flush()")  # this session's counts, and the others'
+        time.sleep(1)
         after, wal_after = updates(), pb.wal()[0]
     finally:
         claims.CLAIMS.update(BUILT)
         if hot:
-            replace_indexes(built)
-            for partition in partitions():
-                pb.sql(f"ALTER TABLE {partition} RESET (fillfactor)")
+            swap(built, None)
     made, made_hot = after[0] - before[0], after[1] - before[1]
     return (
         claiming / count * 1e6,
@@ -175,12 +181,15 @@ def main() -> None:
     parser.add_argument("--fillfactor", type=int, default=45)
     args = parser.parse_args()
     call_command("migrate", verbosity=0)
+    built = index_definitions()
+    if len(built) != len(INDEXES) or not all("claimed_until" in d for d in built):
+        raise SystemExit(f"the ready indexes are not as migrations make them: {built}")
     print(f"database: {pb.server_line()}; load {pb.load()}", flush=True)
     results: dict[str, list[tuple[float, float, float, float]]] = {"built": [], "hot": []}
     for run in range(args.runs):
         order = ["built", "hot"] if run % 2 == 0 else ["hot", "built"]
         for variant in order:
-            figures = measure(variant, args.messages, args.fillfactor)
+            figures = measure(variant, args.messages, args.fillfactor, built)
             results[variant].append(figures)
             print(
                 f"  round {run + 1} {variant}: claim {figures[0]:.1f} us, settle "

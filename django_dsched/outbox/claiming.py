@@ -5,8 +5,8 @@ and the send threads send meanwhile (:mod:`.relay`, :mod:`.dispatch`).
 Up to :data:`IN_FLIGHT` claims run at once, each on its own thread and session: a relay
 draining a backlog of fast sends is bound by its claims, one after the other, and a second
 claim runs while the first one's statement does (``SKIP LOCKED`` gives them different rows).
-The second runs only while the relay is behind (:data:`BEHIND_AFTER`): one keeping up
-claims one batch at a time.
+The second runs only while the relay is behind, or the first runs long
+(:data:`BEHIND_AFTER`): one keeping up claims one batch at a time.
 The relay counts a claim in flight as held (its limit and byte cap), so it never holds more
 than its bound once they end.
 
@@ -34,9 +34,10 @@ from django_dsched.outbox.messages import Claimed
 IN_FLIGHT = 2
 
 # A second claim runs beside the one in flight only while the relay is behind: its last claim
-# took a message that had been claimable for longer than this (seconds). A relay keeping up
-# with the fires claims one batch at a time: two claims at once there took the database's
-# CPU from the fires themselves, and a burst fired and delivered on shared cores took longer
+# took a message that had waited longer than this since its fire or the end of its backoff
+# (seconds), or the claim in flight has run longer than this. A relay keeping up with the
+# fires claims one batch at a time: two claims at once there took the database's CPU from
+# the fires themselves, and a burst fired and delivered on shared cores took longer
 # (bench/NOTES.md, issue 44).
 BEHIND_AFTER = 1.0
 
@@ -107,6 +108,11 @@ class Claiming:
         rows again under the same fencing token)."""
         flying = self._flying()
         return len(flying) < IN_FLIGHT and all(a.generation == generation for a in flying)
+
+    def running_for(self) -> float:
+        """Seconds the claim in flight begun first has run (0: none runs)."""
+        flying = self._flying()
+        return time.monotonic() - min(a.began for a in flying) if flying else 0.0
 
     def asked(self) -> tuple[int, int]:
         """The rows and bytes the claims in flight may bring."""

@@ -40,9 +40,10 @@ from typing import TYPE_CHECKING
 from django.db import DatabaseError, Error, connections
 
 from django_dsched.conf import app_settings
+from django_dsched.outbox import claiming
 from django_dsched.outbox.breaker import BreakerRules
 from django_dsched.outbox.circuits import Circuits
-from django_dsched.outbox.claiming import BEHIND_AFTER, Claiming, Taken
+from django_dsched.outbox.claiming import Claiming, Taken
 from django_dsched.outbox.claims import claim_batch, seconds_until_claimable
 from django_dsched.outbox.dispatch import SETTLE_WAIT, Deferred, Dispatcher, Limits
 from django_dsched.outbox.handlers import autodiscover
@@ -141,7 +142,7 @@ class Relay(DatabaseLoop):
         self.claiming = Claiming(self.instance_id, self.using, self._claim_here, self.waker.wake)
         self._claimed_last = 0
         self._claim_full = True  # the last claim came back full (or none yet): claim again
-        self._behind = True  # the last claim took a message waiting > BEHIND_AFTER (or none yet)
+        self._behind = True  # its last claim took a message that waited (or none yet)
         self._turn = 0  # the hosts' turn in a backlog, moved by one a claim (claims.py)
         self._claim_at = 0.0  # claim again by then (monotonic): a retry's backoff, a poll
         self._notifications = -1  # the waker's count at the last claim
@@ -298,6 +299,10 @@ class Relay(DatabaseLoop):
             # (a claim in flight wakes the relay as it ends, and so does a send as its
             # outcome is due to be recorded, or its claims are lost: either makes room)
             wait = min(wait, max(0.0, self._claim_at - time.monotonic()))
+        running = self.claiming.running_for()
+        if self.claiming.running and not self._behind and running < claiming.BEHIND_AFTER:
+            # (a claim in flight that runs on leaves the relay behind: look again then)
+            wait = min(wait, claiming.BEHIND_AFTER - running)
         self.dispatch.wakes_at = time.monotonic() + wait
         return wait
 
@@ -311,8 +316,13 @@ class Relay(DatabaseLoop):
         claim began, or a destination it passed over has room again; with no claim in
         flight, also when the last claim found something and nothing is held now, or a retry
         (or the poll) is due (the claim in flight looks for those). A second claim beside
-        the one in flight only while the relay is behind (:data:`.claiming.BEHIND_AFTER`)."""
-        if self.claiming.running and not self._behind:
+        the one in flight only while the relay is behind, or that claim has run longer than
+        :data:`.claiming.BEHIND_AFTER` (a slow claim leaves the relay behind)."""
+        if (
+            self.claiming.running
+            and not self._behind
+            and self.claiming.running_for() <= claiming.BEHIND_AFTER
+        ):
             return False
         if self._claim_full or self.waker.notifications != self._notifications:
             return True
@@ -387,7 +397,7 @@ class Relay(DatabaseLoop):
         # What a split kept from the sends does not count as found (the relay is idle then).
         self._claimed_last = len(claimed.live) + len(dead) - dropped
         self._claim_full = self._claimed_last >= limit
-        self._behind = claimed.waited > BEHIND_AFTER
+        self._behind = claimed.waited > claiming.BEHIND_AFTER
         if claimed.at_us is not None:  # the later claim's, whichever ended first
             self._since = max(self._since or 0, claimed.at_us)
         if self._claimed_last:

@@ -15,7 +15,7 @@ import pytest
 
 from django_dsched.enums import DeliveryStatus
 from django_dsched.models import OutboxMessage
-from django_dsched.outbox import relay as relay_module
+from django_dsched.outbox import claiming
 from django_dsched.outbox.claims import claim
 from django_dsched.outbox.relay import Relay
 from tests.helpers import other_session, sql, wait_for
@@ -484,10 +484,11 @@ def test_a_relay_keeping_up_claims_one_batch_at_a_time(relay_settings, handle, m
     """A relay whose last claim took only messages claimable for less than ``BEHIND_AFTER``
     keeps up: beside its claim in flight neither a full last claim nor a NOTIFY starts a
     second (two claims at once would take the database's CPU from the fires it keeps up
-    with). Once a claim takes a message that waited longer (a backlog), the relay is behind:
-    two claims run at once then (test_a_relay_runs_two_claims_at_once_...)."""
+    with). A claim in flight for longer than that leaves it behind, and so does a claim that
+    takes a message that waited longer (a backlog): two claims run at once then
+    (test_a_relay_runs_two_claims_at_once_...)."""
     # Behind only past 30 s here, so that a slow run never finds these messages late.
-    monkeypatch.setattr(relay_module, "BEHIND_AFTER", 30.0)
+    monkeypatch.setattr(claiming, "BEHIND_AFTER", 30.0)
     gauge = handle(Gauge(), topic="reports")  # nothing is recorded while the table is locked
     make_messages(20)  # just fired
     relay = Relay(instance_id="r1", batch_size=10)
@@ -501,8 +502,20 @@ def test_a_relay_keeping_up_claims_one_batch_at_a_time(relay_settings, handle, m
             relay.step()
             assert relay.claiming.asked() == (10, relay.batch_bytes)  # no second claim
             release()
+        relay._take_claim(wait=30)
+        assert len(relay.dispatch.held) == 20 and relay._claim_full and not relay._behind
+        wait_for(lambda: relay.step() >= 0 and not relay.claiming.running, what="all taken")
+        # A claim in flight longer than BEHIND_AFTER leaves the relay behind.
+        monkeypatch.setattr(claiming, "BEHIND_AFTER", 0.5)
+        relay._claim_full = True
+        with outbox_locked() as release:
+            relay.claiming.start(1, relay.batch_bytes, None, [], 0, relay.pin.generation)
+            wait_for(lambda: claims_waiting() == 1, what="a claim waiting")
+            assert not relay._claim_wanted()
+            wait_for(lambda: relay._claim_wanted(), timeout=5, what="the claim to run long")
+            release()
         wait_for(lambda: relay.step() >= 0 and not relay.claiming.running, what="it is taken")
-        assert len(relay.dispatch.held) == 20 and not relay._behind
+        monkeypatch.setattr(claiming, "BEHIND_AFTER", 30.0)
         # A backlog appears, another tenant's (the relay holds enough of the first's).
         make_messages(30, age=60, host_id=TENANT_B)
         relay._claim_at = 0.0  # the poll is due (no NOTIFY came)
