@@ -299,10 +299,9 @@ class Relay(DatabaseLoop):
             # (a claim in flight wakes the relay as it ends, and so does a send as its
             # outcome is due to be recorded, or its claims are lost: either makes room)
             wait = min(wait, max(0.0, self._claim_at - time.monotonic()))
-        running = self.claiming.running_for()
-        if self.claiming.running and not self._behind and running < claiming.BEHIND_AFTER:
+        if keeping_up := self._keeping_up():
             # (a claim in flight that runs on leaves the relay behind: look again then)
-            wait = min(wait, claiming.BEHIND_AFTER - running)
+            wait = min(wait, keeping_up)
         self.dispatch.wakes_at = time.monotonic() + wait
         return wait
 
@@ -318,11 +317,7 @@ class Relay(DatabaseLoop):
         (or the poll) is due (the claim in flight looks for those). A second claim beside
         the one in flight only while the relay is behind, or that claim has run longer than
         :data:`.claiming.BEHIND_AFTER` (a slow claim leaves the relay behind)."""
-        if (
-            self.claiming.running
-            and not self._behind
-            and self.claiming.running_for() <= claiming.BEHIND_AFTER
-        ):
+        if self._keeping_up():
             return False
         if self._claim_full or self.waker.notifications != self._notifications:
             return True
@@ -333,6 +328,14 @@ class Relay(DatabaseLoop):
         return bool(self._claimed_last and not self.dispatch.held) or (
             time.monotonic() >= self._claim_at
         )
+
+    def _keeping_up(self) -> float:
+        """While a claim runs and the relay keeps up (not behind): the seconds until that
+        claim has run long enough to leave it behind (:data:`.claiming.BEHIND_AFTER`); else
+        0, and a second claim may start beside the one in flight."""
+        if not self.claiming.running or self._behind:
+            return 0.0
+        return max(0.0, claiming.BEHIND_AFTER - self.claiming.running_for())
 
     def _claim_more(self) -> None:
         """Claim what there is room for (counting what the claims in flight may bring): on a

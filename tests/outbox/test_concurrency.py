@@ -512,6 +512,7 @@ def test_a_relay_keeping_up_claims_one_batch_at_a_time(relay_settings, handle, m
             relay.claiming.start(1, relay.batch_bytes, None, [], 0, relay.pin.generation)
             wait_for(lambda: claims_waiting() == 1, what="a claim waiting")
             assert not relay._claim_wanted()
+            assert relay._sleep() <= 0.5  # it looks again once the claim has run that long
             wait_for(lambda: relay._claim_wanted(), timeout=5, what="the claim to run long")
             release()
         wait_for(lambda: relay.step() >= 0 and not relay.claiming.running, what="it is taken")
