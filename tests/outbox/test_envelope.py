@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 from django.db import connection, transaction
 
-from django_dsched.models import OutboxMessage
+from django_dsched.models import OutboxMessage, envelope
 from django_dsched.outbox.claims import CLAIM, claim_args, claim_batch, pending_ids
 from django_dsched.outbox.messages import Claimer
 from tests.helpers import sql
@@ -130,3 +130,38 @@ def test_the_delivered_envelope_is_exactly_this(kathmandu):
     assert list(delivered["data"]["nested"]) == ["a", "z", "big"]
     assert delivered["time"] == "2026-03-29T01:30:00.987650+00:00"
     assert delivered["scheduledtime"] == "2026-03-29T01:30:00.123400+00:00"
+
+
+# What jsonb renders for the same members: the envelope's text is written out member by
+# member (models/envelope.py), and must be exactly this for any stored values.
+AS_JSONB = """jsonb_build_object(
+    'specversion', '1.0', 'id', e.id, 'source', '/django-dsched/' || e.host_id,
+    'subject', e.aggregate_id, 'type', e.event_type, 'time', {time},
+    'datacontenttype', 'application/json', 'topic', e.metadata->>'topic',
+    'scheduledtime', {scheduled}, 'data', e.payload)::text"""
+
+
+@pytest.mark.parametrize(
+    ("event_type", "metadata", "payload", "scheduled"),
+    [
+        ('a "quoted" \\ type\n\t\x01', {"topic": 'say "hi" \\ é ✓ 😀\x1f'}, DATA, SLOT),
+        ("plain", {}, "null", None),  # no topic, data null, no slot
+        ("plain", {"topic": 12.50}, '"a string"', SLOT),  # a topic stored as a number
+        ("plain", {"topic": None}, "[]", SLOT),
+        ("plain", {"topic": ["x"]}, '{"": {"": ""}}', SLOT),
+    ],
+)
+def test_the_envelope_text_is_what_jsonb_renders(event_type, metadata, payload, scheduled):
+    write_the_fire()
+    sql(
+        "UPDATE event_store_t SET event_type = %s, metadata = %s::jsonb, payload = %s::jsonb,"
+        " scheduled_ts = %s WHERE id = %s",
+        [event_type, json.dumps(metadata), payload, scheduled, EVENT_ID],
+    )
+    utc = envelope.utc
+    as_jsonb = AS_JSONB.format(time=utc("e.event_ts"), scheduled=utc("e.scheduled_ts"))
+    [(text, rendered)] = sql(
+        f"SELECT {envelope.sql('e')}, {as_jsonb} FROM event_store_t e WHERE e.id = %s", [EVENT_ID]
+    )
+    assert text == rendered
+    assert json.loads(text)["type"] == event_type

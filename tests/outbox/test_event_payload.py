@@ -70,7 +70,7 @@ def test_every_outbox_writer_stores_the_payload_only_in_the_event():
     api.backfill(backfilled, start, start + timedelta(hours=1))
 
     rows = sql(
-        f"SELECT {envelope.sql('e')}->>'id' = o.id::text, o.topic = e.metadata->>'topic',"
+        f"SELECT ({envelope.sql('e')})::jsonb->>'id' = o.id::text, o.topic = e.metadata->>'topic',"
         " o.priority = (e.metadata->>'priority')::int,"
         " e.payload = s.event_data, e.scheduled_ts IS NOT NULL"
         " FROM outbox_message_t o JOIN event_store_t e ON e.id = o.id"
