@@ -209,19 +209,43 @@ class OutboxMessage(EventRecord):
         return envelope.of_event(self.pk, using=self._state.db or DEFAULT_DB_ALIAS)
 
 
-# The lowest and highest ids of the pending messages (NULL, NULL: none), which the relay's
-# claim names so that only the days between them are planned (outbox/claims.py): one probe
-# at each end of each day's dsched_outbox_pending_id_idx. A function, so that its own query
-# is planned once per session rather than over every day with each claim. Made by the
-# initial migration.
+# The range of the pending messages' ids (NULL, NULL: none), which the relay's claim names
+# so that only the days between them are planned (outbox/claims.py), exact to the day: the
+# highest id, and the lowest if it is on an earlier day than that one, else the first id of
+# that day (which the claim widens the range to anyway: history/partitions.whole_days).
+#
+# Each is the first entry from one end of dsched_outbox_pending_id_idx, and a probe from an
+# end walks every entry of a message that stopped being pending there until VACUUM removes it.
+# Fires are delivered roughly in the order of their ids, so a day's delivered messages pile up
+# at the low end: the lowest id, asked from that end, walked the day's deliveries so far with
+# every claim (about 10 ms a claim, a tenth of a relay's database time, late in a burst of a
+# million). So the low end is asked only below the highest id's day, where nothing is
+# delivered in a burst of today's fires. The high end, where new fires land, is where the
+# pending messages are; it walks deliveries only when nothing newer is pending (a relay that
+# has caught up, asking once a poll), and then once instead of from both ends.
+#
+# A function, so that its own queries are planned once per session rather than over every
+# day with each claim. Made by the initial migration.
 PENDING_IDS = "dsched_pending_ids"
 PENDING_IDS_FUNCTION = f"""
 CREATE FUNCTION {PENDING_IDS}(OUT low uuid, OUT high uuid) LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    fired_ms bigint;
+    day_start uuid;
 BEGIN
-    low := (SELECT o.id FROM outbox_message_t o
-            WHERE o.status = '{DeliveryStatus.PENDING.value}' ORDER BY o.id LIMIT 1);
     high := (SELECT o.id FROM outbox_message_t o
              WHERE o.status = '{DeliveryStatus.PENDING.value}' ORDER BY o.id DESC LIMIT 1);
+    IF high IS NULL THEN
+        RETURN;
+    END IF;
+    -- The first id of high's UTC day: the milliseconds in an id's top 48 bits, to the day.
+    fired_ms := ('x' || left(replace(high::text, '-', ''), 12))::bit(48)::bigint;
+    day_start := (lpad(to_hex(fired_ms - mod(fired_ms, 86400000)), 12, '0')
+                  || repeat('0', 20))::uuid;
+    low := COALESCE((SELECT o.id FROM outbox_message_t o
+                     WHERE o.status = '{DeliveryStatus.PENDING.value}' AND o.id < day_start
+                     ORDER BY o.id LIMIT 1),
+                    day_start);
 END
 $$;
 """
