@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,4 +46,29 @@ def configure(database: str) -> str:
     import django
 
     django.setup()
+    from django.db.models.signals import post_migrate
+
+    post_migrate.connect(require_valid_indexes, dispatch_uid="bench-valid-indexes")
     return url
+
+
+def require_valid_indexes(sender: Any, using: str = "default", **_: Any) -> None:
+    """After a benchmark's ``migrate``: stop unless every index of its database is valid. A
+    partitioned index left invalid (an experiment that dropped a partition's index and did not
+    build it again) is missing on its partitions, and every figure taken on them would be
+    flattered by the index writes it spares. Drop the database to have it made again."""
+    from django.db import connections
+
+    if sender.name != "django_dsched":
+        return
+    connection = connections[using]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT indexrelid::regclass::text FROM pg_index WHERE NOT indisvalid ORDER BY 1"
+        )
+        invalid = [name for (name,) in cursor.fetchall()]
+    if invalid:
+        raise SystemExit(
+            f"invalid indexes in {connection.settings_dict['NAME']}: {', '.join(invalid)};"
+            " drop that database and run again"
+        )
