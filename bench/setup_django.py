@@ -8,6 +8,7 @@ PostgreSQL 15 (``bench/stock_server.py``), with the example project's settings.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -48,27 +49,42 @@ def configure(database: str) -> str:
     django.setup()
     from django.db.models.signals import post_migrate
 
-    post_migrate.connect(require_valid_indexes, dispatch_uid="bench-valid-indexes")
+    post_migrate.connect(require_current_schema, dispatch_uid="bench-current-schema")
     return url
 
 
-def require_valid_indexes(sender: Any, using: str = "default", **_: Any) -> None:
-    """After a benchmark's ``migrate``: stop unless every index of its database is valid. A
-    partitioned index left invalid (an experiment that dropped a partition's index and did not
-    build it again) is missing on its partitions, and every figure taken on them would be
-    flattered by the index writes it spares. Drop the database to have it made again."""
+def require_current_schema(sender: Any, using: str = "default", **_: Any) -> None:
+    """After a benchmark's ``migrate``: stop unless every index of its database is valid and
+    every SQL function the initial migration makes has the body this checkout makes it with.
+
+    A partitioned index left invalid (an experiment that dropped a partition's index and did
+    not build it again) is missing on its partitions, and every figure taken on them would be
+    flattered by the index writes it spares; a function made by an older checkout (the
+    initial migration is edited in place until a release) would measure the old code. Drop
+    the database to have it made again."""
     from django.db import connections
+
+    from django_dsched.models import outbox, overlap
 
     if sender.name != "django_dsched":
         return
     connection = connections[using]
+    made = re.findall(
+        r"CREATE FUNCTION (\w+)\(.*?\$\$(.*?)\$\$",
+        overlap.PROBES + outbox.PENDING_IDS_FUNCTION,
+        re.S,
+    )
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT indexrelid::regclass::text FROM pg_index WHERE NOT indisvalid ORDER BY 1"
         )
-        invalid = [name for (name,) in cursor.fetchall()]
-    if invalid:
+        stale = [f"invalid index {name}" for (name,) in cursor.fetchall()]
+        for name, body in made:
+            cursor.execute("SELECT prosrc FROM pg_proc WHERE proname = %s", [name])
+            if [row[0] for row in cursor.fetchall()] != [body]:
+                stale.append(f"function {name} not as this checkout makes it")
+    if stale:
         raise SystemExit(
-            f"invalid indexes in {connection.settings_dict['NAME']}: {', '.join(invalid)};"
-            " drop that database and run again"
+            f"{connection.settings_dict['NAME']}: {'; '.join(stale)}: drop that database and"
+            " run again"
         )
