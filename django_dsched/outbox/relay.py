@@ -142,7 +142,9 @@ class Relay(DatabaseLoop):
         self.claiming = Claiming(self.instance_id, self.using, self._claim_here, self.waker.wake)
         self._claimed_last = 0
         self._claim_full = True  # the last claim came back full (or none yet): claim again
-        self._behind = True  # its last claim took a message that waited (or none yet)
+        # The last claim took a message that had waited longer than claiming.BEHIND_AFTER
+        # (or none was made yet): a second claim may run beside the one in flight.
+        self._behind = True
         self._turn = 0  # the hosts' turn in a backlog, moved by one a claim (claims.py)
         self._claim_at = 0.0  # claim again by then (monotonic): a retry's backoff, a poll
         self._notifications = -1  # the waker's count at the last claim
